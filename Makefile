@@ -1,0 +1,30 @@
+# Two entry points that work on a fresh clone with nothing but Python 3.10+ installed.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: run test lint bench clean
+
+$(STAMP): pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	# constraints.txt pins torch to the tested CPU build; without it pip may pull CUDA wheels.
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev]'
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/backprop-tutor $(ARGS)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check tutor tests benchmarks
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/check_latency.py
+	$(BIN)/python benchmarks/startup.py
+	$(BIN)/python benchmarks/train_speed.py
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info

@@ -1,0 +1,286 @@
+"""Exercise packs: the lesson as data (TOML), loaded and validated without importing torch.
+
+A pack is a folder with `pack.toml` (setup code, the forward pass, lesson sizes) and one TOML file
+per exercise. The format is documented in `docs/packs.md`.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+# Installed wheels carry the content inside the package; a checkout has it at the top level.
+_BUNDLED = PACKAGE_DIR / "_bundled"
+_CHECKOUT = PACKAGE_DIR.parent
+
+
+def exercises_dir() -> Path:
+    bundled = _BUNDLED / "exercises"
+    return bundled if bundled.is_dir() else _CHECKOUT / "exercises"
+
+
+def data_dir() -> Path:
+    bundled = _BUNDLED / "data"
+    return bundled if bundled.is_dir() else _CHECKOUT / "data"
+
+
+class PackError(ValueError):
+    """A pack file is missing, malformed or inconsistent."""
+
+
+@dataclass(frozen=True)
+class Mistake:
+    """A common wrong answer, recognised by comparing the learner's values with its values."""
+
+    code: str
+    message: str
+    kind: str = "known_mistake"
+    tensor: str | None = None  # which checked tensor it concerns; None means the first
+
+
+@dataclass(frozen=True)
+class ForwardLine:
+    """One line of forward code, with the name it assigns and the names it reads."""
+
+    index: int
+    source: str
+    target: str
+    operands: tuple[str, ...]
+    exercise: int  # 0 for the pack's own forward pass, else the exercise that adds it
+
+
+@dataclass(frozen=True)
+class Step:
+    id: str
+    exercise: int
+    title: str
+    lines: tuple[str, ...]  # targets of the forward lines this step differentiates
+    checks: tuple[str, ...]  # tensors whose gradients are graded here
+    partials: tuple[str, ...]  # tensors whose first branch is started here, graded later
+    template: str
+    solution: str
+    explanation: str
+    hints: tuple[str, ...]
+    mistakes: tuple[Mistake, ...] = ()
+    target: str = "loss"
+    upstream: str | None = None
+    given: tuple[str, ...] = ()
+    replay: bool = True
+    kind: str = "gradient"  # or "training"
+
+    def grad_name(self, tensor: str) -> str:
+        return f"d{tensor}"
+
+    @property
+    def is_training(self) -> bool:
+        return self.kind == "training"
+
+
+@dataclass(frozen=True)
+class Exercise:
+    number: int
+    title: str
+    intro: str
+    forward: str
+    kind: str
+    steps: tuple[Step, ...]
+    settings: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Pack:
+    id: str
+    title: str
+    root: Path
+    data_file: Path
+    lesson: dict
+    setup_code: str
+    forward_code: str
+    loss: str
+    exercises: tuple[Exercise, ...]
+
+    @property
+    def steps(self) -> tuple[Step, ...]:
+        return tuple(s for ex in self.exercises for s in ex.steps)
+
+    @property
+    def gradient_steps(self) -> tuple[Step, ...]:
+        return tuple(s for s in self.steps if not s.is_training)
+
+    def step(self, step_id: str) -> Step:
+        return self.steps[self.index(step_id)]
+
+    def index(self, step_id: str) -> int:
+        """Position of a step, by id, by 1-based number or by an unambiguous id suffix."""
+        ids = [s.id for s in self.steps]
+        if step_id in ids:
+            return ids.index(step_id)
+        if step_id.isdigit() and 1 <= int(step_id) <= len(ids):
+            return int(step_id) - 1
+        matches = [i for i, sid in enumerate(ids) if sid.split("/", 1)[-1] == step_id]
+        if len(matches) == 1:
+            return matches[0]
+        raise KeyError(step_id)
+
+    def exercise(self, number: int) -> Exercise:
+        for ex in self.exercises:
+            if ex.number == number:
+                return ex
+        raise KeyError(number)
+
+    @property
+    def forward_lines(self) -> tuple[ForwardLine, ...]:
+        """The pack's forward pass followed by each exercise's extra lines, as executed."""
+        lines: list[ForwardLine] = []
+        for number, code in [(0, self.forward_code)] + [
+            (ex.number, ex.forward) for ex in self.exercises if ex.forward.strip()
+        ]:
+            for src in code.strip().splitlines():
+                if src.strip() and not src.strip().startswith("#"):
+                    lines.append(_parse_line(len(lines), src, number))
+        return tuple(lines)
+
+    def line_for(self, target: str) -> ForwardLine:
+        for line in self.forward_lines:
+            if line.target == target:
+                return line
+        raise KeyError(target)
+
+
+def _parse_line(index: int, source: str, exercise: int) -> ForwardLine:
+    try:
+        tree = ast.parse(source.strip())
+    except SyntaxError as exc:
+        raise PackError(f"forward line {source!r} is not valid Python: {exc.msg}") from exc
+    stmt = tree.body[0] if tree.body else None
+    if not isinstance(stmt, ast.Assign) or not isinstance(stmt.targets[0], ast.Name):
+        raise PackError(f"forward line {source!r} must assign one name")
+    target = stmt.targets[0].id
+    names: list[str] = []
+    for node in ast.walk(stmt.value):
+        if isinstance(node, ast.Name) and node.id not in names:
+            names.append(node.id)
+    return ForwardLine(index, source.strip(), target, tuple(names), exercise)
+
+
+def _text(table: dict, key: str, where: str, default: str | None = None) -> str:
+    value = table.get(key, default)
+    if not isinstance(value, str):
+        raise PackError(f"{where}: '{key}' must be a string")
+    return value.strip("\n")
+
+
+def _names(table: dict, key: str, where: str) -> tuple[str, ...]:
+    value = table.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise PackError(f"{where}: '{key}' must be a list of strings")
+    return tuple(value)
+
+
+def _load_toml(path: Path) -> dict:
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except FileNotFoundError as exc:
+        raise PackError(f"missing pack file: {path}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise PackError(f"{path.name}: {exc}") from exc
+
+
+def _load_step(raw: dict, exercise: int, where: str) -> Step:
+    sid = _text(raw, "id", where)
+    where = f"{where} step {sid}"
+    mistakes = tuple(
+        Mistake(
+            code=_text(m, "code", f"{where} mistake"),
+            message=_text(m, "message", f"{where} mistake").strip(),
+            kind=m.get("kind", "known_mistake"),
+            tensor=m.get("tensor"),
+        )
+        for m in raw.get("mistakes", [])
+    )
+    hints = _names(raw, "hints", where)
+    return Step(
+        id=sid,
+        exercise=exercise,
+        title=_text(raw, "title", where),
+        lines=_names(raw, "lines", where),
+        checks=_names(raw, "checks", where),
+        partials=_names(raw, "partials", where),
+        template=_text(raw, "template", where, "").strip() + "\n",
+        solution=_text(raw, "solution", where, "").strip() + "\n",
+        explanation=_text(raw, "explanation", where, "").strip(),
+        hints=tuple(h.strip() for h in hints),
+        mistakes=mistakes,
+        target=raw.get("target", "loss"),
+        upstream=raw.get("upstream"),
+        given=_names(raw, "given", where),
+        replay=bool(raw.get("replay", True)),
+        kind=raw.get("kind", "gradient"),
+    )
+
+
+def _validate(pack: Pack) -> None:
+    targets = {line.target for line in pack.forward_lines}
+    seen: set[str] = set()
+    for step in pack.steps:
+        if step.id in seen:
+            raise PackError(f"duplicate step id {step.id}")
+        seen.add(step.id)
+        for name in step.lines:
+            if name not in targets:
+                raise PackError(f"step {step.id}: no forward line assigns '{name}'")
+        if not step.is_training:
+            if not step.checks:
+                raise PackError(f"step {step.id}: 'checks' is empty")
+            if len(step.hints) < 3:
+                raise PackError(f"step {step.id}: needs at least 3 hints")
+
+
+@cache
+def load_pack(root: Path | None = None) -> Pack:
+    """Load a pack folder (the bundled makemore pack by default)."""
+    root = Path(root) if root else exercises_dir() / "makemore"
+    meta = _load_toml(root / "pack.toml")
+    head = meta.get("pack", {})
+    exercises = []
+    for name in head.get("exercises", []):
+        raw = _load_toml(root / name)
+        ex = raw.get("exercise", {})
+        number = int(ex.get("number", len(exercises) + 1))
+        where = f"{name}"
+        steps = tuple(_load_step(s, number, where) for s in raw.get("steps", []))
+        exercises.append(
+            Exercise(
+                number=number,
+                title=_text(ex, "title", where),
+                intro=_text(ex, "intro", where, "").strip(),
+                forward=_text(ex, "forward", where, ""),
+                kind=ex.get("kind", "gradient"),
+                steps=steps,
+                settings=raw.get("training", {}),
+            )
+        )
+    data_name = head.get("data", "names.txt")
+    pack = Pack(
+        id=head.get("id", root.name),
+        title=head.get("title", root.name),
+        root=root,
+        data_file=data_dir() / data_name,
+        lesson=dict(meta.get("lesson", {})),
+        setup_code=_text(meta.get("setup", {}), "code", "pack.toml [setup]"),
+        forward_code=_text(meta.get("forward", {}), "code", "pack.toml [forward]"),
+        loss=meta.get("forward", {}).get("loss", "loss"),
+        exercises=tuple(exercises),
+    )
+    _validate(pack)
+    return pack

@@ -76,6 +76,7 @@ class Step:
     given: tuple[str, ...] = ()
     replay: bool = True
     kind: str = "gradient"  # or "training"
+    figure: str | None = None  # a gradient worth showing as a picture once the step is solved
 
     def grad_name(self, tensor: str) -> str:
         return f"d{tensor}"
@@ -196,7 +197,7 @@ def _load_toml(path: Path) -> dict:
         raise PackError(f"{path.name}: {exc}") from exc
 
 
-def _load_step(raw: dict, exercise: int, where: str) -> Step:
+def _load_step(raw: dict, exercise: int, where: str, kind: str) -> Step:
     sid = _text(raw, "id", where)
     where = f"{where} step {sid}"
     mistakes = tuple(
@@ -225,7 +226,8 @@ def _load_step(raw: dict, exercise: int, where: str) -> Step:
         upstream=raw.get("upstream"),
         given=_names(raw, "given", where),
         replay=bool(raw.get("replay", True)),
-        kind=raw.get("kind", "gradient"),
+        kind=raw.get("kind", kind),
+        figure=raw.get("figure"),
     )
 
 
@@ -258,14 +260,15 @@ def load_pack(root: Path | None = None) -> Pack:
         ex = raw.get("exercise", {})
         number = int(ex.get("number", len(exercises) + 1))
         where = f"{name}"
-        steps = tuple(_load_step(s, number, where) for s in raw.get("steps", []))
+        kind = ex.get("kind", "gradient")
+        steps = tuple(_load_step(s, number, where, kind) for s in raw.get("steps", []))
         exercises.append(
             Exercise(
                 number=number,
                 title=_text(ex, "title", where),
                 intro=_text(ex, "intro", where, "").strip(),
                 forward=_text(ex, "forward", where, ""),
-                kind=ex.get("kind", "gradient"),
+                kind=kind,
                 steps=steps,
                 settings=raw.get("training", {}),
             )

@@ -1,0 +1,114 @@
+"""What learner code may contain, decided on the syntax tree before anything runs.
+
+The aim is not a security boundary against a determined attacker (the worker process, its time
+limit and its memory cap are that); it is to keep the exercise honest and to explain every refusal.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+
+# Attributes that would hand the answer over (autograd) or reach outside the exercise.
+_AUTOGRAD_WHY = "the point is to compute the gradient yourself, so autograd's machinery is closed"
+REFUSED_ATTRIBUTES = {
+    "grad": "reading .grad would give the answer away",
+    "backward": ".backward() would let autograd do the work you are here to do",
+    "grad_fn": _AUTOGRAD_WHY,
+    "retain_grad": _AUTOGRAD_WHY,
+    "retains_grad": _AUTOGRAD_WHY,
+    "requires_grad": _AUTOGRAD_WHY,
+    "requires_grad_": _AUTOGRAD_WHY,
+    "register_hook": _AUTOGRAD_WHY,
+    "autograd": _AUTOGRAD_WHY,
+    "func": "torch.func computes gradients for you",
+    "enable_grad": _AUTOGRAD_WHY,
+    "set_grad_enabled": _AUTOGRAD_WHY,
+    "hub": "the sandbox has no network access",
+    "load": "the sandbox does not read files",
+    "save": "the sandbox does not write files",
+    "from_file": "the sandbox does not read files",
+    "utils": "torch.utils is outside what this exercise needs",
+    "ops": "torch.ops reaches below the tensor API",
+    "library": "torch.library reaches below the tensor API",
+    "jit": "compiling code is outside what this exercise needs",
+    "compile": "compiling code is outside what this exercise needs",
+    "manual_seed": "reseeding would change the lesson's random state",
+    "seed": "reseeding would change the lesson's random state",
+    "set_default_dtype": "changing global defaults would leak into later checks",
+    "set_default_device": "changing global defaults would leak into later checks",
+    "set_num_threads": "changing global defaults would leak into later checks",
+    "distributed": "outside what this exercise needs",
+    "multiprocessing": "outside what this exercise needs",
+    "classes": "outside what this exercise needs",
+}
+
+REFUSED_NAMES = {
+    "eval": "eval runs code the tutor cannot inspect first",
+    "exec": "exec runs code the tutor cannot inspect first",
+    "compile": "compile builds code the tutor cannot inspect first",
+    "open": "the sandbox does not read or write files",
+    "input": "the check runs without a keyboard; there is nobody to answer input()",
+    "breakpoint": "there is no debugger inside the sandbox; print() shapes instead",
+    "getattr": "getattr can reach attributes the tutor cannot see in your code",
+    "setattr": "setattr can change objects the tutor cannot see in your code",
+    "delattr": "delattr can change objects the tutor cannot see in your code",
+    "globals": "the namespace is the tutor's; use the variables by name",
+    "locals": "the namespace is the tutor's; use the variables by name",
+    "vars": "the namespace is the tutor's; use the variables by name",
+    "dir": "introspection is closed in the sandbox",
+    "type": "creating types is outside what this exercise needs",
+    "object": "outside what this exercise needs",
+    "memoryview": "outside what this exercise needs",
+    "exit": "there is nothing to exit from: your code simply ends",
+    "quit": "there is nothing to exit from: your code simply ends",
+    "help": "help() is interactive; the explanation key shows the step's notes",
+}
+
+
+@dataclass(frozen=True)
+class Refusal:
+    construct: str
+    why: str
+    line: int
+    col: int
+
+    @property
+    def message(self) -> str:
+        return f"line {self.line}: {self.construct} is not allowed here: {self.why}."
+
+
+def _refusal(node: ast.AST, construct: str, why: str) -> Refusal:
+    return Refusal(construct, why, getattr(node, "lineno", 1), getattr(node, "col_offset", 0) + 1)
+
+
+def inspect(tree: ast.AST) -> Refusal | None:
+    """The first construct the sandbox refuses, or None when the code may run."""
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            return _refusal(
+                node, "import", "torch, F (torch.nn.functional) and math are already in scope"
+            )
+        if isinstance(node, (ast.AsyncFunctionDef, ast.AsyncFor, ast.AsyncWith, ast.Await)):
+            return _refusal(node, "async code", "the checks run synchronously")
+        if isinstance(node, (ast.Global, ast.Nonlocal)):
+            return _refusal(node, "global/nonlocal", "the step's variables are already shared")
+        if isinstance(node, ast.Attribute):
+            if node.attr.startswith("_"):
+                return _refusal(
+                    node, f"the attribute .{node.attr}",
+                    "names starting with an underscore reach into Python's internals",
+                )
+            if node.attr in REFUSED_ATTRIBUTES:
+                return _refusal(node, f"the attribute .{node.attr}", REFUSED_ATTRIBUTES[node.attr])
+        if isinstance(node, ast.Name):
+            if node.id.startswith("_"):
+                return _refusal(
+                    node, f"the name {node.id}",
+                    "names starting with an underscore reach into Python's internals",
+                )
+            if node.id in REFUSED_NAMES:
+                return _refusal(node, f"{node.id}()", REFUSED_NAMES[node.id])
+        if isinstance(node, ast.arg) and node.arg.startswith("_"):
+            return _refusal(node, f"the name {node.arg}", "underscore names are closed")
+    return None

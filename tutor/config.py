@@ -34,7 +34,7 @@ class Settings:
     seed: int = DEFAULT_SEED
     home: Path | None = None  # None: the platform data folder
     timeout: float = DEFAULT_TIMEOUT
-    memory_limit_gb: float = 6.0  # address-space cap for the sandbox worker on CPU
+    memory_limit_gb: float = 2.0  # address-space cap for the sandbox worker on CPU
 
     @property
     def data_home(self) -> Path:

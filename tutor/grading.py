@@ -127,4 +127,4 @@ def heatmap(diff: Tensor, max_rows: int = 8, max_cols: int = 32) -> list[list[fl
     rows, cols = d.shape
     out_r, out_c = min(rows, max_rows), min(cols, max_cols)
     pooled = torch.nn.functional.adaptive_max_pool2d(d[None, None], (out_r, out_c))[0, 0]
-    return [[float(x) for x in row] for row in pooled]
+    return [[float(f"{float(x):.3g}") for x in row] for row in pooled]

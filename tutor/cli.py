@@ -1,0 +1,71 @@
+"""`backprop-tutor`: with no arguments the TUI; subcommands for everything it does, headless.
+
+Exit codes: 0 success (a check passed), 1 a check failed or the program could not do its work,
+2 the command line itself was wrong.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from tutor import __version__
+from tutor.commands import COMMANDS
+from tutor.commands.base import UsageError
+from tutor.config import DEVICES, ConfigError, resolve
+
+
+def _global_options(parser: argparse.ArgumentParser, suppress: bool) -> None:
+    # Added to the main parser and to every subcommand, so they work before or after it.
+    default = argparse.SUPPRESS if suppress else None
+    parser.add_argument("--device", choices=DEVICES, default=default,
+                        help="where the network runs (default: auto = cuda, then mps, then cpu)")
+    parser.add_argument("--seed", type=int, default=default,
+                        help="seed of the parameters and the batch (default: the lecture's)")
+    parser.add_argument("--home", default=default, metavar="DIR",
+                        help="folder for progress and state (or BACKPROP_TUTOR_HOME)")
+    parser.add_argument("--timeout", type=float, default=default, metavar="SECONDS",
+                        help="time limit for one check (default 5)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="backprop-tutor",
+        description="Practise the backward pass of a real network, line by line, checked "
+        "against autograd. Without a command, opens the tutor.",
+    )
+    parser.add_argument("--version", action="version", version=f"backprop-tutor {__version__}")
+    _global_options(parser, suppress=False)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for command in COMMANDS:
+        p = sub.add_parser(command.name, help=command.help, description=command.help)
+        _global_options(p, suppress=True)
+        command.add_arguments(p)
+        p.set_defaults(run=command.run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        settings = resolve(device=args.device, seed=args.seed, home=args.home, timeout=args.timeout)
+    except ConfigError as exc:
+        print(f"backprop-tutor: {exc}", file=sys.stderr)
+        return 2
+    try:
+        if args.command is None:
+            from tutor.ui.app import run_app
+
+            return run_app(settings)
+        return args.run(args, settings)
+    except UsageError as exc:
+        print(f"backprop-tutor {args.command}: {exc}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # e.g. `backprop-tutor list --json | head`
+        sys.stderr.close()
+        return 0
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130

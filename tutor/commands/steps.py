@@ -1,0 +1,85 @@
+"""`list` and `show`: the lesson's steps, without running anything but the forward pass."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from tutor.commands.base import Command, UsageError, step_id
+from tutor.config import Settings
+from tutor.packs import load_pack
+
+
+def step_entry(pack, step) -> dict:
+    return {
+        "id": step.id,
+        "exercise": step.exercise,
+        "title": step.title,
+        "checks": list(step.checks),
+        "forward": [pack.line_for(t).source for t in step.lines],
+    }
+
+
+def _list_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print a JSON list")
+
+
+def run_list(args: argparse.Namespace, settings: Settings) -> int:
+    pack = load_pack()
+    entries = [step_entry(pack, s) for s in pack.steps]
+    if args.json:
+        print(json.dumps(entries, indent=2))
+        return 0
+    for ex in pack.exercises:
+        print(f"Exercise {ex.number}: {ex.title}")
+        for step in ex.steps:
+            number = pack.index(step.id) + 1
+            checks = ", ".join(f"d{c}" for c in step.checks)
+            print(f"  {number:>2}. {step.id:<24} {checks}")
+    return 0
+
+
+def _show_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("step", metavar="STEP_ID", help="step id, number or name (see `list`)")
+    p.add_argument("--json", action="store_true", help="print a JSON object")
+    p.add_argument("--no-shapes", action="store_true",
+                   help="skip the shapes (they need PyTorch to start, about two seconds)")
+
+
+def run_show(args: argparse.Namespace, settings: Settings) -> int:
+    pack = load_pack()
+    step = pack.step(step_id(pack, args.step))
+    annotations: dict[str, dict] = {}
+    if not args.no_shapes:
+        from tutor.sandbox.client import Evaluator, EvaluatorError
+
+        try:
+            with Evaluator(settings) as ev:
+                annotations = {line["target"]: line for line in ev.info()["lines"]}
+        except EvaluatorError as exc:
+            raise UsageError(str(exc)) from None
+    forward = [
+        {"source": pack.line_for(t).source, **{k: annotations[t][k] for k in
+         ("shape", "annotation", "broadcast_note") if t in annotations}}
+        for t in step.lines
+    ]
+    if args.json:
+        print(json.dumps({**step_entry(pack, step), "forward": forward,
+                          "explanation": step.explanation, "template": step.template,
+                          "hints": len(step.hints)}, indent=2))
+        return 0
+    print(f"{step.id} (exercise {step.exercise}, step {pack.index(step.id) + 1} of "
+          f"{len(pack.steps)}): {step.title}\n")
+    for line in forward:
+        print(f"    {line['source']}")
+        if "annotation" in line:
+            flag = f"   (broadcast: {line['broadcast_note']})" if line.get("broadcast_note") else ""
+            print(f"      shapes: {line['annotation']}{flag}")
+    print(f"\n{step.explanation}\n\nTemplate:\n")
+    print("    " + step.template.rstrip().replace("\n", "\n    "))
+    return 0
+
+
+LIST = Command("list", "list the steps in order", _list_args, run_list)
+SHOW = Command("show", "show a step: its forward line with shapes, explanation, template",
+               _show_args, run_show)

@@ -1,0 +1,215 @@
+"""The evaluator as seen from the UI and the CLI: a worker process behind a blocking, thread-safe API.
+
+This module never imports torch. The worker loads torch and builds the lesson in the background
+while the caller paints its first frame. A candidate that runs past its time limit gets the worker
+killed and a new one started; the caller just receives a "timeout" result.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+
+from tutor.config import Settings
+from tutor.sandbox import protocol
+
+# How much longer than the in-worker limit to wait before killing the process: the worker stops
+# Python loops itself at the limit; only a single long-running tensor op needs the hard stop.
+HARD_KILL_GRACE = 2.0
+
+
+class EvaluatorError(RuntimeError):
+    """The worker could not start (bad device, broken installation); the message says why."""
+
+
+class Evaluator:
+    def __init__(self, settings: Settings):
+        self.settings = settings
+        self._lock = threading.RLock()  # one request at a time
+        self._proc: subprocess.Popen | None = None
+        self._ready = threading.Event()
+        self._info: dict | None = None
+        self._failure: str | None = None
+        self._messages: queue.Queue = queue.Queue()
+        self._next_id = 0
+        self._stderr = None
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def start(self) -> None:
+        """Spawn the worker; returns at once. Safe to call again after a kill."""
+        with self._lock:
+            if self._proc is not None and self._proc.poll() is None:
+                return
+            self._ready.clear()
+            self._info, self._failure = None, None
+            self._messages = queue.Queue()
+            self._stderr = tempfile.TemporaryFile()
+            env = dict(os.environ, PYTHONWARNINGS="ignore")
+            self._proc = subprocess.Popen(
+                [sys.executable, "-m", "tutor.sandbox.worker"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=self._stderr,
+                env=env,
+                start_new_session=True,  # Ctrl+C in the terminal goes to us, not the worker
+            )
+            protocol.send(self._proc.stdin, {"op": "init", "settings": self.settings.to_dict()})
+            threading.Thread(
+                target=self._read, args=(self._proc, self._messages), daemon=True
+            ).start()
+
+    def _read(self, proc: subprocess.Popen, messages: queue.Queue) -> None:
+        while True:
+            try:
+                message = protocol.receive(proc.stdout)
+            except (OSError, ValueError, EOFError):
+                message = None
+            if proc is not self._proc:
+                return  # a worker we already killed and replaced
+            if message is None:
+                if not self._ready.is_set():
+                    self._failure = self._failure or self._worker_log() or "the worker exited"
+                    self._ready.set()
+                messages.put({"type": "exit"})
+                return
+            if message["type"] == "ready":
+                self._info = message["info"]
+                self._ready.set()
+            elif message["type"] == "failed":
+                self._failure = message["message"]
+                self._ready.set()
+            else:
+                messages.put(message)
+
+    def _worker_log(self) -> str:
+        try:
+            self._stderr.seek(0)
+            lines = self._stderr.read().decode(errors="replace").strip().splitlines()
+            return lines[-1] if lines else ""
+        except (OSError, AttributeError, ValueError):
+            return ""
+
+    @property
+    def is_ready(self) -> bool:
+        return self._ready.is_set() and self._failure is None
+
+    def info(self, timeout: float | None = None) -> dict:
+        """Block until the worker has built the lesson; its device, shapes and sizes."""
+        if self._proc is None:
+            self.start()
+        if not self._ready.wait(timeout):
+            raise EvaluatorError("the evaluator is still starting")
+        if self._failure:
+            raise EvaluatorError(self._failure)
+        return self._info  # type: ignore[return-value]
+
+    def close(self) -> None:
+        with self._lock:
+            proc, self._proc = self._proc, None
+            if proc is None:
+                return
+            try:
+                protocol.send(proc.stdin, {"op": "exit"})
+                proc.stdin.close()
+                proc.wait(timeout=2)
+            except (OSError, ValueError, subprocess.TimeoutExpired):
+                proc.kill()
+                proc.wait()
+
+    def _kill_and_restart(self) -> None:
+        proc = self._proc
+        if proc is not None:
+            proc.kill()
+            proc.wait()
+        self._proc = None
+        self.start()
+
+    def __enter__(self) -> Evaluator:
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- requests ---------------------------------------------------------------------------
+    def request(
+        self,
+        op: str,
+        payload: dict,
+        limit: float | None,
+        on_progress: Callable[[dict], None] | None = None,
+    ) -> dict:
+        """Send one request and wait for its result (progress messages go to on_progress).
+
+        `limit` is the wall-clock budget once the worker is ready; None waits indefinitely.
+        Returns the result dict, or {"error": {...}} when the worker timed out or died.
+        """
+        with self._lock:
+            self.info()
+            self._next_id += 1
+            rid = self._next_id
+            try:
+                protocol.send(self._proc.stdin, {"op": op, "id": rid, **payload})
+            except (OSError, ValueError):
+                self._kill_and_restart()
+                return _failure("internal", "the evaluator had stopped; it has been restarted")
+            deadline = None if limit is None else time.monotonic() + limit
+            while True:
+                wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+                try:
+                    message = self._messages.get(timeout=wait)
+                except queue.Empty:
+                    self._kill_and_restart()
+                    return _failure(
+                        "timeout",
+                        f"your code was stopped after {self.settings.timeout:g} s and the "
+                        "sandbox was restarted. Is there a loop that never ends, or a very "
+                        "large tensor operation?",
+                    )
+                if message["type"] == "exit":
+                    code = self._proc.poll() if self._proc else None
+                    self._kill_and_restart()
+                    return _failure(
+                        "memory" if code in (-9, 137) else "internal",
+                        "the sandbox stopped unexpectedly"
+                        + (" (probably out of memory)" if code in (-9, 137) else "")
+                        + "; it has been restarted.",
+                    )
+                if message.get("id") != rid:
+                    continue
+                if message["type"] == "progress":
+                    if on_progress:
+                        on_progress(message["payload"])
+                    continue
+                return message["result"]
+
+    def cancel(self) -> None:
+        """Ask a running long request (training) to stop at its next step."""
+        proc = self._proc
+        if proc is not None and proc.stdin:
+            try:
+                protocol.send(proc.stdin, {"op": "cancel"})
+            except (OSError, ValueError):
+                pass
+
+    def check(self, step_id: str, code: str, prior: dict[str, str] | None = None) -> dict:
+        # The worker stops Python loops itself at the time limit (main and held-out runs each).
+        limit = 2 * self.settings.timeout + HARD_KILL_GRACE
+        result = self.request("check", {"step": step_id, "code": code, "prior": prior or {}}, limit)
+        if "step" not in result:  # the worker died or timed out: shape it like a check result
+            result = {
+                "step": step_id, "passed": False, "device": (self._info or {}).get("device"),
+                "checks": [], "heldout": None, "stdout": "", "notes": [], "figure": None,
+                **result,
+            }
+        return result
+
+
+def _failure(kind: str, message: str) -> dict:
+    return {"error": {"kind": kind, "message": message, "line": None, "col": None}}

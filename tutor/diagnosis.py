@@ -49,14 +49,16 @@ def explain_shape(name: str, got: list[int], want: list[int]) -> str:
             f"{head}. The same numbers with a dimension missing: the forward pass kept a "
             "dimension of size 1 here, so keep it in the gradient too (keepdim=True)."
         )
-    if len(got) == len(want) and all(w in (1, g) for g, w in zip(got, want)):
-        dims = [str(d) for d, (g, w) in enumerate(zip(got, want)) if w == 1 and g != 1]
+    if len(got) == len(want) and all(w in (1, g) for g, w in zip(got, want, strict=False)):
+        dims = [
+            str(d) for d, (g, w) in enumerate(zip(got, want, strict=False)) if w == 1 and g != 1
+        ]
         return (
             f"{head}. {name} was broadcast along dim {', '.join(dims)} in the forward pass, so "
             f"every copy sends gradient back to the same entry: add those contributions up "
             f"along dim {', '.join(dims)}, keeping the dimension."
         )
-    if len(got) > len(want) and got[len(got) - len(want):] == want:
+    if len(got) > len(want) and got[len(got) - len(want) :] == want:
         lead = len(got) - len(want)
         return (
             f"{head}. {name} was broadcast over the leading dimension"

@@ -31,14 +31,15 @@ Tensor = torch.Tensor
 CODE_FILE = "<your code>"
 MAX_STDOUT = 20_000
 
+# What learner code may call without importing: enough for loops, shapes and printing.
 SAFE_BUILTINS = {
     name: getattr(builtins, name)
     for name in (
         "abs all any bool dict divmod enumerate filter float format frozenset int isinstance "
-        "issubclass iter len list map max min next pow range repr reversed round set slice sorted "
-        "str sum tuple zip Ellipsis True False None ArithmeticError AssertionError "
-        "AttributeError Exception IndexError KeyError NameError RuntimeError TypeError ValueError "
-        "ZeroDivisionError"
+        "issubclass iter len list map max min next pow range repr reversed round set slice "
+        "sorted str sum tuple zip Ellipsis True False None ArithmeticError AssertionError "
+        "AttributeError Exception IndexError KeyError NameError RuntimeError TypeError "
+        "ValueError ZeroDivisionError"
     ).split()
 }
 
@@ -83,8 +84,10 @@ def _runtime_error(exc: BaseException, code: str) -> CodeError:
     source = code.splitlines()[line - 1].strip() if line and line <= len(code.splitlines()) else ""
     hint = ""
     if "cannot be multiplied" in text or "size of tensor a" in text:
-        hint = (" Compare the shapes on the forward line: a matmul needs the inner "
-                "dimensions to agree, so one operand may need .T or the order swapped.")
+        hint = (
+            " Compare the shapes on the forward line: a matmul needs the inner "
+            "dimensions to agree, so one operand may need .T or the order swapped."
+        )
     elif isinstance(exc, NameError):
         hint = " Only the forward tensors, the parameters and earlier gradients are defined."
     where = f"line {line}: `{source}`\n" if line else ""
@@ -133,7 +136,9 @@ class Engine:
         }
 
     # -- namespaces ----------------------------------------------------------------------------
-    def namespace_before(self, step: Step, batch: Batch, prior: dict[str, str]) -> tuple[dict, list[str]]:
+    def namespace_before(
+        self, step: Step, batch: Batch, prior: dict[str, str]
+    ) -> tuple[dict, list[str]]:
         """Forward tensors plus the gradients of the earlier steps, replayed as in the notebook."""
         earlier = self._earlier(step)
         key = (id(batch), step.id, tuple((s.id, prior.get(s.id)) for s in earlier))
@@ -219,7 +224,8 @@ class Engine:
             result["error"] = {
                 "kind": "usage",
                 "message": "the training step is run with `backprop-tutor train`, not checked",
-                "line": None, "col": None,
+                "line": None,
+                "col": None,
             }
             return result
         try:
@@ -260,8 +266,16 @@ class Engine:
             grades.append(g)
         return grades
 
-    def _diagnose(self, g: Grade, step: Step, value: Tensor, ref: Tensor, run: Run,
-                  batch: Batch, prior: dict[str, str]) -> None:
+    def _diagnose(
+        self,
+        g: Grade,
+        step: Step,
+        value: Tensor,
+        ref: Tensor,
+        run: Run,
+        batch: Batch,
+        prior: dict[str, str],
+    ) -> None:
         role = " (its first branch, completed in a later step)" if g.partial else ""
         if g.verdict == "shape":
             d = self._matching_mistake(g.tensor, step, value, batch, prior)
@@ -274,10 +288,16 @@ class Engine:
         earlier = run.before.get(f"d{g.tensor}")
         mistakes = [
             (m, self._mistake_value(m, g.tensor, step, batch, prior))
-            for m in step.mistakes if (m.tensor or step.checks[0]) == g.tensor
+            for m in step.mistakes
+            if (m.tensor or step.checks[0]) == g.tensor
         ]
         g.diagnosis = dx.value_diagnosis(
-            g.tensor, value, ref, batch.n, earlier if isinstance(earlier, Tensor) else None, mistakes
+            g.tensor,
+            value,
+            ref,
+            batch.n,
+            earlier if isinstance(earlier, Tensor) else None,
+            mistakes,
         )
         pattern = dx.where_wrong(value, ref) if torch.isfinite(value).all() else ""
         g.message = (g.diagnosis["message"] if g.diagnosis else f"d{g.tensor} is wrong{role}") + (
@@ -313,17 +333,25 @@ class Engine:
 
         return evaluate
 
-    def _check_mutations(self, step: Step, run: Run, code: str, grades: list[Grade],
-                         notes: list[str]) -> None:
+    def _check_mutations(
+        self, step: Step, run: Run, code: str, grades: list[Grade], notes: list[str]
+    ) -> None:
         """Earlier gradients must come out of a step as they went in; forward tensors too."""
-        written = {n.id for n in ast.walk(ast.parse(code)) if isinstance(n, ast.Name)
-                   and isinstance(n.ctx, ast.Store)}
+        written = {
+            n.id
+            for n in ast.walk(ast.parse(code))
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
+        }
         checked = {f"d{t}" for t in step.checks + step.partials}
         for name, before in run.before.items():
             after = run.namespace.get(name)
             if not isinstance(before, Tensor) or name in checked:
                 continue
-            changed = not isinstance(after, Tensor) or after.shape != before.shape or not torch.equal(after, before)
+            changed = (
+                not isinstance(after, Tensor)
+                or after.shape != before.shape
+                or not torch.equal(after, before)
+            )
             if not changed:
                 continue
             if not name.startswith("d"):
@@ -336,8 +364,12 @@ class Engine:
                 notes.append(f"your code reassigned {name}, an earlier step's gradient")
                 continue
             culprit = next(
-                (g for g in grades if isinstance(run.namespace.get(g.grad), Tensor)
-                 and _shares_memory(run.namespace[g.grad], after)),
+                (
+                    g
+                    for g in grades
+                    if isinstance(run.namespace.get(g.grad), Tensor)
+                    and _shares_memory(run.namespace[g.grad], after)
+                ),
                 grades[0],
             )
             culprit.diagnosis = dx.diagnosis(
@@ -354,16 +386,22 @@ class Engine:
             if not isinstance(value, Tensor):
                 continue
             for name, other in run.namespace.items():
-                if (name != g.grad and name.startswith("d") and isinstance(other, Tensor)
-                        and other.shape == value.shape and _shares_memory(value, other)):
+                if (
+                    name != g.grad
+                    and name.startswith("d")
+                    and isinstance(other, Tensor)
+                    and other.shape == value.shape
+                    and _shares_memory(value, other)
+                ):
                     notes.append(
                         f"{g.grad} and {name} share memory: a later `+=` on one changes the "
                         "other. A .clone() keeps them apart."
                     )
                     break
 
-    def _heldout(self, step: Step, compiled, code: str, prior: dict[str, str],
-                 grades: list[Grade]) -> dict:
+    def _heldout(
+        self, step: Step, compiled, code: str, prior: dict[str, str], grades: list[Grade]
+    ) -> dict:
         batch = self.lesson.heldout
         out = {"passed": True, "batch_size": batch.n, "message": None}
         try:
@@ -371,8 +409,12 @@ class Engine:
             failures = []
             for g in grades:
                 value = run.namespace.get(g.grad)
-                h = grade(g.tensor, value, batch.reference[(step.id, g.tensor)],
-                          batch.reference64[(step.id, g.tensor)])
+                h = grade(
+                    g.tensor,
+                    value,
+                    batch.reference[(step.id, g.tensor)],
+                    batch.reference64[(step.id, g.tensor)],
+                )
                 if not h.accepted:
                     failures.append(f"{g.grad} ({h.verdict})")
             if failures:

@@ -95,7 +95,10 @@ class Lesson:
         self.n_hidden = n_hidden or cfg.get("n_hidden", 64)
         g = torch.Generator().manual_seed(seed)
         self.params = self.fns["init_params"](
-            g, len(self.dataset.splits["itos"]), cfg.get("n_embd", 10), self.n_hidden,
+            g,
+            len(self.dataset.splits["itos"]),
+            cfg.get("n_embd", 10),
+            self.n_hidden,
             cfg.get("block_size", 3),
         )
         # The lecture samples its batch from the same generator, right after the parameters.
@@ -146,12 +149,14 @@ class Lesson:
             exec(compile(line.source, f"<forward line {line.index + 1}>", "exec"), ns)
         loss = ns[self.pack.loss]
         differentiable = [
-            k for k, v in ns.items() if isinstance(v, Tensor) and v.requires_grad and k != self.pack.loss
+            k
+            for k, v in ns.items()
+            if isinstance(v, Tensor) and v.requires_grad and k != self.pack.loss
         ]
         grads = torch.autograd.grad(
             loss, [ns[k] for k in differentiable], retain_graph=True, allow_unused=True
         )
-        full = {k: g for k, g in zip(differentiable, grads) if g is not None}
+        full = {k: g for k, g in zip(differentiable, grads, strict=False) if g is not None}
         refs: dict[tuple[str, str], Tensor] = {}
         given: dict[tuple[str, str], Tensor] = {}
         sources = {line.target: line.source for line in lines}
@@ -175,7 +180,7 @@ def _step_references(
         grads = torch.autograd.grad(
             ns[step.target], [ns[c] for c in step.checks], grad_outputs=upstream, retain_graph=True
         )
-        out.update(zip(step.checks, grads))
+        out.update(zip(step.checks, grads, strict=False))
     # A partial is the first branch of a tensor used twice: what reaches it through this step's
     # line(s) alone. Re-running those lines with every other operand detached gives exactly that
     # local vector-Jacobian product, without the other path autograd would also follow.
@@ -242,7 +247,7 @@ def _broadcast_note(operand, out: Tensor) -> str | None:
     if not isinstance(operand, Tensor) or operand.shape == out.shape:
         return None
     shape = [1] * (out.dim() - operand.dim()) + list(operand.shape)
-    dims = [d for d, (a, b) in enumerate(zip(shape, out.shape)) if a == 1 and b != 1]
+    dims = [d for d, (a, b) in enumerate(zip(shape, out.shape, strict=False)) if a == 1 and b != 1]
     if not dims:
         return None
     where = ", ".join(str(d) for d in dims)

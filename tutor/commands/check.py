@@ -19,11 +19,18 @@ def _args(p: argparse.ArgumentParser) -> None:
     p.add_argument("source", nargs="?", metavar="-", help="`-` reads the code from stdin")
     p.add_argument("--code", metavar="TEXT", help="the backward code itself")
     p.add_argument("--file", metavar="PATH", help="a file holding the backward code")
-    p.add_argument("--all", metavar="FILE", dest="all_file",
-                   help="check every `# %% STEP_ID` cell of a percent-format file, in order")
-    p.add_argument("--json", action="store_true", help="print JSON (an object, or a list with --all)")
-    p.add_argument("--no-record", action="store_true",
-                   help="do not record the attempt in your progress")
+    p.add_argument(
+        "--all",
+        metavar="FILE",
+        dest="all_file",
+        help="check every `# %% STEP_ID` cell of a percent-format file, in order",
+    )
+    p.add_argument(
+        "--json", action="store_true", help="print JSON (an object, or a list with --all)"
+    )
+    p.add_argument(
+        "--no-record", action="store_true", help="do not record the attempt in your progress"
+    )
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
@@ -85,9 +92,16 @@ def check_cells(ev: Evaluator, pack, text: str, prior: dict[str, str]) -> list[d
 
 
 def _cell_error(step: str, message: str) -> dict:
-    return {"step": step, "passed": False, "checks": [], "heldout": None, "stdout": "",
-            "notes": [], "figure": None,
-            "error": {"kind": "usage", "message": message, "line": None, "col": None}}
+    return {
+        "step": step,
+        "passed": False,
+        "checks": [],
+        "heldout": None,
+        "stdout": "",
+        "notes": [],
+        "figure": None,
+        "error": {"kind": "usage", "message": message, "line": None, "col": None},
+    }
 
 
 def _run_all(args: argparse.Namespace, settings: Settings, pack) -> int:
@@ -104,7 +118,7 @@ def _run_all(args: argparse.Namespace, settings: Settings, pack) -> int:
         print(f"backprop-tutor: {exc}", file=sys.stderr)
         return 1
     if store:
-        for cell, result in zip(parse_cells(text), results):
+        for cell, result in zip(parse_cells(text), results, strict=False):
             if result.get("checks") or (result.get("error") or {}).get("kind") != "usage":
                 store.record_attempt(result["step"], cell.code, result)
         store.close()

@@ -1,4 +1,4 @@
-"""The evaluator as seen from the UI and the CLI: a worker process behind a blocking, thread-safe API.
+"""The evaluator as the UI and the CLI see it: a worker process behind a blocking, thread-safe API.
 
 This module never imports torch. The worker loads torch and builds the lesson in the background
 while the caller paints its first frame. A candidate that runs past its time limit gets the worker
@@ -7,6 +7,7 @@ killed and a new one started; the caller just receives a "timeout" result.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import subprocess
@@ -193,10 +194,8 @@ class Evaluator:
         """Ask a running long request (training) to stop at its next step."""
         proc = self._proc
         if proc is not None and proc.stdin:
-            try:
+            with contextlib.suppress(OSError, ValueError):
                 protocol.send(proc.stdin, {"op": "cancel"})
-            except (OSError, ValueError):
-                pass
 
     def check(self, step_id: str, code: str, prior: dict[str, str] | None = None) -> dict:
         # The worker stops Python loops itself at the time limit (main and held-out runs each).

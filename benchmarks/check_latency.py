@@ -1,0 +1,57 @@
+"""Latency of a warm check (held-out re-check included), in-process and through the worker.
+
+Prints median and p95 in milliseconds for a few representative steps. Target: median <= 25 ms.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+import warnings
+
+warnings.filterwarnings("ignore", message=".*NumPy.*")
+
+from tutor.config import Settings  # noqa: E402
+from tutor.engine import Engine  # noqa: E402
+from tutor.packs import load_pack  # noqa: E402
+from tutor.sandbox.client import Evaluator  # noqa: E402
+
+STEPS = ["atomic/probs", "atomic/logits", "atomic/bndiff", "atomic/C", "fused/cross_entropy"]
+RUNS = 60
+
+
+def measure(check) -> list[float]:
+    pack = load_pack()
+    times = []
+    for step in STEPS:
+        code = pack.step(step).solution
+        check(step, code)  # warm: replay cached, allocator primed
+        for _ in range(RUNS):
+            started = time.perf_counter()
+            result = check(step, code)
+            times.append((time.perf_counter() - started) * 1000)
+            assert result["passed"], result
+    return times
+
+
+def summary(label: str, times: list[float]) -> float:
+    times = sorted(times)
+    median = statistics.median(times)
+    p95 = times[int(0.95 * (len(times) - 1))]
+    print(f"{label:<28} median {median:6.2f} ms   p95 {p95:6.2f} ms   ({len(times)} checks)")
+    return median
+
+
+def main() -> None:
+    settings = Settings(device="cpu")
+    engine = Engine(settings)
+    in_process = summary("engine (in process)", measure(engine.check))
+    with Evaluator(settings) as ev:
+        ev.info()
+        through_worker = summary("evaluator (worker + pipe)", measure(ev.check))
+    print(f"target: median <= 25 ms -> engine {'met' if in_process <= 25 else 'MISSED'}, "
+          f"through the worker {'met' if through_worker <= 25 else 'MISSED'}")
+
+
+if __name__ == "__main__":
+    main()

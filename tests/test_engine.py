@@ -1,0 +1,219 @@
+"""The engine against autograd: references, policy, isolation, held-out re-check, diagnosis."""
+
+import pytest
+
+from tutor.packs import load_pack
+
+PACK = load_pack()
+GRADIENT_STEPS = [s.id for s in PACK.gradient_steps]
+
+
+def only(result):
+    assert result["error"] is None, result["error"]
+    return result["checks"][0]
+
+
+@pytest.mark.parametrize("step_id", GRADIENT_STEPS)
+def test_every_reference_solution_passes(engine, step_id):
+    result = engine.check(step_id, PACK.step(step_id).solution)
+    assert result["passed"], result
+    assert result["heldout"] == {"passed": True, "batch_size": 17, "message": None}
+    for check in result["checks"]:
+        assert check["verdict"] in ("exact", "approximate")
+        assert check["maxdiff"] < 1e-6
+
+
+def test_exercise_one_has_26_gradients():
+    tensors = [t for s in PACK.steps if s.exercise == 1 for t in s.checks]
+    assert len(tensors) == len(set(tensors)) == 26
+
+
+def test_lesson_matches_the_lecture(engine):
+    info = engine.info()
+    assert info["dataset"] == {"train": 182625, "val": 22655, "test": 22866}
+    assert info["parameters"] == 4137
+    assert info["batch_size"] == 32
+
+
+def test_a_wrong_answer_is_wrong_with_maxdiff(engine):
+    check = only(engine.check("atomic/probs", "dprobs = probs * dlogprobs"))
+    assert check["verdict"] == "wrong"
+    assert not check["exact"] and not check["approximate"]
+    assert check["maxdiff"] > 0.1
+    assert check["heatmap"] and len(check["heatmap"]) <= 8
+
+
+@pytest.mark.parametrize(
+    "code, kind",
+    [
+        ("dlogprobs = torch.zeros_like(logprobs)\ndlogprobs[range(n), Yb] = 1.0 / n", "sign"),
+        ("dlogprobs = torch.zeros_like(logprobs)\ndlogprobs[range(n), Yb] = -1.0", "scale"),
+        ("dlogprobs = torch.log(-logprobs * 0)", "nan"),
+    ],
+)
+def test_generic_diagnoses(engine, code, kind):
+    check = only(engine.check("atomic/logprobs", code))
+    assert check["diagnosis"]["kind"] == kind
+
+
+def test_partial_branch_overwritten(engine):
+    check = only(engine.check("atomic/counts", "dcounts = torch.ones_like(counts) * dcounts_sum"))
+    assert check["diagnosis"]["kind"] == "partial"
+    assert "+=" in check["diagnosis"]["message"]
+
+
+def test_first_branch_is_graded_where_it_starts(engine):
+    result = engine.check(
+        "atomic/counts_sum_inv",
+        "dcounts_sum_inv = (counts * dprobs).sum(1, keepdim=True)\ndcounts = dprobs",
+    )
+    assert not result["passed"]
+    partial = result["checks"][1]
+    assert partial["tensor"] == "counts" and partial["partial"] and partial["verdict"] == "wrong"
+
+
+def test_b2_with_an_extra_dimension_is_refused_and_explained(engine):
+    result = engine.check(
+        "atomic/h", "dh = dlogits @ W2.T\ndW2 = h.T @ dlogits\ndb2 = dlogits.sum(0, keepdim=True)"
+    )
+    b2 = result["checks"][2]
+    assert b2["verdict"] == "shape" and not result["passed"]
+    assert b2["shape"] == [1, 27] and b2["expected_shape"] == [27]
+    assert "b2 -= lr * db2" in b2["message"]
+
+
+def test_broadcast_shape_explained(engine):
+    result = engine.check(
+        "atomic/counts_sum_inv",
+        "dcounts_sum_inv = counts * dprobs\ndcounts = counts_sum_inv * dprobs",
+    )
+    check = result["checks"][0]
+    assert check["verdict"] == "shape" and check["diagnosis"]["kind"] == "shape"
+    assert "broadcast" in check["message"]
+
+
+def test_transposed_matmul_result(engine):
+    result = engine.check(
+        "atomic/h", "dh = dlogits @ W2.T\ndW2 = dlogits.T @ h\ndb2 = dlogits.sum(0)"
+    )
+    assert result["checks"][1]["diagnosis"]["kind"] == "transpose"
+
+
+def test_hard_coded_batch_size_fails_heldout(engine):
+    code = "dlogprobs = torch.zeros((32, 27))\ndlogprobs[range(n), Yb] = -1.0 / 32"
+    result = engine.check("atomic/logprobs", code)
+    assert result["checks"][0]["verdict"] == "exact"  # right on the batch of 32 ...
+    assert not result["passed"]  # ... but not in general
+    assert result["heldout"]["passed"] is False and result["heldout"]["batch_size"] == 17
+    assert result["checks"][0]["diagnosis"]["kind"] == "heldout"
+
+
+def test_mathematically_zero_gradients_pass(engine):
+    # db1 is zero under batchnorm and dlogit_maxes is zero for the loss: float32 noise must pass.
+    result = engine.check(
+        "atomic/embcat",
+        "dembcat = dhprebn @ W1.T\ndW1 = embcat.T @ dhprebn\ndb1 = torch.zeros_like(b1)",
+    )
+    assert result["checks"][2]["verdict"] in ("exact", "approximate"), result["checks"][2]
+    result = engine.check(
+        "atomic/logit_maxes",
+        "dlogits = dnorm_logits.clone()\ndlogit_maxes = torch.zeros_like(logit_maxes)",
+    )
+    assert result["passed"], result
+
+
+@pytest.mark.parametrize(
+    "step_id, code",
+    [
+        ("atomic/hpreact", "dhpreact = dh / torch.cosh(hpreact)**2"),
+        ("atomic/C", "dC = F.one_hot(Xb.view(-1), num_classes=27).float().T @ demb.view(-1, 10)"),
+        ("fused/cross_entropy", "p = logits.softmax(1)\ndlogits = (p - F.one_hot(Yb, 27)) / n"),
+    ],
+)
+def test_equivalent_forms_pass(engine, step_id, code):
+    assert engine.check(step_id, code)["passed"]
+
+
+def test_in_place_mutation_does_not_leak(engine):
+    bad = engine.check("atomic/probs", "probs.zero_()\ndlogprobs.fill_(7.0)\ndprobs = dlogprobs")
+    assert not bad["passed"]
+    assert any("probs" in note for note in bad["notes"])
+    good = engine.check("atomic/probs", PACK.step("atomic/probs").solution)
+    assert good["passed"] and good["checks"][0]["verdict"] == "exact"
+    later = engine.check("atomic/counts_sum_inv", PACK.step("atomic/counts_sum_inv").solution)
+    assert later["passed"]
+
+
+def test_missing_clone_is_aliasing(engine):
+    prior = {
+        "atomic/logit_maxes": "dlogits = dnorm_logits\n"
+        "dlogit_maxes = (-dnorm_logits).sum(1, keepdim=True)"
+    }
+    code = "dlogits += F.one_hot(logits.max(1).indices, num_classes=27) * dlogit_maxes"
+    result = engine.check("atomic/logits", code, prior)
+    assert not result["passed"]
+    assert result["checks"][0]["diagnosis"]["kind"] == "aliasing"
+    assert ".clone()" in result["checks"][0]["diagnosis"]["message"]
+    # the same line is fine when the earlier step cloned
+    assert engine.check("atomic/logits", code)["passed"]
+
+
+def test_learners_earlier_code_is_replayed(engine):
+    # An accepted, differently written earlier step feeds the next one, as in the notebook.
+    prior = {"atomic/logprobs": "dlogprobs = -F.one_hot(Yb, 27).float() / n"}
+    assert engine.check("atomic/probs", "dprobs = dlogprobs / probs", prior)["passed"]
+
+
+@pytest.mark.parametrize(
+    "code, kind, line",
+    [
+        ("dprobs = (1.0 / probs) *\n", "syntax", 1),
+        ("x = 1\ndprobs = probs +* 2", "syntax", 2),
+        ("import os", "forbidden", 1),
+        ("dprobs = probs.grad", "forbidden", 1),
+        ("logprobs.backward()", "forbidden", 1),
+        ("dprobs = torch.autograd.grad(loss, probs)", "forbidden", 1),
+        ("x = probs.__class__", "forbidden", 1),
+        ("dprobs = eval('probs')", "forbidden", 1),
+        ("f = open('/etc/passwd')", "forbidden", 1),
+        ("\n\ndprobs = probs @ probs", "runtime", 3),
+        ("dprobs = undefined_name", "runtime", 1),
+        ("big = torch.zeros(10**11)", "memory", 1),
+    ],
+)
+def test_errors_are_explained(engine, code, kind, line):
+    result = engine.check("atomic/probs", code)
+    assert not result["passed"]
+    assert result["error"]["kind"] == kind
+    assert result["error"]["line"] == line
+    assert result["error"]["message"]
+
+
+def test_refusal_names_the_construct_and_why(engine):
+    message = engine.check("atomic/probs", "dprobs = probs.grad")["error"]["message"]
+    assert ".grad" in message and "answer away" in message
+
+
+def test_print_output_is_captured(engine):
+    result = engine.check("atomic/probs", "print(probs.shape)\ndprobs = (1.0 / probs) * dlogprobs")
+    assert result["stdout"] == "torch.Size([32, 27])\n"
+    assert result["passed"]
+
+
+def test_ellipsis_template_is_reported(engine):
+    check = only(engine.check("atomic/probs", "dprobs = ..."))
+    assert check["verdict"] == "missing" and "`...`" in check["message"]
+
+
+def test_fused_exercises_start_without_exercise_one_gradients(engine):
+    result = engine.check("fused/cross_entropy", "dlogits = dnorm_logits")
+    assert result["error"]["kind"] == "runtime"
+    assert engine.check("fused/batchnorm", PACK.step("fused/batchnorm").solution)["passed"]
+
+
+def test_shape_annotations_flag_broadcasts(engine):
+    lines = {line["target"]: line for line in engine.info()["lines"]}
+    assert lines["probs"]["annotation"] == "[32, 27] ← [32, 27] * [32, 1]"
+    assert lines["probs"]["broadcast"]
+    assert "dim 1" in lines["probs"]["broadcast_note"]
+    assert not lines["logprobs"]["broadcast"]

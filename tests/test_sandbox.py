@@ -1,0 +1,64 @@
+"""The worker process: time limits, restarts, device errors. These start real processes."""
+
+import sys
+import time
+
+import pytest
+
+from tutor.config import Settings
+from tutor.sandbox.client import Evaluator, EvaluatorError
+from tutor.sandbox.policy import inspect
+
+SOLUTION = "dprobs = (1.0 / probs) * dlogprobs"
+
+
+@pytest.fixture(scope="module")
+def evaluator():
+    ev = Evaluator(Settings(device="cpu", timeout=1.5))
+    ev.start()
+    yield ev
+    ev.close()
+
+
+def test_runaway_loop_is_stopped_and_the_next_check_works(evaluator):
+    started = time.monotonic()
+    result = evaluator.check("atomic/probs", "while True: pass")
+    assert result["error"]["kind"] == "timeout"
+    assert time.monotonic() - started < 1.5 * 2 + 3
+    assert evaluator.check("atomic/probs", SOLUTION)["passed"]
+
+
+def test_a_loop_that_swallows_the_stop_is_killed(evaluator):
+    code = "while True:\n    try:\n        while True: pass\n    except Exception:\n        pass"
+    result = evaluator.check("atomic/probs", code)
+    assert result["error"]["kind"] == "timeout"
+    assert evaluator.check("atomic/probs", SOLUTION)["passed"]
+
+
+def test_huge_allocation_is_a_memory_error(evaluator):
+    result = evaluator.check("atomic/probs", "x = torch.ones(2**31)")
+    assert result["error"]["kind"] == "memory"
+    assert evaluator.check("atomic/probs", SOLUTION)["passed"]
+
+
+def test_client_does_not_import_torch():
+    import subprocess
+
+    code = "import sys, tutor.sandbox.client, tutor.cli; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_missing_device_is_a_clear_error():
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    with Evaluator(Settings(device="cuda")) as ev, pytest.raises(EvaluatorError, match="CUDA"):
+        ev.info()
+
+
+def test_policy_allows_ordinary_tensor_code():
+    import ast
+
+    code = "for k in range(n):\n    x = torch.zeros(3).sum(0, keepdim=True).T\nlambda t: t * 2"
+    assert inspect(ast.parse(code)) is None

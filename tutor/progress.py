@@ -26,6 +26,7 @@ from tutor.packs import Pack, Step
 
 FILENAME = "progress.sqlite3"
 BUSY_TIMEOUT = 5.0  # seconds to wait for another process's write before giving up
+ELSEWHERE = "Use another folder with --home or BACKPROP_TUTOR_HOME."
 
 # Schema migrations, oldest first. Migration i takes the schema from user_version i to i + 1.
 # Append to this list; never edit a migration that has shipped.
@@ -96,7 +97,7 @@ def _connect(path: Path) -> sqlite3.Connection:
             path, timeout=BUSY_TIMEOUT, isolation_level=None, check_same_thread=False
         )
     except sqlite3.Error as exc:
-        raise StoreError(f"Cannot open the progress database {path}: {exc}.") from exc
+        raise StoreError(f"Cannot open the progress database {path}: {exc}. {ELSEWHERE}") from exc
     try:
         # Read the version before anything writes: a newer program's file must stay untouched.
         version = db.execute("PRAGMA user_version").fetchone()[0]
@@ -104,8 +105,7 @@ def _connect(path: Path) -> sqlite3.Connection:
             raise StoreError(
                 f"The progress database {path} was written by a newer version of backprop-tutor "
                 f"(schema version {version}; this version knows up to {len(MIGRATIONS)}). "
-                "It was left unchanged. Upgrade backprop-tutor, or use another folder with "
-                "--home or BACKPROP_TUTOR_HOME."
+                f"It was left unchanged: upgrade backprop-tutor to use it. {ELSEWHERE}"
             )
         check = db.execute("PRAGMA quick_check").fetchone()[0]
         if check != "ok":
@@ -118,7 +118,7 @@ def _connect(path: Path) -> sqlite3.Connection:
         db.close()
         if _is_corruption(exc):
             raise _Unreadable(str(exc)) from exc
-        raise StoreError(f"Cannot use the progress database {path}: {exc}.") from exc
+        raise StoreError(f"Cannot use the progress database {path}: {exc}. {ELSEWHERE}") from exc
     except BaseException:
         db.close()
         raise
@@ -209,11 +209,7 @@ class Store:
         self.pack = pack
         self.notices = notices
         self._steps = pack.steps
-        self._training = {
-            s.id
-            for s in self._steps
-            if s.is_training or pack.exercise(s.exercise).kind == "training"
-        }
+        self._training = {s.id for s in self._steps if s.is_training}
 
     @classmethod
     def open(cls, home: Path, pack: Pack) -> Store:
@@ -223,8 +219,7 @@ class Store:
             home.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise StoreError(
-                f"Cannot create the progress folder {home}: {exc.strerror or exc}. "
-                "Use another folder with --home or BACKPROP_TUTOR_HOME."
+                f"Cannot create the progress folder {home}: {exc.strerror or exc}. {ELSEWHERE}"
             ) from exc
         path = home / FILENAME
         notices: list[str] = []

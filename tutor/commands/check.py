@@ -91,6 +91,17 @@ def check_cells(ev: Evaluator, pack, text: str, prior: dict[str, str]) -> list[d
     return results
 
 
+def record_cells(store, pack, text: str, results: list[dict]) -> None:
+    """Record each checked cell as an attempt, as the TUI would; untouched templates are not
+    attempts, and cells naming no step have nothing to record."""
+    for cell, result in zip(parse_cells(text), results, strict=False):
+        if (result.get("error") or {}).get("kind") == "usage":
+            continue
+        if cell.code.strip() == pack.step(result["step"]).template.strip():
+            continue
+        store.record_attempt(result["step"], cell.code, result)
+
+
 def _cell_error(step: str, message: str) -> dict:
     return {
         "step": step,
@@ -118,9 +129,7 @@ def _run_all(args: argparse.Namespace, settings: Settings, pack) -> int:
         print(f"backprop-tutor: {exc}", file=sys.stderr)
         return 1
     if store:
-        for cell, result in zip(parse_cells(text), results, strict=False):
-            if result.get("checks") or (result.get("error") or {}).get("kind") != "usage":
-                store.record_attempt(result["step"], cell.code, result)
+        record_cells(store, pack, text, results)
         store.close()
     print(json.dumps(results, indent=2) if args.json else format_table(results))
     return 0 if all(r["passed"] for r in results) else 1

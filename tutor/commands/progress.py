@@ -1,0 +1,107 @@
+"""`progress` and `reset`: what the learner has done, and starting parts of it over."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from tutor.commands.base import Command, UsageError, open_store, step_id
+from tutor.config import Settings
+from tutor.packs import load_pack
+
+MARK = {"exact": "✓✓", "passed": "✓", "revealed": "👁", "unlocked": "▶", "locked": "·"}
+
+
+def _progress_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print a JSON object")
+
+
+def run_progress(args: argparse.Namespace, settings: Settings) -> int:
+    store = open_store(settings)
+    if store is None:
+        return 1
+    with store:
+        rows = store.summary()
+    done = [r for r in rows if r["status"] in ("passed", "exact", "revealed")]
+    total = {
+        "steps": len(rows),
+        "done": len(done),
+        "exact": sum(r["status"] == "exact" for r in rows),
+        "revealed": sum(r["status"] == "revealed" for r in rows),
+        "attempts": sum(r["attempts"] for r in rows),
+        "hints": sum(r["hints"] for r in rows),
+        "seconds": round(sum(r["seconds"] for r in rows), 1),
+    }
+    if args.json:
+        print(json.dumps({"steps": rows, "total": total}, indent=2))
+        return 0
+    print(f"{'':2} {'step':<24} {'status':<9} {'attempts':>8} {'hints':>5} {'best maxdiff':>13}"
+          f" {'time':>7}")
+    for r in rows:
+        best = "—" if r["best_maxdiff"] is None else f"{r['best_maxdiff']:.2g}"
+        print(f"{MARK.get(r['status'], ' '):<2} {r['id']:<24} {r['status']:<9} "
+              f"{r['attempts']:>8} {r['hints']:>5} {best:>13} {_duration(r['seconds']):>7}")
+    print(f"\n{total['done']} of {total['steps']} steps done ({total['exact']} exact, "
+          f"{total['revealed']} revealed), {total['attempts']} attempts, {total['hints']} hints, "
+          f"{_duration(total['seconds'])}")
+    return 0
+
+
+def _duration(seconds: float) -> str:
+    minutes, sec = divmod(int(seconds), 60)
+    return f"{minutes // 60}h{minutes % 60:02d}" if minutes >= 60 else f"{minutes}m{sec:02d}"
+
+
+def _reset_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("step", nargs="?", metavar="STEP_ID", help="the step to start over")
+    p.add_argument("--all", action="store_true", help="start the whole lesson over")
+    p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+
+
+def _confirm(question: str) -> bool:
+    if not sys.stdin.isatty():
+        print("not resetting: no terminal to confirm on (add --yes)", file=sys.stderr)
+        return False
+    answer = input(f"{question} [y/N] ").strip().lower()
+    return answer in ("y", "yes")
+
+
+def run_reset(args: argparse.Namespace, settings: Settings) -> int:
+    if bool(args.step) == bool(args.all):
+        raise UsageError("name one step to reset, or --all")
+    pack = load_pack()
+    sid = step_id(pack, args.step) if args.step else None
+    store = open_store(settings, pack)
+    if store is None:
+        return 1
+    with store:
+        if args.all:
+            plan = ("This clears every step's status, accepted code, hints and drafts. Your "
+                    "attempt history, time and training runs are kept.")
+        else:
+            affected = [d for d in store.dependents(sid)
+                        if store.status(d) in ("passed", "exact", "revealed")]
+            plan = f"This clears {sid}: its status, accepted code, hints and draft."
+            if affected:
+                plan += (" These later steps replay its code, so they go back to be redone "
+                         "(their accepted code becomes their draft): " + ", ".join(affected) + ".")
+            else:
+                plan += " No other step depends on it."
+        print(plan)
+        if not args.yes and not _confirm("Reset?"):
+            print("Nothing was changed.")
+            return 1
+        if args.all:
+            store.reset_all()
+            print("Everything was reset.")
+        else:
+            changed = store.reset(sid)
+            print(f"Reset {sid}." + (f" Changed: {', '.join(changed)}." if changed else ""))
+    return 0
+
+
+PROGRESS = Command("progress", "show your progress per step and in total",
+                   _progress_args, run_progress)
+RESET = Command("reset", "start a step (and what depends on it) or everything over",
+                _reset_args, run_reset)

@@ -1,0 +1,105 @@
+"""The learner's work as a standalone percent-format script that runs with plain torch.
+
+The script rebuilds the same dataset, parameters and batch as the tutor, runs the forward pass,
+lets autograd compute its gradients for comparison, then has one `# %% STEP_ID` cell per step
+with the learner's accepted code (or the template where the step is not solved yet) followed by a
+`# %% [check]` cell with cmp calls. `check --all` reads the step cells and skips the rest.
+"""
+
+from __future__ import annotations
+
+from tutor.config import Settings
+from tutor.packs import Pack
+
+_PRELUDE = '''\
+# Backward pass exported from backprop-tutor ({pack_title}).
+# Run it with plain PyTorch: `python {filename}`. Check it again with
+# `backprop-tutor check --all {filename}`.
+# %% [setup]
+import math
+import random  # noqa: F401 (used by the setup code)
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+DATA = Path(sys.argv[1]) if len(sys.argv) > 1 else Path({data_file!r})
+SEED = {seed}
+
+{setup_code}
+
+words = DATA.read_text(encoding="utf-8").splitlines()
+splits = make_splits(words, {block_size})
+g = torch.Generator().manual_seed(SEED)
+params = init_params(g, len(splits["itos"]), {n_embd}, {n_hidden}, {block_size})
+Xb, Yb = sample_batch(*splits["train"], {batch_size}, g)
+n = Xb.shape[0]
+for p in params.values():
+    p.requires_grad = True
+globals().update(params)
+
+# %% [forward]
+{forward_code}
+
+# Keep every intermediate gradient so each step can be compared with autograd's.
+for name, t in list(globals().items()):
+    if isinstance(t, torch.Tensor) and t.requires_grad and not t.is_leaf:
+        t.retain_grad()
+{loss}.backward()
+{forward_extra}
+
+def cmp(label, dt, t):
+    """Compare a hand-written gradient with autograd's, as the lecture's notebook does."""
+    if not isinstance(dt, torch.Tensor):
+        print(f"{{label:15s}} | not done yet")
+        return
+    if dt.shape != t.grad.shape:
+        print(f"{{label:15s}} | shape {{list(dt.shape)}}, expected {{list(t.grad.shape)}}")
+        return
+    ex = torch.all(dt == t.grad).item()
+    app = torch.allclose(dt, t.grad)
+    maxdiff = (dt - t.grad).abs().max().item()
+    print(f"{{label:15s}} | exact: {{str(ex):5s}} | approximate: {{str(app):5s}} | "
+          f"maxdiff: {{maxdiff}}")
+
+
+# From here on gradients are computed by hand: autograd is not needed.
+torch.set_grad_enabled(False)
+'''
+
+
+def export_script(pack: Pack, settings: Settings, accepted: dict[str, str],
+                  filename: str = "backward.py") -> str:
+    lesson = pack.lesson
+    extra = "\n".join(ex.forward.strip() for ex in pack.exercises if ex.forward.strip())
+    parts = [
+        _PRELUDE.format(
+            pack_title=pack.title,
+            filename=filename,
+            data_file=str(pack.data_file),
+            seed=settings.seed,
+            setup_code=pack.setup_code.strip(),
+            block_size=lesson.get("block_size", 3),
+            n_embd=lesson.get("n_embd", 10),
+            n_hidden=lesson.get("n_hidden", 64),
+            batch_size=lesson.get("batch_size", 32),
+            forward_code=pack.forward_code.strip(),
+            loss=pack.loss,
+            forward_extra="# Extra forward lines of the one-expression exercises.\n" + extra
+            if extra else "",
+        )
+    ]
+    for step in pack.gradient_steps:
+        code = accepted.get(step.id, step.template).strip("\n")
+        state = "solved" if step.id in accepted else "not solved yet"
+        given = "".join(
+            f"d{name} = {name}.grad.clone()  # given\n" for name in step.given
+        )
+        checks = "\n".join(f"cmp({t!r}, d{t}, {t})" for t in step.checks)
+        parts.append(
+            (f"\n# %% [given] {step.id}\n{given}" if given else "")
+            + f"\n# %% {step.id}\n# {step.title} ({state})\n{code}\n"
+            + f"\n# %% [check] {step.id}\n{checks}\n"
+        )
+    return "".join(parts)

@@ -1,0 +1,44 @@
+"""Messages that evaluator workers post back to the app.
+
+Workers run in threads and never touch widgets; they report through these messages, which
+Textual delivers on the app's own thread (the harlequin pattern).
+"""
+
+from __future__ import annotations
+
+from textual.message import Message
+
+
+class EvaluatorReady(Message):
+    """The sandbox worker has built the lesson state; `info` holds device and shapes."""
+
+    def __init__(self, info: dict) -> None:
+        super().__init__()
+        self.info = info
+
+
+class EvaluatorFailed(Message):
+    """The sandbox worker could not start (no PyTorch, device unavailable, ...)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__()
+        self.message = message
+
+
+class CheckFinished(Message):
+    """A candidate was graded; `result` is the evaluator's plain dict."""
+
+    def __init__(self, step_id: str, code: str, result: dict) -> None:
+        super().__init__()
+        self.step_id = step_id
+        self.code = code
+        self.result = result
+
+
+class CheckFailed(Message):
+    """The evaluator itself failed while checking (not the learner's code)."""
+
+    def __init__(self, step_id: str, message: str) -> None:
+        super().__init__()
+        self.step_id = step_id
+        self.message = message

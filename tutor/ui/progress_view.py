@@ -1,0 +1,74 @@
+"""How progress looks: status markers, colours and the questions the screens ask of it.
+
+Statuses come from the progress store ("locked", "unlocked", "passed", "exact", "revealed");
+"current" is not stored, it is whichever step the learner has open.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from tutor.packs import Pack, Step
+
+DONE = frozenset({"passed", "exact", "revealed"})
+
+# A marker per status that reads without colour; colour only reinforces it.
+MARKERS: dict[str, str] = {
+    "current": "▶",
+    "locked": "·",
+    "unlocked": "○",
+    "passed": "✓",
+    "exact": "≡",
+    "revealed": "◇",
+}
+
+STATUS_STYLES: dict[str, str] = {
+    "current": "bold #e5c07b",
+    "locked": "#5c6370",
+    "unlocked": "#abb2bf",
+    "passed": "#56b6c2",
+    "exact": "bold #98c379",
+    "revealed": "#c678dd",
+}
+
+STATUS_WORDS: dict[str, str] = {
+    "current": "open now",
+    "locked": "locked",
+    "unlocked": "open",
+    "passed": "passed (approximately equal)",
+    "exact": "exact (bit for bit)",
+    "revealed": "solution revealed",
+}
+
+
+def is_done(status: str) -> bool:
+    return status in DONE
+
+
+def is_enterable(status: str) -> bool:
+    return status != "locked"
+
+
+def remaining_before(pack: Pack, step: Step, statuses: Mapping[str, str]) -> list[Step]:
+    """The gradient steps of earlier exercises that are not done yet (what stands in the way)."""
+    return [
+        s
+        for s in pack.gradient_steps
+        if s.exercise < step.exercise and not is_done(statuses.get(s.id, "locked"))
+    ]
+
+
+def position_in_exercise(pack: Pack, step: Step) -> tuple[int, int]:
+    """1-based position of the step within its exercise, and the exercise's step count."""
+    steps = pack.exercise(step.exercise).steps
+    return [s.id for s in steps].index(step.id) + 1, len(steps)
+
+
+def differentiated_lines(pack: Pack, statuses: Mapping[str, str]) -> set[str]:
+    """Targets of the forward lines whose step is done."""
+    return {
+        name
+        for s in pack.gradient_steps
+        if is_done(statuses.get(s.id, "locked"))
+        for name in s.lines
+    }

@@ -1,0 +1,1 @@
+"""Modal screens: help, step explanation, reveal confirmation."""

@@ -1,0 +1,41 @@
+"""The explanation of the open step (Markdown), shown over the main screen on request."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical, VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Markdown, Static
+
+from tutor.packs import Exercise, Step
+
+
+def explanation_markdown(exercise: Exercise, step: Step) -> str:
+    parts = [f"## {step.title}"]
+    if step.explanation:
+        parts.append(step.explanation)
+    if exercise.intro:
+        parts.append(f"### Exercise {exercise.number}: {exercise.title}")
+        parts.append(exercise.intro)
+    return "\n\n".join(parts)
+
+
+class ExplainScreen(ModalScreen[None]):
+    BINDINGS = [
+        Binding("escape,f3,q", "dismiss", "Close", id="explain.close"),
+    ]
+
+    def __init__(self, exercise: Exercise, step: Step) -> None:
+        super().__init__()
+        self.exercise = exercise
+        self.step = step
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="dialog"):
+            with VerticalScroll(id="explain-body"):
+                yield Markdown(explanation_markdown(self.exercise, self.step))
+            yield Static("esc or F3 closes this", classes="dialog-hint")
+
+    def on_mount(self) -> None:
+        self.query_one("#explain-body").focus()

@@ -1,0 +1,68 @@
+"""Every key binding with its description, generated from the bindings themselves."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical, VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Static, TextArea
+
+from tutor.ui.progress_view import MARKERS, STATUS_STYLES, STATUS_WORDS
+
+
+def _keys(binding: Binding, app) -> str:
+    return " / ".join(app.get_key_display(Binding(k.strip(), binding.action))
+                      for k in binding.key.split(","))
+
+
+def bindings_table(title: str, bindings: Iterable[Binding], app) -> Table:
+    table = Table(title=title, title_justify="left", title_style="bold", box=None,
+                  padding=(0, 2, 0, 0), show_header=False)
+    table.add_column("keys", style="bold #e5c07b", no_wrap=True)
+    table.add_column("what it does")
+    for binding in bindings:
+        if not binding.description:
+            continue
+        text = Text(binding.description)
+        if binding.tooltip:
+            text.append(f": {binding.tooltip}", style="#7f8896")
+        table.add_row(_keys(binding, app), text)
+    return table
+
+
+def legend() -> Table:
+    table = Table(title="Step markers", title_justify="left", title_style="bold", box=None,
+                  padding=(0, 2, 0, 0), show_header=False)
+    table.add_column("marker", no_wrap=True)
+    table.add_column("meaning")
+    for status, marker in MARKERS.items():
+        table.add_row(Text(marker, style=STATUS_STYLES[status]), STATUS_WORDS[status])
+    return table
+
+
+class HelpScreen(ModalScreen[None]):
+    BINDINGS = [
+        Binding("escape,f9,question_mark,q", "dismiss", "Close", id="help.close"),
+    ]
+
+    def compose(self) -> ComposeResult:
+        app = self.app
+        app_bindings = [b for b in app.BINDINGS if isinstance(b, Binding)]
+        app_bindings.append(Binding(app.COMMAND_PALETTE_BINDING, "command_palette",
+                                    "Command palette",
+                                    tooltip="Jump to any open step, or run any action"))
+        editor_bindings = [b for b in TextArea.BINDINGS if isinstance(b, Binding)]
+        with Vertical(id="dialog"):
+            with VerticalScroll(id="help-body"):
+                yield Static(bindings_table("Tutor", app_bindings, app))
+                yield Static(bindings_table("Editor", editor_bindings, app))
+                yield Static(legend())
+            yield Static("esc closes this · the mouse works everywhere", classes="dialog-hint")
+
+    def on_mount(self) -> None:
+        self.query_one("#help-body").focus()

@@ -1,0 +1,1 @@
+"""Widgets of the tutor's main screen."""

@@ -1,0 +1,89 @@
+"""The code editor: a TextArea that highlights Python with pygments and marks an error line.
+
+Textual highlights TextArea content with tree-sitter, an optional extra this project does not
+depend on; pygments is already needed for the forward pass, so the editor uses it too.
+"""
+
+from __future__ import annotations
+
+from rich.style import Style
+from textual import events
+from textual.widgets import TextArea
+from textual.widgets.text_area import TextAreaTheme
+
+from tutor.ui.highlight import spans
+
+ERROR_HIGHLIGHT = "tutor.error"
+THEME_NAME = "tutor"
+
+
+def _theme() -> TextAreaTheme:
+    base = TextAreaTheme.get_builtin_theme("vscode_dark")
+    styles = dict(base.syntax_styles) if base else {}
+    styles[ERROR_HIGHLIGHT] = Style(bgcolor="#5c2328")
+    # No base colours: like the built-in "css" theme, the rest follows the app's CSS.
+    return TextAreaTheme(name=THEME_NAME, syntax_styles=styles)
+
+
+class CodeEditor(TextArea):
+    """Multi-line Python editor with undo, auto-indent and an optional error line."""
+
+    def __init__(self, text: str = "", *, id: str | None = None) -> None:
+        self._error_row: int | None = None
+        super().__init__(
+            text,
+            id=id,
+            soft_wrap=False,
+            tab_behavior="indent",
+            show_line_numbers=True,
+            highlight_cursor_line=True,
+        )
+        self.register_theme(_theme())
+        self.theme = THEME_NAME
+
+    def mark_error(self, row: int | None) -> None:
+        """Tint one line (0-based) until the text changes; None clears the mark."""
+        self._error_row = row
+        self._build_highlight_map()
+        self.refresh()
+
+    @property
+    def error_row(self) -> int | None:
+        return self._error_row
+
+    def _build_highlight_map(self) -> None:
+        # Replaces TextArea's tree-sitter hook (a private method: re-check on Textual upgrades).
+        # TextArea expects UTF-8 byte columns, so character offsets are converted.
+        self._line_cache.clear()
+        highlights = self._highlights
+        highlights.clear()
+        text = self.document.text
+        lines = text.split("\n")
+        for row, start, end, name in spans(text):
+            line = lines[row]
+            b_start = len(line[:start].encode())
+            highlights[row].append((b_start, b_start + len(line[start:end].encode()), name))
+        row = getattr(self, "_error_row", None)  # unset while TextArea.__init__ runs
+        if row is not None and 0 <= row < self.document.line_count:
+            highlights[row].insert(0, (0, None, ERROR_HIGHLIGHT))
+
+    async def _on_key(self, event: events.Key) -> None:
+        # Enter keeps the indentation of the line above (one level more after a colon), so a
+        # loop can be typed naturally; every other key is plain TextArea.
+        if event.key == "enter" and not self.read_only:
+            event.stop()
+            event.prevent_default()
+            row, col = self.cursor_location
+            before = self.document.get_line(row)[:col]
+            indent = before[: len(before) - len(before.lstrip(" \t"))]
+            if before.rstrip().endswith(":"):
+                indent += " " * self.indent_width
+            start, end = self.selection
+            self._replace_via_keyboard("\n" + indent, start, end)
+            return
+        await super()._on_key(event)
+
+    def on_text_area_changed(self, _event: TextArea.Changed) -> None:
+        # An edit makes the old error marker stale.
+        if self._error_row is not None:
+            self.mark_error(None)

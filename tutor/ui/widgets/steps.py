@@ -1,0 +1,63 @@
+"""The steps sidebar: every step of the pack grouped by exercise, each with its status."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from contextlib import suppress
+
+from rich.text import Text
+from textual.widgets import OptionList
+from textual.widgets.option_list import Option
+
+from tutor.packs import Pack
+from tutor.ui.progress_view import MARKERS, STATUS_STYLES, remaining_before
+
+
+class StepList(OptionList):
+    """One option per step. Locked steps stay selectable so choosing one can say why not."""
+
+    def __init__(self, pack: Pack, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self._pack = pack
+        self.border_title = "Steps"
+
+    def show(self, statuses: Mapping[str, str], current: str) -> None:
+        highlighted = self.highlighted_option.id if self.highlighted_option else current
+        options: list[Option | None] = []
+        for exercise in self._pack.exercises:
+            if options:
+                options.append(None)
+            heading = Text(f"{exercise.number} · {exercise.title}", style="bold #9da5b4")
+            options.append(Option(heading, id=f"exercise-{exercise.number}", disabled=True))
+            for step in exercise.steps:
+                status = statuses.get(step.id, "locked")
+                if step.is_training:
+                    options.append(Option(self._training_prompt(step, statuses), id=step.id))
+                    continue
+                key = "current" if step.id == current else status
+                prompt = Text(f"{MARKERS[key]} ", style=STATUS_STYLES[key])
+                prompt.append(step.title, style=STATUS_STYLES[key] if key != "passed" else "")
+                if key == "current" and status != "unlocked":
+                    # Re-opening a finished step still shows how it went.
+                    prompt.append(f" {MARKERS[status]}", style=STATUS_STYLES[status])
+                options.append(Option(prompt, id=step.id))
+        self.set_options(options)
+        with suppress(LookupError):
+            self.highlighted = self.get_option_index(highlighted or current)
+
+    def follow(self, step_id: str) -> None:
+        """Highlight the open step and scroll it into view."""
+        try:
+            self.highlighted = self.get_option_index(step_id)
+        except LookupError:
+            return
+        self.scroll_to_highlight()
+
+    def _training_prompt(self, step, statuses: Mapping[str, str]) -> Text:
+        left = remaining_before(self._pack, step, statuses)
+        if left:
+            text = Text(f"{MARKERS['locked']} {step.title}", style=STATUS_STYLES["locked"])
+            text.append(f"\n  {len(left)} step{'s' if len(left) != 1 else ''} to go",
+                        style="italic #5c6370")
+            return text
+        return Text(f"★ {step.title}", style="bold #e5c07b")

@@ -100,3 +100,19 @@ def test_check_all_replaces_a_failing_cell_by_the_reference(tmp_path):
     assert [r["passed"] for r in results] == [True, False, True]
     table = cli("check", "--all", str(path))
     assert "exact: True" in table.stdout and "2 of 3 cells passed" in table.stdout
+
+
+def test_config_file_sets_the_device_and_the_flag_wins(tmp_path, monkeypatch):
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    config = tmp_path / "config" / "backprop-tutor" / "config.toml"
+    config.parent.mkdir(parents=True)
+    config.write_text('device = "cuda"\n')
+    code = ("--code", "dprobs = dlogprobs / probs", "--json", "--no-record")
+    from_config = cli("check", "probs", *code)
+    assert from_config.returncode == 1 and "CUDA" in from_config.stderr
+    flag = cli("--device", "cpu", "check", "probs", *code)
+    assert flag.returncode == 0 and json.loads(flag.stdout)["device"] == "cpu"
+    config.write_text('device = "quantum"\n')
+    assert cli("list").returncode == 2

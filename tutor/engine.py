@@ -14,6 +14,7 @@ import math
 import signal
 import traceback
 import types
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -60,13 +61,16 @@ def compile_candidate(code: str):
     """Parse, apply the policy, compile. Raises CodeError for syntax errors and refusals."""
     try:
         tree = ast.parse(code, CODE_FILE)
-    except SyntaxError as exc:
-        where = f"line {exc.lineno}, column {exc.offset}" if exc.lineno else "your code"
-        raise CodeError("syntax", f"{where}: {exc.msg}", exc.lineno, exc.offset) from None
-    refusal = inspect(tree)
-    if refusal:
-        raise CodeError("forbidden", refusal.message, refusal.line, refusal.col)
-    return compile(tree, CODE_FILE, "exec")
+        refusal = inspect(tree)
+        if refusal:
+            raise CodeError("forbidden", refusal.message, refusal.line, refusal.col)
+        # Some errors (a starred expression alone, `return` outside a function) only show here.
+        return compile(tree, CODE_FILE, "exec")
+    except (SyntaxError, ValueError) as exc:
+        lineno, offset = getattr(exc, "lineno", None), getattr(exc, "offset", None)
+        where = f"line {lineno}, column {offset}" if lineno else "your code"
+        message = getattr(exc, "msg", None) or str(exc)
+        raise CodeError("syntax", f"{where}: {message}", lineno, offset) from None
 
 
 def _runtime_error(exc: BaseException, code: str) -> CodeError:
@@ -180,9 +184,16 @@ class Engine:
         if self._can_alarm:
             signal.setitimer(signal.ITIMER_REAL, self.settings.timeout)
         try:
-            with torch.no_grad():
+            # Warnings from the learner's code (a deprecated .T on a 1-D tensor, say) are part of
+            # what they should see, next to their own prints, not on the worker's stderr.
+            with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
                 exec(compiled, ns)
         finally:
+            for w in locals().get("caught") or []:
+                if w.filename == CODE_FILE and out.tell() < MAX_STDOUT:
+                    text = str(w.message).split(" (Triggered internally")[0]
+                    out.write(f"warning (line {w.lineno}): {text}\n")
             if self._can_alarm:
                 signal.setitimer(signal.ITIMER_REAL, 0)
             ns.pop("__builtins__", None)

@@ -62,3 +62,43 @@ def test_policy_allows_ordinary_tensor_code():
 
     code = "for k in range(n):\n    x = torch.zeros(3).sum(0, keepdim=True).T\nlambda t: t * 2"
     assert inspect(ast.parse(code)) is None
+
+
+def test_close_wakes_waiters_and_stops_at_once():
+    import threading
+
+    ev = Evaluator(Settings(device="cpu"))
+    ev.start()
+    errors = []
+    waiter = threading.Thread(target=lambda: errors.append(_info_error(ev)))
+    waiter.start()
+    started = time.monotonic()
+    ev.close()  # still loading torch
+    waiter.join(timeout=5)
+    assert not waiter.is_alive() and errors and errors[0]
+    assert time.monotonic() - started < 2
+
+
+def test_close_during_a_running_check_returns_promptly():
+    import threading
+
+    ev = Evaluator(Settings(device="cpu", timeout=30))
+    ev.info()
+    results = []
+    runner = threading.Thread(target=lambda: results.append(ev.check("probs", "while True: pass")))
+    runner.start()
+    time.sleep(0.5)
+    started = time.monotonic()
+    ev.close()
+    runner.join(timeout=5)
+    assert not runner.is_alive()
+    assert results[0]["error"]["kind"] == "internal"
+    assert time.monotonic() - started < 3
+
+
+def _info_error(ev):
+    try:
+        ev.info()
+    except EvaluatorError as exc:
+        return str(exc)
+    return None

@@ -29,6 +29,10 @@ class EvaluatorError(RuntimeError):
     """The worker could not start (bad device, broken installation); the message says why."""
 
 
+class EvaluatorNotReady(EvaluatorError):
+    """info(timeout) ran out while the worker is still loading; try again later."""
+
+
 class Evaluator:
     def __init__(self, settings: Settings):
         self.settings = settings
@@ -40,6 +44,7 @@ class Evaluator:
         self._messages: queue.Queue = queue.Queue()
         self._next_id = 0
         self._stderr = None
+        self._closed = False
 
     # -- lifecycle --------------------------------------------------------------------------
     def start(self) -> None:
@@ -48,6 +53,7 @@ class Evaluator:
             if self._proc is not None and self._proc.poll() is None:
                 return
             self._ready.clear()
+            self._closed = False
             self._info, self._failure = None, None
             self._messages = queue.Queue()
             self._stderr = tempfile.TemporaryFile()
@@ -72,7 +78,8 @@ class Evaluator:
             except (OSError, ValueError, EOFError):
                 message = None
             if proc is not self._proc:
-                return  # a worker we already killed and replaced
+                messages.put({"type": "exit"})  # wake a request still waiting on this worker
+                return  # a worker we already killed, replaced or closed
             if message is None:
                 if not self._ready.is_set():
                     self._failure = self._failure or self._worker_log() or "the worker exited"
@@ -97,6 +104,11 @@ class Evaluator:
             return ""
 
     @property
+    def failure(self) -> str | None:
+        """Why the worker could not start, once that is known; None while starting or ready."""
+        return self._failure if self._ready.is_set() else None
+
+    @property
     def is_ready(self) -> bool:
         return self._ready.is_set() and self._failure is None
 
@@ -105,23 +117,26 @@ class Evaluator:
         if self._proc is None:
             self.start()
         if not self._ready.wait(timeout):
-            raise EvaluatorError("the evaluator is still starting")
+            raise EvaluatorNotReady("the evaluator is still starting")
         if self._failure:
             raise EvaluatorError(self._failure)
         return self._info  # type: ignore[return-value]
 
     def close(self) -> None:
-        with self._lock:
-            proc, self._proc = self._proc, None
-            if proc is None:
-                return
-            try:
-                protocol.send(proc.stdin, {"op": "exit"})
-                proc.stdin.close()
-                proc.wait(timeout=2)
-            except (OSError, ValueError, subprocess.TimeoutExpired):
-                proc.kill()
-                proc.wait()
+        """Stop the worker at once, even mid-request or mid-start; wakes anyone in info()."""
+        proc, self._proc = self._proc, None
+        self._closed = True
+        self._failure = self._failure or "the evaluator was closed"
+        self._ready.set()
+        if proc is None:
+            return
+        try:
+            protocol.send(proc.stdin, {"op": "exit"})
+            proc.stdin.close()
+            proc.wait(timeout=0.5)
+        except (OSError, ValueError, subprocess.TimeoutExpired):
+            proc.kill()
+            proc.wait()
 
     def _kill_and_restart(self) -> None:
         proc = self._proc
@@ -166,6 +181,8 @@ class Evaluator:
                 try:
                     message = self._messages.get(timeout=wait)
                 except queue.Empty:
+                    if self._closed:
+                        return _failure("internal", "the evaluator was closed")
                     self._kill_and_restart()
                     return _failure(
                         "timeout",
@@ -173,8 +190,13 @@ class Evaluator:
                         "sandbox was restarted. Is there a loop that never ends, or a very "
                         "large tensor operation?",
                     )
+                if self._closed:
+                    return _failure("internal", "the evaluator was closed")
                 if message["type"] == "exit":
-                    code = self._proc.poll() if self._proc else None
+                    try:
+                        code = self._proc.wait(timeout=1) if self._proc else None
+                    except subprocess.TimeoutExpired:
+                        code = None
                     self._kill_and_restart()
                     return _failure(
                         "memory" if code in (-9, 137) else "internal",

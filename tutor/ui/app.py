@@ -7,8 +7,10 @@ torch is still loading and the screen stays responsive while a candidate runs.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rich.text import Text
@@ -23,7 +25,8 @@ from textual.widgets.text_area import Selection
 
 from tutor.config import Settings
 from tutor.packs import Pack, Step, load_pack
-from tutor.ui.commands import StepCommands
+from tutor.sandbox.client import EvaluatorError
+from tutor.ui.highlight import warm_up
 from tutor.ui.messages import CheckFailed, CheckFinished, EvaluatorFailed, EvaluatorReady
 from tutor.ui.progress_view import (
     differentiated_lines,
@@ -42,17 +45,29 @@ if TYPE_CHECKING:
     from tutor.progress import Store
     from tutor.sandbox.client import Evaluator
 
+READY_POLL = 0.25  # seconds per wait for the evaluator, so shutdown is never held up
 DRAFT_DELAY = 0.5  # seconds of quiet typing before the draft is saved
+STEP_ACTIONS = frozenset(
+    {"check", "hint", "reveal", "explain", "next_step", "previous_step", "toggle_steps"}
+)
 NARROW = 100  # below this many columns the steps sidebar starts hidden
 SHORT = 32  # below this many rows the panels use their compact sizes
+
+
+def _step_commands():
+    # Imported when the palette first opens: textual.command is slow to import.
+    from tutor.ui.commands import StepCommands
+
+    return StepCommands
 
 
 class TutorApp(App[int], inherit_bindings=False):
     """One learner, one pack: write each backward line and have it checked."""
 
     TITLE = "backprop-tutor"
-    CSS_PATH = "app.tcss"
-    COMMANDS = App.COMMANDS | {StepCommands}
+    # Absolute, so subclasses defined elsewhere (benchmarks, tests) find it too.
+    CSS_PATH = Path(__file__).with_name("app.tcss")
+    COMMANDS = App.COMMANDS | {_step_commands}
     ENABLE_COMMAND_PALETTE = True
 
     BINDINGS = [
@@ -96,6 +111,7 @@ class TutorApp(App[int], inherit_bindings=False):
             store = Store.open(settings.data_home, self.pack)
         self.store: Store = store
         self._evaluator = evaluator
+        self._evaluator_lock = threading.Lock()
         self.info: dict | None = None  # from evaluator.info(), once PyTorch is ready
         self.evaluator_error: str | None = None
         self.checking = False
@@ -105,6 +121,7 @@ class TutorApp(App[int], inherit_bindings=False):
         self._editor_text = ""
         self._draft_timer: Timer | None = None
         self._step_started = time.monotonic()
+        self._closing = False  # set at shutdown; worker threads stop waiting
         self._steps_chosen = False  # set once the learner shows or hides the sidebar
 
     # -- layout ---------------------------------------------------------------------------
@@ -120,14 +137,28 @@ class TutorApp(App[int], inherit_bindings=False):
         yield Footer(compact=True)
 
     def on_mount(self) -> None:
-        self._start_evaluator()
+        # The first frame goes out before anything else competes for the CPU: then the
+        # evaluator starts (PyTorch loads in its own process) and highlighting warms up.
+        self.call_after_refresh(self._after_first_frame)
         self._fit_to_terminal(self.size.width, self.size.height)
         self._open(self.step)
         self.query_one("#feedback", Feedback).show_status(
             Text("Loading PyTorch… you can start typing; checks run once it is ready.",
                  style="#7f8896"))
-        for notice in getattr(self.store, "notices", []) or []:
+        for notice in self.store.notices:
             self.notify(str(notice), title="Progress", timeout=8)
+
+    def _after_first_frame(self) -> None:
+        self._start_evaluator()
+        self.call_after_refresh(self._highlight_code)
+
+    def _highlight_code(self) -> None:
+        """Turn syntax highlighting on once the first frame is out (the lexer is slow to build)."""
+        warm_up()
+        editor = self.query_one(CodeEditor)
+        editor.mark_error(editor.error_row)  # rebuilds the editor's highlights
+        self.query_one(ForwardPanel).refresh_window()
+        self.query_one(Feedback).rehighlight()
 
     def on_resize(self, event) -> None:
         self._fit_to_terminal(event.size.width, event.size.height)
@@ -144,22 +175,33 @@ class TutorApp(App[int], inherit_bindings=False):
 
     @property
     def evaluator(self) -> Evaluator:
-        if self._evaluator is None:
-            from tutor.sandbox.client import Evaluator
+        # Created on first use, from whichever worker thread gets there first.
+        with self._evaluator_lock:
+            if self._evaluator is None:
+                from tutor.sandbox.client import Evaluator
 
-            self._evaluator = Evaluator(self.settings)
-        return self._evaluator
+                self._evaluator = Evaluator(self.settings)
+            return self._evaluator
 
     @work(thread=True, exclusive=True, group="evaluator", exit_on_error=False)
     def _start_evaluator(self) -> None:
         try:
             evaluator = self.evaluator
             evaluator.start()
-            info = evaluator.info()
+            # Wait in slices: a closed evaluator never becomes ready, and this thread must not
+            # outlive the app. A failure raises at once; only a slice running out is retried.
+            while not self._closing:
+                started = time.monotonic()
+                try:
+                    info = evaluator.info(timeout=READY_POLL)
+                except EvaluatorError:
+                    if time.monotonic() - started < READY_POLL * 0.9:
+                        raise
+                    continue
+                self.post_message(EvaluatorReady(info))
+                return
         except Exception as exc:  # any failure becomes a message on screen, never a traceback
             self.post_message(EvaluatorFailed(_describe(exc)))
-            return
-        self.post_message(EvaluatorReady(info))
 
     @work(thread=True, exclusive=True, group="check", exit_on_error=False)
     def _run_check(self, step_id: str, code: str, prior: dict[str, str]) -> None:
@@ -208,10 +250,10 @@ class TutorApp(App[int], inherit_bindings=False):
                 self.notify(f"Training opens once every gradient is in place: "
                             f"{len(left)} step{'s' if len(left) != 1 else ''} to go.",
                             title="Locked")
-            else:
-                self.notify("Every gradient is in place. The training screen is not part "
-                            "of this version yet.", title=step.title)
-            return False
+                self.query_one(StepList).follow(self.step.id)
+                return False
+            self._open_training(step)
+            return True
         if not is_enterable(statuses.get(step.id, "locked")):
             before = [s for s in self.pack.steps[: self.pack.index(step.id)]
                       if not is_done(statuses.get(s.id, "locked")) and not s.is_training]
@@ -225,6 +267,18 @@ class TutorApp(App[int], inherit_bindings=False):
             self.store.set_current_step(step.id)
             self._open(step)
         return True
+
+    def _open_training(self, step: Step) -> None:
+        """Exercise 4 has a screen of its own; the editor starts from the learner's steps."""
+        from tutor.training import training_code
+        from tutor.ui.screens.training import TrainingScreen
+
+        self._save_draft()
+        code = self.store.draft(step.id) or training_code(self.pack, self.store.accepted_codes())
+        self.push_screen(
+            TrainingScreen(self.evaluator, self.store, self.pack, code),
+            lambda _result: self._show_progress(),
+        )
 
     def _leave_step(self) -> None:
         self._save_draft()
@@ -240,7 +294,6 @@ class TutorApp(App[int], inherit_bindings=False):
         self._loaded_text = self._editor_text = text
         editor.load_text(text)
         editor.mark_error(None)
-        # Cursor at the end of the first line: on a fresh template that is right after "= ...".
         _select_placeholder(editor)
         editor.border_title = f"Your backward code · {step.title}"
         feedback = self.query_one(Feedback)
@@ -258,7 +311,7 @@ class TutorApp(App[int], inherit_bindings=False):
         editor.focus()
 
     def _show_idle(self) -> None:
-        """A one-line reminder of what to do, only while the panel has nothing else."""
+        """A reminder of what to do, until the step has been checked in this session."""
         nothing_yet = self.step.id not in self._results
         self.query_one(Feedback).show_status(
             Text("Write the gradient in the editor, then press ^j or F5 to compare it with "
@@ -314,6 +367,9 @@ class TutorApp(App[int], inherit_bindings=False):
     # -- actions --------------------------------------------------------------------------
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        # The step keys belong to the main screen; dialogs and the training screen have theirs.
+        if action in STEP_ACTIONS and len(self.screen_stack) > 1:
+            return False
         # None greys the key out in the footer: one check at a time, and only with a checker.
         if action == "check" and (self.checking or self.evaluator_error is not None):
             return None
@@ -455,6 +511,7 @@ class TutorApp(App[int], inherit_bindings=False):
     # -- shutdown -------------------------------------------------------------------------
 
     def on_unmount(self) -> None:
+        self._closing = True
         try:
             self._leave_step()
         finally:

@@ -42,11 +42,25 @@ CODE_STYLES: dict[str, Style] = {
 }
 
 
+_warm = False  # building the lexer costs ~80 ms; the first frame is painted without it
+
+
 @cache
 def _lexer():
     from pygments.lexers.python import PythonLexer
 
     return PythonLexer(stripnl=False, ensurenl=False)
+
+
+def warm_up() -> None:
+    """Build the lexer; from now on code is highlighted. Call after the first frame."""
+    global _warm
+    _lexer()
+    _warm = True
+
+
+def is_warm() -> bool:
+    return _warm
 
 
 def token_name(token: object) -> str | None:
@@ -62,6 +76,8 @@ def spans(text: str) -> Iterator[tuple[int, int, int, str]]:
 
     Columns are character offsets within the row; tokens spanning lines are split.
     """
+    if not _warm:
+        return
     lines = text.split("\n")
     row, line_start = 0, 0
     for index, token, value in _lexer().get_tokens_unprocessed(text):

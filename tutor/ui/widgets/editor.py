@@ -11,7 +11,7 @@ from textual import events
 from textual.widgets import TextArea
 from textual.widgets.text_area import TextAreaTheme
 
-from tutor.ui.highlight import spans
+from tutor.ui.highlight import is_warm, spans, warm_up
 
 ERROR_HIGHLIGHT = "tutor.error"
 THEME_NAME = "tutor"
@@ -40,6 +40,16 @@ class CodeEditor(TextArea):
         )
         self.register_theme(_theme())
         self.theme = THEME_NAME
+
+    def on_mount(self) -> None:
+        # Highlighting waits for the first frame (the lexer is slow to build); in an app
+        # that has not warmed it up yet, the editor does so itself right after.
+        if not is_warm():
+            self.call_after_refresh(self._warm_up)
+
+    def _warm_up(self) -> None:
+        warm_up()
+        self.mark_error(self._error_row)
 
     def mark_error(self, row: int | None) -> None:
         """Tint one line (0-based) until the text changes; None clears the mark."""

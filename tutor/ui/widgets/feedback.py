@@ -6,8 +6,9 @@ something a learner can read at a glance, in the spirit of the notebook's `cmp` 
 
 from __future__ import annotations
 
+import re
+
 from rich.console import Group, RenderableType
-from rich.markdown import Markdown
 from rich.table import Table
 from rich.text import Text
 from textual.containers import VerticalScroll
@@ -39,7 +40,21 @@ ERROR_TITLES = {
     "internal": "The checker had a problem",
 }
 GOOD, BAD, DIM = "bold #98c379", "bold #e06c75", "#7f8896"
+CODE_STYLE = "bold #dcdcaa"
 MAX_PRINTED_LINES = 40
+
+
+def prose(message: str, style: str = "") -> Text:
+    """Pack-written text as one flowing paragraph: single line breaks become spaces (the
+    terminal wraps), blank lines stay, and `code` spans are shown as code."""
+    paragraphs = [" ".join(p.split()) for p in re.split(r"\n\s*\n", message.strip())]
+    text = Text(style=style)
+    for i, paragraph in enumerate(paragraphs):
+        if i:
+            text.append("\n")
+        for j, piece in enumerate(paragraph.split("`")):
+            text.append(piece, style=CODE_STYLE if j % 2 else "")
+    return text
 
 
 def _flag(value: bool | None) -> Text:
@@ -93,9 +108,11 @@ def _check_details(check: dict) -> list[RenderableType]:
     verdict = check.get("verdict")
     diagnosis = check.get("diagnosis")
     if diagnosis and diagnosis.get("message"):
-        parts.append(Text.assemble((f"{grad}: ", "bold"), (diagnosis["message"], "#e5c07b")))
-    elif verdict not in ("exact", "approximate") and check.get("message"):
-        parts.append(Text.assemble((f"{grad}: ", "bold"), check["message"]))
+        parts.append(Text(f"{grad}: ", style="bold") + prose(diagnosis["message"], "#e5c07b"))
+    elif verdict != "exact" and check.get("message"):
+        # For "approximate" this says whether float32 rounding explains the difference.
+        tone = DIM if verdict == "approximate" else ""
+        parts.append(Text(f"{grad}: ", style="bold") + prose(check["message"], tone))
     heatmap = check.get("heatmap")
     if heatmap:
         parts.append(Text(f"where {grad} differs from autograd (|yours − autograd|, "
@@ -105,7 +122,9 @@ def _check_details(check: dict) -> list[RenderableType]:
 
 
 def _figure(figure: dict) -> list[RenderableType]:
-    parts: list[RenderableType] = [Text(figure.get("title") or "", style="bold")]
+    title = figure.get("title") or "the gradient"
+    parts: list[RenderableType] = [Text(
+        f"{title}: one row per example, one column per character", style="bold")]
     parts.append(Heatmap(figure.get("values") or [], signed=True, max_rows=32))
     parts.append(Text.assemble(
         ("blue", "#61afef"), " pulls a logit up (the correct character), ",
@@ -149,7 +168,8 @@ def result_view(result: dict, unlocked: str | None) -> Group:
             style=GOOD,
         ))
         if unlocked:
-            parts.append(Text(f"Next line unlocked: {unlocked} (ctrl+n)", style="#56b6c2"))
+            parts.append(Text(f"Next line unlocked: {unlocked}. Press ^n to go on.",
+                              style="#56b6c2"))
     else:
         parts.append(Text("✗ Not yet.", style=BAD))
     if checks:
@@ -162,12 +182,10 @@ def result_view(result: dict, unlocked: str | None) -> Group:
         if heldout.get("passed"):
             parts.append(Text(f"✓ Also correct on a fresh batch of {n}.", style="#56b6c2"))
         else:
-            parts.append(Text(
-                f"✗ Fresh batch of {n}: {heldout.get('message') or 'the answer does not hold.'}",
-                style="#d19a66",
-            ))
+            parts.append(Text(f"✗ Fresh batch of {n}: ", style="bold #d19a66") + prose(
+                heldout.get("message") or "the answer does not hold there.", "#d19a66"))
     for note in result.get("notes") or []:
-        parts.append(Text(f"· {note}", style=DIM))
+        parts.append(Text("· ", style=DIM) + prose(note, DIM))
     if result.get("figure"):
         parts.extend(_figure(result["figure"]))
     printed = (result.get("stdout") or "").rstrip("\n")
@@ -188,6 +206,12 @@ class Feedback(VerticalScroll, can_focus=True):
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.border_title = "Feedback"
+        self._solution: str | None = None
+
+    def rehighlight(self) -> None:
+        """Redraw the code shown here once highlighting is available."""
+        if self._solution:
+            self.show_solution(self._solution)
 
     def compose(self):
         yield Static(id="feedback-status")
@@ -213,6 +237,8 @@ class Feedback(VerticalScroll, can_focus=True):
         # The count sits in the title: the panel has no bottom border for a subtitle.
         self.border_title = f"Feedback · hints used {shown}/{total}" if shown else "Feedback"
         body: list[RenderableType] = []
+        if hints:
+            from rich.markdown import Markdown  # slow to import: not before the first hint
         for number, hint in enumerate(hints, 1):
             body.append(Text(f"Hint {number} of {total}", style="bold #e5c07b"))
             body.append(Markdown(hint))
@@ -221,6 +247,7 @@ class Feedback(VerticalScroll, can_focus=True):
         part.display = bool(hints)
 
     def show_solution(self, code: str | None) -> None:
+        self._solution = code
         part = self._part("solution")
         if code:
             part.update(Group(

@@ -9,68 +9,70 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from rich.text import Text
-from textual.containers import VerticalScroll
-from textual.widgets import Static
+from textual.events import MouseScrollDown, MouseScrollUp
+from textual.widget import Widget
 
 from tutor.packs import ForwardLine
-from tutor.ui.highlight import python_text
+from tutor.ui.highlight import is_warm, python_text
 
 CURRENT_ROW = "on #2c313c"
 SHAPE_STYLE = "#7f8896"
 BROADCAST_STYLE = "bold #d19a66"
 
 
-def forward_text(
+def forward_rows(
     lines: Sequence[ForwardLine],
     shapes: Mapping[str, dict],
     current: set[str],
     done: set[str],
     width: int,
-) -> tuple[Text, int]:
-    """Render the lines into `width` columns; return the text and the row of the current line.
+) -> tuple[list[Text], int]:
+    """Render the lines as screen rows of `width` columns, and the row of the current line.
 
     A line whose annotation does not fit beside it gets the annotation on the row below,
-    right-aligned, so nothing is cut off at narrow widths.
+    right-aligned; a line wider than the panel continues on the next rows, indented. So
+    nothing is cut off at narrow widths.
     """
-    out = Text(no_wrap=True, overflow="fold")
-    row, current_row = 0, -1
     width = max(width, 20)
+    out: list[Text] = []
+    current_row = -1
     exercise = 0
     for line in lines:
         if line.exercise != exercise:
             exercise = line.exercise
-            out.append(f"  # exercise {exercise}\n", style="italic #5c6370")
-            row += 1
+            out.append(Text(f"  # exercise {exercise}", style="italic #5c6370"))
         is_current = line.target in current
         if is_current and current_row < 0:
-            current_row = row
+            current_row = len(out)
         marker = "▶ " if is_current else ("✓ " if line.target in done else "  ")
         marker_style = "bold #e5c07b" if is_current else "#98c379"
-        shape = shapes.get(line.target)
-        note = _annotation(shape)
-        code = python_text(line.source)
-        room = width - 2 - len(line.source)
-        rows: list[Text] = []
-        first = Text(marker, style=marker_style) + code
+        note = _annotation(shapes.get(line.target))
+        code = Text(marker, style=marker_style) + python_text(line.source)
+        rows = _fold(code, width)
+        room = width - rows[-1].cell_len
         if note.cell_len and room >= note.cell_len + 2:
-            first.append(" " * (room - note.cell_len))
-            first.append_text(note)
-            rows.append(first)
-        else:
-            rows.append(first)
-            if note.cell_len:
-                pad = max(2, width - note.cell_len)
-                rows.append(Text(" " * pad) + note)
+            rows[-1].append(" " * (room - note.cell_len))
+            rows[-1].append_text(note)
+        elif note.cell_len:
+            rows.append(Text(" " * max(2, width - note.cell_len)) + note)
         for part in rows:
             if is_current:
                 part.pad_right(max(0, width - part.cell_len))
                 part.stylize(CURRENT_ROW)
-            out.append_text(part)
-            out.append("\n")
-            # A source line longer than the width folds onto extra rows.
-            row += max(1, -(-part.cell_len // width))
-    out.rstrip()
+            out.append(part)
     return out, max(current_row, 0)
+
+
+def _fold(text: Text, width: int) -> list[Text]:
+    """Cut a code line into rows of at most `width` cells; continuations are indented."""
+    if text.cell_len <= width:
+        return [text]
+    rows = [text[:width]]
+    rest = text[width:]
+    while rest.cell_len:
+        rows.append(Text("    ") + rest[: width - 4])
+        rest = rest[width - 4 :]
+    return rows
 
 
 def _annotation(shape: dict | None) -> Text:
@@ -87,8 +89,13 @@ def _dims(shape: Sequence[int] | None) -> str:
     return "" if shape is None else "[" + ", ".join(str(d) for d in shape) + "]"
 
 
-class ForwardPanel(VerticalScroll, can_focus=False):
-    """Scrollable view of the forward pass that keeps the current line in sight."""
+class ForwardPanel(Widget, can_focus=False):
+    """The forward pass, cut to the panel's height around the current line.
+
+    The window is computed at render time from the panel's size rather than by scrolling a
+    taller widget, so what shows does not depend on when layout happens to settle. The mouse
+    wheel moves the window; opening another step re-centres it.
+    """
 
     def __init__(self, lines: Sequence[ForwardLine], *, id: str | None = None) -> None:
         super().__init__(id=id)
@@ -97,37 +104,64 @@ class ForwardPanel(VerticalScroll, can_focus=False):
         self._exercise = 1
         self._current: set[str] = set()
         self._done: set[str] = set()
-        self._width = 0
+        self._top: int | None = None  # None follows the current line
+        self._cache: tuple[tuple, list[Text], int] | None = None  # rendering, by its inputs
         self.border_title = "Forward pass"
 
-    def compose(self):
-        yield Static(id="forward-code")
-
     def show(self, exercise: int, current: set[str], done: set[str]) -> None:
+        if set(current) != self._current or exercise != self._exercise:
+            self._top = None
         self._exercise, self._current, self._done = exercise, set(current), set(done)
-        self._render_lines()
+        self.refresh_window()
 
     def set_shapes(self, info_lines: Sequence[dict]) -> None:
         self._shapes = {line["target"]: line for line in info_lines}
-        self.border_subtitle = "output ← operands"
-        self._render_lines()
+        self.refresh_window()
 
     def visible_lines(self) -> list[ForwardLine]:
         # The pack's own forward pass always; an exercise's extra lines only on that exercise.
         return [ln for ln in self._all_lines if ln.exercise in (0, self._exercise)]
 
-    def on_resize(self) -> None:
-        if self.scrollable_content_region.width != self._width:
-            self._render_lines()
+    def _window(self) -> tuple[list[Text], int]:
+        """All rendered rows and the first one to show."""
+        width, height = self.size
+        key = (width, self._exercise, frozenset(self._current), frozenset(self._done),
+               id(self._shapes), is_warm())
+        if self._cache is None or self._cache[0] != key:
+            rows, current_row = forward_rows(
+                self.visible_lines(), self._shapes, self._current, self._done, width
+            )
+            self._cache = (key, rows, current_row)
+        _, rows, current_row = self._cache
+        top = current_row - height // 3 if self._top is None else self._top
+        return rows, min(max(top, 0), max(0, len(rows) - height))
 
-    def _render_lines(self) -> None:
-        if not self.is_mounted:
-            return
-        self._width = self.scrollable_content_region.width
-        text, current_row = forward_text(
-            self.visible_lines(), self._shapes, self._current, self._done, self._width
-        )
-        self.query_one("#forward-code", Static).update(text)
-        # Keep the current line about a third of the way down once the new text is laid out.
-        target = max(0, current_row - self.scrollable_content_region.height // 3)
-        self.call_after_refresh(self.scroll_to, y=target, animate=False)
+    def render(self) -> Text:
+        rows, top = self._window()
+        return Text("\n").join(rows[top : top + self.size.height])
+
+    def refresh_window(self) -> None:
+        """Redraw, and say in the title how many lines the window leaves out."""
+        rows, top = self._window()
+        above, below = top, max(0, len(rows) - top - self.size.height)
+        title = "Forward pass"
+        if self.size.height:  # scrolled-off counts, so the wheel's use is discoverable
+            title += f" · ↑ {above} more" if above else ""
+            title += f" · ↓ {below} more" if below else ""
+        self.border_title = title
+        self.refresh()
+
+    def on_resize(self) -> None:
+        self.refresh_window()
+
+    def on_mouse_scroll_down(self, event: MouseScrollDown) -> None:
+        event.stop()
+        rows, top = self._window()
+        self._top = min(top + 1, max(0, len(rows) - self.size.height))
+        self.refresh_window()
+
+    def on_mouse_scroll_up(self, event: MouseScrollUp) -> None:
+        event.stop()
+        _, top = self._window()
+        self._top = max(top - 1, 0)
+        self.refresh_window()

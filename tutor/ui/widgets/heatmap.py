@@ -68,12 +68,14 @@ class Heatmap:
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         grid = downsample(self.values, self.max_rows, options.max_width, self.signed)
-        finite = [abs(v) for row in grid for v in row]
-        scale = max(finite, default=0.0)
+        cols = max((len(row) for row in grid), default=1)
+        # Up to three cells per value when there is room: a 27-wide matrix is easier to read.
+        cell = max(1, min(3, options.max_width // max(cols, 1)))
+        scale = max((abs(v) for row in grid for v in row), default=0.0)
         for top in range(0, len(grid), 2):
             upper = grid[top]
             lower = grid[top + 1] if top + 1 < len(grid) else None
             for c, value in enumerate(upper):
                 bg = self._color(lower[c], scale) if lower is not None and c < len(lower) else None
-                yield Segment("▀", Style(color=self._color(value, scale), bgcolor=bg))
+                yield Segment("▀" * cell, Style(color=self._color(value, scale), bgcolor=bg))
             yield Segment.line()

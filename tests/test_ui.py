@@ -1,0 +1,399 @@
+"""Behaviour of the TUI, driven through Textual's Pilot against the real evaluator."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import threading
+import time
+
+import pytest
+from rich.console import Console
+
+from tutor.config import Settings
+from tutor.progress import Store
+from tutor.sandbox.client import Evaluator, EvaluatorError
+from tutor.ui.app import TutorApp
+from tutor.ui.screens.confirm import ConfirmReveal
+from tutor.ui.screens.help import HelpScreen
+from tutor.ui.widgets.editor import CodeEditor
+from tutor.ui.widgets.feedback import Feedback
+from tutor.ui.widgets.steps import StepList
+from tutor.ui.widgets.topbar import TopBar
+
+pytestmark = pytest.mark.slow
+
+CORRECT = "dlogprobs = torch.zeros_like(logprobs)\ndlogprobs[range(n), Yb] = -1.0/n\n"
+WRONG_SIGN = "dlogprobs = torch.zeros_like(logprobs)\ndlogprobs[range(n), Yb] = 1.0/n\n"
+SIZE = (120, 40)
+TIMEOUT = 1.0  # seconds a candidate may run; short so the timeout test is quick
+
+
+@pytest.fixture(scope="module")
+def evaluator(tmp_path_factory):
+    """One sandbox worker for the module: loading torch is the slow part."""
+    home = tmp_path_factory.mktemp("evaluator-home")
+    ev = Evaluator(Settings(device="cpu", home=home, timeout=TIMEOUT))
+    ev.start()
+    ev.info()
+    yield ev
+    ev.close()
+
+
+@pytest.fixture
+def settings(tmp_path):
+    return Settings(device="cpu", home=tmp_path / "home", timeout=TIMEOUT)
+
+
+def run(scenario):
+    asyncio.run(scenario())
+
+
+async def wait_until(pilot, condition, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("the app did not get there in time")
+        await pilot.pause(0.05)
+
+
+async def ready(pilot) -> None:
+    await wait_until(pilot, lambda: pilot.app.info is not None)
+    await pilot.pause()
+
+
+async def check(pilot, code: str, key: str = "ctrl+j") -> dict:
+    app = pilot.app
+    editor = app.query_one(CodeEditor)
+    editor.load_text(code)
+    before = app._results.get(app.step.id)
+    await pilot.press(key)
+    await wait_until(pilot, lambda: not app.checking
+                     and app._results.get(app.step.id) is not before)
+    await pilot.pause()
+    return app._results[app.step.id][0]
+
+
+def feedback_text(app) -> str:
+    """What the feedback panel shows, as plain text."""
+    console = Console(width=110, file=io.StringIO(), record=True, color_system=None)
+    for part in app.query_one(Feedback).query("Static"):
+        if part.display:
+            console.print(part.content)
+    return console.export_text()
+
+
+def test_correct_answer_shows_rows_and_unlocks_the_next_step(settings, evaluator):
+    async def scenario():
+        app = TutorApp(settings, evaluator=evaluator)
+        async with app.run_test(size=SIZE) as pilot:
+            await ready(pilot)
+            assert app.step.id == "atomic/logprobs"
+            assert app.store.status("atomic/probs") == "locked"
+            result = await check(pilot, CORRECT)
+            assert result["passed"]
+            text = feedback_text(app)
+            assert "✓ Correct" in text
+            assert "dlogprobs" in text and "exact" in text and "True" in text
+            assert "Next line unlocked: dprobs" in text
+            assert app.store.status("atomic/logprobs") == "exact"
+            assert app.store.status("atomic/probs") == "unlocked"
+            await pilot.press("ctrl+n")
+            assert app.step.id == "atomic/probs"
+
+    run(scenario)
+
+
+def test_wrong_answer_shows_the_diagnosis_and_a_heatmap(settings, evaluator):
+    async def scenario():
+        app = TutorApp(settings, evaluator=evaluator)
+        async with app.run_test(size=SIZE) as pilot:
+            await ready(pilot)
+            result = await check(pilot, WRONG_SIGN, key="f5")
+            assert not result["passed"]
+            row = result["checks"][0]
+            text = " ".join(feedback_text(app).split())
+            assert "✗ Not yet." in text
+            assert row["diagnosis"] is not None
+            assert " ".join(row["diagnosis"]["message"].split())[:40] in text
+            if row.get("heatmap"):
+                assert "differs from autograd" in text
+            assert app.store.status("atomic/probs") == "locked"
+
+    run(scenario)
+
+
+def test_hints_come_one_at_a_time_and_are_counted(settings, evaluator):
+    async def scenario():
+        app = TutorApp(settings, evaluator=evaluator)
+        async with app.run_test(size=SIZE) as pilot:
+            await ready(pilot)
+            feedback = app.query_one(Feedback)
+            await pilot.press("f1")
+            assert app.store.hints_shown("atomic/logprobs") == 1
+            assert "Hint 1 of 3" in feedback_text(app)
+            assert "Hint 2 of 3" not in feedback_text(app)
+            assert "hints used 1/3" in str(feedback.border_title)
+            await pilot.press("f1")
+            assert "Hint 2 of 3" in feedback_text(app)
+            assert "hints used 2/3" in str(feedback.border_title)
+
+    run(scenario)
+
+
+def test_reveal_asks_first_and_marks_the_step_revealed(settings, evaluator):
+    async def scenario():
+        app = TutorApp(settings, evaluator=evaluator)
+        async with app.run_test(size=SIZE) as pilot:
+            await ready(pilot)
+            await pilot.press("f2")
+            assert isinstance(app.screen, ConfirmReveal)
+            # Enter lands on "Keep trying": nothing is revealed by accident.
+            await pilot.press("enter")
+            assert not isinstance(app.screen, ConfirmReveal)
+            assert app.store.status("atomic/logprobs") == "unlocked"
+            assert "Reference solution" not in feedback_text(app)
+            await pilot.press("f2")
+            await pilot.press("escape")
+            assert app.store.status("atomic/logprobs") == "unlocked"
+            await pilot.press("f2")
+            await pilot.click("#reveal")
+            await pilot.pause()
+            assert app.store.status("atomic/logprobs") == "revealed"
+            assert app.store.status("atomic/probs") == "unlocked"
+            assert "Reference solution" in feedback_text(app)
+
+    run(scenario)
+
+
+def test_locked_steps_are_listed_but_cannot_be_entered(settings, evaluator):
+    async def scenario():
+        app = TutorApp(settings, evaluator=evaluator)
+        async with app.run_test(size=SIZE) as pilot:
+            await ready(pilot)
+            steps = app.query_one(StepList)
+            assert steps.get_option("atomic/counts") is not None  # visible
+            assert app.goto_step("atomic/counts") is False
+            await pilot.press("ctrl+n")  # the next step is locked too
+            assert app.step.id == "atomic/logprobs"
+            # Choosing it in the sidebar with the keyboard is refused the same way.
+            steps.focus()
+            steps.highlighted = steps.get_option_index("atomic/probs")
+            await pilot.press("enter")
+            assert app.step.id == "atomic/logprobs"
+            assert app.goto_step("train/loop") is False
+
+    run(scenario)
+
+
+def test_an_endless_loop_times_out_and_the_app_keeps_answering(settings, evaluator):
+    async def scenario():
+        app = TutorApp(settings, evaluator=evaluator)
+        async with app.run_test(size=SIZE) as pilot:
+            await ready(pilot)
+            editor = app.query_one(CodeEditor)
+            editor.load_text("while True:\n    pass\n")
+            await pilot.press("ctrl+j")
+            assert app.checking
+            # While the candidate runs, keys still work and a second check is refused.
+            await pilot.press("f1")
+            assert app.store.hints_shown("atomic/logprobs") == 1
+            assert app.check_action("check", ()) is None
+            await wait_until(pilot, lambda: not app.checking)
+            result = app._results["atomic/logprobs"][0]
+            assert result["error"]["kind"] == "timeout"
+            assert "Time limit reached" in feedback_text(app)
+            await pilot.press("f1")
+            assert app.store.hints_shown("atomic/logprobs") == 2
+            # And the next check works.
+            assert (await check(pilot, CORRECT))["passed"]
+
+    run(scenario)
+
+
+def test_a_syntax_error_points_at_its_line(settings, evaluator):
+    async def scenario():
+        app = TutorApp(settings, evaluator=evaluator)
+        async with app.run_test(size=SIZE) as pilot:
+            await ready(pilot)
+            editor = app.query_one(CodeEditor)
+            editor.load_text("dlogprobs = torch.zeros_like(logprobs)\n")
+            editor.move_cursor((1, 0))
+            # Typed key by key, as a learner would.
+            await pilot.press(*"dlogprobs[range(n), Yb] = = 1")
+            assert editor.text.endswith("= = 1")
+            result = await check_current(pilot)
+            assert result["error"]["kind"] == "syntax"
+            assert result["error"]["line"] == 2
+            assert editor.cursor_location[0] == 1
+            assert editor.error_row == 1
+            assert "Syntax error" in feedback_text(app)
+            await pilot.press("x")  # editing clears the stale marker
+            assert editor.error_row is None
+
+    run(scenario)
+
+
+async def check_current(pilot) -> dict:
+    app = pilot.app
+    await pilot.press("ctrl+j")
+    await wait_until(pilot, lambda: not app.checking and app.step.id in app._results)
+    await pilot.pause()
+    return app._results[app.step.id][0]
+
+
+def test_help_lists_every_binding(settings, evaluator):
+    async def scenario():
+        app = TutorApp(settings, evaluator=evaluator)
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.press("f9")
+            assert isinstance(app.screen, HelpScreen)
+            console = Console(width=120, file=io.StringIO(), record=True, color_system=None)
+            for part in app.screen.query("Static"):
+                console.print(part.content)
+            text = console.export_text()
+            for binding in TutorApp.BINDINGS:
+                if binding.description:
+                    assert binding.description in text
+            await pilot.press("escape")
+            assert not isinstance(app.screen, HelpScreen)
+
+    run(scenario)
+
+
+def test_palette_offers_only_open_steps(settings, evaluator):
+    async def scenario():
+        from tutor.ui.commands import StepCommands
+
+        app = TutorApp(settings, evaluator=evaluator)
+        async with app.run_test(size=SIZE) as pilot:
+            await ready(pilot)
+            provider = StepCommands(app.screen)
+            ids = [step_id for _, step_id, _ in provider._targets()]
+            assert ids == ["atomic/logprobs"]
+            await check(pilot, CORRECT)
+            ids = [step_id for _, step_id, _ in provider._targets()]
+            assert ids == ["atomic/logprobs", "atomic/probs"]
+
+    run(scenario)
+
+
+def test_relaunch_reopens_the_step_with_its_draft(settings, evaluator):
+    async def first():
+        app = TutorApp(settings, evaluator=evaluator)
+        async with app.run_test(size=SIZE) as pilot:
+            await ready(pilot)
+            await check(pilot, CORRECT)
+            await pilot.press("ctrl+n")
+            app.query_one(CodeEditor).load_text("dprobs = 1.0 / probs  # not done yet\n")
+            await pilot.pause(0.7)  # past the draft delay
+
+    async def second():
+        app = TutorApp(settings, evaluator=evaluator)
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.pause()
+            assert app.step.id == "atomic/probs"
+            assert "# not done yet" in app.query_one(CodeEditor).text
+
+    run(first)
+    run(second)
+
+
+class SlowEvaluator:
+    """Stands in for an evaluator whose PyTorch is still loading."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+
+    def start(self) -> None:
+        pass
+
+    def info(self, timeout: float | None = None) -> dict:
+        if not self.release.wait(timeout):
+            raise EvaluatorError("the evaluator is still starting")
+        return {"device": "cpu", "lines": []}
+
+    def close(self) -> None:
+        self.release.set()
+
+
+def test_first_frame_shows_loading_before_torch_is_ready(settings):
+    async def scenario():
+        slow = SlowEvaluator()
+        app = TutorApp(settings, evaluator=slow)  # type: ignore[arg-type]
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.pause()
+            device = app.query_one(TopBar).query_one("#device")
+            assert "loading PyTorch" in str(device.content)
+            assert "Loading PyTorch" in feedback_text(app)
+            await pilot.press("f1")  # the app answers while it waits
+            assert app.store.hints_shown("atomic/logprobs") == 1
+            slow.release.set()
+            await wait_until(pilot, lambda: app.info is not None)
+            assert str(device.content) == "cpu"
+
+    run(scenario)
+
+
+def test_store_notices_are_shown(settings, evaluator):
+    async def scenario():
+        from tutor.packs import load_pack
+
+        store = Store.open(settings.data_home, load_pack())
+        store.notices.append("Your progress was moved aside.")
+        app = TutorApp(settings, store=store, evaluator=evaluator)
+        async with app.run_test(size=SIZE, notifications=True) as pilot:
+            await pilot.pause()
+            messages = [n.message for n in app._notifications]
+            assert "Your progress was moved aside." in messages
+        store.close()
+
+    run(scenario)
+
+
+def test_solving_exercise_two_shows_the_dlogits_picture(settings, evaluator):
+    async def scenario():
+        from tutor.packs import load_pack
+
+        pack = load_pack()
+        store = Store.open(settings.data_home, pack)
+        for step in pack.exercise(1).steps:
+            store.reveal(step.id)
+        store.set_current_step("fused/cross_entropy")
+        store.close()
+        app = TutorApp(settings, evaluator=evaluator)
+        async with app.run_test(size=SIZE) as pilot:
+            await ready(pilot)
+            assert app.step.id == "fused/cross_entropy"
+            result = await check(pilot, pack.step("fused/cross_entropy").solution)
+            assert result["passed"]
+            assert result["figure"] is not None
+            text = " ".join(feedback_text(app).split())
+            assert "one row per example" in text
+            assert "Each row sums to about zero" in text
+
+    run(scenario)
+
+
+def test_training_opens_its_screen_once_every_gradient_is_in_place(settings, evaluator):
+    async def scenario():
+        from tutor.packs import load_pack
+        from tutor.ui.screens.training import TrainingScreen
+
+        pack = load_pack()
+        app = TutorApp(settings, evaluator=evaluator)
+        async with app.run_test(size=SIZE) as pilot:
+            await ready(pilot)
+            assert app.goto_step("train/loop") is False  # 22 steps to go
+            for step in pack.gradient_steps:
+                app.store.reveal(step.id)
+            assert app.goto_step("train/loop") is True
+            await pilot.pause()
+            assert isinstance(app.screen, TrainingScreen)
+            await pilot.press("f1")  # the main screen's keys stay on the main screen
+            assert app.store.hints_shown(app.step.id) == 0
+            await pilot.press("escape")
+            await pilot.pause()
+            assert not isinstance(app.screen, TrainingScreen)
+
+    run(scenario)

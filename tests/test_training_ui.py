@@ -1,0 +1,268 @@
+"""The exercise-4 screen, mounted alone in a tiny app: Pilot for behaviour, one snapshot for layout.
+
+Most tests use a stand-in evaluator that streams made-up progress (so they are fast and the
+snapshot is stable); two drive the real evaluator process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import io
+import math
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+from rich.console import Console
+from textual.app import App
+
+from tutor.config import Settings
+from tutor.packs import load_pack
+from tutor.progress import Store
+from tutor.training import training_code
+from tutor.ui.screens.training import DRAFT_DELAY, LossPlot, TrainingScreen, braille_curve
+from tutor.ui.widgets.editor import CodeEditor
+
+PACK = load_pack()
+STEPS = 2000
+CODE = training_code(PACK, steps=STEPS)
+EVERY = 5
+
+
+def made_up_run(status: str = "finished", steps_done: int = STEPS) -> dict:
+    """A result shaped like the evaluator's, with invented numbers (this is a layout fixture)."""
+    checks = [{"tensor": t, "grad": f"d{t}", "shape": None, "expected_shape": None,
+               "exact": False, "approximate": t != "C", "maxdiff": 2e-8, "verdict": "approximate",
+               "steps": 100, "exact_steps": 0, "approximate_steps": 97 if t == "C" else 100}
+              for t in ("C", "W1", "b1", "W2", "b2", "bngain", "bnbias")]
+    curve = [0.2 + 0.3 * math.exp(-k / 40) for k in range(steps_done // EVERY)]
+    return {
+        "status": status, "error": None, "step": None,
+        "settings": {"device": "cpu", "steps": STEPS, "compiled": False},
+        "gradcheck": {"steps": 100, "passed": True, "failure": None, "checks": checks},
+        "steps_done": steps_done, "history": {"every": EVERY, "log10_loss": curve},
+        "train_loss": 2.25, "val_loss": 2.5, "samples": [f"name{k}" for k in range(20)],
+        "notes": [], "steps_per_s": 1000.0, "train_s": 2.0, "wall_s": 3.0, "stdout": "",
+        "lecture": {"train_loss": 2.0705, "val_loss": 2.1099},
+    }
+
+
+class MadeUpEvaluator:
+    """Streams progress like the worker does and honours cancel(); never imports torch."""
+
+    def __init__(self, delay: float = 0.0, until_cancelled: bool = False) -> None:
+        self.delay = delay
+        self.until_cancelled = until_cancelled  # keep streaming the last step until cancel()
+        self.cancelled = threading.Event()
+        self.payloads: list[dict] = []
+
+    def request(self, op, payload, limit, on_progress=None) -> dict:
+        assert op == "train" and limit is None
+        self.payloads.append(payload)
+        run = made_up_run()
+        on_progress({"phase": "gradcheck", "step": 100, "of": 100,
+                     "checks": run["gradcheck"]["checks"]})
+        curve = run["history"]["log10_loss"]
+        done = 0
+        spans = list(range(0, len(curve), 40))
+        if self.until_cancelled:
+            spans = spans[:1] + [spans[1]] * 10_000
+        for k in spans:
+            if self.cancelled.is_set():
+                time.sleep(4 * self.delay)  # the worker finishes its step and the results
+                return made_up_run("cancelled", done)
+            done = min(STEPS, (k + 40) * EVERY)
+            on_progress({"phase": "train", "step": done, "steps": STEPS, "every": EVERY,
+                         "points": curve[k:k + 40], "steps_per_s": 1000.0,
+                         "eta_s": (STEPS - done) / 1000, "loss": 10 ** curve[k], "lr": 0.1})
+            time.sleep(self.delay)
+        on_progress({"phase": "results", "step": STEPS, "steps": STEPS})
+        return run
+
+    def cancel(self) -> None:
+        self.cancelled.set()
+
+
+class Host(App):
+    def __init__(self, screen: TrainingScreen) -> None:
+        super().__init__()
+        self.training = screen
+        self.closed_with = "open"
+
+    def on_mount(self) -> None:
+        self.push_screen(self.training, self.remember)
+
+    def remember(self, result) -> None:
+        self.closed_with = result
+
+
+def sync(test):
+    """Run an async Pilot test with asyncio.run (fixtures pass through functools.wraps)."""
+
+    @functools.wraps(test)
+    def run(*args, **kwargs):
+        return asyncio.run(test(*args, **kwargs))
+
+    return run
+
+
+def plain(widget) -> str:
+    console = Console(width=200, file=io.StringIO(), record=True)
+    console.print(widget.content)
+    return console.export_text()
+
+
+async def until(pilot, condition, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "the screen did not get there in time"
+        await pilot.pause(0.05)
+
+
+def screen_for(evaluator, store=None, code: str = CODE, steps: int = STEPS) -> TrainingScreen:
+    return TrainingScreen(evaluator, store, PACK, code, steps=steps)
+
+
+# --- with the stand-in evaluator ------------------------------------------------------------------
+
+
+@sync
+async def test_run_streams_progress_then_shows_results():
+    ev = MadeUpEvaluator(delay=0.02)
+    screen = screen_for(ev)
+    async with Host(screen).run_test(size=(140, 45)) as pilot:
+        await pilot.press("f5")
+        await until(pilot, lambda: not screen.running)
+        assert ev.payloads[0]["code"] == CODE and ev.payloads[0]["steps"] == STEPS
+        assert "Finished: 2 000 steps" in str(screen.query_one("#train-phase").content)
+        results = plain(screen.query_one("#train-results"))
+        assert "2.0705" in results and "2.1099" in results and "name19" in results
+        assert "97/100" in plain(screen.query_one("#train-gradcheck"))
+        assert len(screen.query_one(LossPlot).points) == STEPS // EVERY
+
+
+@sync
+async def test_cancel_key_stops_the_run_and_keeps_it():
+    ev = MadeUpEvaluator(delay=0.05, until_cancelled=True)
+    screen = screen_for(ev)
+    async with Host(screen).run_test(size=(140, 45)) as pilot:
+        await pilot.press("ctrl+j")
+        await until(pilot, lambda: len(screen.query_one(LossPlot).points) > 0)
+        await pilot.press("f8")
+        assert "Stopping" in str(screen.query_one("#train-phase").content)
+        await until(pilot, lambda: not screen.running)
+        assert ev.cancelled.is_set()
+        assert "Stopped after" in str(screen.query_one("#train-phase").content)
+        assert screen.result["status"] == "cancelled"
+
+
+@sync
+async def test_escape_cancels_a_run_then_leaves():
+    ev = MadeUpEvaluator(delay=0.05, until_cancelled=True)
+    screen = screen_for(ev)
+    host = Host(screen)
+    async with host.run_test(size=(140, 45)) as pilot:
+        await pilot.press("f5")
+        await until(pilot, lambda: len(screen.query_one(LossPlot).points) > 0)
+        await pilot.press("escape")
+        await until(pilot, lambda: not screen.running)
+        assert ev.cancelled.is_set() and host.screen is screen
+        await pilot.press("escape")
+        await pilot.pause()
+        assert host.closed_with["status"] == "cancelled"
+
+
+@sync
+async def test_edits_are_saved_as_a_draft_and_reset_restores(tmp_path):
+    with Store.open(tmp_path, PACK) as store:
+        screen = screen_for(MadeUpEvaluator(), store)
+        async with Host(screen).run_test(size=(140, 45)) as pilot:
+            editor = screen.query_one(CodeEditor)
+            editor.insert("# my note\n", (0, 0))
+            await pilot.pause(DRAFT_DELAY + 0.3)
+            assert store.draft("train/loop").startswith("# my note\n")
+            await pilot.press("ctrl+r")
+            assert editor.text == CODE
+
+
+@sync
+async def test_a_python_loop_is_noted_before_running():
+    code = CODE.replace("dC.index_add_(0, Xb.view(-1), demb.view(-1, C.shape[1]))",
+                        "for k in range(n):\n    dC[Xb[k]] += demb[k]")
+    screen = screen_for(MadeUpEvaluator(), code=code)
+    async with Host(screen).run_test(size=(140, 45)):
+        notes = str(screen.query_one("#train-notes").content)
+        assert "dC" in notes and "Bonus challenge" in notes
+
+
+def test_braille_curve_draws_a_connected_line():
+    cells = braille_curve([1.0, 0.0], slots=2, width=2, height=1, lo=0.0, hi=1.0)
+    # First point top-left, second bottom of the next cell's left column; the jump is filled.
+    assert cells[0][0] == 0x01 and cells[0][1] == 0x01 | 0x02 | 0x04 | 0x40
+
+
+def test_snapshot_after_a_run(snap_compare):
+    screen = screen_for(MadeUpEvaluator())
+
+    async def run_before(pilot) -> None:
+        screen.query_one(CodeEditor).cursor_blink = False
+        await pilot.press("f5")
+        await until(pilot, lambda: screen.result is not None)
+        await pilot.pause()
+
+    assert snap_compare(Host(screen), terminal_size=(140, 45), run_before=run_before)
+
+
+def test_the_screen_does_not_import_torch():
+    code = ("import sys, tutor.ui.screens.training; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch'))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=60)
+    assert out.stdout.strip() == "[]"
+
+
+# --- with the real evaluator ----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def evaluator(tmp_path_factory):
+    from tutor.sandbox.client import Evaluator
+
+    ev = Evaluator(Settings(device="cpu", home=tmp_path_factory.mktemp("ev")))
+    ev.start()
+    yield ev
+    ev.close()
+
+
+@pytest.mark.slow
+@sync
+async def test_real_run_is_cancelled_and_kept(evaluator, tmp_path):
+    with Store.open(tmp_path, PACK) as store:
+        screen = screen_for(evaluator, store, steps=200_000)
+        async with Host(screen).run_test(size=(140, 45)) as pilot:
+            await pilot.press("f5")
+            await until(pilot, lambda: len(screen.query_one(LossPlot).points) > 0, timeout=120)
+            await pilot.press("f8")
+            await until(pilot, lambda: not screen.running, timeout=120)
+            r = screen.result
+            assert r["status"] == "cancelled" and 0 < r["steps_done"] < 200_000
+            assert r["val_loss"] is not None
+            (kept,) = store.training_runs()
+            assert kept["id"] == r["run_id"] and kept["status"] == "cancelled"
+
+
+@pytest.mark.slow
+@sync
+async def test_real_wrong_gradient_marks_its_line(evaluator):
+    code = CODE.replace("db2 = dlogits.sum(0)", "db2 = dlogits.sum(0) * 2")
+    screen = screen_for(evaluator, code=code, steps=300)
+    async with Host(screen).run_test(size=(140, 45)) as pilot:
+        await pilot.press("f5")
+        await until(pilot, lambda: screen.result is not None, timeout=120)
+        assert screen.result["status"] == "diverged"
+        assert "db2" in str(screen.query_one("#train-phase").content)
+        row = screen.query_one(CodeEditor).error_row
+        assert code.splitlines()[row].startswith("db2 =")

@@ -1,0 +1,253 @@
+"""`train`: exercise 4 without the TUI: gradient check, training on your gradients, results.
+
+The run happens in the evaluator process; this side prints its progress (on a terminal) and its
+result, and keeps the run in the progress store. Ctrl+C stops the run and keeps what it did.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+
+from tutor.commands.base import Command, UsageError, open_store, read_source
+from tutor.config import Settings
+from tutor.packs import load_pack
+from tutor.report import VERDICT_MARK
+from tutor.sandbox.client import Evaluator, EvaluatorError
+from tutor.training import (
+    backward_sections,
+    record_run,
+    speed_notes,
+    training_code,
+)
+
+BAR_WIDTH = 24
+
+
+def _args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--steps", type=int, metavar="N",
+                   help="training steps (default: the lecture's 200 000)")
+    p.add_argument("--gradcheck-steps", type=int, metavar="K",
+                   help="first steps whose gradients are compared with autograd (default 100)")
+    p.add_argument("--reference", action="store_true",
+                   help="train with the reference solutions instead of your accepted code")
+    p.add_argument("--file", metavar="PATH",
+                   help="run this training step instead of the one assembled from your progress "
+                   "(start from --print-code)")
+    p.add_argument("--print-code", action="store_true",
+                   help="print the training step assembled from your progress, and exit")
+    p.add_argument("--compile", action="store_true",
+                   help="run the training phase through torch.compile (eager if it cannot)")
+    p.add_argument("--json", action="store_true", help="print the run as one JSON object")
+    p.add_argument("--no-record", action="store_true", help="do not keep the run in your progress")
+
+
+def run(args: argparse.Namespace, settings: Settings) -> int:
+    pack = load_pack()
+    if args.steps is not None and args.steps < 1:
+        raise UsageError("--steps must be at least 1")
+    if args.gradcheck_steps is not None and args.gradcheck_steps < 0:
+        raise UsageError("--gradcheck-steps cannot be negative")
+    if args.file and args.reference:
+        raise UsageError("--reference runs the reference solutions; give no --file with it")
+    store = open_store(settings, pack)
+    if store is None and not args.reference:
+        return 1
+    accepted = None if args.reference else store.accepted_codes()
+    code = read_source(args.file) if args.file else training_code(pack, accepted, args.steps)
+    if args.print_code:
+        print(code, end="")
+        return 0
+    if not args.reference and not args.file:
+        missing = [s.step.id for s in backward_sections(pack, accepted) if not s.yours]
+        if missing:
+            print(f"backprop-tutor train: not solved yet, so their reference solutions are used: "
+                  f"{', '.join(missing)}", file=sys.stderr)
+    for note in speed_notes(code):
+        print(f"note: {note}", file=sys.stderr)
+    payload = {"code": code, "steps": args.steps, "gradcheck_steps": args.gradcheck_steps,
+               "compile": args.compile, "reference": args.reference}
+    show = Progress(sys.stderr) if sys.stderr.isatty() else None
+    try:
+        with Evaluator(settings) as ev:
+            result, interrupted = _run(ev, payload, show)
+    except EvaluatorError as exc:
+        print(f"backprop-tutor: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        if show:
+            show.clear()
+    if store is not None and not args.no_record:
+        result["run_id"] = record_run(store, pack, code, result)
+    if store is not None:
+        store.close()
+    print(json.dumps(result, indent=2) if args.json else format_run(result))
+    if interrupted:
+        return 130
+    return 0 if result.get("status") == "finished" else 1
+
+
+def _run(ev: Evaluator, payload: dict, show: Progress | None) -> tuple[dict, bool]:
+    """The request runs in a thread so Ctrl+C reaches us: the first one cancels the run (its
+    partial result still comes back), a second one gives up waiting."""
+    box: dict = {}
+    interrupted = False
+
+    def progress(p: dict) -> None:
+        # A cancel sent before the evaluator started this run was not seen: repeat it.
+        if interrupted:
+            ev.cancel()
+        if show:
+            show.update(p)
+
+    def request() -> None:
+        try:
+            box["result"] = ev.request("train", payload, None, progress)
+        except Exception as exc:  # noqa: BLE001 - re-raised on the main thread
+            box["error"] = exc
+        finally:
+            done.set()
+
+    # An Event, not Thread.join: a KeyboardInterrupt inside join() can leave the thread
+    # looking finished while it still runs.
+    done = threading.Event()
+    threading.Thread(target=request, daemon=True).start()
+    while not done.is_set():
+        try:
+            done.wait(0.2)
+        except KeyboardInterrupt:
+            if interrupted:
+                raise
+            interrupted = True
+            ev.cancel()
+            print("\ncancelling; the steps done so far are kept (Ctrl+C again to quit now)",
+                  file=sys.stderr)
+    if "error" in box:
+        raise box["error"]
+    return box["result"], interrupted
+
+
+# --- progress on a terminal ------------------------------------------------------------------
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    seconds = int(round(seconds))
+    minutes, s = divmod(seconds, 60)
+    return f"{minutes}:{s:02d}" if minutes < 60 else f"{minutes // 60}:{minutes % 60:02d}:{s:02d}"
+
+
+def _spaced(number: float) -> str:
+    return f"{number:,.0f}".replace(",", " ")
+
+
+class Progress:
+    """One status line, rewritten in place."""
+
+    def __init__(self, stream) -> None:
+        self.stream = stream
+        self.width = 0
+
+    def update(self, p: dict) -> None:
+        self.write(progress_line(p))
+
+    def write(self, text: str) -> None:
+        self.stream.write("\r" + text.ljust(self.width))
+        self.stream.flush()
+        self.width = len(text)
+
+    def clear(self) -> None:
+        if self.width:
+            self.stream.write("\r" + " " * self.width + "\r")
+            self.stream.flush()
+            self.width = 0
+
+
+def progress_line(p: dict) -> str:
+    if p["phase"] == "gradcheck":
+        return f"gradient check against autograd: step {p['step']}/{p['of']}"
+    if p["phase"] == "results":
+        return "calibrating batchnorm over the training set, then the losses and the samples"
+    done = p["step"] / p["steps"] if p["steps"] else 0.0
+    filled = int(done * BAR_WIDTH)
+    bar = "█" * filled + "░" * (BAR_WIDTH - filled)
+    rate = f"{_spaced(p['steps_per_s'])} steps/s" if p.get("steps_per_s") else "… steps/s"
+    loss = f" · loss {p['loss']:.4f}" if p.get("loss") is not None else ""
+    return (f"{bar} {_spaced(p['step'])}/{_spaced(p['steps'])} · {rate} · "
+            f"{_duration(p.get('eta_s'))} left{loss}")
+
+
+# --- the result as text ------------------------------------------------------------------------
+
+
+def _cmp_row(c: dict, width: int) -> str:
+    steps = c.get("steps") or 0
+    approx = (str(c["approximate"]) if c.get("approximate_steps", steps) in (0, steps)
+              else f"{c['approximate_steps']}/{steps} steps")
+    mark = VERDICT_MARK.get(c["verdict"], "?")
+    return (f"  {mark} {c['tensor']:<{width}} | exact: {str(c['exact']):<5} | approximate: "
+            f"{approx:<11} | maxdiff: {c['maxdiff']:.3g}")
+
+
+def format_gradcheck(gradcheck: dict | None) -> list[str]:
+    if not gradcheck:
+        return ["Gradient check: skipped"]
+    lines = [f"Gradient check against autograd over {gradcheck['steps']} step(s):"]
+    width = max(len(c["tensor"]) for c in gradcheck["checks"])
+    lines += [_cmp_row(c, width) for c in gradcheck["checks"]]
+    if gradcheck.get("failure"):
+        lines.append(f"  ✗ {gradcheck['failure']['message']}")
+    elif gradcheck.get("passed"):
+        lines.append("  ✓ every gradient matches autograd, to float32 rounding")
+    return lines
+
+
+def _loss(value: float | None) -> str:
+    return "—" if value is None else f"{value:.4f}"
+
+
+def format_run(r: dict) -> str:
+    s = r.get("settings", {})
+    lines: list[str] = []
+    error = r.get("error")
+    if r.get("status") == "error" and not r.get("gradcheck"):
+        lines.append(f"✗ {error['kind']} error: {error['message']}" if error else "✗ failed")
+    lines += format_gradcheck(r.get("gradcheck"))
+    if error and r.get("gradcheck"):
+        lines.append(f"✗ {error['kind']} error: {error['message']}")
+    steps = r.get("steps_done", 0)
+    if steps and r.get("status") != "diverged":
+        rate = f" · {_spaced(r['steps_per_s'])} steps/s" if r.get("steps_per_s") else ""
+        compiled = ""
+        if s.get("compiled"):
+            compiled = f" · torch.compile {r['compile_s']:.1f} s, not counted"
+        status = "cancelled after" if r["status"] == "cancelled" else "trained"
+        lines.append(f"\n{status.capitalize()} {_spaced(steps)} of {_spaced(s.get('steps', 0))} "
+                     f"steps on {s.get('device')} in {_duration(r.get('train_s'))}{rate}{compiled}")
+    if r.get("train_loss") is not None:
+        lecture = r.get("lecture") or {}
+        lines += [
+            "\n              yours     lecture",
+            f"  train loss  {_loss(r['train_loss'])}    {_loss(lecture.get('train_loss'))}",
+            f"  val loss    {_loss(r['val_loss'])}    {_loss(lecture.get('val_loss'))}",
+        ]
+    if r.get("samples"):
+        lines.append("\nNames sampled from your network:")
+        names = r["samples"]
+        for k in range(0, len(names), 5):
+            lines.append("  " + "  ".join(f"{n:<14}" for n in names[k:k + 5]).rstrip())
+    for note in r.get("notes", []):
+        lines.append(f"\nnote: {note}")
+    if r.get("stdout"):
+        head = r["stdout"].splitlines()[:10]
+        lines.append("\nyour print output (first lines):")
+        lines += [f"  {line}" for line in head]
+    lines.append(f"\nwall time {_duration(r.get('wall_s'))}"
+                 + (f" · run #{r['run_id']} saved" if r.get("run_id") else ""))
+    return "\n".join(lines)
+
+
+TRAIN = Command("train", "exercise 4: train the network on your own backward pass", _args, run)

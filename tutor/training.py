@@ -1,0 +1,975 @@
+"""Exercise 4: the learner's own backward pass trains the network; autograd only checks it.
+
+A run has three phases, as in the lecture's last cell:
+
+1. gradient check: for the first steps every parameter gradient the code produces is compared
+   with autograd's on the same batch (the cmp table); a divergence stops the run and says where;
+2. training: the remaining steps run the learner's code alone, with autograd switched off
+   (torch.inference_mode: no_grad that also skips autograd's version counters);
+3. results: batchnorm calibrated over the training set, the split losses, sampled names.
+
+The first half of this module is text work (the editor's code, the settings, notes about the
+code, recording a run) that the UI and the CLI use; they never import torch, so this module only
+imports it inside the functions of the second half, which run in the evaluator process.
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+import math
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from tutor.config import DEFAULT_SEED
+from tutor.packs import Exercise, Pack, Step
+
+if TYPE_CHECKING:
+    import threading
+
+    from torch import Tensor
+
+    from tutor.engine import Engine
+    from tutor.progress import Store
+
+REPORT_INTERVAL = 0.1  # seconds between progress messages: about ten a second, never more
+BATCH_CHUNK = 1024  # batches drawn per call of the pack's sample_batch (same random stream)
+SAMPLE_SEED_OFFSET = 10  # the lecture samples with a generator seeded 2147483647 + 10
+# Inductor options for the --compile fast path, chosen by benchmarks/train_speed.py. By default
+# inductor inlines batchnorm's (bnvar + 1e-5)**-0.5 into every one of the 32 x 200 elements that
+# use it instead of computing it once per column; realizing every computed node stops that. The
+# C++ wrapper removes most of the Python work around a few-microsecond kernel.
+COMPILE_OPTIONS = {"realize_opcount_threshold": 1, "cpp_wrapper": True, "compile_threads": 1}
+
+
+# --- settings ------------------------------------------------------------------------------
+
+
+def training_exercise(pack: Pack) -> Exercise:
+    for ex in pack.exercises:
+        if ex.kind == "training":
+            return ex
+    raise KeyError("this pack has no training exercise")
+
+
+def training_step(pack: Pack) -> Step:
+    return training_exercise(pack).steps[0]
+
+
+@dataclass(frozen=True)
+class TrainingSettings:
+    """Everything that decides a run's numbers; stored with the run so it can be repeated."""
+
+    parameters: tuple[str, ...]  # in the order the pack's training step checks them
+    n_embd: int
+    n_hidden: int
+    block_size: int
+    batch_size: int
+    steps: int
+    lr: float
+    lr_decay_step: int
+    lr_after_decay: float
+    gradcheck_steps: int
+    samples: int
+    seed: int
+    history_points: int
+    cpu_threads: int
+    backward: tuple[str, ...]
+    loss_line: str
+    lecture_train_loss: float | None
+    lecture_val_loss: float | None
+
+    @classmethod
+    def from_pack(
+        cls,
+        pack: Pack,
+        seed: int = DEFAULT_SEED,
+        steps: int | None = None,
+        gradcheck_steps: int | None = None,
+    ) -> TrainingSettings:
+        ex = training_exercise(pack)
+        cfg, lesson = ex.settings, pack.lesson
+        total = int(steps if steps is not None else cfg.get("steps", 200_000))
+        if total < 1:
+            raise ValueError("a training run needs at least one step")
+        if gradcheck_steps is None:
+            gradcheck_steps = int(cfg.get("gradcheck_steps", 100))
+        return cls(
+            parameters=tuple(ex.steps[0].checks),
+            n_embd=int(cfg.get("n_embd", lesson.get("n_embd", 10))),
+            n_hidden=int(cfg.get("n_hidden", lesson.get("n_hidden", 64))),
+            block_size=int(lesson.get("block_size", 3)),
+            batch_size=int(cfg.get("batch_size", lesson.get("batch_size", 32))),
+            steps=total,
+            lr=float(cfg.get("lr", 0.1)),
+            lr_decay_step=int(cfg.get("lr_decay_step", total)),
+            lr_after_decay=float(cfg.get("lr_after_decay", cfg.get("lr", 0.1))),
+            gradcheck_steps=max(0, min(gradcheck_steps, total)),
+            samples=int(cfg.get("samples", 20)),
+            seed=int(seed),
+            history_points=int(cfg.get("history_points", 400)),
+            cpu_threads=int(cfg.get("cpu_threads", 0)),
+            backward=tuple(cfg.get("backward", [])),
+            loss_line=str(cfg.get("loss", f"{pack.loss} = F.cross_entropy(logits, Yb)")),
+            lecture_train_loss=cfg.get("lecture_train_loss"),
+            lecture_val_loss=cfg.get("lecture_val_loss"),
+        )
+
+    def lr_at(self, step: int) -> float:
+        return self.lr if step < self.lr_decay_step else self.lr_after_decay
+
+    @property
+    def grad_names(self) -> tuple[str, ...]:
+        return tuple(f"d{p}" for p in self.parameters)
+
+    @property
+    def history_every(self) -> int:
+        """Steps averaged into one point of the stored loss curve."""
+        return max(1, math.ceil(self.steps / max(1, self.history_points)))
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["parameters"], d["backward"] = list(self.parameters), list(self.backward)
+        return d
+
+
+# --- the editor's code ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Section:
+    """One earlier step's backward code, as it goes into the training step."""
+
+    step: Step
+    code: str
+    yours: bool  # the learner's accepted code, or else the pack's reference solution
+
+
+def backward_sections(pack: Pack, accepted: Mapping[str, str] | None) -> list[Section]:
+    """The backward pass, step by step: accepted code where there is some, else the reference.
+
+    `accepted` is the store's step id -> code map (revealed steps already map to the solution);
+    None means "all references" (the --reference run).
+    """
+    sections = []
+    for sid in TrainingSettings.from_pack(pack).backward:
+        step = pack.step(sid)
+        code = (accepted or {}).get(step.id)
+        yours = code is not None and accepted is not None
+        sections.append(Section(step, (code if yours else step.solution).strip(), yours))
+    return sections
+
+
+def names_read(code: str) -> set[str]:
+    """Every plain name the code loads (so a forward tensor it needs must be computed first)."""
+    return {n.id for n in ast.walk(ast.parse(code)) if isinstance(n, ast.Name)
+            and isinstance(n.ctx, ast.Load)}
+
+
+def forward_for(pack: Pack, backward: str, loss_line: str) -> list[str]:
+    """The pack's forward lines that the backward pass and the loss line read, in order.
+
+    Everything between logits and the loss (counts, probs, logprobs ...) only matters to a
+    backward pass that goes through it; with dlogits fused none does, so those lines are left
+    out and the loss comes from `loss_line`. A learner whose code still reads one of them gets it.
+    """
+    needed = names_read(backward) | names_read(loss_line)
+    lines = [line for line in pack.forward_lines if line.target != pack.loss]
+    kept = []
+    for line in reversed(lines):
+        if line.target in needed:
+            kept.append(line)
+            needed |= set(line.operands)
+    return [line.source for line in reversed(kept)]
+
+
+def _spaced(number: int) -> str:
+    return f"{number:,}".replace(",", " ")
+
+
+def _header(s: TrainingSettings) -> str:
+    return "\n".join([
+        f"# One training step, run {_spaced(s.steps)} times, with no autograd anywhere.",
+        f"# Before it: a seeded batch Xb, Yb of n = {s.batch_size} examples.",
+        "# After it: each parameter p moves by -lr * dp,",
+        f"#   lr = {s.lr:g}, then {s.lr_after_decay:g} from step {_spaced(s.lr_decay_step)}.",
+        f"# Leave loss and {', '.join(s.grad_names)} defined.",
+    ])
+
+
+def training_code(pack: Pack, accepted: Mapping[str, str] | None = None,
+                  steps: int | None = None) -> str:
+    """The text of the exercise-4 editor: forward lines, then the learner's backward pass.
+
+    `accepted` maps step ids to accepted code (the store's accepted_codes()); None assembles
+    the reference solutions. `steps` only changes the count the header mentions.
+    """
+    s = TrainingSettings.from_pack(pack, steps=steps)
+    sections = backward_sections(pack, accepted)
+    backward = "\n".join(sec.code for sec in sections)
+    forward = forward_for(pack, backward, s.loss_line)
+    parts = [_header(s), "", "# forward pass", *forward, s.loss_line, "", "# backward pass"]
+    for sec in sections:
+        origin = "your code" if sec.yours else "reference solution"
+        parts.append(f"# {sec.step.title} (exercise {sec.step.exercise}, {origin})")
+        parts.append(sec.code)
+    return "\n".join(parts) + "\n"
+
+
+# --- notes about the code ------------------------------------------------------------------
+
+
+def _written(node: ast.AST) -> set[str]:
+    """Names a statement writes: assigned, augmented, subscripted into or mutated in place."""
+    out: set[str] = set()
+    for n in ast.walk(node):
+        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+            out.add(n.id)
+        elif isinstance(n, ast.Subscript) and isinstance(n.ctx, ast.Store):
+            base = n.value
+            while isinstance(base, ast.Subscript):
+                base = base.value
+            if isinstance(base, ast.Name):
+                out.add(base.id)
+        elif (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+              and n.func.attr.endswith("_") and isinstance(n.func.value, ast.Name)):
+            out.add(n.func.value.id)  # torch's trailing underscore: an in-place method
+    return out
+
+
+def _loops(body: list[ast.stmt]) -> Iterator[ast.For | ast.While]:
+    """The outermost loops of a block (a loop inside a loop is reported with its parent)."""
+    for stmt in body:
+        if isinstance(stmt, (ast.For, ast.While)):
+            yield stmt
+        else:
+            for child in ast.iter_child_nodes(stmt):
+                if isinstance(child, ast.stmt):
+                    yield from _loops([child])
+
+
+def python_loops(code: str) -> list[dict]:
+    """Each outermost Python loop: its line and the gradients it computes."""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return []
+    return [
+        {"line": loop.lineno, "kind": "for" if isinstance(loop, ast.For) else "while",
+         "gradients": sorted(n for n in _written(loop) if n.startswith("d") and len(n) > 1)}
+        for loop in _loops(tree.body)
+    ]
+
+
+def speed_notes(code: str) -> list[str]:
+    """What in the code will make training slow, said without rewriting it."""
+    notes = []
+    for loop in python_loops(code):
+        what = (f"{', '.join(loop['gradients'])} is computed in a Python {loop['kind']} loop"
+                if loop["gradients"] else f"a Python {loop['kind']} loop runs on every step")
+        notes.append(
+            f"line {loop['line']}: {what}. It runs as written, but every pass through the loop "
+            "is a separate small tensor operation, and they add up over every training step. "
+            "Bonus challenge: compute it without a loop, in one or two tensor operations."
+        )
+    try:
+        calls = [n for n in ast.walk(ast.parse(code)) if isinstance(n, ast.Call)
+                 and isinstance(n.func, ast.Name) and n.func.id == "print"]
+    except SyntaxError:
+        calls = []
+    if calls:
+        notes.append(
+            f"line {calls[0].lineno}: print() runs on every training step; only the start of "
+            "its output is kept."
+        )
+    return notes
+
+
+# --- recording a run -----------------------------------------------------------------------
+
+
+def record_run(store: Store, pack: Pack, code: str, result: dict) -> int | None:
+    """Keep the run with its loss history; a finished run of the learner's own code also counts
+    as passing exercise 4. Returns the run's id, or None for a run that never started."""
+    if result.get("status") not in ("finished", "cancelled", "diverged"):
+        return None
+    run = {k: v for k, v in result.items() if k != "stdout"}
+    run["code"] = code
+    run_id = store.record_training_run(run)
+    settings = result.get("settings", {})
+    if result["status"] == "finished" and not settings.get("reference"):
+        gradcheck = result.get("gradcheck") or {}
+        store.record_attempt(training_step(pack).id, code, {
+            "passed": bool(gradcheck.get("passed", True)),
+            "checks": gradcheck.get("checks", []),
+            "error": None,
+        })
+    return run_id
+
+
+# --- the run (evaluator process only) ------------------------------------------------------
+
+
+class Batches:
+    """The lecture's batches from one seeded generator, drawn BATCH_CHUNK steps at a time.
+
+    One call of randint for k*n indices consumes the generator exactly as k calls for n indices
+    do, so chunking changes nothing about which examples each step sees; it only saves the
+    per-step cost of sampling and indexing.
+    """
+
+    def __init__(self, sample_batch: Callable, X: Tensor, Y: Tensor, batch_size: int,
+                 generator: Any, device: Any) -> None:
+        self.sample_batch, self.X, self.Y = sample_batch, X, Y
+        self.batch_size, self.generator, self.device = batch_size, generator, device
+        self._Xc = self._Yc = None
+        self._next = BATCH_CHUNK
+
+    def __next__(self) -> tuple[Tensor, Tensor]:
+        if self._next == BATCH_CHUNK:
+            size = BATCH_CHUNK * self.batch_size
+            Xc, Yc = self.sample_batch(self.X, self.Y, size, self.generator)
+            self._Xc = Xc.view(BATCH_CHUNK, self.batch_size, *Xc.shape[1:]).to(self.device)
+            self._Yc = Yc.view(BATCH_CHUNK, self.batch_size).to(self.device)
+            self._next = 0
+        j = self._next
+        self._next += 1
+        return self._Xc[j], self._Yc[j]
+
+    def __iter__(self) -> Batches:
+        return self
+
+
+def init_network(pack: Pack, fns: dict, vocab_size: int, s: TrainingSettings, device: Any
+                 ) -> tuple[dict[str, Tensor], Any]:
+    """Fresh seeded parameters, and the generator the batches continue from (as the lecture)."""
+    import torch
+
+    g = torch.Generator().manual_seed(s.seed)
+    params = fns["init_params"](g, vocab_size, s.n_embd, s.n_hidden, s.block_size)
+    return {k: v.to(device) for k, v in params.items()}, g
+
+
+def training_namespace(params: dict[str, Tensor], n: int, out: io.StringIO) -> dict:
+    """The learner's namespace: parameters, n, torch/F/math and the sandbox's builtins."""
+    import torch
+    import torch.nn.functional as F
+
+    from tutor.engine import MAX_STDOUT, SAFE_BUILTINS
+
+    def captured_print(*args, sep=" ", end="\n", **_):
+        if out.tell() < MAX_STDOUT:
+            out.write(sep.join(str(a) for a in args) + end)
+
+    builtins = {**SAFE_BUILTINS, "print": captured_print}
+    return {"torch": torch, "F": F, "math": math, "n": n, **params, "__builtins__": builtins}
+
+
+def eager_step(code: Any, ns: dict, params: dict[str, Tensor], grad_names: tuple[str, ...]
+               ) -> Callable[[Tensor, Tensor], tuple[Tensor, list[Tensor]]]:
+    """One training step as the learner wrote it: exec their code object in their namespace."""
+    # The parameters are put back each step: code that rebinds a name (W1 = W1.T) must not
+    # silently swap the network's tensor for another.
+    def step(Xb: Tensor, Yb: Tensor) -> tuple[Tensor, list[Tensor]]:
+        ns.update(params)
+        ns["Xb"], ns["Yb"] = Xb, Yb
+        exec(code, ns)
+        return ns["loss"], [ns[g] for g in grad_names]
+
+    return step
+
+
+def step_function(code_text: str, ns: dict, params: tuple[str, ...], grad_names: tuple[str, ...]
+                  ) -> Callable:
+    """The learner's code as a function of the parameters and the batch, for torch.compile.
+
+    Built from the syntax tree, so line numbers stay those of the editor; the body is the
+    learner's statements unchanged, followed by returning the loss and the gradients.
+    """
+    from tutor.engine import CODE_FILE
+
+    tree = ast.parse(code_text, CODE_FILE)
+    args = ", ".join((*params, "Xb", "Yb"))
+    shell = ast.parse(f"def training_step({args}):\n    return loss, {', '.join(grad_names)}\n")
+    fn = shell.body[0]
+    fn.body = tree.body + fn.body  # type: ignore[attr-defined]
+    ast.fix_missing_locations(shell)
+    exec(compile(shell, CODE_FILE, "exec"), ns)
+    return ns.pop("training_step")
+
+
+def train_steps(step: Callable, params: list[Tensor], batches: Iterator,
+                lr_at: Callable[[int], float], start: int, stop: int, losses: list,
+                keep_going: Callable[[int], bool]) -> int:
+    """The hot loop: run steps start..stop-1, update in place, keep each loss tensor.
+
+    `keep_going(i)` is asked every step (cancel, progress messages); returns the steps done.
+    Nothing here synchronises with the device: losses stay tensors until they are reported.
+    """
+    import torch
+
+    for i in range(start, stop):
+        if not keep_going(i):
+            return i
+        Xb, Yb = next(batches)
+        loss, grads = step(Xb, Yb)
+        # The lecture's `p.data += -lr * grad` for every parameter, in one fused call.
+        torch._foreach_add_(params, grads, alpha=-lr_at(i))
+        losses.append(loss)
+    return stop
+
+
+# -- phase 3: the lecture's evaluation with calibrated batchnorm --------------------------------
+
+
+def calibrate(p: dict[str, Tensor], X: Tensor) -> tuple[Tensor, Tensor]:
+    """Batchnorm's mean and variance over the whole training set, as the lecture computes them
+    after training (instead of the running estimates a layer would keep)."""
+    emb = p["C"][X]
+    embcat = emb.view(emb.shape[0], -1)
+    hpreact = embcat @ p["W1"] + p["b1"]
+    return hpreact.mean(0, keepdim=True), hpreact.var(0, keepdim=True, unbiased=True)
+
+
+def calibrated_logits(p: dict[str, Tensor], bn: tuple[Tensor, Tensor], X: Tensor) -> Tensor:
+    bnmean, bnvar = bn
+    emb = p["C"][X]
+    embcat = emb.view(emb.shape[0], -1)
+    hpreact = embcat @ p["W1"] + p["b1"]
+    hpreact = p["bngain"] * (hpreact - bnmean) * (bnvar + 1e-5) ** -0.5 + p["bnbias"]
+    h = hpreact.tanh()
+    return h @ p["W2"] + p["b2"]
+
+
+def split_loss(p: dict[str, Tensor], bn: tuple[Tensor, Tensor], X: Tensor, Y: Tensor) -> float:
+    import torch.nn.functional as F
+
+    return float(F.cross_entropy(calibrated_logits(p, bn, X), Y).item())
+
+
+def sample_names(p: dict[str, Tensor], bn: tuple[Tensor, Tensor], itos: dict[int, str],
+                 block_size: int, count: int, seed: int, max_length: int = 50) -> list[str]:
+    """Names drawn from the trained network, one character at a time, seeded as the lecture."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    device = p["C"].device
+    names = []
+    for _ in range(count):
+        out: list[int] = []
+        context = [0] * block_size
+        while len(out) < max_length:
+            logits = calibrated_logits(p, bn, torch.tensor([context], device=device))
+            # Drawn on the CPU: the generator is a CPU one, so every device samples alike.
+            probs = logits.softmax(1).cpu()
+            ix = int(torch.multinomial(probs, num_samples=1, generator=g).item())
+            context = context[1:] + [ix]
+            if ix == 0:
+                break
+            out.append(ix)
+        names.append("".join(itos[i] for i in out))
+    return names
+
+
+# -- the run ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Tally:
+    """One parameter's gradient over the checked steps, as the notebook's cmp would print it."""
+
+    tensor: str
+    shape: list[int] | None = None
+    expected_shape: list[int] | None = None
+    exact: bool = True
+    approximate: bool = True
+    maxdiff: float = 0.0
+    verdict: str = "exact"
+    steps: int = 0
+    exact_steps: int = 0
+    approximate_steps: int = 0  # allclose is strict near zero: a step can miss it by rounding
+
+    def add(self, g: Any) -> None:
+        self.steps += 1
+        self.exact_steps += bool(g.exact)
+        self.approximate_steps += bool(g.approximate)
+        self.shape, self.expected_shape = g.shape, g.expected_shape
+        self.exact = self.exact and g.exact
+        self.approximate = self.approximate and g.approximate
+        if g.maxdiff is not None:
+            self.maxdiff = max(self.maxdiff, g.maxdiff)
+        order = ("exact", "approximate", "wrong", "shape", "missing")
+        if order.index(g.verdict) > order.index(self.verdict):
+            self.verdict = g.verdict
+
+    def to_dict(self) -> dict:
+        return {"tensor": self.tensor, "grad": f"d{self.tensor}", "shape": self.shape,
+                "expected_shape": self.expected_shape, "exact": self.exact,
+                "approximate": self.approximate, "maxdiff": self.maxdiff,
+                "verdict": self.verdict, "steps": self.steps, "exact_steps": self.exact_steps,
+                "approximate_steps": self.approximate_steps}
+
+
+@dataclass
+class Gradients:
+    """Where each gradient of the code is assigned and which other gradients it is computed from
+    (read off the syntax tree), so a wrong parameter gradient can be traced to its first cause."""
+
+    line: dict[str, int] = field(default_factory=dict)
+    inputs: dict[str, set[str]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, code: str) -> Gradients:
+        g = cls()
+        tree = ast.parse(code)
+        for stmt in tree.body:
+            written = {n for n in _written(stmt) if n.startswith("d") and len(n) > 1}
+            read = {n.id for n in ast.walk(stmt) if isinstance(n, ast.Name)
+                    and isinstance(n.ctx, ast.Load) and n.id.startswith("d")}
+            for name in written:
+                g.line.setdefault(name, stmt.lineno)
+                g.inputs.setdefault(name, set()).update(read - {name})
+        return g
+
+    def first_cause(self, grad: str, wrong: set[str]) -> str:
+        """Follow wrong inputs upstream until reaching a wrong gradient whose inputs are right."""
+        seen = {grad}
+        while True:
+            upstream = sorted((d for d in self.inputs.get(grad, ()) if d in wrong - seen),
+                              key=lambda d: self.line.get(d, 0))
+            if not upstream:
+                return grad
+            grad = upstream[0]
+            seen.add(grad)
+
+
+class CodeFailure(Exception):
+    def __init__(self, payload: dict, step: int) -> None:
+        super().__init__(payload.get("message"))
+        self.payload, self.step = payload, step
+
+
+class TrainingRun:
+    """One run of exercise 4 inside the evaluator: the three phases, streaming progress."""
+
+    def __init__(self, engine: Engine, request: dict, progress: Callable[[dict], None],
+                 cancel: threading.Event) -> None:
+        import torch
+
+        self.engine, self.progress, self.cancel = engine, progress, cancel
+        self.pack = engine.pack
+        self.s = TrainingSettings.from_pack(self.pack, engine.settings.seed, request.get("steps"),
+                                            request.get("gradcheck_steps"))
+        self.code_text = request.get("code") or training_code(self.pack)
+        self.compile = bool(request.get("compile"))
+        self.device = engine.device
+        self.out = io.StringIO()
+        self.losses: list = []  # loss tensors not yet turned into numbers
+        self.log10_loss: list[float] = []  # per step
+        self.points: list[float] = []  # mean log10(loss) of each complete span of history_every
+        self.sent_points = 0
+        self.blew_up = False
+        self.steps_done = 0
+        self.notes = speed_notes(self.code_text)
+        self.timing: dict[str, float | None] = {"gradcheck_s": None, "train_s": None,
+                                                "compile_s": None, "results_s": None}
+        self.phase2_rate: float | None = None
+        self.result: dict = {
+            "status": "error", "error": None, "step": None,
+            "settings": {**self.s.to_dict(), "device": str(self.device),
+                         "reference": bool(request.get("reference")), "compile": self.compile,
+                         "compiled": False, "torch_version": torch.__version__.split("+")[0],
+                         "threads": None, "parameters_count": None},
+            "gradcheck": None, "steps_done": 0, "history": None,
+            "train_loss": None, "val_loss": None, "samples": [], "notes": self.notes,
+        }
+
+    # -- entry -------------------------------------------------------------------------------
+    def execute(self) -> dict:
+        import torch
+
+        from tutor.engine import CodeError, compile_candidate
+
+        started = time.monotonic()
+        try:
+            self.code = compile_candidate(self.code_text)
+        except CodeError as exc:
+            self.result["error"] = exc.payload
+            return self._finish(started)
+        self.gradients = Gradients.of(self.code_text)
+        self._setup()
+        threads = torch.get_num_threads()
+        if self.device.type == "cpu" and self.s.cpu_threads > 0:
+            torch.set_num_threads(self.s.cpu_threads)
+        self.result["settings"]["threads"] = torch.get_num_threads()
+        try:
+            with torch.no_grad():
+                status = self._gradcheck()
+            if status is None:
+                # Nothing in phase 2 may reach autograd, so inference mode can drop even the
+                # bookkeeping no_grad keeps: about a tenth of a step at this size.
+                with torch.inference_mode():
+                    status = self._train()
+            self.result["status"] = status
+        except CodeFailure as exc:
+            self.result.update(status="error", error=exc.payload, step=exc.step)
+        finally:
+            self._disarm()
+            torch.set_num_threads(threads)
+        self._flush()
+        if self.result["status"] in ("finished", "cancelled") and self.steps_done > 0:
+            self._results()
+        return self._finish(started)
+
+    def _setup(self) -> None:
+        lesson = self.engine.lesson
+        splits = lesson.dataset.splits
+        self.params, generator = init_network(self.pack, lesson.fns, len(splits["itos"]), self.s,
+                                              self.device)
+        self.param_list = [self.params[k] for k in self.s.parameters]
+        self.result["settings"]["parameters_count"] = sum(p.numel() for p in self.param_list)
+        Xtr, Ytr = splits["train"]
+        self.batches = Batches(lesson.fns["sample_batch"], Xtr, Ytr, self.s.batch_size,
+                               generator, self.device)
+        self.ns = training_namespace(self.params, self.s.batch_size, self.out)
+        self.step = eager_step(self.code, self.ns, self.params, self.s.grad_names)
+        # Autograd's reference runs the lesson's forward pass with the training loss line, so it
+        # rounds as the learner's forward does and the cmp columns mean what they did in the
+        # notebook (maxdiff ~1e-9, not the larger gap between two ways of computing the loss).
+        lines = [ln.source for ln in self.pack.forward_lines
+                 if ln.exercise == 0 and ln.target != self.pack.loss]
+        source = "\n".join([*lines, self.s.loss_line])
+        self.forward = compile(source, f"<{self.pack.id} forward>", "exec")
+
+    def _finish(self, started: float) -> dict:
+        r = self.result
+        r["steps_done"] = self.steps_done
+        every = self.s.history_every
+        tail = self.log10_loss[len(self.points) * every:]
+        points = self.points + ([sum(tail) / len(tail)] if tail else [])
+        r["history"] = {"every": every, "log10_loss": points}
+        r["last_loss"] = 10 ** self.log10_loss[-1] if self.log10_loss else None
+        r["steps_per_s"] = self.phase2_rate
+        r.update(self.timing)
+        r["wall_s"] = time.monotonic() - started
+        r["stdout"] = self.out.getvalue()
+        r["lecture"] = {"train_loss": self.s.lecture_train_loss,
+                        "val_loss": self.s.lecture_val_loss}
+        return r
+
+    # -- the time limit per step -------------------------------------------------------------
+    def _arm(self) -> None:
+        if self.engine._can_alarm:
+            import signal
+
+            signal.setitimer(signal.ITIMER_REAL, self.engine.settings.timeout)
+
+    def _disarm(self) -> None:
+        if self.engine._can_alarm:
+            import signal
+
+            signal.setitimer(signal.ITIMER_REAL, 0)
+
+    def _guarded(self, step: Callable) -> Callable:
+        """The step with the sandbox's time limit, and its errors told in the learner's terms."""
+        from tutor.engine import CheckTimeout, _runtime_error
+
+        arm, timeout = self._arm, self.engine.settings.timeout
+        code, run = self.code_text, self
+
+        def guarded(Xb: Tensor, Yb: Tensor) -> tuple[Tensor, list[Tensor]]:
+            arm()  # re-armed every step, disarmed once at the end: one system call per step
+            try:
+                return step(Xb, Yb)
+            except CheckTimeout:
+                raise CodeFailure({"kind": "timeout", "line": None, "col": None, "message":
+                                   f"one training step ran for more than {timeout:g} s and was "
+                                   "stopped. Is there a loop that never ends?"},
+                                  run.steps_done) from None
+            except CodeFailure:
+                raise
+            except Exception as exc:  # noqa: BLE001 - any failure of learner code is reported
+                payload = _runtime_error(exc, code).payload
+                payload["message"] = f"at step {run.steps_done}: {payload['message']}"
+                raise CodeFailure(payload, run.steps_done) from None
+
+        return guarded
+
+    # -- phase 1 -----------------------------------------------------------------------------
+    def _autograd(self, Xb: Tensor, Yb: Tensor, dtype: Any, device: Any, names: list[str]
+                  ) -> dict[str, Tensor]:
+        """Autograd's gradients for this batch through the pack's own forward pass."""
+        import torch
+        import torch.nn.functional as F
+
+        ns: dict = {"torch": torch, "F": F, "math": math, "n": int(Xb.shape[0]),
+                    "Xb": Xb.to(device), "Yb": Yb.to(device)}
+        for k, p in self.params.items():
+            ns[k] = p.detach().to(device=device, dtype=dtype).requires_grad_(True)
+        with torch.enable_grad():
+            exec(self.forward, ns)
+            wanted = [k for k in names if isinstance(ns.get(k), torch.Tensor)]
+            grads = torch.autograd.grad(ns[self.pack.loss], [ns[k] for k in wanted])
+        return dict(zip(wanted, grads, strict=True))
+
+    def _run_code(self, Xb: Tensor, Yb: Tensor) -> tuple[Any, None]:
+        """The learner's code on one batch, leaving its gradients in the namespace."""
+        self.ns.update(self.params)
+        self.ns["Xb"], self.ns["Yb"] = Xb, Yb
+        exec(self.code, self.ns)
+        return self.ns.get("loss"), None
+
+    def _checked(self) -> list[str]:
+        """Parameters, plus every forward tensor whose gradient the code assigns (for tracing)."""
+        targets = {line.target for line in self.pack.forward_lines}
+        inner = [g[1:] for g in self.gradients.line if g[1:] in targets]
+        return list(self.s.parameters) + [t for t in inner if t not in self.s.parameters]
+
+    def _gradcheck(self) -> str | None:
+        """Phase 1. Returns a final status ("diverged", "cancelled") or None to go on."""
+        import torch
+
+        from tutor.grading import grade
+
+        if self.s.gradcheck_steps == 0:
+            return None
+        started = time.monotonic()
+        names = self._checked()
+        tallies = {p: Tally(p) for p in self.s.parameters}
+        step = self._guarded(self._run_code)
+        cpu = torch.device("cpu")
+        report_at = 0.0
+        status = None
+        for i in range(self.s.gradcheck_steps):
+            if self.cancel.is_set():
+                status = "cancelled"
+                break
+            Xb, Yb = next(self.batches)
+            ref32 = self._autograd(Xb, Yb, torch.float32, self.device, names)
+            ref64 = self._autograd(Xb, Yb, torch.float64, cpu, names)
+            loss, _ = step(Xb, Yb)
+            grades = {k: grade(k, self.ns.get(f"d{k}"), ref32[k], ref64[k]) for k in ref32}
+            for p in self.s.parameters:
+                tallies[p].add(grades[p])
+            wrong = [p for p in self.s.parameters if not grades[p].accepted]
+            if wrong:
+                self.result["gradcheck"] = self._table(tallies, i + 1, False)
+                self.result["gradcheck"]["failure"] = self._failure(i, wrong, grades, ref32)
+                status = "diverged"
+                break
+            if not (isinstance(loss, torch.Tensor) and loss.dim() == 0):
+                raise CodeFailure({"kind": "runtime", "line": None, "col": None, "message":
+                                   "loss must be a single number (a 0-dimensional tensor)"}, i)
+            torch._foreach_add_(self.param_list, [self.ns[g] for g in self.s.grad_names],
+                                alpha=-self.s.lr_at(i))
+            self.losses.append(loss)
+            self.steps_done = i + 1
+            if time.monotonic() >= report_at or i + 1 == self.s.gradcheck_steps:
+                self.progress({"phase": "gradcheck", "step": i + 1, "of": self.s.gradcheck_steps,
+                               "checks": [t.to_dict() for t in tallies.values()]})
+                report_at = time.monotonic() + REPORT_INTERVAL
+        if status != "diverged":
+            self.result["gradcheck"] = self._table(tallies, self.steps_done, status is None)
+        self.timing["gradcheck_s"] = time.monotonic() - started
+        return status
+
+    def _table(self, tallies: dict[str, Tally], steps: int, passed: bool) -> dict:
+        return {"steps": steps, "passed": passed, "failure": None,
+                "checks": [t.to_dict() for t in tallies.values()]}
+
+    def _failure(self, i: int, wrong: list[str], grades: dict, ref32: dict) -> dict:
+        """Which parameter diverged, by how much, and the first wrong gradient behind it."""
+        from tutor import diagnosis as dx
+
+        line = self.gradients.line
+        wrong.sort(key=lambda p: line.get(f"d{p}", 10**9))  # in backward-pass order
+        first = wrong[0]
+        g = grades[first]
+        bad = {f"d{k}" for k, gr in grades.items() if not gr.accepted}
+        cause = self.gradients.first_cause(f"d{first}", bad)[1:]
+        value, ref = self.ns.get(f"d{cause}"), ref32[cause]
+        c = grades[cause]
+        diag = None
+        if c.verdict == "shape":
+            diag = dx.shape_diagnosis(cause, value, ref)
+        elif c.verdict == "wrong":
+            diag = dx.value_diagnosis(cause, value, ref, self.s.batch_size, None, [])
+        size = float(ref32[first].abs().max())
+        listed = ", ".join(f"d{p}" for p in wrong)
+        if g.verdict == "missing":
+            how = g.message
+        elif g.verdict == "shape":
+            how = f"d{first} has shape {g.shape}, but {first} has shape {g.expected_shape}"
+        else:
+            how = (f"d{first} is off by up to {g.maxdiff:.3g}"
+                   + (f" ({g.maxdiff / size:.0%} of its largest entry)" if size > 0 else ""))
+        message = f"At step {i}, {listed} {'differs' if len(wrong) == 1 else 'differ'} " \
+                  f"from autograd: {how}."
+        if cause != first:
+            message += (f" It comes from d{cause} (line {line.get(f'd{cause}', '?')}), the first "
+                        "gradient along the backward pass that differs; those it is computed "
+                        "from match autograd.")
+        if diag:
+            message += f" {diag['message']}"
+        message += " Training stopped before a wrong gradient could change the network."
+        return {"step": i, "tensor": first, "grad": f"d{first}", "wrong": [f"d{p}" for p in wrong],
+                "maxdiff": g.maxdiff, "verdict": g.verdict, "cause": f"d{cause}",
+                "line": line.get(f"d{cause}"), "diagnosis": diag, "message": message}
+
+    # -- phase 2 -----------------------------------------------------------------------------
+    def _train(self) -> str:
+        start = self.steps_done
+        step = self._guarded(self.step)
+        if self.compile:
+            step = self._compiled(step)
+        if self.s.gradcheck_steps == 0:
+            self._validate(step)
+        started = time.monotonic()
+        report_at = started  # report at once, so the screen switches to the training phase
+        cancelled = False
+
+        def keep_going(i: int) -> bool:
+            nonlocal report_at, cancelled
+            self.steps_done = i
+            if self.cancel.is_set():
+                cancelled = True
+                return False
+            now = time.monotonic()
+            if now >= report_at:
+                if not self._flush():
+                    return False
+                self._report(start, started, now)
+                report_at = time.monotonic() + REPORT_INTERVAL
+            return True
+
+        done = train_steps(step, self.param_list, self.batches, self.s.lr_at, start,
+                           self.s.steps, self.losses, keep_going)
+        self.steps_done = done
+        elapsed = time.monotonic() - started
+        self.timing["train_s"] = elapsed
+        if done > start and elapsed > 0:
+            self.phase2_rate = (done - start) / elapsed
+        if not self._flush() or self.blew_up:
+            return "error"
+        self._report(start, started, time.monotonic())
+        if cancelled:
+            return "cancelled"
+        return "finished"
+
+    def _validate(self, step: Callable) -> None:
+        """Without a gradient check, at least the loss and the gradients' shapes are checked
+        once, on a batch of its own (the run's batches are left untouched)."""
+        import torch
+
+        Xb, Yb = self.batches.X[: self.s.batch_size], self.batches.Y[: self.s.batch_size]
+        loss, grads = step(Xb.to(self.device), Yb.to(self.device))
+        if not (isinstance(loss, torch.Tensor) and loss.dim() == 0):
+            raise CodeFailure({"kind": "runtime", "line": None, "col": None, "message":
+                               "loss must be a single number (a 0-dimensional tensor)"}, 0)
+        for name, p, g in zip(self.s.grad_names, self.param_list, grads, strict=True):
+            if not isinstance(g, torch.Tensor) or g.shape != p.shape:
+                got = list(g.shape) if isinstance(g, torch.Tensor) else type(g).__name__
+                raise CodeFailure({"kind": "shape", "line": self.gradients.line.get(name),
+                                   "col": None, "message": f"{name} is {got}, but the parameter "
+                                   f"has shape {list(p.shape)}"}, self.steps_done)
+
+    def _compiled(self, eager: Callable) -> Callable:
+        """torch.compile of the learner's step; on any failure, the eager step and a note."""
+        import torch
+
+        fn = step_function(self.code_text, self.ns, self.s.parameters, self.s.grad_names)
+        params = self.param_list
+        try:
+            compiled = torch.compile(fn, dynamic=False, options=COMPILE_OPTIONS)
+            Xb = self.batches.X[: self.s.batch_size].to(self.device)
+            Yb = self.batches.Y[: self.s.batch_size].to(self.device)
+            self._disarm()  # compiling takes far longer than one step may
+            started = time.monotonic()
+            compiled(*params, Xb, Yb)  # a pure function of its inputs: nothing changes here
+            self.timing["compile_s"] = time.monotonic() - started
+        except Exception as exc:  # noqa: BLE001 - the fast path is optional
+            reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+            self.notes.append(f"torch.compile could not compile the training step ({reason}); "
+                              "it ran eagerly instead.")
+            return eager
+        self.result["settings"]["compiled"] = True
+
+        def step(Xb: Tensor, Yb: Tensor) -> tuple[Tensor, list[Tensor]]:
+            loss, *grads = compiled(*params, Xb, Yb)
+            return loss, grads
+
+        return self._guarded(step)
+
+    # -- progress ----------------------------------------------------------------------------
+    def _flush(self) -> bool:
+        """Turn the pending loss tensors into log10 numbers; False once one is not finite."""
+        import torch
+
+        if not self.losses:
+            return True
+        stacked = torch.stack(self.losses).float()
+        self.losses.clear()
+        finite = torch.isfinite(stacked)
+        self.log10_loss += stacked.log10().tolist()
+        every, values = self.s.history_every, self.log10_loss
+        while len(values) >= (len(self.points) + 1) * every:
+            k = len(self.points) * every
+            self.points.append(sum(values[k:k + every]) / every)
+        if bool(finite.all()):
+            return True
+        self.blew_up = True
+        at = len(self.log10_loss) - len(finite) + int((~finite).nonzero()[0, 0])
+        checked = self.result["gradcheck"] and self.result["gradcheck"]["passed"]
+        hint = ("Your gradients matched autograd while they were checked, so look for something "
+                "that overflows as the weights grow, such as exp() of large logits." if checked
+                else "Run with the gradient check on to see whether a gradient is wrong.")
+        kind = "nan" if bool(stacked.isnan().any()) else "infinite"
+        self.result["error"] = {"kind": "nan", "line": None, "col": None,
+                                "message": f"the loss became {kind} at step {at}. {hint}"}
+        self.result["step"] = at
+        return False
+
+    def _report(self, start: int, started: float, now: float) -> None:
+        every = self.s.history_every
+        new = self.points[self.sent_points:]
+        self.sent_points = len(self.points)
+        done = self.steps_done
+        # The first half second says little about the pace (caches, the first chunk of
+        # batches), so no rate and no time left are claimed before it.
+        rate = (done - start) / (now - started) if now - started > 0.5 and done > start else None
+        self.progress({
+            "phase": "train", "step": done, "steps": self.s.steps, "every": every,
+            "points": new, "steps_per_s": rate,
+            "eta_s": (self.s.steps - done) / rate if rate else None,
+            "loss": 10 ** self.log10_loss[-1] if self.log10_loss else None,
+            "lr": self.s.lr_at(max(0, done - 1)),
+        })
+
+    # -- phase 3 -----------------------------------------------------------------------------
+    def _results(self) -> None:
+        import torch
+
+        started = time.monotonic()
+        self.progress({"phase": "results", "step": self.steps_done, "steps": self.s.steps})
+        splits = self.engine.lesson.dataset.splits
+        Xtr, Ytr = (t.to(self.device) for t in splits["train"])
+        Xva, Yva = (t.to(self.device) for t in splits["val"])
+        with torch.no_grad():
+            bn = calibrate(self.params, Xtr)
+            self.result["train_loss"] = split_loss(self.params, bn, Xtr, Ytr)
+            self.result["val_loss"] = split_loss(self.params, bn, Xva, Yva)
+            try:
+                self.result["samples"] = sample_names(
+                    self.params, bn, splits["itos"], self.s.block_size, self.s.samples,
+                    self.s.seed + SAMPLE_SEED_OFFSET)
+            except RuntimeError as exc:  # probabilities with nan in them cannot be sampled
+                self.notes.append(f"no names could be sampled: {exc}")
+        self.timing["results_s"] = time.monotonic() - started
+
+
+def run_training(engine: Engine, request: dict, progress: Callable[[dict], None],
+                 cancel: threading.Event) -> dict:
+    """The evaluator's `train` request: run exercise 4 and return plain data (no tensors)."""
+    return TrainingRun(engine, request, progress, cancel).execute()

@@ -33,7 +33,7 @@ class CodeEditor(TextArea):
         super().__init__(
             text,
             id=id,
-            soft_wrap=False,
+            soft_wrap=True,
             tab_behavior="indent",
             show_line_numbers=True,
             highlight_cursor_line=True,

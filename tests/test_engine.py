@@ -179,11 +179,19 @@ def test_learners_earlier_code_is_replayed(engine):
         ("\n\ndprobs = probs @ probs", "runtime", 3),
         ("dprobs = undefined_name", "runtime", 1),
         ("big = torch.zeros(10**11)", "memory", 1),
+        ("torch.os.system('true')", "runtime", 1),
+        ("x = torch.sys.modules", "runtime", 1),
+        ("x = F.torch", "runtime", 1),
+        ("def g():\n    yield\nx = g().gi_frame", "forbidden", 3),
+        ("try:\n    1/0\nexcept Exception as e:\n    t = e.with_traceback(None).args", None, None),
     ],
 )
 def test_errors_are_explained(engine, code, kind, line):
     result = engine.check("atomic/probs", code)
     assert not result["passed"]
+    if kind is None:  # harmless code that simply defines no gradient
+        assert result["error"] is None and result["checks"][0]["verdict"] == "missing"
+        return
     assert result["error"]["kind"] == kind
     assert result["error"]["line"] == line
     assert result["error"]["message"]
@@ -217,3 +225,8 @@ def test_shape_annotations_flag_broadcasts(engine):
     assert lines["probs"]["broadcast"]
     assert "dim 1" in lines["probs"]["broadcast_note"]
     assert not lines["logprobs"]["broadcast"]
+
+
+def test_print_output_is_capped(engine):
+    result = engine.check("atomic/probs", "print('x' * 10**7)\nprint('more')")
+    assert 0 < len(result["stdout"]) <= 20_000

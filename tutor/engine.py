@@ -26,6 +26,7 @@ from tutor.config import Settings
 from tutor.grading import Grade, grade, heatmap, rounding_note
 from tutor.lesson import Batch, Lesson, resolve_device
 from tutor.packs import Pack, Step, load_pack
+from tutor.sandbox.modules import safe_view
 from tutor.sandbox.policy import inspect
 
 Tensor = torch.Tensor
@@ -43,6 +44,20 @@ SAFE_BUILTINS = {
         "ValueError ZeroDivisionError"
     ).split()
 }
+
+
+SANDBOX_MODULES = {"torch": safe_view(torch), "F": safe_view(F), "math": math}
+
+
+def sandbox_globals(out: io.StringIO) -> dict:
+    """The modules and builtins learner code runs with; `print` writes to `out`, up to a cap."""
+
+    def captured_print(*args, sep=" ", end="\n", **_):
+        room = MAX_STDOUT - out.tell()
+        if room > 0:
+            out.write((sep.join(str(a) for a in args) + end)[:room])
+
+    return {**SANDBOX_MODULES, "__builtins__": {**SAFE_BUILTINS, "print": captured_print}}
 
 
 class CodeError(Exception):
@@ -175,12 +190,7 @@ class Engine:
         return steps[: steps.index(step)]
 
     def _exec(self, compiled, ns: dict, out: io.StringIO) -> None:
-        def captured_print(*args, sep=" ", end="\n", **_):
-            if out.tell() < MAX_STDOUT:
-                out.write(sep.join(str(a) for a in args) + end)
-
-        ns.update(torch=torch, F=F, math=math)
-        ns["__builtins__"] = {**SAFE_BUILTINS, "print": captured_print}
+        ns.update(sandbox_globals(out))
         if self._can_alarm:
             signal.setitimer(signal.ITIMER_REAL, self.settings.timeout)
         try:

@@ -354,17 +354,9 @@ def init_network(pack: Pack, fns: dict, vocab_size: int, s: TrainingSettings, de
 
 def training_namespace(params: dict[str, Tensor], n: int, out: io.StringIO) -> dict:
     """The learner's namespace: parameters, n, torch/F/math and the sandbox's builtins."""
-    import torch
-    import torch.nn.functional as F
+    from tutor.engine import sandbox_globals
 
-    from tutor.engine import MAX_STDOUT, SAFE_BUILTINS
-
-    def captured_print(*args, sep=" ", end="\n", **_):
-        if out.tell() < MAX_STDOUT:
-            out.write(sep.join(str(a) for a in args) + end)
-
-    builtins = {**SAFE_BUILTINS, "print": captured_print}
-    return {"torch": torch, "F": F, "math": math, "n": n, **params, "__builtins__": builtins}
+    return {**sandbox_globals(out), "n": n, **params}
 
 
 def eager_step(code: Any, ns: dict, params: dict[str, Tensor], grad_names: tuple[str, ...]

@@ -66,6 +66,11 @@ REFUSED_NAMES = {
 }
 
 
+# gi_frame, f_back, tb_frame, co_code, ...: the doors from a generator or an exception into the
+# interpreter's frames, whose globals belong to the tutor, not to the learner.
+_INTROSPECTION_PREFIXES = {"f", "gi", "cr", "ag", "tb", "co"}
+
+
 @dataclass(frozen=True)
 class Refusal:
     construct: str
@@ -94,6 +99,11 @@ def inspect(tree: ast.AST) -> Refusal | None:
         if isinstance(node, (ast.Global, ast.Nonlocal)):
             return _refusal(node, "global/nonlocal", "the step's variables are already shared")
         if isinstance(node, ast.Attribute):
+            if node.attr.split("_", 1)[0] in _INTROSPECTION_PREFIXES and "_" in node.attr:
+                return _refusal(
+                    node, f"the attribute .{node.attr}",
+                    "frames, code objects and tracebacks lead outside the sandbox",
+                )
             if node.attr.startswith("_"):
                 return _refusal(
                     node, f"the attribute .{node.attr}",

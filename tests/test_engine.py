@@ -230,3 +230,15 @@ def test_shape_annotations_flag_broadcasts(engine):
 def test_print_output_is_capped(engine):
     result = engine.check("atomic/probs", "print('x' * 10**7)\nprint('more')")
     assert 0 < len(result["stdout"]) <= 20_000
+
+
+def test_a_first_branch_not_started_early_is_not_required(engine):
+    # Checking only dcounts_sum_inv, as a learner might, passes; autograd's first branch then
+    # stands in for dcounts so the later `+=` still has something to add to.
+    code = "dcounts_sum_inv = (counts * dprobs).sum(1, keepdim=True)"
+    result = engine.check("atomic/counts_sum_inv", code)
+    assert result["passed"] and [c["tensor"] for c in result["checks"]] == ["counts_sum_inv"]
+    assert any("atomic/counts" in note for note in result["notes"])
+    later = engine.check("atomic/counts", "dcounts += torch.ones_like(counts) * dcounts_sum",
+                         {"atomic/counts_sum_inv": code})
+    assert later["passed"] and any("stands in" in note for note in later["notes"])

@@ -25,7 +25,7 @@ from textual.widgets.text_area import Selection
 
 from tutor.config import Settings
 from tutor.packs import Pack, Step, load_pack
-from tutor.sandbox.client import EvaluatorError
+from tutor.sandbox.client import EvaluatorNotReady
 from tutor.ui.highlight import warm_up
 from tutor.ui.messages import CheckFailed, CheckFinished, EvaluatorFailed, EvaluatorReady
 from tutor.ui.progress_view import (
@@ -188,15 +188,11 @@ class TutorApp(App[int], inherit_bindings=False):
         try:
             evaluator = self.evaluator
             evaluator.start()
-            # Wait in slices: a closed evaluator never becomes ready, and this thread must not
-            # outlive the app. A failure raises at once; only a slice running out is retried.
+            # Wait in slices so this thread never outlives the app; a real failure raises.
             while not self._closing:
-                started = time.monotonic()
                 try:
                     info = evaluator.info(timeout=READY_POLL)
-                except EvaluatorError:
-                    if time.monotonic() - started < READY_POLL * 0.9:
-                        raise
+                except EvaluatorNotReady:
                     continue
                 self.post_message(EvaluatorReady(info))
                 return

@@ -24,7 +24,7 @@ def test_runaway_loop_is_stopped_and_the_next_check_works(evaluator):
     started = time.monotonic()
     result = evaluator.check("atomic/probs", "while True: pass")
     assert result["error"]["kind"] == "timeout"
-    assert time.monotonic() - started < 1.5 * 2 + 3
+    assert time.monotonic() - started < 1.5 + 1.5 + 1
     assert evaluator.check("atomic/probs", SOLUTION)["passed"]
 
 
@@ -32,6 +32,15 @@ def test_a_loop_that_swallows_the_stop_is_killed(evaluator):
     code = "while True:\n    try:\n        while True: pass\n    except Exception:\n        pass"
     result = evaluator.check("atomic/probs", code)
     assert result["error"]["kind"] == "timeout"
+    assert evaluator.check("atomic/probs", SOLUTION)["passed"]
+
+
+def test_one_long_tensor_operation_is_killed_within_the_limit(evaluator):
+    started = time.monotonic()
+    code = "x = torch.ones(4000, 4000)\nfor _ in range(1):\n    y = x.matrix_power(400)"
+    result = evaluator.check("atomic/probs", code)
+    assert result["error"]["kind"] == "timeout"
+    assert time.monotonic() - started < 1.5 + 1.5 + 1
     assert evaluator.check("atomic/probs", SOLUTION)["passed"]
 
 
@@ -60,7 +69,7 @@ def test_missing_device_is_a_clear_error():
 def test_policy_allows_ordinary_tensor_code():
     import ast
 
-    code = "for k in range(n):\n    x = torch.zeros(3).sum(0, keepdim=True).T\nlambda t: t * 2"
+    code = "for _ in range(n):\n    x = torch.zeros(3).sum(0, keepdim=True).T\nlambda t: t * 2"
     assert inspect(ast.parse(code)) is None
 
 

@@ -12,6 +12,7 @@ import copy
 import io
 import math
 import signal
+import time
 import traceback
 import types
 import warnings
@@ -88,6 +89,14 @@ def compile_candidate(code: str):
         raise CodeError("syntax", f"{where}: {message}", lineno, offset) from None
 
 
+def _timeout_error(seconds: float) -> CodeError:
+    return CodeError(
+        "timeout",
+        f"your code was stopped after {seconds:g} s. Is there a loop that never ends? The "
+        "gradients here take milliseconds.",
+    )
+
+
 def _runtime_error(exc: BaseException, code: str) -> CodeError:
     frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == CODE_FILE]
     line = frames[-1].lineno if frames else None
@@ -134,6 +143,7 @@ class Engine:
         self.lesson = Lesson(self.pack, self.device, self.settings.seed)
         self._replays: dict[tuple, tuple[dict, list[str]]] = {}
         # Python loops can be interrupted from inside; the client's hard kill is the backstop.
+        self._deadline: float | None = None
         self._can_alarm = hasattr(signal, "setitimer")
         if self._can_alarm:
             try:
@@ -206,7 +216,12 @@ class Engine:
     def _exec(self, compiled, ns: dict, out: io.StringIO) -> None:
         ns.update(sandbox_globals(out))
         if self._can_alarm:
-            signal.setitimer(signal.ITIMER_REAL, self.settings.timeout)
+            # One budget per check (the run, the fresh-batch re-run and any replay together).
+            budget = self.settings.timeout if self._deadline is None else (
+                self._deadline - time.monotonic())
+            if budget <= 0:
+                raise CheckTimeout()
+            signal.setitimer(signal.ITIMER_REAL, budget)
         try:
             # Warnings from the learner's code (a deprecated .T on a 1-D tensor, say) are part of
             # what they should see, next to their own prints, not on the worker's stderr.
@@ -229,11 +244,7 @@ class Engine:
         try:
             self._exec(compiled, ns, out)
         except CheckTimeout:
-            raise CodeError(
-                "timeout",
-                f"your code was stopped after {self.settings.timeout:g} s. Is there a loop that "
-                "never ends? The gradients here take milliseconds.",
-            ) from None
+            raise _timeout_error(self.settings.timeout) from None
         except Exception as exc:  # noqa: BLE001 - any failure of learner code is reported
             err = _runtime_error(exc, code)
             err.payload["stdout"] = out.getvalue()
@@ -242,6 +253,19 @@ class Engine:
 
     # -- the check -----------------------------------------------------------------------------
     def check(self, step_id: str, code: str, prior: dict[str, str] | None = None) -> dict:
+        self._deadline = time.monotonic() + self.settings.timeout
+        try:
+            return self._check(step_id, code, prior)
+        except CheckTimeout:  # the budget ran out outside the candidate's own run (a replay)
+            return {
+                "step": self.pack.step(step_id).id, "passed": False, "device": str(self.device),
+                "checks": [], "heldout": None, "stdout": "", "notes": [], "figure": None,
+                "error": _timeout_error(self.settings.timeout).payload,
+            }
+        finally:
+            self._deadline = None
+
+    def _check(self, step_id: str, code: str, prior: dict[str, str] | None) -> dict:
         step = self.pack.step(step_id)
         prior = prior or {}
         result: dict = {

@@ -22,7 +22,7 @@ from tutor.sandbox import protocol
 
 # How much longer than the in-worker limit to wait before killing the process: the worker stops
 # Python loops itself at the limit; only a single long-running tensor op needs the hard stop.
-HARD_KILL_GRACE = 2.0
+HARD_KILL_GRACE = 1.5
 
 
 class EvaluatorError(RuntimeError):
@@ -220,8 +220,9 @@ class Evaluator:
                 protocol.send(proc.stdin, {"op": "cancel"})
 
     def check(self, step_id: str, code: str, prior: dict[str, str] | None = None) -> dict:
-        # The worker stops Python loops itself at the time limit (main and held-out runs each).
-        limit = 2 * self.settings.timeout + HARD_KILL_GRACE
+        # The worker stops Python loops itself at the time limit; the grace covers one long
+        # tensor operation that no signal can interrupt.
+        limit = self.settings.timeout + HARD_KILL_GRACE
         result = self.request("check", {"step": step_id, "code": code, "prior": prior or {}}, limit)
         if "step" not in result:  # the worker died or timed out: shape it like a check result
             result = {

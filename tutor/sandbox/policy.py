@@ -112,13 +112,13 @@ def inspect(tree: ast.AST) -> Refusal | None:
             if node.attr in REFUSED_ATTRIBUTES:
                 return _refusal(node, f"the attribute .{node.attr}", REFUSED_ATTRIBUTES[node.attr])
         if isinstance(node, ast.Name):
-            if node.id.startswith("_"):
+            if node.id.startswith("_") and node.id != "_":  # `for _ in ...` is fine
                 return _refusal(
                     node, f"the name {node.id}",
                     "names starting with an underscore reach into Python's internals",
                 )
             if node.id in REFUSED_NAMES:
                 return _refusal(node, f"{node.id}()", REFUSED_NAMES[node.id])
-        if isinstance(node, ast.arg) and node.arg.startswith("_"):
+        if isinstance(node, ast.arg) and node.arg.startswith("_") and node.arg != "_":
             return _refusal(node, f"the name {node.arg}", "underscore names are closed")
     return None

@@ -12,7 +12,7 @@ from rich.console import Console
 
 from tutor.config import Settings
 from tutor.progress import Store
-from tutor.sandbox.client import Evaluator, EvaluatorError
+from tutor.sandbox.client import Evaluator, EvaluatorNotReady
 from tutor.ui.app import TutorApp
 from tutor.ui.screens.confirm import ConfirmReveal
 from tutor.ui.screens.help import HelpScreen
@@ -310,7 +310,7 @@ class SlowEvaluator:
 
     def info(self, timeout: float | None = None) -> dict:
         if not self.release.wait(timeout):
-            raise EvaluatorError("the evaluator is still starting")
+            raise EvaluatorNotReady("the evaluator is still starting")
         return {"device": "cpu", "lines": []}
 
     def close(self) -> None:

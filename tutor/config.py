@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import platformdirs
@@ -92,6 +92,3 @@ def resolve(
         raise ConfigError("the time limit must be a positive number of seconds")
     return settings
 
-
-def with_device(settings: Settings, device: str) -> Settings:
-    return replace(settings, device=device)

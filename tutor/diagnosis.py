@@ -96,6 +96,17 @@ def _scale_message(name: str, c: float, n: int) -> str:
     return f"d{name} is {c:.4g} times autograd's gradient, everywhere: {why}."
 
 
+def matching_mistake(
+    value: Tensor, mistakes: list[tuple[Mistake, Callable[[], Tensor | None]]]
+) -> dict | None:
+    """The catalogued mistake whose result the learner's tensor reproduces, if any."""
+    for mistake, evaluate in mistakes:
+        produced = evaluate()
+        if produced is not None and _close(value, produced):
+            return diagnosis(mistake.kind, mistake.message)
+    return None
+
+
 def value_diagnosis(
     name: str,
     value: Tensor,
@@ -112,10 +123,9 @@ def value_diagnosis(
             f"d{name} has {bad} entries that are NaN or infinite. Look for a division by zero, "
             "a log of zero or a power of a negative number.",
         )
-    for mistake, evaluate in mistakes:
-        produced = evaluate()
-        if produced is not None and _close(value, produced):
-            return diagnosis(mistake.kind, mistake.message)
+    known = matching_mistake(value, mistakes)
+    if known:
+        return known
     if _close(value, -ref):
         return diagnosis("sign", f"d{name} has the right size but the wrong sign everywhere.")
     if prior is not None and not _close(prior, torch.zeros_like(prior)):

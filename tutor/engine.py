@@ -142,6 +142,7 @@ class Engine:
         self.device = resolve_device(self.settings.device)
         self.lesson = Lesson(self.pack, self.device, self.settings.seed)
         self._replays: dict[tuple, tuple[dict, list[str]]] = {}
+        self._mistake_values: dict[tuple, Tensor | None] = {}
         # Python loops can be interrupted from inside; the client's hard kill is the backstop.
         self._deadline: float | None = None
         self._can_alarm = hasattr(signal, "setitimer")
@@ -350,20 +351,16 @@ class Engine:
         prior: dict[str, str],
     ) -> None:
         role = " (its first branch, completed in a later step)" if g.partial else ""
+        mistakes = self._mistakes_for(g.tensor, step, batch, prior)
         if g.verdict == "shape":
-            d = self._matching_mistake(g.tensor, step, value, batch, prior)
-            g.diagnosis = d or dx.shape_diagnosis(g.tensor, value, ref)
+            known = dx.matching_mistake(value, mistakes)
+            g.diagnosis = known or dx.shape_diagnosis(g.tensor, value, ref)
             g.message = g.diagnosis["message"]
             return
         if g.accepted:
             g.message = rounding_note(g) + role
             return
         earlier = run.before.get(f"d{g.tensor}")
-        mistakes = [
-            (m, self._mistake_value(m, g.tensor, step, batch, prior))
-            for m in step.mistakes
-            if (m.tensor or step.checks[0]) == g.tensor
-        ]
         g.diagnosis = dx.value_diagnosis(
             g.tensor,
             value,
@@ -379,30 +376,29 @@ class Engine:
         if torch.isfinite(value).all():
             g.heatmap = heatmap(value.to(ref.dtype) - ref)
 
-    def _matching_mistake(self, tensor, step, value, batch, prior) -> dict | None:
-        for m in step.mistakes:
-            if (m.tensor or step.checks[0]) != tensor:
-                continue
-            produced = self._mistake_value(m, tensor, step, batch, prior)()
-            if produced is not None and dx._close(value, produced):
-                return dx.diagnosis(m.kind, m.message)
-        return None
+    def _mistakes_for(self, tensor, step, batch, prior) -> list[tuple]:
+        """The step's catalogued mistakes about this tensor, each with a lazy evaluator."""
+        return [
+            (m, self._mistake_value(m, tensor, step, batch, prior))
+            for m in step.mistakes
+            if (m.tensor or step.checks[0]) == tensor
+        ]
 
     def _mistake_value(self, m, tensor, step, batch, prior) -> Callable[[], Tensor | None]:
         """Lazily evaluate a catalogued mistake on the same namespace as the learner's code."""
 
         def evaluate() -> Tensor | None:
-            key = ("mistake", id(batch), step.id, m.code, tensor)
-            if key not in self._replays:
-                base, _ = self.namespace_before(step, batch, prior)
+            base, _ = self.namespace_before(step, batch, prior)
+            key = (id(base), m.code, tensor)  # the same mistake on the same namespace
+            if key not in self._mistake_values:
                 ns = copy_namespace(base)
                 try:
                     self._exec(compile_candidate(m.code), ns, io.StringIO())
                     value = ns.get(f"d{tensor}")
                 except Exception:  # noqa: BLE001 - a mistake that cannot run matches nothing
                     value = None
-                self._replays[key] = (value if isinstance(value, Tensor) else None, [])
-            return self._replays[key][0]
+                self._mistake_values[key] = value if isinstance(value, Tensor) else None
+            return self._mistake_values[key]
 
         return evaluate
 

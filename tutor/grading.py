@@ -28,7 +28,6 @@ class Grade:
     exact: bool = False
     approximate: bool = False
     maxdiff: float | None = None
-    maxdiff64: float | None = None
     accepted: bool = False
     verdict: str = "missing"  # exact | approximate | wrong | shape | missing
     message: str = ""
@@ -52,9 +51,6 @@ class Grade:
             "heatmap": self.heatmap,
         }
 
-
-def as_tensor(value) -> Tensor | None:
-    return value if isinstance(value, Tensor) else None
 
 
 def grade(tensor: str, value, ref32: Tensor, ref64: Tensor, partial: bool = False) -> Grade:
@@ -86,7 +82,6 @@ def grade(tensor: str, value, ref32: Tensor, ref64: Tensor, partial: bool = Fals
     if not torch.isfinite(ours).all():
         g.verdict = "wrong"
         return g
-    g.maxdiff64 = float((ours - ref64).abs().max().item()) if ours.numel() else 0.0
     g.accepted = g.exact or accepts(ours, ref32, ref64)
     g.verdict = "exact" if g.exact else "approximate" if g.accepted else "wrong"
     return g

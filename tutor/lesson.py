@@ -62,9 +62,6 @@ class Dataset:
         return {k: int(self.splits[k][0].shape[0]) for k in ("train", "val", "test")}
 
 
-def _exercise_forward(pack: Pack) -> list[ForwardLine]:
-    return list(pack.forward_lines)
-
 
 @dataclass
 class Batch:
@@ -124,7 +121,7 @@ class Lesson:
         return self.make_batch(Xb, Yb)
 
     def make_batch(self, Xb: Tensor, Yb: Tensor) -> Batch:
-        lines = _exercise_forward(self.pack)
+        lines = list(self.pack.forward_lines)
         ns32, refs32, given = self._forward_backward(Xb, Yb, torch.float32, self.device, lines)
         _, refs64, _ = self._forward_backward(Xb, Yb, torch.float64, torch.device("cpu"), lines)
         values = {k: v.detach() for k, v in ns32.items() if isinstance(v, Tensor)}

@@ -78,9 +78,6 @@ class Step:
     kind: str = "gradient"  # or "training"
     figure: str | None = None  # a gradient worth showing as a picture once the step is solved
 
-    def grad_name(self, tensor: str) -> str:
-        return f"d{tensor}"
-
     @property
     def is_training(self) -> bool:
         return self.kind == "training"

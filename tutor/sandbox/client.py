@@ -108,10 +108,6 @@ class Evaluator:
         """Why the worker could not start, once that is known; None while starting or ready."""
         return self._failure if self._ready.is_set() else None
 
-    @property
-    def is_ready(self) -> bool:
-        return self._ready.is_set() and self._failure is None
-
     def info(self, timeout: float | None = None) -> dict:
         """Block until the worker has built the lesson; its device, shapes and sizes."""
         if self._proc is None:

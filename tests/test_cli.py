@@ -78,7 +78,7 @@ def test_unavailable_device_is_an_error_not_a_fallback():
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
     out = cli("--device", "cuda", "check", "atomic/probs", "--code", "dprobs = probs")
-    assert out.returncode == 1 and "CUDA" in out.stderr and "Traceback" not in out.stderr
+    assert out.returncode == 2 and "CUDA" in out.stderr and "Traceback" not in out.stderr
 
 
 def test_check_all_replaces_a_failing_cell_by_the_reference(tmp_path):
@@ -111,7 +111,7 @@ def test_config_file_sets_the_device_and_the_flag_wins(tmp_path, monkeypatch):
     config.write_text('device = "cuda"\n')
     code = ("--code", "dprobs = dlogprobs / probs", "--json", "--no-record")
     from_config = cli("check", "probs", *code)
-    assert from_config.returncode == 1 and "CUDA" in from_config.stderr
+    assert from_config.returncode == 2 and "CUDA" in from_config.stderr
     flag = cli("--device", "cpu", "check", "probs", *code)
     assert flag.returncode == 0 and json.loads(flag.stdout)["device"] == "cpu"
     config.write_text('device = "quantum"\n')

@@ -17,6 +17,7 @@ class Cell:
     step: str  # as written in the header; resolved against the pack by the caller
     code: str
     line: int  # 1-based line of the header in the file
+    code_line: int  # 1-based line in the file of the code's first line (blank lines are dropped)
 
 
 def parse_cells(text: str) -> list[Cell]:
@@ -26,7 +27,10 @@ def parse_cells(text: str) -> list[Cell]:
 
     def close() -> None:
         if current is not None:
-            cells.append(Cell(current[0], "\n".join(body).strip("\n") + "\n", current[1]))
+            # The code is stripped of blank lines around it, so count those at its start.
+            blank = next((i for i, line in enumerate(body) if line), len(body))
+            cells.append(Cell(current[0], "\n".join(body).strip("\n") + "\n", current[1],
+                              current[1] + 1 + blank))
 
     for number, line in enumerate(text.splitlines(), start=1):
         match = _HEADER.match(line)

@@ -7,25 +7,29 @@ Exit codes: 0 success (a check passed), 1 a check failed or the program could no
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from collections.abc import Sequence
 
 from tutor import __version__
 from tutor.commands import COMMANDS
 from tutor.commands.base import UsageError
-from tutor.config import DEVICES, ConfigError, resolve
+from tutor.config import DEVICES, ConfigError, resolve, unavailable_device
+from tutor.progress import StoreError
 
 
 def _global_options(parser: argparse.ArgumentParser, suppress: bool) -> None:
     # Added to the main parser and to every subcommand, so they work before or after it.
     default = argparse.SUPPRESS if suppress else None
-    parser.add_argument("--device", choices=DEVICES, default=default,
+    # No argparse types or choices: config.resolve checks these, wherever they were set, and
+    # says what is wrong in one line (argparse would add a usage block).
+    parser.add_argument("--device", default=default, metavar="{" + ",".join(DEVICES) + "}",
                         help="where the network runs (default: auto = cuda, then mps, then cpu)")
-    parser.add_argument("--seed", type=int, default=default,
+    parser.add_argument("--seed", default=default,
                         help="seed of the parameters and the batch (default: the lecture's)")
     parser.add_argument("--home", default=default, metavar="DIR",
                         help="folder for progress and state (or BACKPROP_TUTOR_HOME)")
-    parser.add_argument("--timeout", type=float, default=default, metavar="SECONDS",
+    parser.add_argument("--timeout", default=default, metavar="SECONDS",
                         help="time limit for one check (default 5)")
 
 
@@ -46,14 +50,31 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _tolerate_unprintable() -> None:
+    # A terminal or pipe that is not UTF-8 cannot show ✓ or a learner's printed text; a "?"
+    # in its place is better than a UnicodeEncodeError that loses the verdict.
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(AttributeError, ValueError, OSError):
+            stream.reconfigure(errors="replace")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    _tolerate_unprintable()
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         settings = resolve(device=args.device, seed=args.seed, home=args.home, timeout=args.timeout)
     except ConfigError as exc:
-        print(f"backprop-tutor: {exc}", file=sys.stderr)
+        print(f"backprop-tutor: error: {exc}", file=sys.stderr)
         return 2
+    # Every command refuses a device that is not there, even those that never use it: the
+    # same flags should mean the same everywhere.
+    problem = unavailable_device(settings.device)
+    if problem:
+        print(f"backprop-tutor: error: device '{settings.device}' cannot be used here: {problem}. "
+              "Use --device cpu, or auto for the best device there is.", file=sys.stderr)
+        return 2
+    prog = f"backprop-tutor {args.command}" if args.command else "backprop-tutor"
     try:
         if args.command is None:
             from tutor.ui.app import run_app
@@ -61,8 +82,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_app(settings)
         return args.run(args, settings)
     except UsageError as exc:
-        print(f"backprop-tutor {args.command}: {exc}", file=sys.stderr)
+        print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
+    except StoreError as exc:  # progress that cannot be read midway: say so, no traceback
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return 1
     except BrokenPipeError:  # e.g. `backprop-tutor list --json | head`
         sys.stderr.close()
         return 0

@@ -6,12 +6,16 @@ platform config folder, then the default. Nothing here imports torch.
 
 from __future__ import annotations
 
+import math
 import os
+import subprocess
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import platformdirs
+
+from tutor.source import SourceError, decode
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -22,6 +26,10 @@ APP_NAME = "backprop-tutor"
 DEVICES = ("auto", "cpu", "cuda", "mps")
 DEFAULT_SEED = 2147483647  # the generator seed of the lecture
 DEFAULT_TIMEOUT = 5.0
+# The checks run in milliseconds: under 0.1 s even a right answer could be cut off, and more
+# than ten minutes only delays telling a learner that a loop never ends.
+TIMEOUT_RANGE = (0.1, 600.0)
+SEED_MAX = 2**63 - 1  # torch seeds are 64-bit; the lesson also seeds with seed + 1 and seed + 10
 
 
 class ConfigError(ValueError):
@@ -61,34 +69,135 @@ def _read_config(path: Path) -> dict:
     if not path.is_file():
         return {}
     try:
-        with path.open("rb") as fh:
-            return tomllib.load(fh)
-    except (OSError, tomllib.TOMLDecodeError) as exc:
+        return tomllib.loads(decode(path.read_bytes(), "the file"))
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    except (SourceError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"cannot read {path}: {exc}") from exc
+
+
+def _pick(
+    flag: object, flag_name: str, env: str | None, key: str, cfg: dict, path: Path
+) -> tuple[object, str]:
+    """The first given value of a setting and where it came from, for error messages.
+
+    An empty environment variable counts as unset, as shells export them; an empty flag or
+    config value is a mistake and is reported.
+    """
+    if flag is not None:
+        return flag, flag_name
+    if env and os.environ.get(env):
+        return os.environ[env], env
+    if key in cfg:
+        return cfg[key], f"{key} in {path}"
+    return None, key
+
+
+def _device(value: object, source: str) -> str:
+    if value is None:
+        return "auto"
+    if value not in DEVICES:
+        raise ConfigError(f"{source} must be one of {', '.join(DEVICES)}, not {value!r}")
+    return str(value)
+
+
+def _whole_number(value: object) -> int | None:
+    # bool is an int in Python, but `seed = true` is surely a mistake; so is `seed = 1.5`.
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        try:
+            return int(value.strip())
+        except ValueError:
+            return None
+    return None
+
+
+def _seed(value: object, source: str) -> int:
+    if value is None:
+        return DEFAULT_SEED
+    seed = _whole_number(value)
+    if seed is None or not 0 <= seed <= SEED_MAX:
+        raise ConfigError(f"{source} must be a whole number from 0 to {SEED_MAX}, not {value!r}")
+    return seed
+
+
+def _timeout(value: object, source: str) -> float:
+    if value is None:
+        return DEFAULT_TIMEOUT
+    low, high = TIMEOUT_RANGE
+    try:
+        seconds = math.nan if isinstance(value, bool) else float(value)
+    except (TypeError, ValueError, OverflowError):
+        seconds = math.nan
+    if not low <= seconds <= high:  # also refuses nan, inf and -inf
+        raise ConfigError(f"{source} must be a finite number of seconds between {low:g} and "
+                          f"{high:g}, not {value!r}")
+    return seconds
+
+
+def _home(value: object, source: str) -> Path | None:
+    if value is None:
+        return None
+    if not isinstance(value, (str, Path)) or not str(value).strip() or "\0" in str(value):
+        raise ConfigError(f"{source} must be the path of a folder, not {value!r}")
+    try:
+        return Path(value).expanduser()
+    except RuntimeError:  # `~name` for a user this system does not know, or `~` without HOME
+        head = str(value).split("/", 1)[0]
+        why = f"this system has no user {head[1:]!r}" if head != "~" else "HOME is not set"
+        raise ConfigError(f"{source} {str(value)!r} starts with {head}, but {why}") from None
 
 
 def resolve(
     device: str | None = None,
-    seed: int | None = None,
+    seed: int | str | None = None,
     home: str | Path | None = None,
-    timeout: float | None = None,
+    timeout: float | str | None = None,
     config_path: Path | None = None,
 ) -> Settings:
-    """Combine flags, environment and config file into Settings (flags win)."""
-    cfg = _read_config(config_path or config_file())
-    env_home = os.environ.get("BACKPROP_TUTOR_HOME")
-    home = home or env_home or cfg.get("home")
-    settings = Settings(
-        device=str(device or os.environ.get("BACKPROP_TUTOR_DEVICE") or cfg.get("device", "auto")),
-        seed=int(seed if seed is not None else cfg.get("seed", DEFAULT_SEED)),
-        home=Path(home).expanduser() if home else None,
-        timeout=float(timeout if timeout is not None else cfg.get("timeout", DEFAULT_TIMEOUT)),
-    )
-    if settings.device not in DEVICES:
-        raise ConfigError(
-            f"unknown device '{settings.device}': choose one of {', '.join(DEVICES)}"
-        )
-    if settings.timeout <= 0:
-        raise ConfigError("the time limit must be a positive number of seconds")
-    return settings
+    """Combine flags, environment and config file into Settings (flags win).
 
+    Flags may be given as the strings typed: every value, wherever it came from, is checked
+    here, so a wrong one gets one message naming where it was set.
+    """
+    path = config_path or config_file()
+    cfg = _read_config(path)
+    return Settings(
+        device=_device(*_pick(device, "--device", "BACKPROP_TUTOR_DEVICE", "device", cfg, path)),
+        seed=_seed(*_pick(seed, "--seed", None, "seed", cfg, path)),
+        home=_home(*_pick(home, "--home", "BACKPROP_TUTOR_HOME", "home", cfg, path)),
+        timeout=_timeout(*_pick(timeout, "--timeout", None, "timeout", cfg, path)),
+    )
+
+
+# Asked of a short-lived process, so that commands that never need torch (and the TUI, which
+# keeps torch in its evaluator) do not load it. It prints 1 when the device is there, else 0.
+_DEVICE_PROBE = """
+import sys, torch
+mps = getattr(torch.backends, "mps", None)
+there = torch.cuda.is_available() if sys.argv[1] == "cuda" else bool(mps and mps.is_available())
+print(int(there))
+"""
+_MISSING = {
+    "cuda": "this PyTorch sees no CUDA device (no NVIDIA GPU, no driver, or a CPU-only build)",
+    "mps": "this PyTorch sees no Apple GPU (MPS needs a Mac with Apple silicon or AMD graphics)",
+}
+
+
+def unavailable_device(name: str) -> str | None:
+    """Why the device `name` cannot be used here, or None. Only "cuda" and "mps" are asked
+    about: "cpu" is always there and "auto" takes what there is."""
+    if name not in _MISSING:
+        return None
+    try:
+        probe = subprocess.run(
+            [sys.executable, "-c", _DEVICE_PROBE, name], capture_output=True, text=True,
+            timeout=300, env=dict(os.environ, PYTHONWARNINGS="ignore"),
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"could not find out whether it is there: {exc}"
+    if probe.returncode == 0:  # the answer is the last line, whatever torch printed before it
+        return None if probe.stdout.strip().endswith("1") else _MISSING[name]
+    last = (probe.stderr.strip().splitlines() or ["no message"])[-1]
+    return f"PyTorch could not be loaded to look for it: {last}"

@@ -87,6 +87,8 @@ def _scale_message(name: str, c: float, n: int) -> str:
         why = "a factor n too large: the loss averages over the batch"
     elif near(1 / n):
         why = "a factor n too small: is there a 1/n too many?"
+    elif near(n * n) or near(1 / (n * n)):
+        why = "that is n squared (or its inverse): the batch size is applied the wrong way round"
     elif near(n / (n - 1)) or near((n - 1) / n):
         why = "that is n/(n-1) or its inverse: check 1/n against 1/(n-1) (Bessel's correction)"
     elif near(2) or near(0.5):

@@ -1,138 +1,85 @@
-"""The check of one candidate: run it on the lesson's batch, grade it, diagnose it, re-check it.
+"""The check of one candidate: run it on the lesson's batches, grade it, diagnose it.
 
-This is the in-process core; the sandbox worker wraps it in a separate process with a time limit,
-and the CLI and TUI talk to that worker. Results are plain data (the JSON contract of DESIGN.md).
+The engine holds the lesson and autograd's gradients. Learner code never runs here: each check
+forks a confined child (sandbox/isolate.py) that replays the earlier steps and runs the candidate
+on the main and the fresh batch (execution.py), then sends back plain tensors. Grading, diagnosis
+and the held-out verdict happen here, on that data. Results are plain data (the JSON contract of
+DESIGN.md).
 """
 
 from __future__ import annotations
 
-import ast
-import builtins
-import copy
-import io
-import math
-import signal
-import time
-import traceback
-import types
-import warnings
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from tutor import diagnosis as dx
+from tutor.candidate import (
+    CodeError,
+    Output,
+    compile_candidate,
+    copy_namespace,
+    execute,
+    timeout_error,
+)
 from tutor.config import Settings
+from tutor.execution import BatchPlan, CheckSpec, Replay, assigned_names, run_check
 from tutor.grading import Grade, grade, heatmap, rounding_note
 from tutor.lesson import Batch, Lesson, resolve_device
 from tutor.packs import Pack, Step, load_pack
-from tutor.sandbox.modules import safe_view
-from tutor.sandbox.policy import inspect
+from tutor.sandbox import isolate
+from tutor.sandbox.clean import MAX_MESSAGE, clean
+from tutor.sandbox.confine import prepare
+from tutor.torchstate import TorchState
 
 Tensor = torch.Tensor
-CODE_FILE = "<your code>"
-MAX_STDOUT = 20_000
 
-# What learner code may call without importing: enough for loops, shapes and printing.
-SAFE_BUILTINS = {
-    name: getattr(builtins, name)
-    for name in (
-        "abs all any bool dict divmod enumerate filter float format frozenset int isinstance "
-        "issubclass iter len list map max min next pow range repr reversed round set slice "
-        "sorted str sum tuple zip Ellipsis True False None ArithmeticError AssertionError "
-        "AttributeError Exception IndexError KeyError NameError RuntimeError TypeError "
-        "ValueError ZeroDivisionError"
-    ).split()
-}
-
-
-SANDBOX_MODULES = {"torch": safe_view(torch), "F": safe_view(F), "math": math}
-
-
-def sandbox_globals(out: io.StringIO) -> dict:
-    """The modules and builtins learner code runs with; `print` writes to `out`, up to a cap."""
-
-    def captured_print(*args, sep=" ", end="\n", **_):
-        room = MAX_STDOUT - out.tell()
-        if room > 0:
-            out.write((sep.join(str(a) for a in args) + end)[:room])
-
-    return {**SANDBOX_MODULES, "__builtins__": {**SAFE_BUILTINS, "print": captured_print}}
-
-
-class CodeError(Exception):
-    """The learner's code could not be run to the end; `payload` is the JSON error object."""
-
-    def __init__(self, kind: str, message: str, line: int | None = None, col: int | None = None):
-        super().__init__(message)
-        self.payload = {"kind": kind, "message": message, "line": line, "col": col}
-
-
-class CheckTimeout(Exception):
-    pass
-
-
-def compile_candidate(code: str):
-    """Parse, apply the policy, compile. Raises CodeError for syntax errors and refusals."""
-    try:
-        tree = ast.parse(code, CODE_FILE)
-        refusal = inspect(tree)
-        if refusal:
-            raise CodeError("forbidden", refusal.message, refusal.line, refusal.col)
-        # Some errors (a starred expression alone, `return` outside a function) only show here.
-        return compile(tree, CODE_FILE, "exec")
-    except (SyntaxError, ValueError) as exc:
-        lineno, offset = getattr(exc, "lineno", None), getattr(exc, "offset", None)
-        where = f"line {lineno}, column {offset}" if lineno else "your code"
-        message = getattr(exc, "msg", None) or str(exc)
-        raise CodeError("syntax", f"{where}: {message}", lineno, offset) from None
-
-
-def _timeout_error(seconds: float) -> CodeError:
-    return CodeError(
-        "timeout",
-        f"your code was stopped after {seconds:g} s. Is there a loop that never ends? The "
-        "gradients here take milliseconds.",
-    )
-
-
-def _runtime_error(exc: BaseException, code: str) -> CodeError:
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename == CODE_FILE]
-    line = frames[-1].lineno if frames else None
-    text = str(exc).strip() or type(exc).__name__
-    if isinstance(exc, MemoryError) or "can't allocate memory" in text or "out of memory" in text:
-        return CodeError(
-            "memory",
-            (f"line {line}: " if line else "")
-            + "that needs more memory than the sandbox allows. The gradients here are small "
-            "tensors; check the sizes you are creating.",
-            line,
-        )
-    source = code.splitlines()[line - 1].strip() if line and line <= len(code.splitlines()) else ""
-    hint = ""
-    if "cannot be multiplied" in text or "size of tensor a" in text:
-        hint = (
-            " Compare the shapes on the forward line: a matmul needs the inner "
-            "dimensions to agree, so one operand may need .T or the order swapped."
-        )
-    elif isinstance(exc, NameError):
-        hint = " Only the forward tensors, the parameters and earlier gradients are defined."
-    where = f"line {line}: `{source}`\n" if line else ""
-    return CodeError("runtime", f"{where}{type(exc).__name__}: {text}.{hint}", line)
+# How long past its time limit a child that ignores the alarm (a swallowed stop, one long tensor
+# operation) may run before it is killed.
+KILL_GRACE = 0.5
 
 
 @dataclass
 class Run:
-    """What executing a candidate on one batch produced."""
+    """What executing a candidate on one batch produced, as plain tensors."""
 
     namespace: dict
     before: dict
     stdout: str
 
 
-def _alarm(_signum, _frame):
-    raise CheckTimeout()
+@dataclass(frozen=True)
+class Foreign:
+    """A value that is not a tensor, by the name of its type."""
+
+    type_name: str
+
+
+@dataclass(frozen=True)
+class OddTensor:
+    """A tensor that cannot be graded as a gradient (sparse, meta, complex, ...), and why."""
+
+    why: str
+
+
+def decode(item: Any) -> Any:
+    kind = item[0] if isinstance(item, tuple) and item else None
+    if kind == "tensor":
+        return isolate.decode_tensor(item)
+    if kind == "ellipsis":
+        return Ellipsis
+    if kind == "odd":
+        return OddTensor(clean(item[1], 300))
+    return Foreign(clean(item[1] if kind == "object" else "unknown", 60))
+
+
+def decode_namespace(encoded: Any) -> dict:
+    if not isinstance(encoded, dict):
+        return {}
+    return {str(k): decode(v) for k, v in encoded.items()}
 
 
 class Engine:
@@ -141,16 +88,12 @@ class Engine:
         self.pack = pack or load_pack()
         self.device = resolve_device(self.settings.device)
         self.lesson = Lesson(self.pack, self.device, self.settings.seed)
-        self._replays: dict[tuple, tuple[dict, list[str]]] = {}
+        self.isolated = isolate.can_fork(self.device)
+        if self.isolated:
+            prepare()
+        self._befores: dict[tuple, dict] = {}
         self._mistake_values: dict[tuple, Tensor | None] = {}
-        # Python loops can be interrupted from inside; the client's hard kill is the backstop.
-        self._deadline: float | None = None
-        self._can_alarm = hasattr(signal, "setitimer")
-        if self._can_alarm:
-            try:
-                signal.signal(signal.SIGALRM, _alarm)
-            except ValueError:  # not the main thread (e.g. tests in threads)
-                self._can_alarm = False
+        self._lock = threading.Lock()
 
     # -- the lesson as plain data ------------------------------------------------------------
     def info(self) -> dict:
@@ -163,123 +106,69 @@ class Engine:
             "parameters": self.lesson.n_params,
             "dataset": self.lesson.dataset.sizes,
             "lines": batch.lines,
+            "isolation": "process" if self.isolated else "in-process",
         }
 
-    # -- namespaces ----------------------------------------------------------------------------
-    def namespace_before(
-        self, step: Step, batch: Batch, prior: dict[str, str]
-    ) -> tuple[dict, list[str]]:
-        """Forward tensors plus the gradients of the earlier steps, replayed as in the notebook."""
-        earlier = self._earlier(step)
-        key = (id(batch), step.id, tuple((s.id, prior.get(s.id)) for s in earlier))
-        if key not in self._replays:
-            ns = batch.namespace()
-            for name in step.given:
-                ns[f"d{name}"] = batch.given[(step.id, name)].clone()
-            notes: list[str] = []
-            for s in earlier:
-                code = prior.get(s.id)
-                if code is not None:
-                    trial = copy_namespace(ns)
-                    try:
-                        self._exec(compile_candidate(code), trial, io.StringIO())
-                        ns = trial
-                        notes += self._stand_in_partials(s, ns, batch)
-                        continue
-                    except (CodeError, CheckTimeout, Exception) as exc:  # noqa: BLE001
-                        notes.append(
-                            f"your saved code for {s.id} failed when replayed "
-                            f"({exc}); its reference solution was used instead"
-                        )
-                self._exec(compile_candidate(s.solution), ns, io.StringIO())
-            self._replays[key] = (ns, notes)
-        return self._replays[key]
-
-    def _stand_in_partials(self, step: Step, ns: dict, batch: Batch) -> list[str]:
-        """A first branch the learner did not start is taken from autograd, and said so, so a
-        later `+=` still works; their own second branch is what gets graded there."""
-        notes = []
-        for name in step.partials:
-            if not isinstance(ns.get(f"d{name}"), Tensor):
-                ns[f"d{name}"] = batch.reference[(step.id, name)].clone()
-                notes.append(
-                    f"your code for {step.id} does not start d{name}, the first branch of "
-                    f"{name}; autograd's first branch stands in for it"
-                )
-        return notes
-
+    # -- running learner code ------------------------------------------------------------------
     def _earlier(self, step: Step) -> list[Step]:
         if not step.replay:
             return []
         steps = [s for s in self.pack.gradient_steps if s.exercise == step.exercise]
         return steps[: steps.index(step)]
 
-    def _exec(self, compiled, ns: dict, out: io.StringIO) -> None:
-        ns.update(sandbox_globals(out))
-        if self._can_alarm:
-            # One budget per check (the run, the fresh-batch re-run and any replay together).
-            budget = self.settings.timeout if self._deadline is None else (
-                self._deadline - time.monotonic())
-            if budget <= 0:
-                raise CheckTimeout()
-            signal.setitimer(signal.ITIMER_REAL, budget)
-        try:
-            # Warnings from the learner's code (a deprecated .T on a 1-D tensor, say) are part of
-            # what they should see, next to their own prints, not on the worker's stderr.
-            with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
-                exec(compiled, ns)
-        finally:
-            for w in locals().get("caught") or []:
-                if w.filename == CODE_FILE and out.tell() < MAX_STDOUT:
-                    text = str(w.message).split(" (Triggered internally")[0]
-                    out.write(f"warning (line {w.lineno}): {text}\n")
-            if self._can_alarm:
-                signal.setitimer(signal.ITIMER_REAL, 0)
-            ns.pop("__builtins__", None)
+    def _plan(self, step: Step, batch: Batch, name: str, prior: dict[str, str]) -> BatchPlan:
+        """What the child needs for one batch: its tensors and how to replay earlier steps."""
+        ns = batch.namespace()
+        for given in step.given:
+            ns[f"d{given}"] = batch.given[(step.id, given)].clone()
+        replays = [
+            Replay(s.id, prior.get(s.id), s.solution,
+                   {p: batch.reference[(s.id, p)] for p in s.partials})
+            for s in self._earlier(step)
+        ]
+        return BatchPlan(name, ns, replays)
 
-    def run(self, step: Step, compiled, code: str, batch: Batch, prior: dict[str, str]) -> Run:
-        base, _ = self.namespace_before(step, batch, prior)
-        ns = copy_namespace(base)
-        out = io.StringIO()
-        try:
-            self._exec(compiled, ns, out)
-        except CheckTimeout:
-            raise _timeout_error(self.settings.timeout) from None
-        except Exception as exc:  # noqa: BLE001 - any failure of learner code is reported
-            err = _runtime_error(exc, code)
-            err.payload["stdout"] = out.getvalue()
-            raise err from None
-        return Run(ns, base, out.getvalue())
+    def _scrub(self) -> None:
+        """In the child, before learner code runs: forget every answer it could look for."""
+        for batch in (self.lesson.main, self.lesson.heldout):
+            batch.reference.clear()
+            batch.reference64.clear()
+        for s in self.pack.steps:
+            object.__setattr__(s, "solution", "")
+            object.__setattr__(s, "mistakes", ())
+        self._befores.clear()
+        self._mistake_values.clear()
+
+    def execute(self, spec: CheckSpec) -> dict:
+        """Run the spec in a confined child (or here, with torch's state restored after)."""
+        if not self.isolated:
+            with TorchState.kept():
+                return run_check(spec)
+        outcome = isolate.run(
+            lambda _send, _cancel: run_check(spec),
+            timeout=spec.timeout + KILL_GRACE,
+            cpu_seconds=spec.timeout + 1,
+            memory_gb=self.settings.memory_limit_gb,
+            scrub=self._scrub,
+        )
+        if outcome.status == "done" and isinstance(outcome.result, dict):
+            return outcome.result
+        if outcome.status == "timeout" or outcome.why in ("cpu", "killed"):
+            return {"timeout": True, "records": {}}
+        return {"timeout": False, "records": {}, "crashed": outcome.why}
 
     # -- the check -----------------------------------------------------------------------------
     def check(self, step_id: str, code: str, prior: dict[str, str] | None = None) -> dict:
-        self._deadline = time.monotonic() + self.settings.timeout
-        try:
-            return self._check(step_id, code, prior)
-        except CheckTimeout:  # the budget ran out outside the candidate's own run (a replay)
-            return {
-                "step": self.pack.step(step_id).id, "passed": False, "device": str(self.device),
-                "checks": [], "heldout": None, "stdout": "", "notes": [], "figure": None,
-                "error": _timeout_error(self.settings.timeout).payload,
-            }
-        finally:
-            self._deadline = None
+        with self._lock:  # one check at a time: the lesson's caches are shared
+            return self._check(step_id, code, prior or {})
 
-    def _check(self, step_id: str, code: str, prior: dict[str, str] | None) -> dict:
+    def _empty_result(self, step: Step) -> dict:
+        return {"step": step.id, "passed": False, "device": str(self.device), "checks": [],
+                "heldout": None, "error": None, "stdout": "", "notes": [], "figure": None}
+
+    def _check(self, step_id: str, code: str, prior: dict[str, str]) -> dict:
         step = self.pack.step(step_id)
-        prior = prior or {}
-        result: dict = {
-            "step": step.id,
-            "passed": False,
-            "device": str(self.device),
-            "checks": [],
-            "heldout": None,
-            "error": None,
-            "stdout": "",
-            "notes": [],
-            "figure": None,
-        }
+        result = self._empty_result(step)
         if step.is_training:
             result["error"] = {
                 "kind": "usage",
@@ -289,37 +178,111 @@ class Engine:
             }
             return result
         try:
-            compiled = compile_candidate(code)
-            batch = self.lesson.main
-            run = self.run(step, compiled, code, batch, prior)
+            compile_candidate(code)  # syntax errors and refusals, before any process starts
         except CodeError as exc:
-            result["stdout"] = exc.payload.pop("stdout", "")
             result["error"] = exc.payload
             return result
-        result["stdout"] = run.stdout
-        result["notes"] += self.namespace_before(step, batch, prior)[1]
+        graded = step.checks + step.partials
+        spec = CheckSpec(step.id, code, graded, [
+            self._plan(step, self.lesson.main, "main", prior),
+            self._plan(step, self.lesson.heldout, "heldout", prior),
+        ], self.settings.timeout)
+        outcome = self.execute(spec)
+        records = outcome.get("records") or {}
+        main = records.get("main")
+        if outcome.get("timeout") and not (main and main.get("error")) and main is None:
+            result["error"] = timeout_error(self.settings.timeout).payload
+            return result
+        if main is None:
+            why = clean(outcome.get("crashed") or "it ended without an answer", MAX_MESSAGE)
+            result["error"] = {"kind": "internal", "line": None, "col": None,
+                               "message": f"the sandbox stopped before answering: {why}"}
+            return result
+        result["stdout"] = clean(main.get("stdout", ""))
+        if main.get("error"):
+            result["error"] = _clean_error(main["error"])
+            return result
+        batch = self.lesson.main
+        run = self._run_from(main, step, batch, prior)
+        result["notes"] += [clean(n, MAX_MESSAGE) for n in main.get("notes", [])]
         grades = self._grade(step, run, batch, prior)
-        self._check_mutations(step, run, code, grades, result["notes"])
-        for name in step.partials:
-            if not isinstance(run.namespace.get(f"d{name}"), Tensor):
-                closing = next(
-                    (s.id for s in self.pack.gradient_steps[self.pack.index(step.id) + 1 :]
-                     if name in s.checks), "a later step")
+        self._check_mutations(step, main.get("mutations") or {}, code, grades, result["notes"])
+        self._partial_notes(step, run, result["notes"])
+        result["stdout"] = self._with_cmp_rows(step, main, result["stdout"])
+        for g in grades:
+            value = run.namespace.get(g.grad)
+            if isinstance(value, Tensor) and value.dtype in (torch.float16, torch.bfloat16):
                 result["notes"].append(
-                    f"{name} is used twice; its gradient d{name} can be started here with the "
-                    f"branch from this line (it is graded in full at {closing}). Until you do, "
-                    "autograd's first branch stands in for it."
-                )
-        result["checks"] = [g.to_dict() for g in grades]
+                    f"{g.grad} is a {str(value.dtype)[6:]} tensor, which keeps only about three "
+                    "significant digits; compute gradients in float32, like the forward pass")
         passed = all(g.accepted and not g.diagnosis for g in grades)
         if passed:
-            result["heldout"] = self._heldout(step, compiled, code, prior, grades)
+            result["heldout"] = self._heldout(step, records.get("heldout"),
+                                              bool(outcome.get("timeout")), grades)
             passed = result["heldout"]["passed"]
-            result["checks"] = [g.to_dict() for g in grades]
+        result["checks"] = [g.to_dict() for g in grades]
         result["passed"] = passed
         if passed:
             result["figure"] = self._figure(step, run)
         return result
+
+    def _run_from(self, record: dict, step: Step, batch: Batch, prior: dict[str, str]) -> Run:
+        # The child sends tensors; the sizes (n, vocab_size, ...) are the batch's own.
+        before = {**batch.namespace(), **decode_namespace(record.get("before"))}
+        after = decode_namespace(record.get("after"))
+        self._befores[self._before_key(step, batch, prior)] = before
+        return Run(after, before, "")
+
+    def _before_key(self, step: Step, batch: Batch, prior: dict[str, str]) -> tuple:
+        return (id(batch), step.id, tuple((s.id, prior.get(s.id)) for s in self._earlier(step)))
+
+    def namespace_before(self, step: Step, batch: Batch, prior: dict[str, str]) -> dict:
+        """The namespace the candidate started from, as the child last reported it."""
+        return self._befores.get(self._before_key(step, batch, prior), {})
+
+    def _partial_notes(self, step: Step, run: Run, notes: list[str]) -> None:
+        for name in step.partials:
+            if not isinstance(run.namespace.get(f"d{name}"), Tensor):
+                closing = next(
+                    (s.id for s in self.pack.gradient_steps[self.pack.index(step.id) + 1:]
+                     if name in s.checks), "a later step")
+                notes.append(
+                    f"{name} is used twice; its gradient d{name} can be started here with the "
+                    f"branch from this line (it is graded in full at {closing}). Until you do, "
+                    "autograd's first branch stands in for it."
+                )
+
+    def _with_cmp_rows(self, step: Step, record: dict, stdout: str) -> str:
+        """The learner's own cmp(...) calls, answered with the tutor's row where they were made.
+
+        Only gradients graded up to this step are answered, once per name: a row says no more
+        than the check itself shows.
+        """
+        calls = record.get("cmp") or []
+        if not calls:
+            return stdout
+        batch = self.lesson.main
+        upto = self.pack.gradient_steps[: self.pack.index(step.id) + 1]
+        pieces, last, seen = [], 0, set()
+        for pos, name, encoded in calls:
+            if not isinstance(pos, int) or not isinstance(name, str) or name in seen:
+                continue
+            seen.add(name)
+            key = next(((s.id, name) for s in reversed(upto) if name in s.checks + s.partials
+                        and (s.id, name) in batch.reference), None)
+            value = decode(encoded)
+            if key is None or not isinstance(value, Tensor):
+                continue
+            g = grade(name, value, batch.reference[key], batch.reference64[key])
+            row = (f"cmp {name:<15} exact {str(g.exact):<5}  approximate {str(g.approximate):<5}"
+                   f"  maxdiff {g.maxdiff if g.maxdiff is not None else '-'}"
+                   + ("" if g.shape == g.expected_shape else
+                      f"  (shape {g.shape}, expected {g.expected_shape})") + "\n")
+            pos = max(last, min(pos, len(stdout)))
+            pieces += [stdout[last:pos], row]
+            last = pos
+        pieces.append(stdout[last:])
+        return "".join(pieces)
 
     def _grade(self, step: Step, run: Run, batch: Batch, prior: dict[str, str]) -> list[Grade]:
         grades = []
@@ -332,7 +295,20 @@ class Engine:
                 continue
             ref32 = batch.reference[(step.id, tensor)]
             ref64 = batch.reference64[(step.id, tensor)]
-            g = grade(tensor, value, ref32, ref64, partial=partial)
+            if isinstance(value, (OddTensor, Foreign)):
+                grades.append(_unusable(tensor, value, ref32, partial))
+                continue
+            # Parameters are held to what their update `p -= lr * dp` needs (see grading).
+            g = grade(tensor, value, ref32, ref64, partial, tensor in self.lesson.params)
+            if partial and not g.accepted:
+                # Both branches typed at once are right: grade against the closing step.
+                from tutor.grading import closing_grade
+
+                closing = next((s.id for s in self.pack.gradient_steps[
+                    self.pack.index(step.id) + 1:] if tensor in s.checks), None)
+                if closing:
+                    g = closing_grade(g, value, batch.reference[(closing, tensor)],
+                                      batch.reference64[(closing, tensor)], closing)
             if isinstance(value, Tensor):
                 self._diagnose(g, step, value, ref32, run, batch, prior)
             elif not g.message:
@@ -358,8 +334,12 @@ class Engine:
             g.message = g.diagnosis["message"]
             return
         if g.accepted:
-            g.message = rounding_note(g) + role
+            g.message = rounding_note(g) + ("" if g.reference_step else role)
             return
+        from tutor import derived
+        from tutor.grading import as_graded
+
+        value = as_graded(value, ref)  # a shape that fits is diagnosed on what it broadcasts to
         earlier = run.before.get(f"d{g.tensor}")
         g.diagnosis = dx.value_diagnosis(
             g.tensor,
@@ -369,6 +349,11 @@ class Engine:
             earlier if isinstance(earlier, Tensor) else None,
             mistakes,
         )
+        if g.diagnosis is None and torch.isfinite(value).all():
+            # Nobody catalogued this one: compare with wrong answers derived from the step.
+            g.diagnosis = derived.explain(
+                self.pack, step, g.tensor, value, ref, run.before, batch.n
+            )
         pattern = dx.where_wrong(value, ref) if torch.isfinite(value).all() else ""
         g.message = (g.diagnosis["message"] if g.diagnosis else f"d{g.tensor} is wrong{role}") + (
             f" ({pattern})" if pattern else ""
@@ -385,15 +370,17 @@ class Engine:
         ]
 
     def _mistake_value(self, m, tensor, step, batch, prior) -> Callable[[], Tensor | None]:
-        """Lazily evaluate a catalogued mistake on the same namespace as the learner's code."""
+        """Lazily evaluate a catalogued mistake on the namespace the learner's code started from.
+
+        The mistake is our code, run here on plain tensors the child sent back.
+        """
 
         def evaluate() -> Tensor | None:
-            base, _ = self.namespace_before(step, batch, prior)
-            key = (id(base), m.code, tensor)  # the same mistake on the same namespace
+            key = (*self._before_key(step, batch, prior), m.code, tensor)
             if key not in self._mistake_values:
-                ns = copy_namespace(base)
+                ns = copy_namespace(self.namespace_before(step, batch, prior))
                 try:
-                    self._exec(compile_candidate(m.code), ns, io.StringIO())
+                    execute(compile_candidate(m.code), ns, Output())
                     value = ns.get(f"d{tensor}")
                 except Exception:  # noqa: BLE001 - a mistake that cannot run matches nothing
                     value = None
@@ -403,25 +390,15 @@ class Engine:
         return evaluate
 
     def _check_mutations(
-        self, step: Step, run: Run, code: str, grades: list[Grade], notes: list[str]
+        self, step: Step, facts: dict, code: str, grades: list[Grade], notes: list[str]
     ) -> None:
         """Earlier gradients must come out of a step as they went in; forward tensors too."""
-        written = {
-            n.id
-            for n in ast.walk(ast.parse(code))
-            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
-        }
-        checked = {f"d{t}" for t in step.checks + step.partials}
-        for name, before in run.before.items():
-            after = run.namespace.get(name)
-            if not isinstance(before, Tensor) or name in checked:
-                continue
-            changed = (
-                not isinstance(after, Tensor)
-                or after.shape != before.shape
-                or not torch.equal(after, before)
-            )
-            if not changed:
+        written = assigned_names(code)
+        by_grad = {g.grad: g for g in grades}
+        for change in facts.get("changed", []):
+            name = str(change.get("name"))
+            if change.get("deleted"):
+                notes.append(f"your code deleted {name}; it is back for the next check")
                 continue
             if not name.startswith("d"):
                 notes.append(
@@ -432,15 +409,9 @@ class Engine:
             if name in written:
                 notes.append(f"your code reassigned {name}, an earlier step's gradient")
                 continue
-            culprit = next(
-                (
-                    g
-                    for g in grades
-                    if isinstance(run.namespace.get(g.grad), Tensor)
-                    and _shares_memory(run.namespace[g.grad], after)
-                ),
-                grades[0],
-            )
+            if not grades:
+                continue
+            culprit = by_grad.get(change.get("culprit")) or grades[0]
             culprit.diagnosis = dx.diagnosis(
                 "aliasing",
                 f"your code also changed {name}, which an earlier step already checked: "
@@ -450,54 +421,43 @@ class Engine:
                 f"(`{culprit.grad} = {culprit.grad} + ...`).",
             )
             culprit.message = culprit.diagnosis["message"]
-        for g in grades:
-            value = run.namespace.get(g.grad)
-            if not isinstance(value, Tensor):
-                continue
-            for name, other in run.namespace.items():
-                if (
-                    name != g.grad
-                    and name.startswith("d")
-                    and isinstance(other, Tensor)
-                    and other.shape == value.shape
-                    and _shares_memory(value, other)
-                ):
-                    notes.append(
-                        f"{g.grad} and {name} share memory: a later `+=` on one changes the "
-                        "other. A .clone() keeps them apart."
-                    )
-                    break
+        for grad, other in (facts.get("shared") or {}).items():
+            if grad in by_grad:
+                notes.append(
+                    f"{grad} and {other} share memory: a later `+=` on one changes the "
+                    "other. A .clone() keeps them apart."
+                )
 
-    def _heldout(
-        self, step: Step, compiled, code: str, prior: dict[str, str], grades: list[Grade]
-    ) -> dict:
+    def _heldout(self, step: Step, record: dict | None, timed_out: bool,
+                 grades: list[Grade]) -> dict:
         batch = self.lesson.heldout
         out = {"passed": True, "batch_size": batch.n, "message": None}
-        try:
-            run = self.run(step, compiled, code, batch, prior)
+        advice = "Is a batch size written in as a number? Use n or a tensor's .shape instead."
+        if record is None or record.get("error"):
+            if record is None:
+                reason = ("it ran out of time" if timed_out else "it did not finish")
+            else:
+                reason = f"it fails: {_clean_error(record['error'])['message']}"
+            out["message"] = (f"right for this batch of {self.lesson.main.n}, but on a fresh "
+                              f"batch of {batch.n} {reason} {advice}")
+        else:
+            namespace = decode_namespace(record.get("after"))
             failures = []
             for g in grades:
-                value = run.namespace.get(g.grad)
+                value = namespace.get(g.grad)
                 h = grade(
                     g.tensor,
-                    value,
+                    value if isinstance(value, Tensor) else None,
                     batch.reference[(step.id, g.tensor)],
                     batch.reference64[(step.id, g.tensor)],
                 )
-                if not h.accepted:
+                if not h.accepted and not (g.partial and value is None):
                     failures.append(f"{g.grad} ({h.verdict})")
             if failures:
                 out["message"] = (
                     f"right for this batch of {self.lesson.main.n}, but wrong on a fresh batch "
-                    f"of {batch.n}: {', '.join(failures)}. Is a batch size written in as a "
-                    "number? Use n or a tensor's .shape instead."
+                    f"of {batch.n}: {', '.join(failures)}. {advice}"
                 )
-        except CodeError as exc:
-            out["message"] = (
-                f"right for this batch of {self.lesson.main.n}, but on a fresh batch of "
-                f"{batch.n} it fails: {exc.payload['message']} Is a batch size written in as a "
-                "number? Use n or a tensor's .shape instead."
-            )
         if out["message"]:
             out["passed"] = False
             grades[0].diagnosis = dx.diagnosis("heldout", out["message"])
@@ -516,27 +476,29 @@ class Engine:
         }
 
 
-def copy_namespace(ns: dict) -> dict:
-    """Fresh copies of every tensor, so a candidate cannot touch what later checks use.
-
-    One deepcopy memo for the whole namespace keeps aliasing exactly as the learner made it: two
-    names for one tensor stay one tensor, a view stays a view of its base.
-    """
-    memo: dict = {}
-    out = {}
-    for name, value in ns.items():
-        if isinstance(value, types.ModuleType):
-            out[name] = value
-            continue
-        try:
-            out[name] = copy.deepcopy(value, memo)
-        except Exception:  # noqa: BLE001 - uncopyable learner objects are shared as they are
-            out[name] = value
-    return out
+def _unusable(tensor: str, value: OddTensor | Foreign, ref: Tensor, partial: bool) -> Grade:
+    """A verdict for a value that cannot be compared with autograd's at all."""
+    g = Grade(tensor, f"d{tensor}", list(ref.shape), partial=partial)
+    if isinstance(value, OddTensor):
+        g.verdict = "wrong"
+        g.message = f"d{tensor} is {value.why}."
+    else:
+        g.message = (f"d{tensor} is a {value.type_name}, but it must be a tensor of shape "
+                     f"{list(ref.shape)} like {tensor}")
+    return g
 
 
-def _shares_memory(a: Tensor, b: Tensor) -> bool:
-    try:
-        return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
-    except RuntimeError:
-        return False
+def _clean_error(payload: Any) -> dict:
+    """An error from the child, shown as is but never trusted to be well formed."""
+    if not isinstance(payload, dict):
+        return {"kind": "internal", "message": "the sandbox sent a malformed error",
+                "line": None, "col": None}
+    line, col = payload.get("line"), payload.get("col")
+    kind = payload.get("kind")
+    return {
+        "kind": kind if kind in ("syntax", "forbidden", "runtime", "timeout", "memory") else
+        "runtime",
+        "message": clean(payload.get("message", ""), MAX_MESSAGE),
+        "line": line if isinstance(line, int) else None,
+        "col": col if isinstance(col, int) else None,
+    }

@@ -4,6 +4,14 @@
 notebook's `cmp` does. Acceptance is decided against a float64 reference instead: an answer passes
 when it is as close to the true gradient as autograd's own float32 result is (with headroom), so a
 correct formula is never refused because float32 rounded it differently.
+
+Shape comes first, judged by what the gradient is used for. Exactly the tensor's shape passes
+silently. A shape that differs only by size-1 dimensions, and whose values broadcast to the right
+gradient, is graded on those broadcast values and passes with a note: the lecture's own
+`dbnmeani = (-dbndiff).sum(0)` is `[64]` for a `[1, 64]` tensor, and everything downstream works.
+A parameter is held to what its update needs: `p -= lr * dp` must neither fail nor change `p`'s
+shape, so `db2` of `[1, 27]` for `b2` of `[27]` is refused while `[64]` for `bngain` of `[1, 64]`
+is not.
 """
 
 from __future__ import annotations
@@ -34,6 +42,10 @@ class Grade:
     diagnosis: dict | None = None
     partial: bool = False
     heatmap: list[list[float]] | None = None
+    note: str | None = None  # why an accepted answer of another shape counts, or similar
+    # Whose reference the verdict was measured against, when not the step's own: a first branch
+    # typed complete is graded against the step that closes the tensor (kept out of the JSON).
+    reference_step: str | None = None
 
     def to_dict(self) -> dict:
         return {
@@ -49,12 +61,24 @@ class Grade:
             "message": self.message,
             "partial": self.partial,
             "heatmap": self.heatmap,
+            "note": self.note,
         }
 
 
 
-def grade(tensor: str, value, ref32: Tensor, ref64: Tensor, partial: bool = False) -> Grade:
-    """Compare a learner's gradient with autograd's; no diagnosis yet, only the facts."""
+def grade(
+    tensor: str,
+    value,
+    ref32: Tensor,
+    ref64: Tensor,
+    partial: bool = False,
+    parameter: bool = False,
+) -> Grade:
+    """Compare a learner's gradient with autograd's; no diagnosis yet, only the facts.
+
+    `parameter` says the tensor is trained with `p -= lr * dp`, which decides which shapes other
+    than the exact one can stand.
+    """
     g = Grade(tensor, f"d{tensor}", list(ref32.shape), partial=partial)
     if value is None:
         g.message = f"your code does not define d{tensor}"
@@ -70,8 +94,26 @@ def grade(tensor: str, value, ref32: Tensor, ref64: Tensor, partial: bool = Fals
         return g
     g.shape = list(value.shape)
     if value.shape != ref32.shape:
-        g.verdict = "shape"
+        if not fits(value.shape, ref32.shape, parameter):
+            g.verdict = "shape"
+            return g
+        # A shape that only stands if its values are right: compare what it broadcasts to.
+        _measure(g, as_graded(value, ref32), ref32, ref64)
+        if not g.accepted and value.numel() != ref32.numel():
+            # [1, 64] for [n, 64] is a shape mistake unless every row of the truth is the same.
+            g.exact = g.approximate = False
+            g.maxdiff = None
+            g.verdict = "shape"
+            return g
+        if g.accepted:
+            g.note = shape_note(tensor, g.shape, g.expected_shape, parameter)
         return g
+    _measure(g, value, ref32, ref64)
+    return g
+
+
+def _measure(g: Grade, value: Tensor, ref32: Tensor, ref64: Tensor) -> None:
+    """exact / approximate / maxdiff against float32, acceptance against float64."""
     if not value.is_floating_point():
         value = value.to(ref32.dtype)
     value = value.to(ref32.device)
@@ -81,10 +123,98 @@ def grade(tensor: str, value, ref32: Tensor, ref64: Tensor, partial: bool = Fals
     ours = value.detach().to("cpu", torch.float64)
     if not torch.isfinite(ours).all():
         g.verdict = "wrong"
-        return g
+        return
     g.accepted = g.exact or accepts(ours, ref32, ref64)
     g.verdict = "exact" if g.exact else "approximate" if g.accepted else "wrong"
-    return g
+
+
+def _core(shape, target) -> tuple[int, ...]:
+    """The shape without the extra leading size-1 dimensions a keepdim (or [None]) added."""
+    core = list(shape)
+    while len(core) > len(target) and core[0] == 1:
+        core.pop(0)
+    return tuple(core)
+
+
+def fits(shape, target, parameter: bool = False) -> bool:
+    """Can a gradient of `shape` stand for one of `target`, if its values broadcast right?
+
+    A parameter's gradient must fit its in-place update, so it may only broadcast *into* the
+    parameter's shape. Any other gradient may also carry extra leading size-1 dimensions: code
+    that reads it downstream broadcasts them away.
+    """
+    shape, target = tuple(shape), tuple(target)
+    candidate = shape if parameter else _core(shape, target)
+    try:
+        return tuple(torch.broadcast_shapes(candidate, target)) == target
+    except RuntimeError:
+        return False
+
+
+def as_graded(value: Tensor, ref: Tensor) -> Tensor:
+    """The learner's values as they are graded: broadcast to the reference's shape if they fit."""
+    if value.shape == ref.shape or not fits(value.shape, ref.shape):
+        return value
+    return value.reshape(_core(value.shape, ref.shape)).expand(ref.shape)
+
+
+def _shape(dims) -> str:
+    return "[" + ", ".join(str(d) for d in dims) + "]"
+
+
+def shape_note(tensor: str, got: list[int], want: list[int], parameter: bool) -> str:
+    """Why an answer of another shape counts, and what keepdim would change."""
+    head = f"d{tensor} is {_shape(got)} where {tensor} is {_shape(want)}"
+    update = f"`{tensor} -= lr * d{tensor}`"
+    if int(torch.Size(got).numel()) != int(torch.Size(want).numel()):
+        return (
+            f"{head}. The right gradient is the same along the dimensions you left at size 1, "
+            f"so your values, broadcast, are exactly it, and later lines that read d{tensor} "
+            f"work the same. keepdim plays no part here; a gradient normally has its tensor's "
+            f"full shape, which a broadcast such as `torch.ones_like({tensor}) * ...` would give."
+        )
+    if len(got) < len(want):
+        keep = (
+            f"keepdim=True on the sum would give exactly {tensor}'s shape, and your values "
+            f"broadcast the same way, so everything downstream works."
+        )
+        if parameter:
+            return (
+                f"{head}. {keep} For a parameter the shape matters in the update {update}: "
+                f"here it broadcasts {_shape(got)} into {_shape(want)} and leaves {tensor}'s "
+                f"shape alone, so this is accepted. The other way round (a [1, k] gradient for "
+                f"a 1-D parameter like b2) the update would fail or reshape the parameter."
+            )
+        return (
+            f"{head}. {keep} It would matter for a parameter: there the update `p -= lr * dp` "
+            f"must leave p's shape unchanged."
+        )
+    return (
+        f"{head}: the same numbers with an extra leading dimension of size 1 (a keepdim=True "
+        f"{tensor} itself does not have). Later lines broadcast it away, so it is accepted "
+        f"here; for a parameter it would not be, because `p -= lr * dp` would fail or turn p "
+        f"into a tensor of this bigger shape. Without keepdim the shape is exactly {tensor}'s."
+    )
+
+
+def closing_grade(g: Grade, value, full32: Tensor, full64: Tensor, closing: str) -> Grade:
+    """A first-branch row that holds the complete gradient already (both branches) is right.
+
+    The learner added the later branch early; grade against the full gradient of the step that
+    closes the tensor and say what that means for that step.
+    """
+    if not isinstance(value, Tensor) or g.accepted:
+        return g
+    full = grade(g.tensor, value, full32, full64, partial=True)
+    if not full.accepted:
+        return g
+    full.reference_step = closing
+    full.note = (
+        f"this is already the complete d{g.tensor}, both branches: it matches the gradient "
+        f"that {closing} checks, not just this line's first branch. At {closing} there is then "
+        f"nothing left to add; adding that branch again would count it twice."
+    )
+    return full
 
 
 def accepts(ours64: Tensor, ref32: Tensor, ref64: Tensor) -> bool:

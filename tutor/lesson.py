@@ -74,9 +74,12 @@ class Batch:
     reference64: dict[tuple[str, str], Tensor]  # the same in float64 on the CPU
     given: dict[tuple[str, str], Tensor]  # (step id, tensor) -> gradient handed to the learner
     lines: list[dict] = field(default_factory=list)  # shape annotation of each forward line
+    sizes: dict[str, int] = field(default_factory=dict)  # the lecture's names for the sizes
 
     def namespace(self) -> dict:
-        return {**self.values, "n": self.n}
+        # The lecture's size names (vocab_size, n_embd, ...) are in scope as the notebook has
+        # them; batch_size follows the batch, so code written with it passes the fresh batch too.
+        return {**self.values, **self.sizes, "n": self.n, "batch_size": self.n}
 
 
 class Lesson:
@@ -134,7 +137,19 @@ class Lesson:
             reference64=refs64,
             given=given,
             lines=[annotate(line, ns32) for line in lines],
+            sizes=self.sizes,
         )
+
+    @property
+    def sizes(self) -> dict[str, int]:
+        """The lecture's hyperparameter names, as learners use them in their code."""
+        cfg = self.pack.lesson
+        return {
+            "vocab_size": len(self.dataset.splits["itos"]),
+            "n_embd": int(cfg.get("n_embd", 10)),
+            "n_hidden": int(self.n_hidden),
+            "block_size": int(cfg.get("block_size", 3)),
+        }
 
     def _forward_backward(self, Xb, Yb, dtype, device, lines):
         """Run the forward lines with autograd on, then ask autograd for every graded gradient."""

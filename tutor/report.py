@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 VERDICT_MARK = {"exact": "✓", "approximate": "✓", "wrong": "✗", "shape": "✗", "missing": "✗"}
+ACCEPTED = ("exact", "approximate")
+UNSETTLED_MARK = "!"  # right on its own, but the result did not pass: the lines below say why
 
 
 def cmp_line(check: dict, width: int = 15) -> str:
@@ -15,17 +17,39 @@ def cmp_line(check: dict, width: int = 15) -> str:
     )
 
 
+def row_mark(check: dict, passed: bool) -> str:
+    """A row's mark. Under a result that did not pass, a row that is right on its own gets "!"
+    rather than ✓: a tick above "NOT PASSED" reads as a contradiction."""
+    if check["verdict"] in ACCEPTED and not passed:
+        return UNSETTLED_MARK
+    return VERDICT_MARK[check["verdict"]]
+
+
+def row_detail(check: dict, passed: bool) -> str | None:
+    """The line under a row, if it needs one: what is wrong, or where to look."""
+    diagnosis = check.get("diagnosis")
+    # A held-out failure is printed once, as the fresh batch's own line, not again here.
+    if diagnosis and diagnosis.get("kind") != "heldout":
+        return f"[{diagnosis['kind']}] {check['message']}"
+    if check["verdict"] not in ACCEPTED:
+        return f"[{check['verdict']}] {check['message']}"
+    if not passed:
+        return f"{check['verdict']} here, but see below"
+    return None
+
+
 def format_result(result: dict) -> str:
     lines = [f"{result['step']}"]
+    passed = bool(result["passed"])
     error = result.get("error")
     if error:
         lines.append(f"  ✗ {error['kind']} error: {error['message']}")
     width = max([15] + [len(c["tensor"]) + 10 for c in result["checks"]])
     for check in result["checks"]:
-        lines.append(f"  {VERDICT_MARK[check['verdict']]} {cmp_line(check, width)}")
-        if check["verdict"] not in ("exact", "approximate") or check.get("diagnosis"):
-            kind = check["diagnosis"]["kind"] if check.get("diagnosis") else check["verdict"]
-            lines.append(f"      [{kind}] {check['message']}")
+        lines.append(f"  {row_mark(check, passed)} {cmp_line(check, width)}")
+        detail = row_detail(check, passed)
+        if detail:
+            lines.append(f"      {detail}")
     heldout = result.get("heldout")
     if heldout:
         mark = "✓" if heldout["passed"] else "✗"
@@ -36,7 +60,7 @@ def format_result(result: dict) -> str:
     if result.get("stdout"):
         lines.append("  your print output:")
         lines += [f"    {line}" for line in result["stdout"].rstrip("\n").splitlines()]
-    lines.append("  PASSED" if result["passed"] else "  NOT PASSED")
+    lines.append("  PASSED" if passed else "  NOT PASSED")
     return "\n".join(lines)
 
 
@@ -49,10 +73,12 @@ def format_table(results: list[dict]) -> str:
             message = result["error"]["message"] if result.get("error") else "nothing to check"
             rows.append(f"✗ {result['step']}: {message}")
             continue
+        passed = bool(result["passed"])
         for check in result["checks"]:
-            rows.append(f"{VERDICT_MARK[check['verdict']]} {cmp_line(check, width)}")
-            if check["verdict"] not in ("exact", "approximate") or check.get("diagnosis"):
-                rows.append(f"      {check['message']}")
+            rows.append(f"{row_mark(check, passed)} {cmp_line(check, width)}")
+            detail = row_detail(check, passed)
+            if detail:
+                rows.append(f"      {detail}")
         heldout = result.get("heldout")
         if heldout and not heldout["passed"]:
             rows.append(f"      {heldout['message']}")

@@ -6,8 +6,8 @@ import argparse
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
+from tutor import source
 from tutor.config import Settings
 from tutor.packs import Pack, load_pack
 
@@ -35,26 +35,65 @@ def step_id(pack: Pack, given: str) -> str:
         ) from None
 
 
-def open_store(settings: Settings, pack: Pack | None = None):
-    """The learner's progress store; None (with a message on stderr) when it cannot be used."""
+def try_open_store(settings: Settings, pack: Pack | None = None):
+    """(the learner's progress store, None), or (None, why it cannot be used)."""
     from tutor.progress import Store, StoreError
 
     try:
         store = Store.open(settings.data_home, pack or load_pack())
     except StoreError as exc:
-        print(f"backprop-tutor: {exc}", file=sys.stderr)
-        return None
+        return None, str(exc)
     for notice in store.notices:
         print(f"backprop-tutor: {notice}", file=sys.stderr)
+    return store, None
+
+
+def open_store(settings: Settings, pack: Pack | None = None):
+    """The learner's progress store; None (with a message on stderr) when it cannot be used."""
+    store, problem = try_open_store(settings, pack)
+    if problem:
+        print(f"backprop-tutor: {problem}", file=sys.stderr)
     return store
 
 
-def read_source(path: str) -> str:
-    if path == "-":
-        return sys.stdin.read()
+def save(write: Callable[[], object], tries: int = 2) -> str | None:
+    """Run one write to the progress store after the verdict is out, by default trying twice;
+    None when it worked, else why not. A store locked by another process, read-only, or
+    missing a table must cost the learner this record, never the verdict already shown."""
+    import sqlite3
+
+    from tutor.progress import StoreError
+
+    reason = ""
+    for _ in range(tries):
+        try:
+            write()
+            return None
+        # ValueError: text sqlite cannot encode (UnicodeEncodeError), whatever got it this far.
+        except (StoreError, sqlite3.Error, OSError, ValueError) as exc:
+            reason = str(exc).strip() or type(exc).__name__
+    return reason
+
+
+def read_source(path: str, limit: int = source.MAX_CODE_BYTES) -> str:
+    """A file's text (stdin for "-"), as UTF-8; a usage error naming the problem otherwise."""
     try:
-        return Path(path).read_text(encoding="utf-8")
+        return source.read(path, limit)
     except FileNotFoundError:
         raise UsageError(f"no such file: {path}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"cannot read {path}: {exc}") from None
+    except source.SourceError as exc:
+        raise UsageError(str(exc)) from None
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
+
+
+def code_argument(code: str, name: str = "--code") -> str:
+    """Code given on the command line, held to the same rules as a file."""
+    try:
+        code = source.from_argument(code, name)
+    except source.SourceError as exc:
+        raise UsageError(str(exc)) from None
+    too_big = source.size_problem(code, name)
+    if too_big:
+        raise UsageError(too_big)
+    return code

@@ -4,14 +4,27 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
+from collections.abc import Callable
 
-from tutor.cells import parse_cells
-from tutor.commands.base import Command, UsageError, open_store, read_source, step_id
+from tutor.cells import Cell, parse_cells
+from tutor.commands.base import (
+    Command,
+    UsageError,
+    code_argument,
+    read_source,
+    save,
+    step_id,
+    try_open_store,
+)
 from tutor.config import Settings
 from tutor.packs import load_pack
 from tutor.report import format_result, format_table
 from tutor.sandbox.client import Evaluator, EvaluatorError
+from tutor.source import MAX_FILE_BYTES, size_problem
+
+_LEADING_LINE = re.compile(r"\Aline (\d+)\b")
 
 
 def _args(p: argparse.ArgumentParser) -> None:
@@ -47,24 +60,67 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         raise UsageError("give the code exactly one way: --code TEXT, --file PATH, or - for stdin")
     if args.source not in (None, "-"):
         raise UsageError(f"unexpected argument '{args.source}' (use --file to read a file)")
-    code = args.code if args.code is not None else read_source(args.file or "-")
+    code = code_argument(args.code) if args.code is not None else read_source(args.file or "-")
     if pack.step(sid).is_training:
         raise UsageError("the training step runs with `backprop-tutor train`")
-    store = None if args.no_record else open_store(settings, pack)
-    if store is None and not args.no_record:
-        return 1
+    store, prior, problem = _progress(args, settings, pack)
     try:
         with Evaluator(settings) as ev:
-            prior = store.accepted_codes() if store else {}
             result = ev.check(sid, code, prior)
     except EvaluatorError as exc:
+        if store is not None:
+            store.close()
         print(f"backprop-tutor: {exc}", file=sys.stderr)
         return 1
-    if store:
-        store.record_attempt(sid, code, result)
-        store.close()
-    print(json.dumps(result, indent=2) if args.json else format_result(result))
+    # The verdict goes out first: whatever then happens to the record, the learner has seen it.
+    print(json.dumps(result, indent=2) if args.json else format_result(result), flush=True)
+    if not args.no_record:
+        _record(store, problem, lambda: [save(lambda: store.record_attempt(sid, code, result))])
     return 0 if result["passed"] else 1
+
+
+def _progress(args: argparse.Namespace, settings: Settings, pack):
+    """(store, accepted code of earlier steps, None), or (None, {}, why progress is unusable).
+
+    Progress that cannot be read does not stop a check: the verdict matters more than its
+    record, and earlier steps then replay their reference solutions.
+    """
+    if args.no_record:
+        return None, {}, None
+    store, problem = try_open_store(settings, pack)
+    if store is None:
+        return None, {}, problem
+    prior: dict[str, str] = {}
+    problem = save(lambda: prior.update(store.accepted_codes()))
+    if problem:
+        store.close()
+        return None, {}, problem
+    return store, prior, None
+
+
+def _record(store, problem: str | None, write: Callable[[], list[str | None]]) -> None:
+    """Record after the verdict is printed; one warning line when something was not saved."""
+    if store is None:
+        print("backprop-tutor: warning: not saved to your progress, which could not be used "
+              f"(earlier steps were checked with their reference solutions): {problem}",
+              file=sys.stderr)
+        return
+    try:
+        report_unsaved(write())
+    finally:
+        store.close()
+
+
+def report_unsaved(reasons: list[str | None]) -> None:
+    """One warning line for the attempts that could not be saved (`reasons` has, per attempt,
+    why it was not saved, or None when it was)."""
+    failed = [r for r in reasons if r]
+    if not failed:
+        return
+    what = "this attempt was" if len(reasons) == 1 else (
+        f"{len(failed)} of {len(reasons)} attempts were")
+    print(f"backprop-tutor: warning: {what} not saved to your progress (tried twice): "
+          f"{failed[-1]}", file=sys.stderr)
 
 
 def check_cells(ev: Evaluator, pack, text: str, prior: dict[str, str]) -> list[dict]:
@@ -81,8 +137,14 @@ def check_cells(ev: Evaluator, pack, text: str, prior: dict[str, str]) -> list[d
         if pack.step(sid).is_training:
             results.append(_cell_error(sid, "the training cell runs with `backprop-tutor train`"))
             continue
+        too_big = _oversize(cell, sid)
+        if too_big:
+            results.append(_cell_error(sid, too_big))
+            prior.pop(sid, None)
+            continue
         result = ev.check(sid, cell.code, prior)
         result["cell_line"] = cell.line
+        _to_file_lines(result, cell)
         results.append(result)
         if result["passed"]:
             prior[sid] = cell.code
@@ -91,15 +153,35 @@ def check_cells(ev: Evaluator, pack, text: str, prior: dict[str, str]) -> list[d
     return results
 
 
-def record_cells(store, pack, text: str, results: list[dict]) -> None:
+def _oversize(cell: Cell, sid: str) -> str | None:
+    return size_problem(cell.code, f"the cell for {sid} on line {cell.line}")
+
+
+def _to_file_lines(result: dict, cell: Cell) -> None:
+    """The evaluator counts lines from the top of the cell; the learner's editor counts them
+    from the top of the file. Shift the error's line, and the "line N" its message starts with."""
+    error = result.get("error")
+    if not error or not error.get("line"):
+        return
+    shift = cell.code_line - 1
+    error["line"] += shift
+    error["message"] = _LEADING_LINE.sub(
+        lambda m: f"line {int(m[1]) + shift}", error.get("message") or ""
+    )
+
+
+def record_cells(store, pack, text: str, results: list[dict]) -> list[str | None]:
     """Record each checked cell as an attempt, as the TUI would; untouched templates are not
-    attempts, and cells naming no step have nothing to record."""
+    attempts, and cells naming no step have nothing to record. Returns, per recorded cell,
+    why it was not saved (None when it was)."""
+    reasons = []
     for cell, result in zip(parse_cells(text), results, strict=False):
         if (result.get("error") or {}).get("kind") == "usage":
             continue
         if cell.code.strip() == pack.step(result["step"]).template.strip():
             continue
-        store.record_attempt(result["step"], cell.code, result)
+        reasons.append(save(lambda c=cell, r=result: store.record_attempt(r["step"], c.code, r)))
+    return reasons
 
 
 def _cell_error(step: str, message: str) -> dict:
@@ -116,22 +198,26 @@ def _cell_error(step: str, message: str) -> dict:
 
 
 def _run_all(args: argparse.Namespace, settings: Settings, pack) -> int:
-    text = read_source(args.all_file)
-    if not parse_cells(text):
+    text = read_source(args.all_file, MAX_FILE_BYTES)
+    cells = parse_cells(text)
+    if not cells:
         raise UsageError(f"{args.all_file} has no `# %% STEP_ID` cells")
-    store = None if args.no_record else open_store(settings, pack)
-    if store is None and not args.no_record:
-        return 1
+    for cell in cells:  # refused before anything starts, as a single code file would be
+        too_big = _oversize(cell, cell.step)
+        if too_big:
+            raise UsageError(too_big)
+    store, prior, problem = _progress(args, settings, pack)
     try:
         with Evaluator(settings) as ev:
-            results = check_cells(ev, pack, text, store.accepted_codes() if store else {})
+            results = check_cells(ev, pack, text, prior)
     except EvaluatorError as exc:
         print(f"backprop-tutor: {exc}", file=sys.stderr)
+        if store is not None:
+            store.close()
         return 1
-    if store:
-        record_cells(store, pack, text, results)
-        store.close()
-    print(json.dumps(results, indent=2) if args.json else format_table(results))
+    print(json.dumps(results, indent=2) if args.json else format_table(results), flush=True)
+    if not args.no_record:
+        _record(store, problem, lambda: record_cells(store, pack, text, results))
     return 0 if all(r["passed"] for r in results) else 1
 
 

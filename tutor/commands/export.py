@@ -6,7 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from tutor.commands.base import Command, UsageError, open_store, read_source
+from tutor import source
+from tutor.commands.base import Command, UsageError, open_store, read_source, save
 from tutor.config import Settings
 from tutor.export import export_script
 from tutor.packs import load_pack
@@ -17,6 +18,8 @@ def _export_args(p: argparse.ArgumentParser) -> None:
 
 
 def run_export(args: argparse.Namespace, settings: Settings) -> int:
+    if args.out is not None:
+        _check_out(args.out)
     pack = load_pack()
     store = open_store(settings, pack)
     if store is None:
@@ -30,13 +33,38 @@ def run_export(args: argparse.Namespace, settings: Settings) -> int:
         return 0
     try:
         Path(args.out).write_text(script, encoding="utf-8")
-    except OSError as exc:
-        raise UsageError(f"cannot write {args.out}: {exc.strerror or exc}") from None
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"cannot write --out {args.out}: {_why(exc)}") from None
     solved = sum(1 for s in pack.gradient_steps if s.id in accepted)
     print(f"wrote {args.out}: {solved} of {len(pack.gradient_steps)} steps solved, the rest as "
           f"templates. Run it with `python {args.out}`, check it with "
           f"`backprop-tutor check --all {args.out}`.", file=sys.stderr)
     return 0
+
+
+def _check_out(out: str) -> None:
+    """Refuse an --out that cannot work before reading any progress. The name goes into the
+    script's comments, which are UTF-8, so it must be UTF-8 too."""
+    try:
+        source.from_argument(out, "--out", " Choose a file name in UTF-8.")
+    except source.SourceError as exc:
+        raise UsageError(str(exc)) from None
+    if not out.strip():
+        raise UsageError("--out must name a file, not ''")
+    if Path(out).is_dir():
+        raise UsageError(f"--out {out} is a folder; name a file in it, like "
+                         f"{Path(out) / 'backward.py'}")
+
+
+def _why(exc: BaseException) -> str:
+    return getattr(exc, "strerror", None) or str(exc)
+
+
+def _show(text: str) -> None:
+    """Replace the previous check's output on a terminal; append to a pipe or a file."""
+    if sys.stdout.isatty():
+        sys.stdout.write("\033[2J\033[H")
+    print(text, flush=True)
 
 
 def _watch_args(p: argparse.ArgumentParser) -> None:
@@ -46,24 +74,36 @@ def _watch_args(p: argparse.ArgumentParser) -> None:
 def run_watch(args: argparse.Namespace, settings: Settings) -> int:
     from watchfiles import watch
 
-    from tutor.commands.check import check_cells, record_cells
+    from tutor.commands.check import check_cells, record_cells, report_unsaved
     from tutor.report import format_table
     from tutor.sandbox.client import Evaluator, EvaluatorError
 
     path = Path(args.file).resolve()
-    read_source(str(path))  # a clear usage error now rather than a silent watch of nothing
+    # A clear usage error now, rather than a silent watch of nothing.
+    read_source(str(path), source.MAX_FILE_BYTES)
     pack = load_pack()
     store = open_store(settings, pack)
     if store is None:
         return 1
 
     def run_once(ev: Evaluator) -> None:
-        text = path.read_text(encoding="utf-8")
-        results = check_cells(ev, pack, text, store.accepted_codes())
-        record_cells(store, pack, text, results)
-        if sys.stdout.isatty():
-            sys.stdout.write("\033[2J\033[H")
-        print(format_table(results))
+        try:
+            text = source.read(str(path), source.MAX_FILE_BYTES)
+        except (source.SourceError, OSError) as exc:
+            # Say why this save cannot be checked, and wait for the next one.
+            unreadable = isinstance(exc, source.SourceError)
+            _show(f"✗ {exc}" if unreadable else f"✗ cannot read {path}: {_why(exc)}")
+        else:
+            prior: dict[str, str] = {}
+            unread = save(lambda: prior.update(store.accepted_codes()))
+            results = check_cells(ev, pack, text, prior)
+            _show(format_table(results))
+            if unread:
+                print("backprop-tutor: warning: your progress could not be read, so earlier "
+                      f"steps used their reference solutions and nothing was saved: {unread}",
+                      file=sys.stderr)
+            else:
+                report_unsaved(record_cells(store, pack, text, results))
         print(f"\nwatching {path.name} — save it to check again, Ctrl+C to stop", flush=True)
 
     try:

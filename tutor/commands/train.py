@@ -11,7 +11,7 @@ import json
 import sys
 import threading
 
-from tutor.commands.base import Command, UsageError, open_store, read_source
+from tutor.commands.base import Command, UsageError, open_store, read_source, save
 from tutor.config import Settings
 from tutor.packs import load_pack
 from tutor.report import VERDICT_MARK
@@ -80,7 +80,15 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         if show:
             show.clear()
     if store is not None and not args.no_record:
-        result["run_id"] = record_run(store, pack, code, result)
+        # Recorded before printing, because the run's id is part of what is printed; a failure
+        # costs the record and one warning, never the run. Not retried: the run and its
+        # attempt are two writes, and a retry after the first could keep the run twice.
+        kept: dict = {}
+        reason = save(lambda: kept.update(run_id=record_run(store, pack, code, result)), tries=1)
+        if reason:
+            print(f"backprop-tutor: warning: this run was not saved to your progress: {reason}",
+                  file=sys.stderr)
+        result.update(kept)
     if store is not None:
         store.close()
     print(json.dumps(result, indent=2) if args.json else format_run(result))

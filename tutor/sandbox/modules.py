@@ -1,35 +1,101 @@
-"""What `torch`, `F` and `math` mean inside the sandbox: the real functions and classes, without
-the other modules they carry as attributes (`torch.sys`, `torch.os`, `torch.hub`, ...).
+"""What `torch`, `F` and `math` are inside the sandbox, and the guard that answers for them.
 
-Learner code reaches the outside world only through names it is given; handing it the real
-`torch` module would hand it every module torch happens to import. A view is built once per
-module and keeps only the submodules a backward pass can use, themselves as views.
+Learner code gets empty module objects named like the real ones. They hold nothing: every
+attribute read is answered by the guard (see guard.py) from a table of allowed names, built once
+from the allow list. So a module handed to learner code carries none of what the real module
+imports (`torch.sys`, `torch.os`, the `_C` re-exports), and a name missing from the table is
+refused with its reason.
 """
 
 from __future__ import annotations
 
+import math
 import types
+from typing import Any
 
-# Submodules worth having (torch.nn.functional, torch.linalg, ...); every other module
-# attribute is left out of the view.
-ALLOWED_SUBMODULES = {"nn", "functional", "linalg", "special", "fft", "init"}
+import torch
+import torch.nn.functional as F
 
-_views: dict[str, types.ModuleType] = {}
+from tutor.sandbox import allowlist
+from tutor.sandbox.guard import Guard
 
 
-def safe_view(module: types.ModuleType) -> types.ModuleType:
-    """A module object with the same public functions, classes and constants as `module`."""
-    if module.__name__ in _views:
-        return _views[module.__name__]
-    view = types.ModuleType(module.__name__, module.__doc__)
-    _views[module.__name__] = view  # before recursing: submodules may refer back
-    # vars(), not dir(): dir() would trigger torch's lazy imports of heavy submodules.
-    for name, value in list(vars(module).items()):
-        if name.startswith("_"):
-            continue
-        if isinstance(value, types.ModuleType):
-            if name not in ALLOWED_SUBMODULES or not value.__name__.startswith("torch"):
-                continue
-            value = safe_view(value)
-        setattr(view, name, value)
-    return view
+def _zeros_like_empty() -> dict[str, Any]:
+    """torch.empty and friends, answered with zeros (see allowlist.UNINITIALISED)."""
+
+    def empty(*size: Any, **kw: Any) -> torch.Tensor:
+        return torch.zeros(*size, **kw)
+
+    def empty_like(t: torch.Tensor, **kw: Any) -> torch.Tensor:
+        return torch.zeros_like(t, **kw)
+
+    def empty_strided(size: Any, stride: Any, **kw: Any) -> torch.Tensor:
+        return torch.empty_strided(size, stride, **kw).zero_()
+
+    return {"empty": empty, "empty_like": empty_like, "empty_strided": empty_strided}
+
+
+def _tensor_wrappers() -> dict[str, Any]:
+    """Tensor methods whose result must not carry uninitialised memory, bound per tensor."""
+
+    def new_empty(t: torch.Tensor) -> Any:
+        return lambda *size, **kw: t.new_zeros(*size, **kw)
+
+    def new_empty_strided(t: torch.Tensor) -> Any:
+        return lambda size, stride, **kw: t.new_empty_strided(size, stride, **kw).zero_()
+
+    return {"new_empty": new_empty, "new_empty_strided": new_empty_strided}
+
+
+class _TensorMeta(type):
+    """`torch.Tensor` for learner code: isinstance and issubclass work as usual; calling it with
+    sizes gives zeros, where the real legacy constructor gives uninitialised memory."""
+
+    def __instancecheck__(cls, obj: object) -> bool:
+        return isinstance(obj, torch.Tensor)
+
+    def __subclasscheck__(cls, sub: type) -> bool:
+        return isinstance(sub, type) and issubclass(sub, torch.Tensor)
+
+    def __call__(cls, *args: Any, **kw: Any) -> torch.Tensor:
+        t = torch.Tensor(*args, **kw)
+        sizes_only = all(isinstance(a, int) for a in args) or (
+            len(args) == 1 and isinstance(args[0], torch.Size))
+        return t.zero_() if sizes_only else t
+
+
+class Tensor(metaclass=_TensorMeta):
+    """Stands for torch.Tensor in learner code (see _TensorMeta)."""
+
+
+def _table(module_name: str, real: types.ModuleType, stand_ins: dict[str, types.ModuleType]
+           ) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    for name in allowlist.MODULES[module_name]:
+        qualified = f"{module_name}.{name}"
+        if qualified in stand_ins:
+            values[name] = stand_ins[qualified]
+        elif hasattr(real, name):
+            values[name] = getattr(real, name)
+    if module_name == "torch":
+        values.update(_zeros_like_empty())
+        values["Tensor"] = Tensor
+    return values
+
+
+def _build() -> tuple[dict[str, types.ModuleType], Guard]:
+    real = {"torch": torch, "torch.nn": torch.nn, "torch.nn.functional": F,
+            "torch.linalg": torch.linalg, "torch.special": torch.special, "torch.fft": torch.fft,
+            "math": math}
+    stand_ins = {name: types.ModuleType(name) for name in real}
+    tables = {id(stand_ins[name]): (name, _table(name, module, stand_ins))
+              for name, module in real.items()}
+    guard = Guard(torch.Tensor, tables, _tensor_wrappers(), Tensor)
+    return stand_ins, guard
+
+
+_STAND_INS, GUARD = _build()
+
+# The names learner code starts with.
+MODULES = {"torch": _STAND_INS["torch"], "F": _STAND_INS["torch.nn.functional"],
+           "math": _STAND_INS["math"]}

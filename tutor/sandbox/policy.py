@@ -1,7 +1,8 @@
 """What learner code may contain, decided on the syntax tree before anything runs.
 
-The aim is not a security boundary against a determined attacker (the worker process, its time
-limit and its memory cap are that); it is to keep the exercise honest and to explain every refusal.
+This is the friendly layer: it names a refused construct and its line before anything runs. The
+boundary itself is the run-time guard on every attribute read (guard.py) and the confined process
+the code runs in (isolate.py, confine.py).
 """
 
 from __future__ import annotations
@@ -57,7 +58,6 @@ REFUSED_NAMES = {
     "locals": "the namespace is the tutor's; use the variables by name",
     "vars": "the namespace is the tutor's; use the variables by name",
     "dir": "introspection is closed in the sandbox",
-    "type": "creating types is outside what this exercise needs",
     "object": "outside what this exercise needs",
     "memoryview": "outside what this exercise needs",
     "exit": "there is nothing to exit from: your code simply ends",
@@ -96,6 +96,23 @@ def inspect(tree: ast.AST) -> Refusal | None:
             )
         if isinstance(node, (ast.AsyncFunctionDef, ast.AsyncFor, ast.AsyncWith, ast.Await)):
             return _refusal(node, "async code", "the checks run synchronously")
+        if isinstance(node, ast.Match):
+            return _refusal(
+                node, "match", "its class patterns read attributes of any object; use if/elif"
+            )
+        if isinstance(node, ast.ClassDef):
+            return _refusal(
+                node, "class", "a backward pass needs no classes of its own; write functions"
+            )
+        if isinstance(node, ast.FunctionDef) and node.name.startswith("_"):
+            return _refusal(
+                node, f"the name {node.name}",
+                "names starting with an underscore reach into Python's internals",
+            )
+        if isinstance(node, ast.ExceptHandler) and (node.name or "").startswith("_"):
+            return _refusal(node, f"the name {node.name}", "underscore names are closed")
+        if isinstance(node, ast.keyword) and (node.arg or "").startswith("_"):
+            return _refusal(node, f"the keyword {node.arg}", "underscore names are closed")
         if isinstance(node, (ast.Global, ast.Nonlocal)):
             return _refusal(node, "global/nonlocal", "the step's variables are already shared")
         if isinstance(node, ast.Attribute) and isinstance(node.ctx, (ast.Store, ast.Del)):

@@ -3,6 +3,10 @@
 Started by `tutor.sandbox.client.Evaluator` as `python -m tutor.sandbox.worker`. It reads
 requests from stdin and answers on the original stdout; anything else that writes to stdout
 (warnings, learner prints are captured anyway) is sent to stderr so it cannot corrupt the pipe.
+
+The worker never runs learner code itself: checks and training runs each get a forked, confined
+child (isolate.py). It also never opens the progress store. When its client goes away (the pipe
+closes, however the client ended), it exits at once, and its children die with it.
 """
 
 from __future__ import annotations
@@ -20,21 +24,8 @@ from tutor.sandbox import protocol
 warnings.filterwarnings("ignore", message=".*NumPy.*")
 
 
-def _limit_memory(extra_gb: float) -> None:
-    """Cap the address space a little above what the lesson needs, so huge allocations fail
-    cleanly with MemoryError instead of pushing the whole machine into swap."""
-    try:
-        import resource
-
-        with open("/proc/self/statm") as fh:
-            pages = int(fh.read().split()[0])
-        current = pages * os.sysconf("SC_PAGE_SIZE")
-        limit = current + int(extra_gb * 2**30)
-        _, hard = resource.getrlimit(resource.RLIMIT_AS)
-        if hard == resource.RLIM_INFINITY or limit < hard:
-            resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
-    except (ImportError, OSError, ValueError):
-        pass  # not Linux: the client's time limit still protects the learner
+# A full run is about two minutes of CPU; this only stops a runaway one.
+TRAINING_CPU_SECONDS = 3 * 3600
 
 
 class Worker:
@@ -52,10 +43,14 @@ class Worker:
     def read_requests(self, stream) -> None:
         # Runs in a thread so a cancel can arrive while a long request (training) is running.
         while True:
-            message = protocol.receive(stream)
+            try:
+                message = protocol.receive(stream)
+            except Exception:  # noqa: BLE001 - a broken pipe is a client that went away
+                message = None
             if message is None or message.get("op") == "exit":
-                self.requests.put(None)
-                return
+                # The client is gone or done: nothing may keep running for it, whatever the
+                # main thread is waiting on. Children get SIGKILL through PR_SET_PDEATHSIG.
+                os._exit(0)
             if message.get("op") == "cancel":
                 self.cancel.set()
             else:
@@ -77,8 +72,6 @@ class Worker:
             self.send({"type": "failed", "message": f"the lesson could not be built: {exc}"})
             traceback.print_exc()
             return False
-        if self.engine.device.type == "cpu":
-            _limit_memory(settings.memory_limit_gb)
         self.send({"type": "ready", "info": info})
         return True
 
@@ -95,7 +88,10 @@ class Worker:
                 result = {"error": {"kind": "memory", "message": "the sandbox ran out of memory"}}
             except Exception as exc:  # noqa: BLE001
                 traceback.print_exc()
-                result = {"error": {"kind": "internal", "message": f"{type(exc).__name__}: {exc}"}}
+                first = (str(exc).strip().splitlines() or [""])[0][:200]
+                result = {"error": {"kind": "internal", "line": None, "col": None,
+                                    "message": f"the tutor failed ({type(exc).__name__}: {first})"
+                                    "; this is a bug in the tutor, not in your code"}}
             self.send({"type": "result", "id": rid, "result": result})
 
     def handle(self, request: dict, rid) -> dict:
@@ -105,13 +101,40 @@ class Worker:
         if op == "info":
             return self.engine.info()
         if op == "train":
-            from tutor.training import run_training
-
-            def progress(payload: dict) -> None:
-                self.send({"type": "progress", "id": rid, "payload": payload})
-
-            return run_training(self.engine, request, progress, self.cancel)
+            return self.train(request, rid)
         raise ValueError(f"unknown request {op!r}")
+
+
+    def train(self, request: dict, rid: object) -> dict:
+        """A training run in its own confined child; progress is passed on as it comes."""
+        from tutor.sandbox import isolate
+        from tutor.training import run_training
+
+        def progress(payload: dict) -> None:
+            self.send({"type": "progress", "id": rid, "payload": payload})
+
+        engine = self.engine
+        if not engine.isolated:
+            from tutor.torchstate import TorchState
+
+            with TorchState.kept():
+                return run_training(engine, request, progress, self.cancel)
+        outcome = isolate.run(
+            lambda send, cancel: run_training(engine, request, send, cancel),
+            timeout=None,
+            cpu_seconds=TRAINING_CPU_SECONDS,
+            memory_gb=engine.settings.memory_limit_gb,
+            on_message=progress,
+            cancel=self.cancel,
+            # torch.compile runs a C++ compiler and writes its cache: that child keeps the
+            # guard, the CPU limit and death with its parent, but not the file-system layers.
+            os_layers=not request.get("compile"),
+        )
+        if outcome.status == "done" and isinstance(outcome.result, dict):
+            return outcome.result
+        why = "it used up its CPU time" if outcome.why == "cpu" else outcome.why
+        return {"error": {"kind": "internal", "line": None, "col": None,
+                          "message": f"the training run stopped unexpectedly ({why})"}}
 
 
 def main() -> None:

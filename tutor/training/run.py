@@ -8,7 +8,6 @@ torch is imported inside the functions, so importing this module stays cheap for
 from __future__ import annotations
 
 import ast
-import io
 import math
 import time
 from collections.abc import Callable, Iterator
@@ -16,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tutor.packs import Pack
+from tutor.sandbox.clean import clean
 
 if TYPE_CHECKING:
     import threading
@@ -81,11 +81,14 @@ def init_network(pack: Pack, fns: dict, vocab_size: int, s: TrainingSettings, de
     return {k: v.to(device) for k, v in params.items()}, g
 
 
-def training_namespace(params: dict[str, Tensor], n: int, out: io.StringIO) -> dict:
-    """The learner's namespace: parameters, n, torch/F/math and the sandbox's builtins."""
-    from tutor.engine import sandbox_globals
+def training_namespace(params: dict[str, Tensor], n: int, out: Any = None) -> dict:
+    """The learner's namespace: parameters, n, torch/F/math and the sandbox's builtins.
 
-    return {**sandbox_globals(out), "n": n, **params}
+    `out` is a candidate.Output that collects prints; None discards them.
+    """
+    from tutor.candidate import Output, sandbox_globals
+
+    return {**sandbox_globals(out if out is not None else Output()), "n": n, **params}
 
 
 def eager_step(code: Any, ns: dict, params: dict[str, Tensor], grad_names: tuple[str, ...]
@@ -109,9 +112,10 @@ def step_function(code_text: str, ns: dict, params: tuple[str, ...], grad_names:
     Built from the syntax tree, so line numbers stay those of the editor; the body is the
     learner's statements unchanged, followed by returning the loss and the gradients.
     """
-    from tutor.engine import CODE_FILE
+    from tutor.candidate import CODE_FILE
+    from tutor.sandbox.guard import rewrite
 
-    tree = ast.parse(code_text, CODE_FILE)
+    tree = rewrite(ast.parse(code_text, CODE_FILE))
     args = ", ".join((*params, "Xb", "Yb"))
     shell = ast.parse(f"def training_step({args}):\n    return loss, {', '.join(grad_names)}\n")
     fn = shell.body[0]
@@ -286,7 +290,9 @@ class TrainingRun:
         self.code_text = request.get("code") or training_code(self.pack)
         self.compile = bool(request.get("compile"))
         self.device = engine.device
-        self.out = io.StringIO()
+        from tutor.candidate import Output
+
+        self.out = Output()
         self.losses: list = []  # loss tensors not yet turned into numbers
         self.log10_loss: list[float] = []  # per step
         self.points: list[float] = []  # mean log10(loss) of each complete span of history_every
@@ -311,7 +317,7 @@ class TrainingRun:
     def execute(self) -> dict:
         import torch
 
-        from tutor.engine import CodeError, compile_candidate
+        from tutor.candidate import CodeError, compile_candidate
 
         started = time.monotonic()
         try:
@@ -375,27 +381,25 @@ class TrainingRun:
         r["steps_per_s"] = self.phase2_rate
         r.update(self.timing)
         r["wall_s"] = time.monotonic() - started
-        r["stdout"] = self.out.getvalue()
+        r["stdout"] = clean(self.out.text())
         r["lecture"] = {"train_loss": self.s.lecture_train_loss,
                         "val_loss": self.s.lecture_val_loss}
         return r
 
     # -- the time limit per step -------------------------------------------------------------
     def _arm(self) -> None:
-        if self.engine._can_alarm:
-            import signal
+        from tutor.candidate import arm
 
-            signal.setitimer(signal.ITIMER_REAL, self.engine.settings.timeout)
+        self.can_alarm = arm(self.engine.settings.timeout)
 
     def _disarm(self) -> None:
-        if self.engine._can_alarm:
-            import signal
+        from tutor.candidate import disarm
 
-            signal.setitimer(signal.ITIMER_REAL, 0)
+        disarm()
 
     def _guarded(self, step: Callable) -> Callable:
         """The step with the sandbox's time limit, and its errors told in the learner's terms."""
-        from tutor.engine import CheckTimeout, _runtime_error
+        from tutor.candidate import CheckTimeout, runtime_error
 
         arm, timeout = self._arm, self.engine.settings.timeout
         code, run = self.code_text, self
@@ -412,7 +416,7 @@ class TrainingRun:
             except CodeFailure:
                 raise
             except Exception as exc:  # noqa: BLE001 - any failure of learner code is reported
-                payload = _runtime_error(exc, code).payload
+                payload = runtime_error(exc, code, list(run.ns)).payload
                 payload["message"] = f"at step {run.steps_done}: {payload['message']}"
                 raise CodeFailure(payload, run.steps_done) from None
 
@@ -471,7 +475,8 @@ class TrainingRun:
             ref32 = self._autograd(Xb, Yb, torch.float32, self.device, names)
             ref64 = self._autograd(Xb, Yb, torch.float64, cpu, names)
             loss, _ = step(Xb, Yb)
-            grades = {k: grade(k, self.ns.get(f"d{k}"), ref32[k], ref64[k]) for k in ref32}
+            grades = {k: grade(k, self.ns.get(f"d{k}"), ref32[k], ref64[k],
+                               parameter=k in self.s.parameters) for k in ref32}
             for p in self.s.parameters:
                 tallies[p].add(grades[p])
             wrong = [p for p in self.s.parameters if not grades[p].accepted]

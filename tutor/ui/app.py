@@ -26,6 +26,7 @@ from textual.widgets.text_area import Selection
 from tutor.config import Settings
 from tutor.packs import Pack, Step, load_pack
 from tutor.sandbox.client import EvaluatorNotReady
+from tutor.source import size_problem
 from tutor.ui.highlight import warm_up
 from tutor.ui.messages import CheckFailed, CheckFinished, EvaluatorFailed, EvaluatorReady
 from tutor.ui.progress_view import (
@@ -380,6 +381,8 @@ class TutorApp(App[int], inherit_bindings=False):
             return
         self._save_draft()
         code = self.query_one(CodeEditor).text
+        if too_big := size_problem(code):  # refused, not recorded, as on the command line
+            return self.notify(too_big, title="Not checked", severity="error")
         self.checking = True
         self.refresh_bindings()
         self.query_one(CodeEditor).mark_error(None)

@@ -40,6 +40,8 @@ ERROR_TITLES = {
     "internal": "The checker had a problem",
 }
 GOOD, BAD, DIM = "bold #98c379", "bold #e06c75", "#7f8896"
+UNSETTLED = "bold #e5c07b"  # right on its own, under a result that did not pass
+ACCEPTED = ("exact", "approximate")
 CODE_STYLE = "bold #dcdcaa"
 MAX_PRINTED_LINES = 40
 
@@ -57,9 +59,11 @@ def prose(message: str, style: str = "") -> Text:
     return text
 
 
-def _flag(value: bool | None) -> Text:
+def _flag(value: bool | None, settled: bool = True) -> Text:
     if value is None:
         return Text("–", style=DIM)
+    if value and not settled:  # True, but under a result that did not pass: not a success
+        return Text(str(value))
     return Text(str(value), style=GOOD if value else BAD)
 
 
@@ -73,7 +77,19 @@ def _dims(shape) -> str:
     return "?" if shape is None else "[" + ", ".join(str(d) for d in shape) + "]"
 
 
-def checks_table(checks: list[dict]) -> Table:
+def _verdict_word(check: dict, passed: bool) -> Text:
+    verdict = check.get("verdict", "wrong")
+    if verdict in ACCEPTED and not passed:
+        # Right on its own, but the step did not pass (aliasing, a fresh batch, another row):
+        # green here would contradict the "Not yet" above.
+        return Text(f"{VERDICT_WORDS[verdict]} here, but see below", style=UNSETTLED)
+    word = Text(VERDICT_WORDS.get(verdict, verdict), style=VERDICT_STYLES.get(verdict, ""))
+    if verdict == "shape":
+        word.append(f" {_dims(check.get('shape'))}≠{_dims(check.get('expected_shape'))}", style=DIM)
+    return word
+
+
+def checks_table(checks: list[dict], passed: bool = True) -> Table:
     """One row per graded tensor, like the notebook's cmp(name, dt, t)."""
     table = Table(box=None, pad_edge=False, padding=(0, 1), show_edge=False, expand=False)
     table.add_column("gradient", style="bold", no_wrap=True)
@@ -82,21 +98,15 @@ def checks_table(checks: list[dict]) -> Table:
     table.add_column("maxdiff", justify="right", no_wrap=True)
     table.add_column("verdict", no_wrap=True)
     for check in checks:
-        verdict = check.get("verdict", "wrong")
         name = Text(check.get("grad") or f"d{check.get('tensor', '?')}")
         if check.get("partial"):
             name.append(" (1st branch)", style=DIM)
-        word = Text(VERDICT_WORDS.get(verdict, verdict), style=VERDICT_STYLES.get(verdict, ""))
-        if verdict == "shape":
-            word.append(
-                f" {_dims(check.get('shape'))}≠{_dims(check.get('expected_shape'))}", style=DIM
-            )
         table.add_row(
             name,
-            _flag(check.get("exact")),
-            _flag(check.get("approximate")),
+            _flag(check.get("exact"), passed),
+            _flag(check.get("approximate"), passed),
             _maxdiff(check.get("maxdiff")),
-            word,
+            _verdict_word(check, passed),
         )
     return table
 
@@ -107,7 +117,9 @@ def _check_details(check: dict) -> list[RenderableType]:
     grad = check.get("grad") or f"d{check.get('tensor', '?')}"
     verdict = check.get("verdict")
     diagnosis = check.get("diagnosis")
-    if diagnosis and diagnosis.get("message"):
+    if diagnosis and diagnosis.get("kind") == "heldout":
+        pass  # the row's message is the fresh batch's, said once on its own line below
+    elif diagnosis and diagnosis.get("message"):
         parts.append(Text(f"{grad}: ", style="bold") + prose(diagnosis["message"], "#e5c07b"))
     elif verdict != "exact" and check.get("message"):
         # For "approximate" this says whether float32 rounding explains the difference.
@@ -173,7 +185,7 @@ def result_view(result: dict, unlocked: str | None) -> Group:
     else:
         parts.append(Text("✗ Not yet.", style=BAD))
     if checks:
-        parts.append(checks_table(checks))
+        parts.append(checks_table(checks, bool(result.get("passed"))))
         for check in checks:
             parts.extend(_check_details(check))
     heldout = result.get("heldout")

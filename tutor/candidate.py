@@ -1,0 +1,256 @@
+"""A learner's code as the sandbox runs it: compiled behind the policy and the guard, executed
+with the sandbox's builtins, its failures told in the learner's terms.
+
+Used by the checks (execution.py) and by training; both run it in the confined child process.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import copy
+import difflib
+import io
+import signal
+import time
+import traceback
+import types
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from tutor.sandbox.clean import MAX_MESSAGE, MAX_TEXT, clean
+from tutor.sandbox.guard import GUARD_NAME, Refused, rewrite
+from tutor.sandbox.modules import GUARD, MODULES
+from tutor.sandbox.policy import inspect
+
+Tensor = torch.Tensor
+CODE_FILE = "<your code>"
+MAX_STDOUT = MAX_TEXT
+
+# What learner code may call without importing: enough for loops, shapes and printing.
+SAFE_BUILTINS = {
+    name: getattr(builtins, name)
+    for name in (
+        "abs all any bool callable dict divmod enumerate filter float frozenset int isinstance "
+        "issubclass iter len list map max min next pow range repr reversed round set slice "
+        "sorted str sum tuple zip Ellipsis True False None ArithmeticError AssertionError "
+        "AttributeError Exception IndexError KeyError LookupError NameError NotImplementedError "
+        "RuntimeError StopIteration TypeError ValueError ZeroDivisionError"
+    ).split()
+}
+
+
+def _type(obj: Any) -> type:
+    """type(x) for printing what something is; the three-argument form builds classes."""
+    return type(obj)
+
+
+def _format(value: Any, spec: str = "") -> str:
+    # format() with a spec cannot walk attributes, unlike str.format's fields.
+    return builtins.format(value, spec)
+
+
+class Output:
+    """What learner code prints, capped; `cmp(...)` calls are recorded where they happen."""
+
+    def __init__(self) -> None:
+        self.buffer = io.StringIO()
+        self.cmp_calls: list[tuple[int, str, Any]] = []
+
+    def print(self, *args: Any, sep: Any = " ", end: Any = "\n", **_: Any) -> None:
+        room = MAX_STDOUT - self.buffer.tell()
+        if room > 0:
+            self.buffer.write((str(sep).join(str(a) for a in args) + str(end))[:room])
+
+    def cmp(self, name: Any = None, dt: Any = None, t: Any = None, *_: Any, **__: Any) -> None:
+        """The notebook's cmp: recorded here, answered by the tutor after grading."""
+        if len(self.cmp_calls) < 64 and isinstance(name, str):
+            self.cmp_calls.append((self.buffer.tell(), name[:40], dt))
+
+    def text(self) -> str:
+        return self.buffer.getvalue()
+
+
+def sandbox_globals(out: Output) -> dict:
+    """The modules, guard and builtins learner code runs with."""
+    return {
+        **MODULES,
+        GUARD_NAME: GUARD,
+        "cmp": out.cmp,
+        "__builtins__": {**SAFE_BUILTINS, "print": out.print, "type": _type,
+                         "format": _format},
+    }
+
+
+class CodeError(Exception):
+    """The learner's code could not be run to the end; `payload` is the JSON error object."""
+
+    def __init__(self, kind: str, message: str, line: int | None = None, col: int | None = None):
+        super().__init__(message)
+        self.payload = {"kind": kind, "message": message, "line": line, "col": col}
+
+
+class CheckTimeout(BaseException):
+    """The time budget ran out. A BaseException, so `except Exception:` cannot swallow it."""
+
+
+def compile_candidate(code: str) -> types.CodeType:
+    """Parse, apply the policy, put the guard on attribute reads, compile.
+
+    Raises CodeError for syntax errors and refusals.
+    """
+    try:
+        tree = ast.parse(code, CODE_FILE)
+        refusal = inspect(tree)
+        if refusal:
+            raise CodeError("forbidden", refusal.message, refusal.line, refusal.col)
+        # Some errors (a starred expression alone, `return` outside a function) only show here.
+        # Compile-time warnings ("perhaps you missed a comma?") would go to the terminal.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return compile(rewrite(tree), CODE_FILE, "exec")
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
+        lineno, offset = getattr(exc, "lineno", None), getattr(exc, "offset", None)
+        where = f"line {lineno}, column {offset}" if lineno else "your code"
+        message = getattr(exc, "msg", None) or str(exc) or "too deeply nested to read"
+        raise CodeError("syntax", clean(f"{where}: {message}", MAX_MESSAGE), lineno,
+                        offset) from None
+
+
+def timeout_error(seconds: float) -> CodeError:
+    return CodeError(
+        "timeout",
+        f"your code was stopped after {seconds:g} s. Is there a loop that never ends? The "
+        "gradients here take milliseconds.",
+    )
+
+
+def _offending_line(exc: BaseException) -> int | None:
+    frames = [f for f in traceback.extract_tb(exc.__traceback__, limit=64)
+              if f.filename == CODE_FILE]
+    return frames[-1].lineno if frames else None
+
+
+def runtime_error(exc: BaseException, code: str, names: list[str] | None = None) -> CodeError:
+    """The learner's failure as one short, clean message; `names` are what was defined."""
+    line = _offending_line(exc)
+    try:
+        text = str(exc).strip() or type(exc).__name__
+    except Exception:  # noqa: BLE001 - a learner's exception whose str() fails
+        text = type(exc).__name__
+    text = clean(text, MAX_MESSAGE)
+    if isinstance(exc, MemoryError) or "can't allocate memory" in text or "out of memory" in text:
+        return CodeError(
+            "memory",
+            (f"line {line}: " if line else "")
+            + "that needs more memory than the sandbox allows. The gradients here are small "
+            "tensors; check the sizes you are creating.",
+            line,
+        )
+    lines = code.splitlines()
+    source = clean(lines[line - 1].strip(), 300) if line and line <= len(lines) else ""
+    if isinstance(exc, Refused):
+        where = f"line {line}: `{source}`\n" if line else ""
+        return CodeError("forbidden", f"{where}{text}.", line)
+    hint = ""
+    if "cannot be multiplied" in text or "size of tensor a" in text:
+        hint = (
+            " Compare the shapes on the forward line: a matmul needs the inner "
+            "dimensions to agree, so one operand may need .T or the order swapped."
+        )
+    elif isinstance(exc, NameError):
+        hint = _name_hint(exc, names or [])
+    where = f"line {line}: `{source}`\n" if line else ""
+    return CodeError("runtime", f"{where}{type(exc).__name__}: {text}.{hint}", line)
+
+
+def _name_hint(exc: NameError, names: list[str]) -> str:
+    missing = getattr(exc, "name", None) or ""
+    visible = [n for n in names if not n.startswith("_") and n != "cmp"]
+    close = difflib.get_close_matches(missing, visible, n=3, cutoff=0.6) if missing else []
+    grads = sorted(n for n in visible if n.startswith("d") and n[1:] in names)
+    parts = []
+    if close:
+        parts.append(f" Did you mean {' or '.join(close)}?")
+    parts.append(
+        " Defined here: the forward tensors and parameters, n, Xb, Yb, the lecture's sizes "
+        "(vocab_size, n_embd, n_hidden, block_size, batch_size), torch, F and math"
+    )
+    parts.append(f", and these gradients: {', '.join(grads)}." if grads else
+                 ". No gradient from an earlier step is defined in this exercise.")
+    return "".join(parts)
+
+
+def _alarm(_signum: int, _frame: Any) -> None:
+    raise CheckTimeout()
+
+
+def arm(seconds: float) -> bool:
+    """Raise CheckTimeout in this (main) thread after `seconds`; False where that is impossible."""
+    if not hasattr(signal, "setitimer"):
+        return False
+    try:
+        signal.signal(signal.SIGALRM, _alarm)
+    except ValueError:  # not the main thread
+        return False
+    signal.setitimer(signal.ITIMER_REAL, max(seconds, 1e-3))
+    return True
+
+
+def disarm() -> None:
+    if hasattr(signal, "setitimer"):
+        signal.setitimer(signal.ITIMER_REAL, 0)
+
+
+def execute(compiled: types.CodeType, ns: dict, out: Output,
+            deadline: float | None = None) -> None:
+    """Run compiled learner code in `ns`, which it shares with later code, as in a notebook.
+
+    Warnings the code triggers (a deprecated .T on a 1-D tensor, say) go to its output, next to
+    its own prints, not to the worker's stderr.
+    """
+    if deadline is not None and time.monotonic() >= deadline:
+        raise CheckTimeout()
+    ns.update(sandbox_globals(out))
+    try:
+        with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            exec(compiled, ns)
+    finally:
+        for w in locals().get("caught") or []:
+            if w.filename == CODE_FILE and out.buffer.tell() < MAX_STDOUT:
+                text = str(w.message).split(" (Triggered internally")[0]
+                out.buffer.write(clean(f"warning (line {w.lineno}): {text}\n", MAX_MESSAGE))
+        for name in (*sandbox_globals(out), "__builtins__"):
+            if name in ("torch", "F", "math"):
+                continue
+            ns.pop(name, None)
+
+
+def copy_namespace(ns: dict) -> dict:
+    """Fresh copies of every tensor, so one run cannot touch what the next one uses.
+
+    One deepcopy memo for the whole namespace keeps aliasing exactly as the learner made it: two
+    names for one tensor stay one tensor, a view stays a view of its base.
+    """
+    memo: dict = {}
+    out = {}
+    for name, value in ns.items():
+        if isinstance(value, (types.ModuleType, Callable)) and not isinstance(value, Tensor):
+            out[name] = value
+            continue
+        try:
+            out[name] = copy.deepcopy(value, memo)
+        except Exception:  # noqa: BLE001 - uncopyable learner objects are shared as they are
+            out[name] = value
+    return out
+
+
+def shares_memory(a: Tensor, b: Tensor) -> bool:
+    try:
+        return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+    except (RuntimeError, NotImplementedError):
+        return False

@@ -1,0 +1,214 @@
+"""The learner's side of a check: replay the earlier steps, run the candidate, report facts.
+
+This is what runs inside the confined child (or, where there is no fork, inside the worker with
+torch's state restored afterwards). It sees the forward tensors, what the earlier steps need and
+the candidate; autograd's gradients stay with the engine, which grades the plain data this returns.
+"""
+
+from __future__ import annotations
+
+import ast
+import time
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+import torch
+
+from tutor.candidate import (
+    CheckTimeout,
+    CodeError,
+    Output,
+    arm,
+    compile_candidate,
+    copy_namespace,
+    disarm,
+    execute,
+    runtime_error,
+    shares_memory,
+)
+from tutor.sandbox.isolate import encode_tensor
+
+Tensor = torch.Tensor
+
+cached_compile = lru_cache(maxsize=512)(compile_candidate)
+
+
+@dataclass
+class Replay:
+    """One earlier step, replayed as in the notebook: the learner's accepted code, or ours."""
+
+    step_id: str
+    code: str | None
+    solution: str
+    stand_ins: dict[str, Tensor] = field(default_factory=dict)  # first branches (see engine)
+
+
+@dataclass
+class BatchPlan:
+    name: str  # "main" or "heldout"
+    namespace: dict
+    replays: list[Replay]
+
+
+@dataclass
+class CheckSpec:
+    step_id: str
+    code: str
+    graded: tuple[str, ...]  # the tensors whose gradients are graded (checks, then partials)
+    batches: list[BatchPlan]
+    timeout: float
+
+
+# -- values as plain data --------------------------------------------------------------------
+_PLAIN_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int8,
+                 torch.int16, torch.int32, torch.int64, torch.uint8, torch.bool)
+
+
+def odd_kind(t: Tensor) -> str | None:
+    """Why a tensor cannot be graded as a gradient, or None for an ordinary dense tensor."""
+    if type(t) is not torch.Tensor:
+        return (f"a {type(t).__name__}, a subclass of torch.Tensor; a gradient must be a plain "
+                "tensor")
+    if t.is_meta:
+        return "a meta tensor, which has a shape but no values"
+    if t.layout != torch.strided:
+        return f"a {str(t.layout).replace('torch.', '')} tensor; use a dense tensor"
+    if t.is_quantized:
+        return "a quantized tensor; a gradient needs full float values"
+    if t.is_complex():
+        return "a complex tensor, but the gradient of a real tensor is real"
+    if t.dtype not in _PLAIN_DTYPES:
+        return f"a {str(t.dtype).replace('torch.', '')} tensor, too coarse to grade; use float32"
+    return None
+
+
+def encode_value(value: Any) -> tuple:
+    if isinstance(value, Tensor):
+        why = odd_kind(value)
+        if why is None:
+            try:
+                return encode_tensor(value.resolve_conj().resolve_neg())
+            except (RuntimeError, NotImplementedError, TypeError) as exc:
+                why = f"a tensor that cannot be read back ({str(exc).splitlines()[0][:100]})"
+        return ("odd", why)
+    if value is Ellipsis:
+        return ("ellipsis",)
+    return ("object", type(value).__name__)
+
+
+def encode_namespace(ns: dict, names: set[str] | None = None) -> dict[str, tuple]:
+    return {k: encode_value(v) for k, v in ns.items()
+            if (names is None and isinstance(v, Tensor)) or (names is not None and k in names)}
+
+
+# -- replay and run --------------------------------------------------------------------------
+def _replay(plan: BatchPlan, deadline: float) -> tuple[dict, list[str]]:
+    ns = copy_namespace(plan.namespace)
+    notes: list[str] = []
+    for r in plan.replays:
+        if r.code is not None:
+            trial = copy_namespace(ns)
+            try:
+                execute(cached_compile(r.code), trial, Output(), deadline)
+                ns = trial
+                notes += _stand_in(r, ns)
+                continue
+            except CheckTimeout:
+                raise
+            except Exception as exc:  # noqa: BLE001 - the learner's saved code failed here
+                what = exc.payload["message"] if isinstance(exc, CodeError) else (
+                    f"{type(exc).__name__}: {str(exc)[:200]}")
+                notes.append(f"your saved code for {r.step_id} failed when replayed ({what}); "
+                             "its reference solution was used instead")
+        execute(cached_compile(r.solution), ns, Output(), deadline)
+    return ns, notes
+
+
+def _stand_in(r: Replay, ns: dict) -> list[str]:
+    """A first branch the learner did not start is taken from autograd, and said so, so a later
+    `+=` still works; their own second branch is what gets graded there."""
+    notes = []
+    for name, value in r.stand_ins.items():
+        if not isinstance(ns.get(f"d{name}"), Tensor):
+            ns[f"d{name}"] = value.clone()
+            notes.append(f"your code for {r.step_id} does not start d{name}, the first branch of "
+                         f"{name}; autograd's first branch stands in for it")
+    return notes
+
+
+def _mutations(before: dict, after: dict, graded: tuple[str, ...]) -> dict:
+    """Which earlier tensors the candidate changed, and which of its gradients share memory."""
+    grads = [f"d{t}" for t in graded]
+    changed = []
+    for name, old in before.items():
+        if not isinstance(old, Tensor) or name in grads:
+            continue
+        new = after.get(name)
+        try:
+            same = isinstance(new, Tensor) and new.shape == old.shape and torch.equal(new, old)
+        except (RuntimeError, NotImplementedError, TypeError):
+            same = False
+        if same:
+            continue
+        culprit = next((g for g in grads if isinstance(after.get(g), Tensor)
+                        and isinstance(new, Tensor) and shares_memory(after[g], new)), None)
+        changed.append({"name": name, "deleted": name not in after, "culprit": culprit})
+    shared = {}
+    for g in grads:
+        value = after.get(g)
+        if not isinstance(value, Tensor):
+            continue
+        other = next((n for n, o in after.items() if n != g and n.startswith("d")
+                      and isinstance(o, Tensor) and o.shape == value.shape
+                      and shares_memory(value, o)), None)
+        if other:
+            shared[g] = other
+    return {"changed": changed, "shared": shared}
+
+
+def run_batch(spec: CheckSpec, plan: BatchPlan, deadline: float) -> dict:
+    base, notes = _replay(plan, deadline)
+    after = copy_namespace(base)
+    out = Output()
+    record: dict = {"error": None, "notes": notes}
+    try:
+        execute(cached_compile(spec.code), after, out, deadline)
+    except CheckTimeout:
+        raise
+    except CodeError as exc:
+        record["error"] = exc.payload
+    except Exception as exc:  # noqa: BLE001 - any failure of learner code is reported
+        record["error"] = runtime_error(exc, spec.code, list(after)).payload
+    record["stdout"] = out.text()
+    record["cmp"] = [(pos, name, encode_value(dt)) for pos, name, dt in out.cmp_calls
+                     if isinstance(dt, Tensor)]
+    if record["error"]:
+        return record
+    wanted = {f"d{t}" for t in spec.graded} | {n for n in after if n.startswith("d")}
+    record["after"] = encode_namespace(after, wanted)
+    record["before"] = encode_namespace(base)
+    record["mutations"] = _mutations(base, after, spec.graded)
+    return record
+
+
+def run_check(spec: CheckSpec) -> dict:
+    """Every batch of the plan, within one time budget. Plain data only."""
+    deadline = time.monotonic() + spec.timeout
+    records: dict[str, Any] = {}
+    arm(spec.timeout)  # stops Python loops; the parent kills what a signal cannot stop
+    try:
+        for plan in spec.batches:
+            records[plan.name] = run_batch(spec, plan, deadline)
+            if records[plan.name]["error"]:
+                break
+    except CheckTimeout:
+        return {"timeout": True, "records": records}
+    finally:
+        disarm()
+    return {"timeout": False, "records": records}
+
+
+def assigned_names(code: str) -> set[str]:
+    return {n.id for n in ast.walk(ast.parse(code)) if isinstance(n, ast.Name)
+            and isinstance(n.ctx, ast.Store)}

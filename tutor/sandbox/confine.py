@@ -1,0 +1,274 @@
+"""Operating-system limits for the process that runs learner code.
+
+Applied in a freshly forked child, after torch is loaded and before any learner code runs:
+
+- it dies with its parent (PR_SET_PDEATHSIG) and has a CPU-time limit (RLIMIT_CPU);
+- Landlock (Linux 5.13+) takes away every file-system right except reading the Python
+  installation (torch imports a module lazily now and then), and, where the kernel's Landlock
+  knows them, TCP bind/connect, abstract unix sockets and signals to other processes;
+- seccomp (through libseccomp, when installed) refuses new processes, sockets, tracing and every
+  system call that creates, changes or removes a file, even on kernels without Landlock.
+
+Each layer is applied where the system offers it and reported in `Confinement`, so the tutor can
+say what holds on this machine. Nothing here is needed for correctness; it is the boundary for
+code that got past the syntax check and the run-time guard.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import errno
+import functools
+import os
+import resource
+import signal
+import sys
+import sysconfig
+from dataclasses import dataclass, field
+
+_PR_SET_PDEATHSIG = 1
+_PR_SET_NO_NEW_PRIVS = 38
+
+_SYS_LANDLOCK = {"create_ruleset": 444, "add_rule": 445, "restrict_self": 446}
+_LANDLOCK_CREATE_RULESET_VERSION = 1
+_LANDLOCK_RULE_PATH_BENEATH = 1
+_FS_EXECUTE, _FS_READ_FILE, _FS_READ_DIR = 1 << 0, 1 << 2, 1 << 3
+# All file-system rights known to each Landlock ABI version (1: 13 rights, 2: +REFER,
+# 3: +TRUNCATE, 5: +IOCTL_DEV).
+_FS_ALL = {1: (1 << 13) - 1, 2: (1 << 14) - 1, 3: (1 << 15) - 1, 5: (1 << 16) - 1}
+_NET_BIND_TCP, _NET_CONNECT_TCP = 1 << 0, 1 << 1
+_SCOPE_ABSTRACT_UNIX, _SCOPE_SIGNAL = 1 << 0, 1 << 1
+
+
+@dataclass
+class Confinement:
+    """What was applied in this process; `missing` says what the system did not offer."""
+
+    applied: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+
+
+class _RulesetAttr(ctypes.Structure):
+    _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64),
+                ("scoped", ctypes.c_uint64)]
+
+
+class _PathBeneath(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+
+def _libc() -> ctypes.CDLL | None:
+    try:
+        return ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return None
+
+
+def die_with_parent(libc: ctypes.CDLL | None, parent: int) -> bool:
+    """SIGKILL when the parent goes; if it already went, go now."""
+    if libc is None or not sys.platform.startswith("linux"):
+        return False
+    if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+        return False
+    if os.getppid() != parent:
+        os._exit(1)
+    return True
+
+
+def limit_cpu(seconds: float) -> None:
+    """SIGXCPU (which kills) once this process has used `seconds` of CPU time."""
+    soft = max(1, int(seconds + 0.999))
+    _, hard = resource.getrlimit(resource.RLIMIT_CPU)
+    if hard != resource.RLIM_INFINITY:
+        soft = min(soft, hard)
+    resource.setrlimit(resource.RLIMIT_CPU, (soft, soft + 1 if hard == resource.RLIM_INFINITY
+                                             else hard))
+
+
+@functools.cache
+def limit_memory(extra_gb: float) -> None:
+    """Cap the address space a little above what is mapped now, so a huge allocation fails
+    cleanly with MemoryError instead of pushing the machine into swap."""
+    try:
+        with open("/proc/self/statm") as fh:
+            current = int(fh.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError):
+        return  # not Linux: the time limit still protects the learner
+    limit = current + int(extra_gb * 2**30)
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    if hard == resource.RLIM_INFINITY or limit < hard:
+        resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+
+
+@functools.cache
+def readable_roots() -> tuple[str, ...]:
+    """Where Python and its packages live: the only places the confined process may read."""
+    paths = {sys.prefix, sys.base_prefix, sys.exec_prefix}
+    for key in ("stdlib", "platstdlib", "purelib", "platlib"):
+        try:
+            paths.add(sysconfig.get_path(key))
+        except KeyError:
+            continue
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    paths.add(here)  # the tutor package itself, for its own lazy imports
+    # torch's CPU detection reads these on the first large operation.
+    paths.update(("/proc/cpuinfo", "/sys/devices/system/cpu"))
+    return tuple(sorted(p for p in paths if p and os.path.exists(p)))
+
+
+def landlock(libc: ctypes.CDLL | None) -> str | None:
+    """Restrict this process with Landlock; the ABI version applied, or None."""
+    if libc is None or not sys.platform.startswith("linux"):
+        return None
+    syscall = libc.syscall
+    syscall.restype = ctypes.c_long
+    abi = syscall(_SYS_LANDLOCK["create_ruleset"], None, ctypes.c_size_t(0),
+                  ctypes.c_uint32(_LANDLOCK_CREATE_RULESET_VERSION))
+    if abi < 1:
+        return None
+    fs_all = _FS_ALL[max(v for v in _FS_ALL if v <= abi)]
+    attr = _RulesetAttr(fs_all, 0, 0)
+    size = 8  # ABI 1-3 know only the file-system field
+    if abi >= 4:
+        attr.handled_access_net, size = _NET_BIND_TCP | _NET_CONNECT_TCP, 16
+    if abi >= 6:
+        attr.scoped, size = _SCOPE_ABSTRACT_UNIX | _SCOPE_SIGNAL, 24
+    fd = syscall(_SYS_LANDLOCK["create_ruleset"], ctypes.byref(attr), ctypes.c_size_t(size),
+                 ctypes.c_uint32(0))
+    if fd < 0:
+        return None
+    try:
+        read = _FS_READ_FILE | _FS_READ_DIR | _FS_EXECUTE
+        for root in readable_roots():
+            try:
+                parent = os.open(root, os.O_PATH | os.O_CLOEXEC)
+            except OSError:
+                continue
+            try:
+                # A rule on a single file may only grant rights that apply to files.
+                rights = read if os.path.isdir(root) else _FS_READ_FILE
+                rule = _PathBeneath(rights, parent)
+                syscall(_SYS_LANDLOCK["add_rule"], ctypes.c_int(fd),
+                        ctypes.c_int(_LANDLOCK_RULE_PATH_BENEATH), ctypes.byref(rule),
+                        ctypes.c_uint32(0))
+            finally:
+                os.close(parent)
+        if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+            return None
+        if syscall(_SYS_LANDLOCK["restrict_self"], ctypes.c_int(fd), ctypes.c_uint32(0)) != 0:
+            return None
+    finally:
+        os.close(fd)
+    return f"Landlock ABI {abi}"
+
+
+# System calls that make processes, sockets, tracers, or change the file system. Names unknown on
+# this architecture (open, creat, ... do not exist on aarch64) are skipped.
+_SECCOMP_DENY = (
+    "execve execveat fork vfork ptrace process_vm_readv process_vm_writev socket socketpair "
+    "connect bind listen accept accept4 creat truncate ftruncate unlink unlinkat rename renameat "
+    "renameat2 mkdir mkdirat rmdir link linkat symlink symlinkat mknod mknodat chmod fchmod "
+    "fchmodat chown fchown lchown fchownat utime utimes utimensat futimesat setxattr lsetxattr "
+    "fsetxattr removexattr lremovexattr fremovexattr mount umount2 pivot_root chroot unshare "
+    "setns keyctl add_key request_key bpf perf_event_open io_uring_setup io_uring_enter "
+    "io_uring_register userfaultfd name_to_handle_at open_by_handle_at kexec_load "
+    "init_module finit_module delete_module reboot swapon swapoff"
+).split()
+_SCMP_ACT_ALLOW = 0x7FFF0000
+_SCMP_CMP_MASKED_EQ = 7
+_CLONE_THREAD = 0x00010000
+# O_WRONLY, O_RDWR, O_CREAT, O_TRUNC, O_APPEND (the same values on x86_64 and aarch64).
+_WRITE_FLAGS = (0o1, 0o2, 0o100, 0o1000, 0o2000)
+
+
+def _scmp_errno(code: int) -> int:
+    return 0x00050000 | (code & 0xFFFF)
+
+
+class _ArgCmp(ctypes.Structure):
+    _fields_ = [("arg", ctypes.c_uint), ("op", ctypes.c_int), ("datum_a", ctypes.c_uint64),
+                ("datum_b", ctypes.c_uint64)]
+
+
+@functools.cache
+def _libseccomp() -> ctypes.CDLL | None:
+    # find_library runs ldconfig and writes a temporary file: call this before confining.
+    if not sys.platform.startswith("linux"):
+        return None
+    for name in ("libseccomp.so.2", ctypes.util.find_library("seccomp")):
+        try:
+            return ctypes.CDLL(name) if name else None
+        except OSError:
+            continue
+    return None
+
+
+def prepare() -> None:
+    """Load what confine() needs while files can still be opened (in the parent)."""
+    _libseccomp()
+    readable_roots()
+
+
+def seccomp() -> bool:
+    """Load a seccomp filter through libseccomp; False when the library is not installed."""
+    lib = _libseccomp()
+    if lib is None:
+        return False
+    lib.seccomp_init.restype = ctypes.c_void_p
+    lib.seccomp_syscall_resolve_name.argtypes = [ctypes.c_char_p]
+    add = lib.seccomp_rule_add_array
+    add.argtypes = [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_int, ctypes.c_uint,
+                    ctypes.POINTER(_ArgCmp)]
+    ctx = lib.seccomp_init(ctypes.c_uint32(_SCMP_ACT_ALLOW))
+    if not ctx:
+        return False
+    ctx = ctypes.c_void_p(ctx)
+    try:
+        def nr(syscall: str) -> int:
+            return lib.seccomp_syscall_resolve_name(syscall.encode())
+
+        eperm = _scmp_errno(errno.EPERM)
+        for call in _SECCOMP_DENY:
+            if nr(call) >= 0 and add(ctx, eperm, nr(call), 0, None) != 0:
+                return False
+        # Threads are fine (clone with CLONE_THREAD); new processes are not.
+        no_thread = (_ArgCmp * 1)(_ArgCmp(0, _SCMP_CMP_MASKED_EQ, _CLONE_THREAD, 0))
+        if add(ctx, eperm, nr("clone"), 1, no_thread) != 0:
+            return False
+        # clone3 passes its flags in memory a filter cannot read: ENOSYS makes libc use clone.
+        if nr("clone3") >= 0 and add(ctx, _scmp_errno(errno.ENOSYS), nr("clone3"), 0, None):
+            return False
+        # Opening a file for writing is refused by its flags, one rule per write flag.
+        for call, flags_arg in (("open", 1), ("openat", 2)):
+            if nr(call) < 0:
+                continue
+            for bit in _WRITE_FLAGS:
+                cmp = (_ArgCmp * 1)(_ArgCmp(flags_arg, _SCMP_CMP_MASKED_EQ, bit, bit))
+                if add(ctx, eperm, nr(call), 1, cmp) != 0:
+                    return False
+        return lib.seccomp_load(ctx) == 0
+    finally:
+        lib.seccomp_release(ctx)
+
+
+def confine(parent: int, cpu_seconds: float, os_layers: bool = True) -> Confinement:
+    """Apply every layer this system offers to the current process (Landlock and seccomp only
+    with `os_layers`)."""
+    report = Confinement()
+    libc = _libc()
+    (report.applied if die_with_parent(libc, parent) else report.missing).append(
+        "dies with its parent")
+    try:
+        limit_cpu(cpu_seconds)
+        report.applied.append(f"CPU limit {cpu_seconds:g} s")
+    except (ValueError, OSError):
+        report.missing.append("CPU limit")
+    if not os_layers:
+        report.missing += ["Landlock", "seccomp"]
+        return report
+    ruleset = landlock(libc)
+    (report.applied if ruleset else report.missing).append(ruleset or "Landlock")
+    (report.applied if seccomp() else report.missing).append("seccomp")
+    return report

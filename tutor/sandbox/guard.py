@@ -1,0 +1,110 @@
+"""Attribute access checked at run time, so the syntax tree is not the only line of defence.
+
+Every `obj.name` that learner code reads is rewritten into `__tutor_getattr__(obj, "name")`
+before compiling. The guard looks at the real object: a tensor answers only the methods a backward
+pass uses, the sandbox's modules only their allow lists, and nothing answers names that lead to
+interpreter internals (underscores, frames, tracebacks, code objects) or to format strings, which
+can walk attributes from inside a string where no syntax check can see them.
+
+RestrictedPython does the same kind of rewrite, but it refuses `dC[ix] += ...` (an augmented
+assignment to an item, the lecture's own loop) and funnels `x += y` through a helper, which would
+break the in-place semantics that the aliasing diagnosis depends on. Rewriting attribute reads
+alone leaves every other statement exactly as Python runs it.
+"""
+
+from __future__ import annotations
+
+import ast
+import types
+from typing import Any
+
+from tutor.sandbox import allowlist
+
+GUARD_NAME = "__tutor_getattr__"
+
+# Doors from a generator, coroutine, exception or function into the interpreter's frames, whose
+# globals belong to the tutor: gi_frame, f_back, tb_frame, co_consts, cr_frame, ag_frame, ...
+_INTERNAL_PREFIXES = ("f_", "gi_", "tb_", "co_", "cr_", "ag_")
+
+
+class Refused(Exception):
+    """Learner code asked for something the sandbox does not offer; the message says why."""
+
+
+class _Rewrite(ast.NodeTransformer):
+    def visit_Attribute(self, node: ast.Attribute) -> ast.AST:
+        self.generic_visit(node)
+        if not isinstance(node.ctx, ast.Load):
+            return node  # stores and deletes are refused by the policy before we get here
+        call = ast.Call(
+            func=ast.Name(GUARD_NAME, ast.Load()),
+            args=[node.value, ast.Constant(node.attr)],
+            keywords=[],
+        )
+        return ast.copy_location(call, node)
+
+
+def rewrite(tree: ast.Module) -> ast.Module:
+    """The same program with every attribute read going through the guard."""
+    return ast.fix_missing_locations(_Rewrite().visit(tree))
+
+
+def _refuse(obj: Any, name: str, why: str) -> Refused:
+    what = obj.__name__ if isinstance(obj, types.ModuleType) else type(obj).__name__
+    if isinstance(obj, type):
+        what = obj.__name__
+    return Refused(f"{what}.{name} is not available in the sandbox: {why}")
+
+
+class Guard:
+    """The callable installed as `__tutor_getattr__` in every sandbox namespace.
+
+    It is on the path of every attribute read, the training loop's included, so the common cases
+    (a tensor method, a module function) are answered from precomputed tables first.
+    """
+
+    def __init__(self, tensor_type: type, tables: dict[int, tuple[str, dict[str, Any]]],
+                 wrapped: dict[str, Any], alias: type) -> None:
+        self.tensor_type = tensor_type
+        self.alias = alias  # what learner code calls torch.Tensor
+        self.tables = tables  # id(module stand-in) -> (module name, allowed name -> value)
+        self.wrapped = wrapped  # tensor methods replaced by safer ones (new_empty, ...)
+        self.tensor_names = frozenset(
+            n for n in dir(tensor_type) if allowlist.tensor_allows(n) and n not in wrapped)
+
+    def __call__(self, obj: Any, name: str) -> Any:
+        if type(obj) is self.tensor_type and name in self.tensor_names:
+            return getattr(obj, name)
+        table = self.tables.get(id(obj))
+        if table is not None:
+            module, values = table
+            if name in values:
+                return values[name]
+            raise Refused(f"{module}.{name} is not available in the sandbox: "
+                          f"{allowlist.reason(name)}")
+        return self._slow(obj, name)
+
+    def _slow(self, obj: Any, name: str) -> Any:
+        if name.startswith("_"):
+            raise _refuse(obj, name, "names starting with an underscore reach into Python's "
+                                     "internals")
+        if name.startswith(_INTERNAL_PREFIXES):
+            raise _refuse(obj, name, "frames, code objects and tracebacks lead outside the "
+                                     "sandbox")
+        if name in ("format", "format_map", "mro"):
+            raise _refuse(obj, name, allowlist.reason(name))
+        if obj is self.alias:
+            obj = self.tensor_type
+        if isinstance(obj, self.tensor_type) or (
+                isinstance(obj, type) and issubclass(obj, self.tensor_type)):
+            if not allowlist.tensor_allows(name):
+                raise Refused(f"the tensor attribute .{name} is not available in the sandbox: "
+                              f"{allowlist.reason(name)}")
+            if name in self.wrapped and not isinstance(obj, type):
+                return self.wrapped[name](obj)
+            return getattr(obj, name)
+        if isinstance(obj, types.ModuleType):
+            raise _refuse(obj, name, "only the sandbox's own torch, F and math are open")
+        if name in allowlist.REASONS:
+            raise _refuse(obj, name, allowlist.REASONS[name])
+        return getattr(obj, name)

@@ -90,6 +90,19 @@ def explain(
     """The diagnosis of a wrong same-shape answer that matches a rewrite of the solution."""
     if value.shape != ref.shape or not torch.isfinite(value).all():
         return None
+    # The tensors are tiny: one thread is fastest, and on a busy machine a second one waiting
+    # for a core costs tens of milliseconds per operation.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _explain(pack, step, tensor, value, ref, before, n)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _explain(
+    pack: Pack, step: Step, tensor: str, value: Tensor, ref: Tensor, before: dict, n: int
+) -> dict | None:
     found = _values(pack, step, tensor, before, n)
     grad = f"d{tensor}"
     off = _distance(value, ref)
@@ -198,9 +211,24 @@ def candidates(pack: Pack, step: Step, tensor: str, scope: dict) -> Iterator[Can
     except SyntaxError:
         return
     ctx = _context(pack, step, tensor, scope)
+    writes = _writes(tree)  # rewrites only replace expressions: they write no new names
+    _SLOTS.clear()
     seen: set[str] = {ast.unparse(tree)}
+    if _accumulates(tree, ctx.grad):
+        # The solution itself, where the earlier step already left the complete gradient: the
+        # learner typed both branches there and adds this one again.
+        yield Candidate(
+            "derived",
+            f"Your {ctx.grad} counts this line's branch twice: {ctx.grad} already held the "
+            "complete gradient when this step began (your code for the earlier step computed "
+            f"both branches), and this step added the branch again. Leave {ctx.grad} as it is "
+            "here, or keep only the first branch in the earlier step.",
+            ast.unparse(tree),
+            ctx.grad,
+            writes,
+        )
     # When two rewrites fit equally well, the earlier (more telling) one is reported.
-    makers: list[Callable[[ast.Module, _Context], Iterator[tuple[ast.Module, str, str]]]] = [
+    makers: list[Callable[[ast.Module, _Context], Iterator[tuple[str, str, str]]]] = [
         _upstream_rewrites,
         _factor_rewrites,
         _own_output_rewrites,
@@ -211,12 +239,26 @@ def candidates(pack: Pack, step: Step, tensor: str, scope: dict) -> Iterator[Can
         _other_swaps,
     ]
     for make in makers:
-        for new_tree, kind, message in make(tree, ctx):
-            source = ast.unparse(ast.fix_missing_locations(new_tree))
+        for source, kind, message in make(tree, ctx):
             if source in seen:
                 continue
             seen.add(source)
-            yield Candidate(kind, message, source, ctx.grad, _writes(new_tree))
+            yield Candidate(kind, message, source, ctx.grad, writes)
+
+
+def _accumulates(tree: ast.Module, grad: str) -> bool:
+    """Does the solution add to a gradient that an earlier step started (`dX += ...`)?"""
+    for node in ast.walk(tree):
+        target = getattr(node, "target", None)
+        if isinstance(node, ast.AugAssign) and isinstance(target, ast.Name) and target.id == grad:
+            return True
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == grad for t in node.targets
+        ):
+            reads = {n.id for n in ast.walk(node.value) if isinstance(n, ast.Name)}
+            if grad in reads:
+                return True
+    return False
 
 
 def _context(pack: Pack, step: Step, tensor: str, scope: dict) -> _Context:
@@ -254,7 +296,8 @@ def _substitute_name(node: ast.expr, old: str, new: str) -> ast.expr:
 
 
 # Rewrites address nodes by their position in a pre-order walk, so that one occurrence of a
-# name (or one product among several) can be changed on a fresh copy of the tree.
+# name (or one product among several) can be changed. The change is made in place, the source
+# text taken, and the node put back: copying the tree for every rewrite costs far more.
 
 
 def _preorder(node: ast.AST) -> Iterator[ast.AST]:
@@ -263,19 +306,56 @@ def _preorder(node: ast.AST) -> Iterator[ast.AST]:
         yield from _preorder(child)
 
 
-class _ReplaceAt(ast.NodeTransformer):
-    def __init__(self, index: int, make: Callable[[ast.AST], ast.AST | None]):
-        self.index, self.make, self.seen = index, make, -1
-
-    def visit(self, node: ast.AST):
-        self.seen += 1
-        if self.seen == self.index:
-            return self.make(node)
-        return self.generic_visit(node)
+Slot = tuple[ast.AST, str, int | None]  # parent, field, position in a list field (or None)
+_SLOTS: dict[int, tuple[ast.AST, list[Slot | None]]] = {}
 
 
-def _replace(tree: ast.Module, index: int, make: Callable[[ast.AST], ast.AST | None]):
-    return _ReplaceAt(index, make).visit(copy.deepcopy(tree))
+def _slots(tree: ast.AST) -> list[Slot | None]:
+    """Where each node of the pre-order walk sits in its parent (None for the root)."""
+    cached = _SLOTS.get(id(tree))
+    if cached is not None and cached[0] is tree:
+        return cached[1]
+    out: list[Slot | None] = [None]
+
+    def walk(node: ast.AST) -> None:
+        # The same order as ast.iter_child_nodes, which _preorder follows.
+        for name, value in ast.iter_fields(node):
+            if isinstance(value, ast.AST):
+                out.append((node, name, None))
+                walk(value)
+            elif isinstance(value, list):
+                for k, item in enumerate(value):
+                    if isinstance(item, ast.AST):
+                        out.append((node, name, k))
+                        walk(item)
+
+    walk(tree)
+    _SLOTS[id(tree)] = (tree, out)
+    return out
+
+
+def _put(slot: Slot, node: ast.AST) -> ast.AST:
+    parent, field, k = slot
+    if k is None:
+        old = getattr(parent, field)
+        setattr(parent, field, node)
+    else:
+        old = getattr(parent, field)[k]
+        getattr(parent, field)[k] = node
+    return old
+
+
+def _replace(tree: ast.Module, index: int, make: Callable[[ast.AST], ast.AST]) -> str:
+    """The source of the tree with node `index` (pre-order) replaced by make(node)."""
+    slot = _slots(tree)[index]
+    assert slot is not None, "the module itself is never replaced"
+    parent, field, k = slot
+    node = getattr(parent, field) if k is None else getattr(parent, field)[k]
+    _put(slot, make(node))
+    try:
+        return ast.unparse(tree)
+    finally:
+        _put(slot, node)
 
 
 def _loads(tree: ast.Module) -> Iterator[tuple[int, ast.Name]]:
@@ -527,17 +607,18 @@ def _statement_rewrites(tree: ast.Module, ctx: _Context):
     grad = ctx.grad
     for i, stmt in enumerate(tree.body):
         if i > 0:
-            rest = copy.deepcopy(tree)
-            del rest.body[i]
+            rest = ast.Module(body=tree.body[:i] + tree.body[i + 1 :], type_ignores=[])
             yield (
-                rest,
+                ast.unparse(rest),
                 "partial",
                 f"Your {grad} is what the computation gives with one of its steps left out: "
                 f"{_involving(stmt, ctx)}. Check that every part of the derivative is applied.",
             )
         if isinstance(stmt, ast.AugAssign) and isinstance(stmt.op, (ast.Add, ast.Sub)):
-            flipped = copy.deepcopy(tree)
-            flipped.body[i].op = ast.Sub() if isinstance(stmt.op, ast.Add) else ast.Add()
+            op = stmt.op
+            stmt.op = ast.Sub() if isinstance(op, ast.Add) else ast.Add()
+            flipped = ast.unparse(tree)
+            stmt.op = op
             yield (
                 flipped,
                 "derived",

@@ -91,9 +91,13 @@ class Engine:
         self.isolated = isolate.can_fork(self.device)
         if self.isolated:
             prepare()
-        self._befores: dict[tuple, dict] = {}
+            # Built once here, not again in every child (the batches are cached properties).
+            _ = self.lesson.main, self.lesson.heldout
+        # (batch, step, earlier code) -> (namespace before the candidate, notes, reusable)
+        self._befores: dict[tuple, tuple[dict, list[str], bool]] = {}
         self._mistake_values: dict[tuple, Tensor | None] = {}
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
+        self._spare: isolate.Child | None = None
 
     # -- the lesson as plain data ------------------------------------------------------------
     def info(self) -> dict:
@@ -117,7 +121,14 @@ class Engine:
         return steps[: steps.index(step)]
 
     def _plan(self, step: Step, batch: Batch, name: str, prior: dict[str, str]) -> BatchPlan:
-        """What the child needs for one batch: its tensors and how to replay earlier steps."""
+        """What the child needs for one batch: its tensors and how to replay earlier steps.
+
+        Once a replay has come back as plain tensors, later checks of the step start from those
+        and replay nothing.
+        """
+        known = self._befores.get(self._before_key(step, batch, prior))
+        if known is not None and known[2]:
+            return BatchPlan(name, known[0], [], known[1], known=True)
         ns = batch.namespace()
         for given in step.given:
             ns[f"d{given}"] = batch.given[(step.id, given)].clone()
@@ -127,6 +138,21 @@ class Engine:
             for s in self._earlier(step)
         ]
         return BatchPlan(name, ns, replays)
+
+    def _remember(self, record: dict, step: Step, batch: Batch, prior: dict[str, str]) -> dict:
+        """The namespace a run started from, decoded; kept for diagnosis and later checks."""
+        key = self._before_key(step, batch, prior)
+        if "before" not in record and key in self._befores:
+            return self._befores[key][0]
+        before = {**batch.namespace(), **{k: v for k, v in (record.get("scalars") or {}).items()
+                                          if v is None or type(v) in (int, float, bool, str)}}
+        before.update(isolate.decode_shared(record["before"]))
+        notes = [clean(n, MAX_MESSAGE) for n in record.get("notes", [])]
+        if len(self._befores) > 256:
+            self._befores.clear()
+        self._befores[key] = (
+            before, notes, bool(record.get("cacheable")))
+        return before
 
     def _scrub(self) -> None:
         """In the child, before learner code runs: forget every answer it could look for."""
@@ -139,18 +165,43 @@ class Engine:
         self._befores.clear()
         self._mistake_values.clear()
 
-    def execute(self, spec: CheckSpec) -> dict:
-        """Run the spec in a confined child (or here, with torch's state restored after)."""
+    def _spec(self, step: Step, code: str, prior: dict[str, str]) -> CheckSpec:
+        return CheckSpec(step.id, code, step.checks + step.partials, [
+            self._plan(step, self.lesson.main, "main", prior),
+            self._plan(step, self.lesson.heldout, "heldout", prior),
+        ], self.settings.timeout)
+
+    def _in_child(self, request: dict, _send: Callable, _cancel: threading.Event) -> dict:
+        """The child's whole life: plan from the lesson, forget the answers, run the code."""
+        spec = self._spec(self.pack.step(request["step"]), request["code"], request["prior"])
+        self._scrub()
+        return run_check(spec)
+
+    def _fork(self) -> isolate.Child:
+        return isolate.Child(self._in_child, cpu_seconds=self.settings.timeout + 1,
+                             memory_gb=self.settings.memory_limit_gb)
+
+    def prepare(self) -> None:
+        """Fork the next check's child now, while nobody waits for it."""
+        if self.isolated and (self._spare is None or not self._spare.alive()):
+            with self._lock:
+                self._spare = self._fork()
+
+    def close(self) -> None:
+        if self._spare is not None:
+            self._spare.discard()
+            self._spare = None
+
+    def execute(self, step: Step, code: str, prior: dict[str, str]) -> dict:
+        """Run the candidate in a confined child (or here, with torch's state put back)."""
         if not self.isolated:
             with TorchState.kept():
-                return run_check(spec)
-        outcome = isolate.run(
-            lambda _send, _cancel: run_check(spec),
-            timeout=spec.timeout + KILL_GRACE,
-            cpu_seconds=spec.timeout + 1,
-            memory_gb=self.settings.memory_limit_gb,
-            scrub=self._scrub,
-        )
+                return run_check(self._spec(step, code, prior))
+        child, self._spare = self._spare, None
+        if child is None or not child.alive():
+            child = self._fork()
+        outcome = child.run({"step": step.id, "code": code, "prior": prior},
+                            timeout=self.settings.timeout + KILL_GRACE)
         if outcome.status == "done" and isinstance(outcome.result, dict):
             return outcome.result
         if outcome.status == "timeout" or outcome.why in ("cpu", "killed"):
@@ -182,12 +233,7 @@ class Engine:
         except CodeError as exc:
             result["error"] = exc.payload
             return result
-        graded = step.checks + step.partials
-        spec = CheckSpec(step.id, code, graded, [
-            self._plan(step, self.lesson.main, "main", prior),
-            self._plan(step, self.lesson.heldout, "heldout", prior),
-        ], self.settings.timeout)
-        outcome = self.execute(spec)
+        outcome = self.execute(step, code, prior)
         records = outcome.get("records") or {}
         main = records.get("main")
         if outcome.get("timeout") and not (main and main.get("error")) and main is None:
@@ -203,7 +249,16 @@ class Engine:
             result["error"] = _clean_error(main["error"])
             return result
         batch = self.lesson.main
-        run = self._run_from(main, step, batch, prior)
+        try:
+            run = self._run_from(main, step, batch, prior)
+            heldout = records.get("heldout")
+            if heldout and not heldout.get("error"):
+                self._remember(heldout, step, self.lesson.heldout, prior)
+        except Exception:  # noqa: BLE001 - the child's data did not decode: never trust it
+            result["error"] = {"kind": "internal", "line": None, "col": None,
+                               "message": "the sandbox sent back data that does not read as "
+                                          "tensors; the check was not graded"}
+            return result
         result["notes"] += [clean(n, MAX_MESSAGE) for n in main.get("notes", [])]
         grades = self._grade(step, run, batch, prior)
         self._check_mutations(step, main.get("mutations") or {}, code, grades, result["notes"])
@@ -227,18 +282,16 @@ class Engine:
         return result
 
     def _run_from(self, record: dict, step: Step, batch: Batch, prior: dict[str, str]) -> Run:
-        # The child sends tensors; the sizes (n, vocab_size, ...) are the batch's own.
-        before = {**batch.namespace(), **decode_namespace(record.get("before"))}
-        after = decode_namespace(record.get("after"))
-        self._befores[self._before_key(step, batch, prior)] = before
-        return Run(after, before, "")
+        before = self._remember(record, step, batch, prior)
+        return Run(decode_namespace(record.get("after")), before, "")
 
     def _before_key(self, step: Step, batch: Batch, prior: dict[str, str]) -> tuple:
         return (id(batch), step.id, tuple((s.id, prior.get(s.id)) for s in self._earlier(step)))
 
     def namespace_before(self, step: Step, batch: Batch, prior: dict[str, str]) -> dict:
         """The namespace the candidate started from, as the child last reported it."""
-        return self._befores.get(self._before_key(step, batch, prior), {})
+        known = self._befores.get(self._before_key(step, batch, prior))
+        return known[0] if known else {}
 
     def _partial_notes(self, step: Step, run: Run, notes: list[str]) -> None:
         for name in step.partials:

@@ -27,7 +27,7 @@ from tutor.candidate import (
     runtime_error,
     shares_memory,
 )
-from tutor.sandbox.isolate import encode_tensor
+from tutor.sandbox.isolate import encode_shared, encode_tensor
 
 Tensor = torch.Tensor
 
@@ -49,6 +49,8 @@ class BatchPlan:
     name: str  # "main" or "heldout"
     namespace: dict
     replays: list[Replay]
+    notes: list[str] = field(default_factory=list)  # said when this namespace was first replayed
+    known: bool = False  # the engine already has this namespace: no need to send it back
 
 
 @dataclass
@@ -105,7 +107,7 @@ def encode_namespace(ns: dict, names: set[str] | None = None) -> dict[str, tuple
 # -- replay and run --------------------------------------------------------------------------
 def _replay(plan: BatchPlan, deadline: float) -> tuple[dict, list[str]]:
     ns = copy_namespace(plan.namespace)
-    notes: list[str] = []
+    notes = list(plan.notes)
     for r in plan.replays:
         if r.code is not None:
             trial = copy_namespace(ns)
@@ -167,6 +169,24 @@ def _mutations(before: dict, after: dict, graded: tuple[str, ...]) -> dict:
     return {"changed": changed, "shared": shared}
 
 
+def _is_scalar(value: Any) -> bool:
+    return value is None or type(value) in (int, float, bool, str)
+
+
+def _plain_before(base: dict, given: dict) -> tuple[dict[str, Tensor], bool]:
+    """The tensors the candidate started from, and whether they (with the scalars) are all of it.
+
+    When they are, the engine keeps them and later checks of this step start from them without
+    replaying the earlier steps. A function or a list the learner defined in an earlier step
+    cannot travel, so then every check replays.
+    """
+    plain = {k: v for k, v in base.items() if isinstance(v, Tensor) and odd_kind(v) is None}
+    extra = [k for k, v in base.items()
+             if k not in plain and not _is_scalar(v) and k not in given
+             and k not in ("torch", "F", "math")]
+    return plain, not extra and all(k in plain for k, v in base.items() if isinstance(v, Tensor))
+
+
 def run_batch(spec: CheckSpec, plan: BatchPlan, deadline: float) -> dict:
     base, notes = _replay(plan, deadline)
     after = copy_namespace(base)
@@ -187,8 +207,12 @@ def run_batch(spec: CheckSpec, plan: BatchPlan, deadline: float) -> dict:
         return record
     wanted = {f"d{t}" for t in spec.graded} | {n for n in after if n.startswith("d")}
     record["after"] = encode_namespace(after, wanted)
-    record["before"] = encode_namespace(base)
     record["mutations"] = _mutations(base, after, spec.graded)
+    if not plan.known:
+        plain, cacheable = _plain_before(base, plan.namespace)
+        record["before"] = encode_shared(plain)
+        record["scalars"] = {k: v for k, v in base.items() if _is_scalar(v)}
+        record["cacheable"] = cacheable
     return record
 
 

@@ -49,7 +49,10 @@ class TorchState:
     def restore(self) -> None:
         v = self.values
         torch.set_default_dtype(v["default_dtype"])
-        torch.set_default_device(v["default_device"])
+        if torch.get_default_device() != v["default_device"]:
+            # Setting "cpu" explicitly would install a device mode that slows every operation.
+            cpu = v["default_device"].type == "cpu"
+            torch.set_default_device(None if cpu else v["default_device"])
         torch.set_rng_state(v["rng"])
         if v["cuda_rng"] is not None:
             torch.cuda.set_rng_state_all(v["cuda_rng"])
@@ -59,7 +62,8 @@ class TorchState:
         torch.set_anomaly_enabled(v["anomaly"], v["anomaly_nan"])
         vars(torch._tensor_str.PRINT_OPTS).update(v["print_options"])
         torch.set_flush_denormal(False)  # no getter exists; the tutor never turns it on
-        torch.set_num_threads(v["threads"])
+        if torch.get_num_threads() != v["threads"]:
+            torch.set_num_threads(v["threads"])
         torch.set_grad_enabled(v["grad"])
         torch.set_warn_always(v["warn_always"])
         for device, (enabled, dtype) in v["autocast"].items():

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import gc
 import io
 import os
 import pickle
@@ -74,6 +75,39 @@ def decode_tensor(item: tuple) -> torch.Tensor:
     return flat.reshape(shape).clone()
 
 
+def encode_shared(tensors: dict[str, torch.Tensor]) -> dict:
+    """Plain, dense tensors that may share memory, as plain data that keeps the sharing: each
+    block of memory travels once, each tensor as its place in one (offset, shape, stride)."""
+    blocks: dict[int, int] = {}
+    memory: list[tuple] = []
+    places = {}
+    for name, t in tensors.items():
+        t = t.detach()
+        storage = t.untyped_storage()
+        key = storage.data_ptr()
+        if key not in blocks:
+            blocks[key] = len(memory)
+            flat = t.new_empty(0).set_(storage)
+            memory.append(encode_tensor(flat))
+        index = blocks[key]
+        if memory[index][1] != str(t.dtype):
+            memory.append(encode_tensor(t))
+            places[name] = (len(memory) - 1, list(t.shape), None, 0)
+            continue
+        places[name] = (index, list(t.shape), list(t.stride()), t.storage_offset())
+    return {"memory": memory, "places": places}
+
+
+def decode_shared(data: dict) -> dict[str, torch.Tensor]:
+    memory = [decode_tensor(m) for m in data["memory"]]
+    out = {}
+    for name, (index, shape, stride, offset) in data["places"].items():
+        flat = memory[index]
+        out[str(name)] = (flat.reshape(shape) if stride is None
+                          else flat.as_strided(shape, stride, offset))
+    return out
+
+
 # -- the child ------------------------------------------------------------------------------------
 @dataclass
 class Outcome:
@@ -92,15 +126,32 @@ def _send(fd: int, message: Any) -> None:
         view = view[written:]
 
 
-def _child(fd: int, parent: int, work: Callable, cpu_seconds: float, memory_gb: float | None,
-           scrub: Callable[[], None] | None, os_layers: bool) -> None:
+def _read_request(fd: int) -> Any:
+    header = _read_exact(fd, _HEADER.size)
+    (size,) = _HEADER.unpack(header)
+    return loads_plain(_read_exact(fd, size))
+
+
+def _read_exact(fd: int, size: int) -> bytes:
+    chunks, remaining = [], size
+    while remaining:
+        chunk = os.read(fd, remaining)
+        if not chunk:
+            raise EOFError("the parent went away")
+        chunks.append(chunk)
+        remaining -= len(chunk)
+    return b"".join(chunks)
+
+
+def _child(requests: int, results: int, parent: int, work: Callable, cpu_seconds: float,
+           memory_gb: float | None, os_layers: bool) -> None:
     """Runs in the forked child; never returns."""
     try:
         null = os.open(os.devnull, os.O_RDWR)
         os.dup2(null, 0)
-        # Only the result pipe and stderr stay open: not the worker's pipe to the client, nor
+        # Only its two pipes and stderr stay open: not the worker's pipe to the client, nor
         # anything else the parent happened to hold.
-        keep = sorted({fd, 0, 1, 2})
+        keep = sorted({requests, results, 0, 1, 2})
         low = 3
         for k in keep:
             if k >= low:
@@ -113,50 +164,104 @@ def _child(fd: int, parent: int, work: Callable, cpu_seconds: float, memory_gb: 
         confine.confine(parent, cpu_seconds, os_layers)
         cancel = threading.Event()
         signal.signal(signal.SIGUSR1, lambda *_: cancel.set())
-        if scrub is not None:
-            scrub()
+        request = _read_request(requests)
 
         def send(message: dict) -> None:
-            _send(fd, {"type": "message", "message": message})
+            _send(results, {"type": "message", "message": message})
 
-        result = work(send, cancel)
-        _send(fd, {"type": "done", "result": result})
+        result = work(request, send, cancel)
+        _send(results, {"type": "done", "result": result})
     except BaseException as exc:  # noqa: BLE001 - reported, then the child ends regardless
         with contextlib.suppress(BaseException):
-            _send(fd, {"type": "crashed", "why": f"{type(exc).__name__}: {str(exc)[:300]}"})
+            _send(results, {"type": "crashed", "why": f"{type(exc).__name__}: {str(exc)[:300]}"})
     finally:
         os._exit(0)
 
 
+class Child:
+    """A confined child, forked now, that will run `work(request, send, cancel)` once.
+
+    Forking a process that holds torch takes tens of milliseconds, so the worker forks the next
+    child as soon as a check is answered; the learner's next check then finds it ready. Until
+    the request arrives the child only waits on its pipe, already confined.
+    """
+
+    def __init__(self, work: Callable[[Any, Callable[[dict], None], threading.Event], Any], *,
+                 cpu_seconds: float, memory_gb: float | None = None,
+                 os_layers: bool = True) -> None:
+        req_read, self._requests = os.pipe()
+        self._results, res_write = os.pipe()
+        parent = os.getpid()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        # Objects the collector would visit in the child are copied page by page when it does:
+        # freezing them first keeps the child's memory shared and its start fast.
+        gc.freeze()
+        pid = os.fork()
+        if pid == 0:
+            gc.disable()  # a child lives for one check; its garbage goes with it
+            os.close(self._requests)
+            os.close(self._results)
+            _child(req_read, res_write, parent, work, cpu_seconds, memory_gb, os_layers)
+        os.close(req_read)
+        os.close(res_write)
+        self.pid = pid
+        self._used = False
+
+    def alive(self) -> bool:
+        try:
+            done, _ = os.waitpid(self.pid, os.WNOHANG)
+        except ChildProcessError:
+            return False
+        return done == 0
+
+    def run(self, request: Any, *, timeout: float | None,
+            on_message: Callable[[dict], None] | None = None,
+            cancel: threading.Event | None = None) -> Outcome:
+        """Hand the child its request and wait for its answer; the child is gone afterwards."""
+        if self._used:
+            raise RuntimeError("a child runs one request")
+        self._used = True
+        try:
+            try:
+                _send(self._requests, request)
+            except OSError:
+                return Outcome("died", why="it had ended before the request")
+            return _collect(self.pid, self._results, timeout, on_message, cancel)
+        finally:
+            self.discard()
+
+    def discard(self) -> None:
+        for fd in (self._requests, self._results):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._requests = self._results = -1
+        _reap(self.pid)
+
+
 def run(work: Callable[[Callable[[dict], None], threading.Event], Any], *,
         timeout: float | None, cpu_seconds: float, memory_gb: float | None = None,
-        scrub: Callable[[], None] | None = None,
         on_message: Callable[[dict], None] | None = None,
         cancel: threading.Event | None = None, os_layers: bool = True) -> Outcome:
-    """Run `work(send, cancel)` in a confined child and return what it returned.
+    """Run `work(send, cancel)` in a new confined child and return what it returned.
 
     `timeout` is wall-clock: past it the child is killed. `cancel` set in the parent is passed on
     as SIGUSR1, which sets the child's own event. Messages the child sends go to `on_message`.
     """
-    read_fd, write_fd = os.pipe()
-    parent = os.getpid()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    pid = os.fork()
-    if pid == 0:
-        os.close(read_fd)
-        _child(write_fd, parent, work, cpu_seconds, memory_gb, scrub, os_layers)
-    os.close(write_fd)
-    try:
-        return _collect(pid, read_fd, timeout, on_message, cancel)
-    finally:
-        os.close(read_fd)
-        _reap(pid)
+    child = Child(lambda _request, send, cancel_: work(send, cancel_), cpu_seconds=cpu_seconds,
+                  memory_gb=memory_gb, os_layers=os_layers)
+    return child.run(None, timeout=timeout, on_message=on_message, cancel=cancel)
 
 
 def _reap(pid: int) -> None:
+    """Kill and collect a child without waiting for it: tearing down a process that shared the
+    worker's memory takes longer than the whole check, and nobody needs to wait for that."""
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
+    threading.Thread(target=_wait, args=(pid,), daemon=True).start()
+
+
+def _wait(pid: int) -> None:
     with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, 0)
 

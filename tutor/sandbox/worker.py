@@ -62,6 +62,10 @@ class Worker:
         from tutor.lesson import DeviceError
 
         settings = Settings.from_dict(init["settings"])
+        import torch
+
+        # The worker grades small tensors; a second thread only spins against the child's.
+        torch.set_num_threads(1)
         try:
             self.engine = Engine(settings)
             info = self.engine.info()
@@ -72,6 +76,7 @@ class Worker:
             self.send({"type": "failed", "message": f"the lesson could not be built: {exc}"})
             traceback.print_exc()
             return False
+        self.engine.prepare()
         self.send({"type": "ready", "info": info})
         return True
 
@@ -93,6 +98,10 @@ class Worker:
                                     "message": f"the tutor failed ({type(exc).__name__}: {first})"
                                     "; this is a bug in the tutor, not in your code"}}
             self.send({"type": "result", "id": rid, "result": result})
+            try:
+                self.engine.prepare()  # the next check's child, forked while the learner reads
+            except OSError:
+                traceback.print_exc()  # no spare: the next check forks its own
 
     def handle(self, request: dict, rid) -> dict:
         op = request["op"]

@@ -81,14 +81,17 @@ def init_network(pack: Pack, fns: dict, vocab_size: int, s: TrainingSettings, de
     return {k: v.to(device) for k, v in params.items()}, g
 
 
-def training_namespace(params: dict[str, Tensor], n: int, out: Any = None) -> dict:
+def training_namespace(params: dict[str, Tensor], n: int, out: Any = None,
+                       sizes: dict[str, int] | None = None) -> dict:
     """The learner's namespace: parameters, n, torch/F/math and the sandbox's builtins.
 
-    `out` is a candidate.Output that collects prints; None discards them.
+    `out` is a candidate.Output that collects prints; None discards them. `sizes` are the
+    lecture's names (vocab_size, n_embd, ...), which accepted code from the checks may use.
     """
     from tutor.candidate import Output, sandbox_globals
 
-    return {**sandbox_globals(out if out is not None else Output()), "n": n, **params}
+    return {**sandbox_globals(out if out is not None else Output()), **(sizes or {}),
+            "n": n, "batch_size": n, **params}
 
 
 def eager_step(code: Any, ns: dict, params: dict[str, Tensor], grad_names: tuple[str, ...]
@@ -360,7 +363,9 @@ class TrainingRun:
         Xtr, Ytr = splits["train"]
         self.batches = Batches(lesson.fns["sample_batch"], Xtr, Ytr, self.s.batch_size,
                                generator, self.device)
-        self.ns = training_namespace(self.params, self.s.batch_size, self.out)
+        sizes = {"vocab_size": len(splits["itos"]), "n_embd": self.s.n_embd,
+                 "n_hidden": self.s.n_hidden, "block_size": self.s.block_size}
+        self.ns = training_namespace(self.params, self.s.batch_size, self.out, sizes)
         self.step = eager_step(self.code, self.ns, self.params, self.s.grad_names)
         # Autograd's reference runs the lesson's forward pass with the training loss line, so it
         # rounds as the learner's forward does and the cmp columns mean what they did in the
@@ -589,13 +594,16 @@ class TrainingRun:
         once, on a batch of its own (the run's batches are left untouched)."""
         import torch
 
+        from tutor.grading import fits
+
         Xb, Yb = self.batches.X[: self.s.batch_size], self.batches.Y[: self.s.batch_size]
         loss, grads = step(Xb.to(self.device), Yb.to(self.device))
         if not (isinstance(loss, torch.Tensor) and loss.dim() == 0):
             raise CodeFailure({"kind": "runtime", "line": None, "col": None, "message":
                                "loss must be a single number (a 0-dimensional tensor)"}, 0)
         for name, p, g in zip(self.s.grad_names, self.param_list, grads, strict=True):
-            if not isinstance(g, torch.Tensor) or g.shape != p.shape:
+            # The shape rule of the checks: the update may broadcast into p, never reshape it.
+            if not isinstance(g, torch.Tensor) or not fits(g.shape, p.shape, parameter=True):
                 got = list(g.shape) if isinstance(g, torch.Tensor) else type(g).__name__
                 raise CodeFailure({"kind": "shape", "line": self.gradients.line.get(name),
                                    "col": None, "message": f"{name} is {got}, but the parameter "

@@ -1,7 +1,8 @@
 """`backprop-tutor`: with no arguments the TUI; subcommands for everything it does, headless.
 
 Exit codes: 0 success (a check passed), 1 a check failed or the program could not do its work,
-2 the command line itself was wrong.
+2 the input was wrong: the command line, a setting, a device that is not there, or code that is
+not UTF-8 or too big. A check that ran exits by its verdict even if it could not be saved.
 """
 
 from __future__ import annotations

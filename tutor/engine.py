@@ -26,7 +26,14 @@ from tutor.candidate import (
     timeout_error,
 )
 from tutor.config import Settings
-from tutor.execution import BatchPlan, CheckSpec, Replay, assigned_names, run_check
+from tutor.execution import (
+    BatchPlan,
+    CheckSpec,
+    Replay,
+    assigned_names,
+    run_check,
+    run_scratch,
+)
 from tutor.grading import Grade, grade, heatmap, rounding_note
 from tutor.lesson import Batch, Lesson, resolve_device
 from tutor.packs import Pack, Step, load_pack
@@ -137,7 +144,7 @@ class Engine:
                    {p: batch.reference[(s.id, p)] for p in s.partials})
             for s in self._earlier(step)
         ]
-        return BatchPlan(name, ns, replays)
+        return BatchPlan(name, ns, replays, mention=step.checks)
 
     def _remember(self, record: dict, step: Step, batch: Batch, prior: dict[str, str]) -> dict:
         """The namespace a run started from, decoded; kept for diagnosis and later checks."""
@@ -175,7 +182,7 @@ class Engine:
         """The child's whole life: plan from the lesson, forget the answers, run the code."""
         spec = self._spec(self.pack.step(request["step"]), request["code"], request["prior"])
         self._scrub()
-        return run_check(spec)
+        return run_scratch(spec) if request.get("scratch") else run_check(spec)
 
     def _fork(self) -> isolate.Child:
         return isolate.Child(self._in_child, cpu_seconds=self.settings.timeout + 1,
@@ -192,15 +199,17 @@ class Engine:
             self._spare.discard()
             self._spare = None
 
-    def execute(self, step: Step, code: str, prior: dict[str, str]) -> dict:
+    def execute(self, step: Step, code: str, prior: dict[str, str], scratch: bool = False
+                ) -> dict:
         """Run the candidate in a confined child (or here, with torch's state put back)."""
         if not self.isolated:
             with TorchState.kept():
-                return run_check(self._spec(step, code, prior))
+                spec = self._spec(step, code, prior)
+                return run_scratch(spec) if scratch else run_check(spec)
         child, self._spare = self._spare, None
         if child is None or not child.alive():
             child = self._fork()
-        outcome = child.run({"step": step.id, "code": code, "prior": prior},
+        outcome = child.run({"step": step.id, "code": code, "prior": prior, "scratch": scratch},
                             timeout=self.settings.timeout + KILL_GRACE)
         if outcome.status == "done" and isinstance(outcome.result, dict):
             return outcome.result
@@ -212,6 +221,33 @@ class Engine:
     def check(self, step_id: str, code: str, prior: dict[str, str] | None = None) -> dict:
         with self._lock:  # one check at a time: the lesson's caches are shared
             return self._check(step_id, code, prior or {})
+
+    def scratch(self, step_id: str, code: str, prior: dict[str, str] | None = None) -> dict:
+        """Run code against the lesson without grading it or counting an attempt: its printed
+        output, its error if any, and a line about each name it defined or changed."""
+        step = self.pack.step(step_id)
+        result = {"step": step.id, "stdout": "", "error": None, "defined": []}
+        try:
+            compile_candidate(code)
+        except CodeError as exc:
+            result["error"] = exc.payload
+            return result
+        with self._lock:
+            outcome = self.execute(step, code, prior or {}, scratch=True)
+        if outcome.get("timeout"):
+            result["error"] = timeout_error(self.settings.timeout).payload
+            return result
+        if "stdout" not in outcome:
+            why = clean(outcome.get("crashed") or "it ended without an answer", MAX_MESSAGE)
+            result["error"] = {"kind": "internal", "line": None, "col": None,
+                               "message": f"the sandbox stopped before answering: {why}"}
+            return result
+        result["stdout"] = clean(outcome.get("stdout", ""))
+        result["error"] = _clean_error(outcome["error"]) if outcome.get("error") else None
+        result["defined"] = [
+            {"name": clean(d.get("name", ""), 60), "what": clean(d.get("what", ""), 200)}
+            for d in (outcome.get("defined") or [])[:100] if isinstance(d, dict)]
+        return result
 
     def _empty_result(self, step: Step) -> dict:
         return {"step": step.id, "passed": False, "device": str(self.device), "checks": [],

@@ -51,6 +51,7 @@ class BatchPlan:
     replays: list[Replay]
     notes: list[str] = field(default_factory=list)  # said when this namespace was first replayed
     known: bool = False  # the engine already has this namespace: no need to send it back
+    mention: tuple[str, ...] = ()  # tensors whose stand-in first branch is worth a note here
 
 
 @dataclass
@@ -114,7 +115,7 @@ def _replay(plan: BatchPlan, deadline: float) -> tuple[dict, list[str]]:
             try:
                 execute(cached_compile(r.code), trial, Output(), deadline)
                 ns = trial
-                notes += _stand_in(r, ns)
+                notes += _stand_in(r, ns, plan.mention)
                 continue
             except CheckTimeout:
                 raise
@@ -127,13 +128,16 @@ def _replay(plan: BatchPlan, deadline: float) -> tuple[dict, list[str]]:
     return ns, notes
 
 
-def _stand_in(r: Replay, ns: dict) -> list[str]:
-    """A first branch the learner did not start is taken from autograd, and said so, so a later
-    `+=` still works; their own second branch is what gets graded there."""
+def _stand_in(r: Replay, ns: dict, mention: tuple[str, ...]) -> list[str]:
+    """A first branch the learner did not start is taken from autograd, so a later `+=` still
+    works; their own second branch is what gets graded there. It is said where it matters: at the
+    step that completes that gradient (`mention`), not in every step after."""
     notes = []
     for name, value in r.stand_ins.items():
         if not isinstance(ns.get(f"d{name}"), Tensor):
             ns[f"d{name}"] = value.clone()
+            if name not in mention:
+                continue
             notes.append(f"your code for {r.step_id} does not start d{name}, the first branch of "
                          f"{name}; autograd's first branch stands in for it")
     return notes
@@ -235,4 +239,45 @@ def run_check(spec: CheckSpec) -> dict:
 
 def assigned_names(code: str) -> set[str]:
     return {n.id for n in ast.walk(ast.parse(code)) if isinstance(n, ast.Name)
-            and isinstance(n.ctx, ast.Store)}
+            and isinstance(n.ctx, (ast.Store, ast.Del))}
+
+
+def describe(value: Any) -> str:
+    """What a name holds, in a few words: the notebook habit of printing `.shape`."""
+    if isinstance(value, Tensor):
+        why = odd_kind(value)
+        if why:
+            return why
+        return f"tensor {list(value.shape)} {str(value.dtype).replace('torch.', '')}"
+    if _is_scalar(value):
+        text = repr(value)
+        return text if len(text) <= 40 else text[:37] + "..."
+    return type(value).__name__
+
+
+def run_scratch(spec: CheckSpec) -> dict:
+    """Run the code on the main batch without grading: its output and what it defined."""
+    deadline = time.monotonic() + spec.timeout
+    arm(spec.timeout)
+    try:
+        plan = spec.batches[0]
+        base, _ = _replay(plan, deadline)
+        after = copy_namespace(base)
+        out = Output()
+        error = None
+        try:
+            execute(cached_compile(spec.code), after, out, deadline)
+        except CheckTimeout:
+            raise
+        except CodeError as exc:
+            error = exc.payload
+        except Exception as exc:  # noqa: BLE001 - any failure of learner code is reported
+            error = runtime_error(exc, spec.code, list(after)).payload
+        assigned = assigned_names(spec.code)
+        defined = [{"name": k, "what": describe(v)} for k, v in after.items()
+                   if k in assigned or k not in base]
+        return {"timeout": False, "stdout": out.text(), "error": error, "defined": defined}
+    except CheckTimeout:
+        return {"timeout": True}
+    finally:
+        disarm()

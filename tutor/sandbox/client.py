@@ -229,5 +229,15 @@ class Evaluator:
         return result
 
 
+    def scratch(self, step_id: str, code: str, prior: dict[str, str] | None = None) -> dict:
+        """Run code against the lesson without grading it: output, error, what it defined."""
+        limit = self.settings.timeout + HARD_KILL_GRACE
+        result = self.request("scratch", {"step": step_id, "code": code, "prior": prior or {}},
+                              limit)
+        if "defined" not in result:
+            result = {"step": step_id, "stdout": "", "defined": [], **result}
+        return result
+
+
 def _failure(kind: str, message: str) -> dict:
     return {"error": {"kind": kind, "message": message, "line": None, "col": None}}

@@ -107,6 +107,8 @@ class Worker:
         op = request["op"]
         if op == "check":
             return self.engine.check(request["step"], request["code"], request.get("prior"))
+        if op == "scratch":
+            return self.engine.scratch(request["step"], request["code"], request.get("prior"))
         if op == "info":
             return self.engine.info()
         if op == "train":

@@ -5,7 +5,8 @@ Everything else would only get "wrong". This module asks instead: which small ch
 step's own reference solution produces the learner's numbers? It rewrites the solution (trusted
 pack code, so a plain `exec` on copies of the tensors is enough) in the ways backward passes
 typically go wrong, evaluates each rewrite on the same namespace the learner's code saw, and
-reports the first one the learner's tensor matches:
+reports the one the learner's tensor matches best (it must match far better than the right
+gradient does, so a rewrite that is merely another way to the right answer explains nothing):
 
 - the local derivative without the gradient arriving from above, or that gradient alone;
 - one operand in place of another tensor on the line or a related one (`bnvar` for `bnvar_inv`,
@@ -13,7 +14,9 @@ reports the first one the learner's tensor matches:
 - the line's function applied once more to its own output (`torch.tanh(h)` where `h` is tanh'd);
 - a term, a factor or a statement left out, a term with the wrong sign, `n` for `n - 1`, an
   exponent one off, a constant fraction upside down;
-- any of these times a constant such as `n` or `1/n` (`dlogits = probs * n`).
+- any of these times a constant such as `n` or `1/n` (`dlogits = probs * n`);
+- the solution itself where the earlier step already left the complete gradient (a second
+  branch counted twice).
 
 Without the solution, two patterns are read off the numbers directly: right up to a factor per
 row or per column, and right except on a subset of entries (the correct classes, the row maxima,
@@ -46,6 +49,7 @@ from tutor.packs import Pack, Step
 Tensor = torch.Tensor
 
 CACHE_SIZE = 16  # namespaces whose candidate values are kept (one per step and prior, roughly)
+MAX_CANDIDATE_LISTS = 256  # (step, tensor, shapes) combinations kept; a session needs a few dozen
 
 
 @dataclass(frozen=True)
@@ -154,6 +158,9 @@ def _values(pack: Pack, step: Step, tensor: str, before: dict, n: int) -> _Value
     shapes = tuple(sorted((k, tuple(v.shape)) for k, v in scope.items() if isinstance(v, Tensor)))
     ckey = (pack.id, step.id, tensor, shapes)
     if ckey not in _CANDIDATES:
+        if len(_CANDIDATES) >= MAX_CANDIDATE_LISTS:
+            _CANDIDATES.clear()  # learners' own temporaries make new shape sets: keep it bounded
+            _CODE.clear()
         _CANDIDATES[ckey] = list(candidates(pack, step, tensor, scope))
     entry = _Values(before, scope, _CANDIDATES[ckey])
     _VALUES[key] = entry
@@ -243,7 +250,8 @@ def candidates(pack: Pack, step: Step, tensor: str, scope: dict) -> Iterator[Can
             if source in seen:
                 continue
             seen.add(source)
-            yield Candidate(kind, message, source, ctx.grad, writes)
+            # Its own writes, not the solution's: no rewrite may change a tensor it did not copy.
+            yield Candidate(kind, message, source, ctx.grad, _writes(ast.parse(source)))
 
 
 def _accumulates(tree: ast.Module, grad: str) -> bool:
@@ -335,13 +343,14 @@ def _slots(tree: ast.AST) -> list[Slot | None]:
 
 
 def _put(slot: Slot, node: ast.AST) -> ast.AST:
-    parent, field, k = slot
+    """Put `node` into the slot and return what was there."""
+    parent, attr, k = slot
     if k is None:
-        old = getattr(parent, field)
-        setattr(parent, field, node)
+        old = getattr(parent, attr)
+        setattr(parent, attr, node)
     else:
-        old = getattr(parent, field)[k]
-        getattr(parent, field)[k] = node
+        old = getattr(parent, attr)[k]
+        getattr(parent, attr)[k] = node
     return old
 
 
@@ -349,8 +358,8 @@ def _replace(tree: ast.Module, index: int, make: Callable[[ast.AST], ast.AST]) -
     """The source of the tree with node `index` (pre-order) replaced by make(node)."""
     slot = _slots(tree)[index]
     assert slot is not None, "the module itself is never replaced"
-    parent, field, k = slot
-    node = getattr(parent, field) if k is None else getattr(parent, field)[k]
+    parent, attr, k = slot
+    node = getattr(parent, attr) if k is None else getattr(parent, attr)[k]
     _put(slot, make(node))
     try:
         return ast.unparse(tree)
@@ -358,8 +367,20 @@ def _replace(tree: ast.Module, index: int, make: Callable[[ast.AST], ast.AST]) -
         _put(slot, node)
 
 
-def _loads(tree: ast.Module) -> Iterator[tuple[int, ast.Name]]:
+def _nodes(tree: ast.Module) -> Iterator[tuple[int, ast.AST]]:
+    """Nodes that may be rewritten, with their pre-order index. What an assignment writes to
+    (`dlogits[...] -= 1`) or an in-place method changes (`dC.index_add_`) is left alone: a swap
+    there would make the rewrite change another tensor of the namespace instead."""
+    fixed = {
+        id(sub) for node in ast.walk(tree) for root in _written(node) for sub in ast.walk(root)
+    }
     for i, node in enumerate(_preorder(tree)):
+        if id(node) not in fixed:
+            yield i, node
+
+
+def _loads(tree: ast.Module) -> Iterator[tuple[int, ast.Name]]:
+    for i, node in _nodes(tree):
         if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
             yield i, node
 
@@ -482,7 +503,7 @@ def _only_sizes(node: ast.AST) -> bool:
 def _constant_rewrites(tree: ast.Module, ctx: _Context):
     """`n` for `n - 1` and back, an exponent one off, a constant fraction upside down."""
     grad = ctx.grad
-    for i, node in enumerate(_preorder(tree)):
+    for i, node in _nodes(tree):
         if isinstance(node, ast.Name) and node.id == "n" and isinstance(node.ctx, ast.Load):
             yield (
                 _replace(tree, i, lambda _n: ast.BinOp(_name("n"), ast.Sub(), ast.Constant(1))),
@@ -557,7 +578,7 @@ def _term_rewrites(tree: ast.Module, ctx: _Context):
         f"Your {grad} matches the formula with one term left out: {{}}. Every path from this "
         "tensor to the loss contributes a term; check that each is there."
     )
-    for i, node in enumerate(_preorder(tree)):
+    for i, node in _nodes(tree):
         if not (isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub))):
             continue
         if _only_sizes(node):
@@ -630,13 +651,13 @@ def _statement_rewrites(tree: ast.Module, ctx: _Context):
 def _factor_rewrites(tree: ast.Module, ctx: _Context):
     """One factor of a product left out: the local derivative, the upstream gradient, or another."""
     grad = ctx.grad
-    for i, node in enumerate(_preorder(tree)):
+    for i, node in _nodes(tree):
         if not (isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Mult, ast.Div))):
             continue
-        sides = [("left", node.left, node.right), ("right", node.right, node.left)]
+        sides = [(node.left, node.right), (node.right, node.left)]
         if isinstance(node.op, ast.Div):
             sides = sides[:1]  # dropping a divisor; a lone reciprocal is no likely slip
-        for _side, kept, dropped in sides:
+        for kept, dropped in sides:
             kept_up = set(_tensor_names(kept, ctx)) & ctx.upstream
             dropped_up = set(_tensor_names(dropped, ctx)) & ctx.upstream
             if isinstance(kept, ast.Name) and kept.id in ctx.upstream and not dropped_up:
@@ -664,27 +685,32 @@ def _factor_rewrites(tree: ast.Module, ctx: _Context):
             yield (_replace(tree, i, lambda _n, k=kept: k), "derived", message)
 
 
+def _written(node: ast.AST) -> Iterator[ast.AST]:
+    """What one statement or call writes through: its targets, or the receiver of `x.add_()`."""
+    if isinstance(node, ast.AugAssign):
+        yield node.target
+    elif isinstance(node, ast.Assign):
+        yield from node.targets
+    elif (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr.endswith("_")
+        and not node.func.attr.startswith("_")
+    ):
+        yield node.func.value
+
+
 def _writes(tree: ast.AST) -> tuple[str, ...]:
     """Names a piece of code changes in place: `x += ...`, `x[i] = ...`, `x.add_(...)`."""
     out: list[str] = []
     for node in ast.walk(tree):
-        targets: list[ast.AST] = []
-        if isinstance(node, ast.AugAssign):
-            targets = [node.target]
-        elif isinstance(node, ast.Assign):
-            targets = [t for t in node.targets if not isinstance(t, ast.Name)]
-        elif (
-            isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Attribute)
-            and node.func.attr.endswith("_")
-            and not node.func.attr.startswith("_")
-        ):
-            targets = [node.func.value]
-        for t in targets:
-            while isinstance(t, (ast.Subscript, ast.Attribute)):
-                t = t.value
-            if isinstance(t, ast.Name):
-                out.append(t.id)
+        for target in _written(node):
+            if isinstance(node, ast.Assign) and isinstance(target, ast.Name):
+                continue  # `x = ...` rebinds the name; the old tensor is untouched
+            while isinstance(target, (ast.Subscript, ast.Attribute)):
+                target = target.value
+            if isinstance(target, ast.Name):
+                out.append(target.id)
     return tuple(dict.fromkeys(out))
 
 

@@ -534,11 +534,14 @@ class Engine:
             failures = []
             for g in grades:
                 value = namespace.get(g.grad)
+                # A first branch typed complete is held to the full gradient, as on the main batch.
+                key = (g.reference_step or step.id, g.tensor)
                 h = grade(
                     g.tensor,
                     value if isinstance(value, Tensor) else None,
-                    batch.reference[(step.id, g.tensor)],
-                    batch.reference64[(step.id, g.tensor)],
+                    batch.reference[key],
+                    batch.reference64[key],
+                    parameter=g.tensor in self.lesson.params,
                 )
                 if not h.accepted and not (g.partial and value is None):
                     failures.append(f"{g.grad} ({h.verdict})")

@@ -128,25 +128,19 @@ def _measure(g: Grade, value: Tensor, ref32: Tensor, ref64: Tensor) -> None:
     g.verdict = "exact" if g.exact else "approximate" if g.accepted else "wrong"
 
 
-def _core(shape, target) -> tuple[int, ...]:
-    """The shape without the extra leading size-1 dimensions a keepdim (or [None]) added."""
-    core = list(shape)
-    while len(core) > len(target) and core[0] == 1:
-        core.pop(0)
-    return tuple(core)
-
-
 def fits(shape, target, parameter: bool = False) -> bool:
     """Can a gradient of `shape` stand for one of `target`, if its values broadcast right?
 
-    A parameter's gradient must fit its in-place update, so it may only broadcast *into* the
-    parameter's shape. Any other gradient may also carry extra leading size-1 dimensions: code
-    that reads it downstream broadcasts them away.
+    Only if it broadcasts *into* `target`: missing leading dimensions (`[64]` for `[1, 64]`) or
+    size-1 ones (`[1, 64]` for `[n, 64]`). For a parameter that is exactly what the in-place
+    update `p -= lr * dp` needs to run and keep p's shape. For any other tensor it is what lets
+    later lines use the gradient as they would the exact one; extra dimensions do not: an extra
+    leading 1 (`[1, n, 64]`) turns the next `.sum(0)` into a sum over nothing and the next `+=`
+    into an error, so it is refused with the shape diagnosis, parameter or not.
     """
     shape, target = tuple(shape), tuple(target)
-    candidate = shape if parameter else _core(shape, target)
     try:
-        return tuple(torch.broadcast_shapes(candidate, target)) == target
+        return tuple(torch.broadcast_shapes(shape, target)) == target
     except RuntimeError:
         return False
 
@@ -155,7 +149,7 @@ def as_graded(value: Tensor, ref: Tensor) -> Tensor:
     """The learner's values as they are graded: broadcast to the reference's shape if they fit."""
     if value.shape == ref.shape or not fits(value.shape, ref.shape):
         return value
-    return value.reshape(_core(value.shape, ref.shape)).expand(ref.shape)
+    return value.expand(ref.shape)
 
 
 def _shape(dims) -> str:
@@ -173,27 +167,20 @@ def shape_note(tensor: str, got: list[int], want: list[int], parameter: bool) ->
             f"work the same. keepdim plays no part here; a gradient normally has its tensor's "
             f"full shape, which a broadcast such as `torch.ones_like({tensor}) * ...` would give."
         )
-    if len(got) < len(want):
-        keep = (
-            f"keepdim=True on the sum would give exactly {tensor}'s shape, and your values "
-            f"broadcast the same way, so everything downstream works."
-        )
-        if parameter:
-            return (
-                f"{head}. {keep} For a parameter the shape matters in the update {update}: "
-                f"here it broadcasts {_shape(got)} into {_shape(want)} and leaves {tensor}'s "
-                f"shape alone, so this is accepted. The other way round (a [1, k] gradient for "
-                f"a 1-D parameter like b2) the update would fail or reshape the parameter."
-            )
+    keep = (
+        f"keepdim=True on the sum would give exactly {tensor}'s shape, and your values "
+        f"broadcast the same way, so everything downstream works."
+    )
+    if parameter:
         return (
-            f"{head}. {keep} It would matter for a parameter: there the update `p -= lr * dp` "
-            f"must leave p's shape unchanged."
+            f"{head}. {keep} For a parameter the shape matters in the update {update}: "
+            f"here it broadcasts {_shape(got)} into {_shape(want)} and leaves {tensor}'s "
+            f"shape alone, so this is accepted. The other way round (a [1, k] gradient for "
+            f"a 1-D parameter like b2) the update would fail or reshape the parameter."
         )
     return (
-        f"{head}: the same numbers with an extra leading dimension of size 1 (a keepdim=True "
-        f"{tensor} itself does not have). Later lines broadcast it away, so it is accepted "
-        f"here; for a parameter it would not be, because `p -= lr * dp` would fail or turn p "
-        f"into a tensor of this bigger shape. Without keepdim the shape is exactly {tensor}'s."
+        f"{head}. {keep} It would matter for a parameter: there the update `p -= lr * dp` "
+        f"must leave p's shape unchanged."
     )
 
 

@@ -88,7 +88,7 @@ def _build() -> tuple[dict[str, types.ModuleType], Guard]:
             "torch.linalg": torch.linalg, "torch.special": torch.special, "torch.fft": torch.fft,
             "math": math}
     stand_ins = {name: types.ModuleType(name) for name in real}
-    tables = {id(stand_ins[name]): (name, _table(name, module, stand_ins))
+    tables = {stand_ins[name]: (name, _table(name, module, stand_ins))
               for name, module in real.items()}
     guard = Guard(torch.Tensor, tables, _tensor_wrappers(), Tensor)
     return stand_ins, guard

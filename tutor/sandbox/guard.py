@@ -63,11 +63,11 @@ class Guard:
     (a tensor method, a module function) are answered from precomputed tables first.
     """
 
-    def __init__(self, tensor_type: type, tables: dict[Any, tuple[str, dict[str, Any]]],
+    def __init__(self, tensor_type: type, modules: dict[str, frozenset[str]],
                  wrapped: dict[str, Any], alias: type) -> None:
         self.tensor_type = tensor_type
         self.alias = alias  # what learner code calls torch.Tensor
-        self.tables = tables  # module stand-in -> (module name, allowed name -> value)
+        self.modules = modules  # stand-in module name -> the names it holds
         self.wrapped = wrapped  # tensor methods replaced by safer ones (new_empty, ...)
         self.tensor_names = frozenset(
             n for n in dir(tensor_type) if allowlist.tensor_allows(n) and n not in wrapped)
@@ -75,13 +75,15 @@ class Guard:
     def __call__(self, obj: Any, name: str) -> Any:
         if type(obj) is self.tensor_type and name in self.tensor_names:
             return getattr(obj, name)
-        table = self.tables.get(obj) if type(obj) is types.ModuleType else None
-        if table is not None:
-            module, values = table
-            if name in values:
-                return values[name]
-            raise Refused(f"{module}.{name} is not available in the sandbox: "
-                          f"{allowlist.reason(name)}")
+        if type(obj) is types.ModuleType:
+            # Keyed by name, not by the module object: torch.compile traces this function
+            # during training and cannot use modules as dictionary keys.
+            names = self.modules.get(obj.__name__)
+            if names is not None:
+                if name in names:
+                    return getattr(obj, name)
+                raise Refused(f"{obj.__name__}.{name} is not available in the sandbox: "
+                              f"{allowlist.reason(name)}")
         return self._slow(obj, name)
 
     def _slow(self, obj: Any, name: str) -> Any:

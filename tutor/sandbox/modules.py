@@ -1,10 +1,9 @@
 """What `torch`, `F` and `math` are inside the sandbox, and the guard that answers for them.
 
-Learner code gets empty module objects named like the real ones. They hold nothing: every
-attribute read is answered by the guard (see guard.py) from a table of allowed names, built once
-from the allow list. So a module handed to learner code carries none of what the real module
-imports (`torch.sys`, `torch.os`, the `_C` re-exports), and a name missing from the table is
-refused with its reason.
+Learner code gets stand-in module objects named like the real ones, holding only the allowed
+names (see allowlist.py), and every attribute read goes through the guard (guard.py), which
+refuses a missing name with its reason. So a module handed to learner code carries none of what
+the real module imports (`torch.sys`, `torch.os`, the `_C` re-exports).
 """
 
 from __future__ import annotations
@@ -88,9 +87,13 @@ def _build() -> tuple[dict[str, types.ModuleType], Guard]:
             "torch.linalg": torch.linalg, "torch.special": torch.special, "torch.fft": torch.fft,
             "math": math}
     stand_ins = {name: types.ModuleType(name) for name in real}
-    tables = {stand_ins[name]: (name, _table(name, module, stand_ins))
-              for name, module in real.items()}
-    guard = Guard(torch.Tensor, tables, _tensor_wrappers(), Tensor)
+    held = {}
+    for name, module in real.items():
+        table = _table(name, module, stand_ins)
+        for attr, value in table.items():
+            setattr(stand_ins[name], attr, value)
+        held[name] = frozenset(table)
+    guard = Guard(torch.Tensor, held, _tensor_wrappers(), Tensor)
     return stand_ins, guard
 
 

@@ -613,7 +613,10 @@ class TrainingRun:
         """torch.compile of the learner's step; on any failure, the eager step and a note."""
         import torch
 
-        fn = step_function(self.code_text, self.ns, self.s.parameters, self.s.grad_names)
+        # torch.compile's own guards look builtins up by name in the function's globals; the
+        # learner's code still cannot name getattr (the syntax check refuses it).
+        ns = {**self.ns, "__builtins__": {**self.ns["__builtins__"], "getattr": getattr}}
+        fn = step_function(self.code_text, ns, self.s.parameters, self.s.grad_names)
         params = self.param_list
         try:
             compiled = torch.compile(fn, dynamic=False, options=COMPILE_OPTIONS)

@@ -245,3 +245,20 @@ def test_a_first_branch_not_started_early_is_not_required(engine):
     later = engine.check("atomic/counts", "dcounts += torch.ones_like(counts) * dcounts_sum",
                          {"atomic/counts_sum_inv": code})
     assert later["passed"] and any("stands in" in note for note in later["notes"])
+
+
+def test_without_fork_a_held_mode_does_not_outlive_its_check():
+    # The cuda/mps/Windows path runs learner code in the worker itself: a generator left
+    # suspended inside a mode must not carry the mode into the next check.
+    import torch
+
+    from tutor.config import Settings
+    from tutor.engine import Engine
+
+    engine = Engine(Settings(device="cpu"))
+    engine.isolated = False
+    held = ("def g():\n    with torch.no_grad():\n        yield 1\n"
+            "it = g()\nnext(it)\ndprobs = (1.0 / probs) * dlogprobs")
+    engine.check("atomic/probs", held)
+    assert torch.is_grad_enabled()
+    assert engine.check("atomic/probs", PACK.step("atomic/probs").solution)["passed"]

@@ -128,6 +128,12 @@ def value_diagnosis(
     known = matching_mistake(value, mistakes)
     if known:
         return known
+    if value.numel() and not bool(value.any()) and bool(ref.any()):
+        return diagnosis(
+            "scale",
+            f"d{name} is zero everywhere. A buffer made with zeros_like (or zeros) still needs "
+            "the gradient added into it: check that every assignment reaches it.",
+        )
     if _close(value, -ref):
         return diagnosis("sign", f"d{name} has the right size but the wrong sign everywhere.")
     if prior is not None and not _close(prior, torch.zeros_like(prior)):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import gc
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -41,6 +42,7 @@ class TorchState:
             "grad": torch.is_grad_enabled(),
             "default_device": torch.get_default_device(),
             "warn_always": torch.is_warn_always_enabled(),
+            "autocast_cache": torch.is_autocast_cache_enabled(),
             "autocast": {d: (torch.is_autocast_enabled(d), torch.get_autocast_dtype(d))
                          for d in _autocast_devices()},
         }
@@ -66,6 +68,7 @@ class TorchState:
             torch.set_num_threads(v["threads"])
         torch.set_grad_enabled(v["grad"])
         torch.set_warn_always(v["warn_always"])
+        torch.set_autocast_cache_enabled(v["autocast_cache"])
         for device, (enabled, dtype) in v["autocast"].items():
             torch.set_autocast_enabled(device, enabled)
             torch.set_autocast_dtype(device, dtype)
@@ -77,4 +80,8 @@ class TorchState:
         try:
             yield
         finally:
+            # A generator the code left suspended inside `with torch.no_grad():` (or autocast,
+            # or inference_mode) leaves that mode on until it is closed: collecting the
+            # namespace's garbage closes it, and only then are the settings put back.
+            gc.collect()
             state.restore()

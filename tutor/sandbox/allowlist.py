@@ -68,8 +68,9 @@ _DTYPES = _words("""
     int64 long short uint8 bool complex64 complex128 cfloat cdouble
 """)
 _CONSTANTS = _words("e pi inf nan newaxis")
-# no_grad and inference_mode only narrow what autograd records; learners wrap training in them.
-_CONTEXTS = _words("no_grad inference_mode")
+# no_grad only narrows what autograd records; learners wrap training code in it. (inference_mode
+# is left out: its state cannot be put back from outside once code leaves it held.)
+_CONTEXTS = _words("no_grad")
 
 TORCH = (
     _CREATION | _ELEMENTWISE | _REDUCTIONS | _INDEXING | _SHAPES | _LINEAR_ALGEBRA | _DTYPES
@@ -188,6 +189,8 @@ REASONS: dict[str, str] = {
     "format_map": "format strings can walk into objects' internals; use an f-string instead",
     "mro": "introspection is closed in the sandbox",
     "Module": "build the network from tensors, as the lesson does",
+    "inference_mode": "your code already runs without autograd; torch.no_grad() is open if you "
+                      "want to say so",
 }
 
 

@@ -1,0 +1,813 @@
+"""Escape attempts against the sandbox, as data (issue 8). tests/test_escapes.py runs them.
+
+Each attempt is learner code that tries to get out: write a file, start a process, read a secret,
+change torch for later checks, kill or stall the worker, or pass a step with a value it did not
+compute. Placeholders in the code are filled in by the test:
+
+    TARGET      a fresh path (a quoted string) the attack tries to create; it must not exist after
+    SECRET      a text file holding a secret token; the token must not come back
+    SECRET_ZIP  a torch.save() archive holding the same token
+
+`expect` is what the sandbox must do with it:
+
+    refused     the check reports error kind "forbidden" or "runtime", and the message names the
+                construct (one of `names`, when given)
+    contained   any verdict but a pass, no error of kind "internal", nothing written, nothing leaked
+                and torch's global state as it was
+    timeout     a loop that swallows the time limit: stopped and reported as "timeout"
+
+Every attempt, whatever `expect` says, must also leave no file behind, must not pass, must not
+return any of `leaks` (or GLOBAL_LEAKS) in its output, and must keep stdout and the error message
+within their caps. `worker` attempts also go through the real worker process; `engine=False`
+ones only there (they would stall or crash the test process itself).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from textwrap import dedent
+
+# Strings that only an escape can put in a result: the secret token, the tutor's own modules and
+# files, interpreter objects (frames, cells, the builtins module) and the installation's paths.
+GLOBAL_LEAKS = (
+    "TOPSECRET",
+    "tutor.engine",
+    "tutor/engine",
+    "tutor.sandbox",
+    "tutor/sandbox",
+    "site-packages",
+    "lib-dynload",
+    "Engine object",
+    "<frame at",
+    "<cell at",
+    "StringIO object",
+    "(built-in)>",
+    "built-in function open",
+    "<class 'object'>",
+)
+
+REFUSED, CONTAINED, TIMEOUT = "refused", "contained", "timeout"
+
+# `object` is refused by name; its class is one method call away on any type.
+OBJ = "O = int.mro()[-1]\n"
+
+
+@dataclass(frozen=True)
+class Attempt:
+    id: str
+    route: str
+    code: str
+    expect: str
+    names: tuple[str, ...] = ()
+    leaks: tuple[str, ...] = ()
+    step: str = "atomic/probs"
+    worker: bool = False
+    engine: bool = True
+    why: str = ""
+
+
+def _a(id, route, code, expect, names=(), **kw) -> Attempt:
+    head = OBJ if code.startswith(OBJ) else ""
+    code = head + dedent(code[len(head):]).strip("\n") + "\n"
+    return Attempt(id, route, code, expect, tuple(names), **kw)
+
+
+MATCH = ("match", "case", "pattern", "mro")
+FORMAT = ("format",)
+
+ATTEMPTS: list[Attempt] = [
+    # ---------------------------------------------------------------------------------------
+    # match: class patterns read attributes by keyword, where no ast.Attribute node exists.
+    _a("match-print-globals-open", "match", OBJ + """
+        match print:
+            case O(__globals__=g):
+                g["builtins"].open(TARGET, "w").write("escaped")
+        """, REFUSED, MATCH + ("__globals__",), worker=True),
+    _a("match-sum-self-open", "match", OBJ + """
+        match sum:
+            case O(__self__=b):
+                b.open(TARGET, "w").close()
+        """, REFUSED, MATCH + ("__self__",)),
+    _a("match-self-import-os-system", "match", """
+        O = str.mro()[-1]
+        match len:
+            case O(__self__=O(__import__=imp)):
+                imp("os").system("touch " + TARGET)
+        """, REFUSED, MATCH + ("__import__",), worker=True),
+    _a("match-traceback-frame-globals", "match", OBJ + """
+        try:
+            1 / 0
+        except ZeroDivisionError as e:
+            match e:
+                case O(__traceback__=O(tb_frame=O(f_back=O(f_globals=g)))):
+                    g["builtins"].open(TARGET, "w").close()
+        """, REFUSED, MATCH + ("__traceback__",), worker=True),
+    _a("match-exception-pattern-f-builtins", "match", """
+        O = ValueError.mro()[-1]
+        try:
+            [][1]
+        except IndexError as e:
+            match e:
+                case Exception(__traceback__=tb):
+                    match tb:
+                        case O(tb_frame=O(f_back=O(f_builtins={"open": op}))):
+                            op(TARGET, "w").close()
+        """, REFUSED, MATCH + ("__traceback__",)),
+    _a("match-mapping-pattern-globals", "match", OBJ + """
+        match print:
+            case O(__globals__={"builtins": O(open=op)}):
+                op(TARGET, "w").close()
+        """, REFUSED, MATCH + ("__globals__",)),
+    _a("match-subclasses-os-open", "match", OBJ + """
+        match O:
+            case O(__subclasses__=subs):
+                for k in subs():
+                    match k:
+                        case O(__name__="_wrap_close", __init__=O(__globals__=g)):
+                            g["close"](g["open"](TARGET, g["O_CREAT"] | g["O_WRONLY"]))
+        """, REFUSED, MATCH + ("__subclasses__",)),
+    _a("match-str-capture-bound-format", "match", """
+        match "{0.__globals__[builtins]}":
+            case str(format=fm):
+                print(fm(print))
+        """, REFUSED, MATCH + FORMAT),
+    _a("match-case-str-capture-class", "match", """
+        match "abc":
+            case str(x):
+                match x:
+                    case str(__class__=k, __len__=ln):
+                        print("captured", k.mro(), ln())
+        """, REFUSED, MATCH + ("__class__",), leaks=("method-wrapper",)),
+    _a("match-F-globals-real-torch-save", "match", OBJ + """
+        match F.relu:
+            case O(__globals__=g):
+                g["torch"].save(probs, TARGET)
+        """, REFUSED, MATCH + ("__globals__", "save"), worker=True),
+    _a("match-torch-save-keyword", "match", OBJ + """
+        match torch:
+            case O(save=sv):
+                sv(probs, TARGET)
+        """, REFUSED, MATCH + ("save",)),
+    _a("match-torch-from-file-keyword", "match", OBJ + """
+        match torch:
+            case O(from_file=ff):
+                ff(TARGET, shared=True, size=8)
+        """, REFUSED, MATCH + ("from_file",), worker=True),
+    _a("match-math-loader-get-data", "match", OBJ + """
+        match math:
+            case O(__spec__=O(loader=ld)):
+                print(ld.get_data(SECRET))
+        """, REFUSED, MATCH + ("__spec__",)),
+    _a("match-reduce-ex-rebuild-globals", "match", OBJ + """
+        match probs:
+            case O(__reduce_ex__=r):
+                fn = r(2)[0]
+        match fn:
+            case O(__globals__=g):
+                g["torch"].save(probs, TARGET)
+        """, REFUSED, MATCH + ("__reduce_ex__", "save")),
+    _a("match-or-pattern", "match", OBJ + """
+        match print:
+            case O(__wrapped__=g) | O(__globals__=g):
+                g["builtins"].open(TARGET, "w").close()
+        """, REFUSED, MATCH + ("__globals__",)),
+    _a("match-as-pattern", "match", OBJ + """
+        match max:
+            case O(__self__=O() as b):
+                b.open(TARGET, "w").close()
+        """, REFUSED, MATCH + ("__self__",)),
+    _a("match-guard-runs-the-call", "match", OBJ + """
+        match min:
+            case O(__self__=b) if b.open(TARGET, "w").close() is None:
+                pass
+        """, REFUSED, MATCH + ("__self__",)),
+    _a("match-inside-a-function", "match", """
+        def reach(fn):
+            O = int.mro()[-1]
+            match fn:
+                case O(__self__=b):
+                    return b
+        reach(round).open(TARGET, "w").close()
+        """, REFUSED, MATCH + ("__self__",)),
+    _a("match-signal-handler-off", "match", OBJ + """
+        match print:
+            case O(__globals__=g):
+                s = g["signal"]
+                s.signal(s.SIGALRM, s.SIG_IGN)
+                g["builtins"].open(TARGET, "w").close()
+        """, REFUSED, MATCH + ("__globals__",), worker=True),
+    _a("match-sys-getframe", "match", OBJ + """
+        match divmod:
+            case O(__self__=O(__import__=imp)):
+                fr = imp("sys")._getframe(1)
+        """, REFUSED, MATCH + ("__import__", "_getframe"),
+        why="_getframe is also refused by the policy, but only once the match has run"),
+    _a("match-class-of-tensor-subclasses", "match", OBJ + """
+        match probs:
+            case O(__class__=O(__mro__=mro)):
+                print(mro)
+        """, REFUSED, MATCH + ("__class__",)),
+    _a("match-closure-cell-stdout-flood", "match", OBJ + """
+        match print:
+            case O(__closure__=(O(cell_contents=out),)):
+                out.write("A" * 10**6)
+        """, REFUSED, MATCH + ("__closure__",), worker=True),
+    # ---------------------------------------------------------------------------------------
+    # str.format / format_map: the field syntax walks attributes inside a string.
+    _a("format-globals", "format", """
+        print("{0.__globals__}".format(print))
+        """, REFUSED, FORMAT, worker=True),
+    _a("format-index-builtins-open", "format", """
+        print("{0.__globals__[builtins].open}".format(print))
+        """, REFUSED, FORMAT),
+    _a("format-unbound-str-format-mro", "format", """
+        print(str.format("{0.__class__.__mro__}", 1))
+        """, REFUSED, FORMAT),
+    _a("format-map-self", "format", """
+        print("{x.__self__}".format_map({"x": sum}))
+        """, REFUSED, FORMAT),
+    _a("format-file-of-F", "format", """
+        print("{0.__globals__[__file__]}".format(F.relu))
+        """, REFUSED, FORMAT),
+    _a("format-traceback-locals", "format", """
+        try:
+            1 / 0
+        except ZeroDivisionError as e:
+            print("{0.__traceback__.tb_frame.f_back.f_locals}".format(e))
+        """, REFUSED, FORMAT, worker=True),
+    _a("format-map-unbound-module-name", "format", """
+        print(str.format_map("{p.__globals__[__name__]}", {"p": print}))
+        """, REFUSED, FORMAT),
+    _a("format-closure-cell", "format", """
+        print("{0.__closure__[0].cell_contents!r}".format(print))
+        """, REFUSED, FORMAT),
+    _a("format-reads-refused-grad", "format", """
+        print("{0.grad} {0.grad_fn} {0.requires_grad}".format(probs))
+        """, REFUSED, FORMAT + ("grad",)),
+    _a("format-through-list-index", "format", """
+        print("{0[0].__globals__[torch].save}".format([F.relu]))
+        """, REFUSED, FORMAT, leaks=("function save",)),
+    _a("format-of-fstring-result", "format", """
+        s = "{0.__globals__[__name__]}"
+        print(f"{s}".format(print))
+        """, REFUSED, FORMAT),
+    _a("fstring-attribute-walk", "format", """
+        print(f"{print.__globals__['builtins']}")
+        """, REFUSED, ("__globals__",)),
+    _a("fstring-nested-spec-walk", "format", """
+        print(f"{sum.__self__!r:>{10}}")
+        """, REFUSED, ("__self__",)),
+    # ---------------------------------------------------------------------------------------
+    # frames, code objects and the doors into the interpreter, written plainly.
+    _a("frames-traceback-f-back-locals", "frames", """
+        try:
+            1 / 0
+        except ZeroDivisionError as e:
+            g = e.__traceback__.tb_frame.f_back.f_globals
+            g["builtins"].open(TARGET, "w").close()
+        """, REFUSED, ("__traceback__", "tb_frame", "f_back", "f_globals"), worker=True),
+    _a("frames-generator-gi-frame", "frames", """
+        def g():
+            yield me.gi_frame.f_back.f_back.f_globals["builtins"].open(TARGET, "w")
+        me = g()
+        next(me)
+        """, REFUSED, ("gi_frame", "f_back", "f_globals")),
+    _a("frames-running-generator-via-match", "frames", OBJ + """
+        def g():
+            match me:
+                case O(gi_frame=O(f_back=O(f_back=O(f_globals=gl)))):
+                    gl["builtins"].open(TARGET, "w").close()
+            yield 1
+        me = g()
+        next(me)
+        """, REFUSED, MATCH + ("gi_frame",)),
+    _a("frames-coroutine-cr-frame", "frames", """
+        async def f():
+            return 1
+        c = f()
+        c.cr_frame.f_back.f_globals["builtins"].open(TARGET, "w")
+        """, REFUSED, ("async", "cr_frame")),
+    _a("frames-gi-code-co-consts", "frames", """
+        def g():
+            yield "x"
+        print(g().gi_code.co_consts, print.__code__.co_filename)
+        """, REFUSED, ("gi_code", "co_consts", "__code__")),
+    _a("frames-function-globals", "frames", """
+        print.__globals__["builtins"].open(TARGET, "w").close()
+        """, REFUSED, ("__globals__",)),
+    _a("frames-closure", "frames", """
+        print.__closure__[0].cell_contents.write("A" * 10**6)
+        """, REFUSED, ("__closure__",)),
+    _a("frames-code-filename", "frames", """
+        print((lambda: 0).__code__.co_filename, F.relu.__code__.co_filename)
+        """, REFUSED, ("__code__", "co_filename")),
+    _a("frames-bound-method-self", "frames", """
+        sum.__self__.open(TARGET, "w").close()
+        """, REFUSED, ("__self__",)),
+    _a("frames-print-self", "frames", """
+        print(print.__self__)
+        """, REFUSED, ("__self__",)),
+    _a("frames-builtins-name", "frames", """
+        __builtins__["open"](TARGET, "w").close()
+        """, REFUSED, ("__builtins__",)),
+    _a("frames-builtins-through-globals", "frames", """
+        print.__globals__["__builtins__"]["open"](TARGET, "w").close()
+        """, REFUSED, ("__globals__", "__builtins__")),
+    _a("frames-subclasses-walk", "frames", """
+        for k in ().__class__.__base__.__subclasses__():
+            if k.__name__ == "_wrap_close":
+                k.__init__.__globals__["system"]("touch " + TARGET)
+        """, REFUSED, ("__class__", "__base__", "__subclasses__")),
+    _a("frames-mro-subclasses", "frames", """
+        for k in "".__class__.__mro__[-1].__subclasses__():
+            print(k)
+        """, REFUSED, ("__class__", "__mro__", "__subclasses__")),
+    _a("frames-mro-method-subclasses", "frames", """
+        for k in str.mro()[-1].__subclasses__():
+            print(k)
+        """, REFUSED, ("mro", "__subclasses__")),
+    _a("frames-module-dict", "frames", """
+        torch.nn.functional.__dict__["torch"].save(probs, TARGET)
+        """, REFUSED, ("__dict__", "save")),
+    _a("frames-reduce-ex", "frames", """
+        probs.__reduce_ex__(2)[0].__globals__["torch"].save(probs, TARGET)
+        """, REFUSED, ("__reduce_ex__", "save")),
+    _a("frames-class-body", "frames", """
+        class A:
+            pass
+        """, REFUSED, ("class",), worker=True),
+    _a("frames-class-getattr-hook", "frames", """
+        class A:
+            def __getattr__(self, name):
+                return print
+        print(A().anything)
+        """, REFUSED, ("class", "__getattr__")),
+    _a("frames-tensor-subclass", "frames", """
+        class T(torch.Tensor):
+            def __torch_function__(self, *args):
+                return 0
+        dprobs = T()
+        """, REFUSED, ("class", "__torch_function__")),
+    _a("frames-lambda-defaults", "frames", """
+        f = lambda b=sum: b
+        f.__defaults__[0].__self__.open(TARGET, "w").close()
+        """, REFUSED, ("__defaults__", "__self__")),
+    _a("frames-lambda-defaults-via-match", "frames", OBJ + """
+        match (lambda b=max: b):
+            case O(__defaults__=(O(__self__=bi),)):
+                bi.open(TARGET, "w").close()
+        """, REFUSED, MATCH + ("__defaults__",)),
+    _a("frames-getattribute", "frames", """
+        print.__getattribute__("__globals__")["builtins"].open(TARGET, "w").close()
+        """, REFUSED, ("__getattribute__",)),
+    _a("frames-object-getattribute", "frames", """
+        object.__getattribute__(print, "__globals__")["builtins"].open(TARGET, "w").close()
+        """, REFUSED, ("object", "__getattribute__")),
+    _a("frames-type-name", "frames", """
+        print(type(print).__subclasses__(type))
+        """, REFUSED, ("type", "__subclasses__")),
+    _a("frames-getattr-name", "frames", """
+        getattr(print, "__glo" + "bals__")["builtins"].open(TARGET, "w").close()
+        """, REFUSED, ("getattr",)),
+    _a("frames-vars-globals-dir", "frames", """
+        print(vars(torch), globals(), dir())
+        """, REFUSED, ("vars", "globals", "dir")),
+    _a("frames-eval", "frames", """
+        eval("__import__('os').system('touch " + TARGET + "')")
+        """, REFUSED, ("eval",)),
+    _a("frames-exec-compile", "frames", """
+        exec(compile("open(" + repr(TARGET) + ", 'w')", "x", "exec"))
+        """, REFUSED, ("exec", "compile")),
+    _a("frames-import", "frames", """
+        import os
+        os.system("touch " + TARGET)
+        """, REFUSED, ("import",)),
+    _a("frames-from-import", "frames", """
+        from pathlib import Path
+        Path(TARGET).touch()
+        """, REFUSED, ("import",)),
+    _a("frames-dunder-import", "frames", """
+        __import__("os").system("touch " + TARGET)
+        """, REFUSED, ("__import__",)),
+    _a("frames-exception-context", "frames", """
+        try:
+            try:
+                1 / 0
+            except ZeroDivisionError:
+                [][0]
+        except IndexError as e:
+            print(e.__context__.__traceback__.tb_frame.f_globals)
+        """, REFUSED, ("__context__", "__traceback__", "f_globals")),
+    _a("frames-assign-torch-attribute", "frames", """
+        torch.zeros = torch.ones
+        torch.Tensor.add = torch.Tensor.sub
+        """, REFUSED, ("zeros", "assign")),
+    _a("frames-delete-torch-attribute", "frames", """
+        del F.softmax
+        """, REFUSED, ("softmax", "delet", "assign")),
+    _a("frames-global-statement", "frames", """
+        def f():
+            global probs
+            probs = None
+        f()
+        """, REFUSED, ("global",)),
+    # ---------------------------------------------------------------------------------------
+    # torch's public names that reach files, processes, compilers or global state.
+    _a("torch-file-writer-creates", "torch", """
+        w = torch.PyTorchFileWriter(TARGET)
+        """, REFUSED, ("PyTorchFileWriter",), worker=True),
+    _a("torch-file-writer-records", "torch", """
+        w = torch.PyTorchFileWriter(TARGET)
+        w.write_record("data", b"escaped", 7)
+        w.write_end_of_file()
+        """, REFUSED, ("PyTorchFileWriter",), worker=True),
+    _a("torch-file-reader-secret", "torch", """
+        r = torch.PyTorchFileReader(SECRET_ZIP)
+        for name in r.get_all_records():
+            print(r.get_record(name))
+        """, REFUSED, ("PyTorchFileReader",), worker=True),
+    _a("torch-compilation-unit-from-file", "torch", """
+        cu = torch.CompilationUnit()
+        cu.define("def f(p: str):\\n    return torch.from_file(p, True, 8)\\n", lambda name: torch)
+        cu.f(TARGET)
+        """, REFUSED, ("CompilationUnit", "define")),
+    _a("torch-compilation-unit-source", "torch", """
+        cu = torch.CompilationUnit("def f(x: int):\\n    print('ts')\\n    return x\\n")
+        print(cu.f(1))
+        """, REFUSED, ("CompilationUnit",)),
+    _a("torch-import-ir-module", "torch", """
+        torch.import_ir_module(torch.CompilationUnit(), SECRET_ZIP, None, {}, False)
+        """, REFUSED, ("import_ir_module", "CompilationUnit")),
+    _a("torch-import-ir-module-from-buffer", "torch", """
+        torch.import_ir_module_from_buffer(torch.CompilationUnit(), "PK", None, {}, False)
+        """, REFUSED, ("import_ir_module_from_buffer", "CompilationUnit")),
+    _a("torch-save", "torch", """
+        torch.save(probs, TARGET)
+        """, REFUSED, ("save",)),
+    _a("torch-load", "torch", """
+        print(torch.load(SECRET_ZIP))
+        """, REFUSED, ("load",)),
+    _a("torch-from-file", "torch", """
+        torch.from_file(TARGET, shared=True, size=4)
+        """, REFUSED, ("from_file",)),
+    _a("torch-untyped-storage-from-file", "torch", """
+        torch.UntypedStorage.from_file(TARGET, True, 8)
+        """, REFUSED, ("from_file", "UntypedStorage")),
+    _a("torch-legacy-storage-from-file", "torch", """
+        torch.ByteStorage.from_file(TARGET, True, 8)
+        """, REFUSED, ("from_file", "ByteStorage")),
+    _a("torch-storage-class", "torch", """
+        s = torch.Storage(8)
+        print(s.filename(), s.is_shared())
+        """, REFUSED, ("Storage", "filename")),
+    _a("torch-untyped-storage-resize-use-after-free", "torch", """
+        s = dlogprobs.untyped_storage()
+        s.resize_(0)
+        dprobs = (1.0 / probs) * dlogprobs
+        """, REFUSED, ("untyped_storage", "resize_"), worker=True, engine=False,
+        why="a freed storage under a live tensor segfaults the process running it"),
+    _a("torch-typed-storage", "torch", """
+        st = probs.storage()
+        st.resize_(0)
+        """, REFUSED, ("storage", "resize_"), worker=True, engine=False,
+        why="the legacy storage handle resizes the same memory"),
+    _a("torch-numpy", "torch", """
+        print(probs.numpy())
+        """, REFUSED, ("numpy",)),
+    _a("torch-data-ptr", "torch", """
+        print(probs.data_ptr(), dlogprobs.untyped_storage().data_ptr())
+        """, CONTAINED),
+    _a("torch-share-memory", "torch", """
+        probs.share_memory_()
+        print(probs.is_shared())
+        """, CONTAINED),
+    _a("torch-set-autocast-enabled", "torch", """
+        torch.set_autocast_enabled("cpu", True)
+        """, CONTAINED, worker=True),
+    _a("torch-set-autocast-dtype", "torch", """
+        torch.set_autocast_dtype("cpu", torch.float16)
+        """, CONTAINED),
+    _a("torch-set-default-tensor-type", "torch", """
+        torch.set_default_tensor_type(torch.DoubleTensor)
+        """, CONTAINED),
+    _a("torch-set-default-dtype", "torch", """
+        torch.set_default_dtype(torch.float64)
+        """, CONTAINED),
+    _a("torch-set-default-device", "torch", """
+        torch.set_default_device("meta")
+        """, CONTAINED),
+    _a("torch-set-rng-state", "torch", """
+        s = torch.Generator().get_state()
+        s[0] = 7
+        torch.set_rng_state(s)
+        """, CONTAINED),
+    _a("torch-default-generator-set-state", "torch", """
+        s = torch.Generator().get_state()
+        s[1] = 9
+        torch.default_generator.set_state(s)
+        """, CONTAINED),
+    _a("torch-use-deterministic-algorithms", "torch", """
+        torch.use_deterministic_algorithms(True)
+        """, CONTAINED),
+    _a("torch-set-deterministic-debug-mode", "torch", """
+        torch.set_deterministic_debug_mode("error")
+        """, CONTAINED),
+    _a("torch-set-float32-matmul-precision", "torch", """
+        torch.set_float32_matmul_precision("medium")
+        """, CONTAINED),
+    _a("torch-autograd-set-detect-anomaly", "torch", """
+        torch.autograd.set_detect_anomaly(True)
+        """, CONTAINED),
+    _a("torch-set-anomaly-enabled", "torch", """
+        torch.set_anomaly_enabled(True)
+        """, CONTAINED),
+    _a("torch-set-printoptions", "torch", """
+        torch.set_printoptions(precision=1, threshold=5)
+        """, CONTAINED),
+    _a("torch-set-flush-denormal", "torch", """
+        torch.set_flush_denormal(True)
+        """, CONTAINED),
+    _a("torch-set-num-threads", "torch", """
+        torch.set_num_threads(1)
+        """, CONTAINED),
+    _a("torch-set-num-interop-threads", "torch", """
+        torch.set_num_interop_threads(1)
+        """, CONTAINED),
+    _a("torch-set-warn-always", "torch", """
+        torch.set_warn_always(True)
+        """, CONTAINED),
+    _a("torch-held-inference-mode", "torch", """
+        def g():
+            with torch.inference_mode():
+                yield 1
+        held = g()
+        next(held)
+        """, CONTAINED, worker=True,
+        why="a suspended generator keeps a mode on after the check's own `with` has closed"),
+    _a("torch-held-no-grad", "torch", """
+        def g():
+            with torch.no_grad():
+                yield 1
+        held = g()
+        next(held)
+        """, CONTAINED),
+    _a("torch-held-autocast", "torch", """
+        def g():
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                yield 1
+        held = g()
+        next(held)
+        """, CONTAINED),
+    _a("torch-jit", "torch", """
+        torch.jit.save(torch.jit.script(lambda x: x), TARGET)
+        """, REFUSED, ("jit", "save", "script")),
+    _a("torch-ops", "torch", """
+        torch.ops.aten.from_file(TARGET, True, 8)
+        """, REFUSED, ("ops", "from_file", "aten")),
+    _a("torch-library", "torch", """
+        lib = torch.library.Library("aten", "IMPL")
+        """, REFUSED, ("library",)),
+    _a("torch-utils", "torch", """
+        torch.utils.cpp_extension.load_inline("x", "int f() { return 0; }")
+        """, REFUSED, ("utils",)),
+    _a("torch-hub", "torch", """
+        torch.hub.download_url_to_file("http://127.0.0.1:9/x", TARGET)
+        """, REFUSED, ("hub",)),
+    _a("torch-backends", "torch", """
+        torch.backends.mkldnn.set_flags(False)
+        print(torch.backends.cpu.get_cpu_capability())
+        """, REFUSED, ("backends",)),
+    _a("torch-classes", "torch", """
+        print(torch.classes.load_library(TARGET))
+        """, REFUSED, ("classes",)),
+    _a("torch-fx", "torch", """
+        print(torch.fx.symbolic_trace(torch.nn.Identity()).code)
+        """, REFUSED, ("fx",)),
+    _a("torch-nn-module-global-hook", "torch", """
+        torch.nn.modules.module.register_module_forward_hook(lambda *a: None)
+        """, REFUSED, ("modules",)),
+    _a("torch-nn-utils", "torch", """
+        print(torch.nn.utils.parametrize)
+        """, REFUSED, ("utils",)),
+    _a("torch-nn-module-state", "torch", """
+        m = torch.nn.Sequential(torch.nn.Identity())
+        m.register_forward_hook(lambda *a: print("hooked"))
+        print(m.state_dict().keys(), m(probs).shape)
+        """, CONTAINED),
+    _a("F-torch", "torch", """
+        F.torch.save(probs, TARGET)
+        """, REFUSED, ("functional.torch", "F.torch", "save")),
+    _a("F-sys", "torch", """
+        F.sys.modules["os"].system("touch " + TARGET)
+        """, REFUSED, ("functional.sys", "F.sys", "attribute 'sys'")),
+    _a("F-dict", "torch", """
+        print(torch.nn.functional.__dict__.keys())
+        """, REFUSED, ("__dict__",)),
+    _a("F-handle-torch-function", "torch", """
+        print(F.handle_torch_function(print, (), "x"))
+        """, CONTAINED),
+    _a("torch-get-file-path", "torch", """
+        print(torch.get_file_path("x"))
+        """, CONTAINED),
+    _a("torch-prepare-multiprocessing", "torch", """
+        torch.prepare_multiprocessing_environment(TARGET)
+        """, CONTAINED),
+    _a("torch-generator-get-state", "torch", """
+        print(torch.Generator().get_state().shape)
+        """, CONTAINED),
+    _a("math-module-repr", "torch", """
+        print(math, torch, F)
+        """, CONTAINED, leaks=("from '",)),
+    # ---------------------------------------------------------------------------------------
+    # the builtins, print, exceptions that are not Exceptions, and the time limit.
+    _a("builtins-open-name", "builtins", """
+        open(TARGET, "w").close()
+        """, REFUSED, ("open",)),
+    _a("builtins-raise-system-exit", "builtins", """
+        raise SystemExit(3)
+        """, REFUSED, ("SystemExit",)),
+    _a("builtins-raise-keyboard-interrupt", "builtins", """
+        raise KeyboardInterrupt
+        """, REFUSED, ("KeyboardInterrupt",)),
+    _a("builtins-system-exit-found-by-match", "builtins", OBJ + """
+        match Exception.mro()[1]:
+            case O(__subclasses__=subs):
+                for k in subs():
+                    match k:
+                        case O(__name__="SystemExit"):
+                            raise k(3)
+        """, REFUSED, MATCH + ("__subclasses__", "SystemExit"), worker=True),
+    _a("builtins-keyboard-interrupt-found-by-match", "builtins", OBJ + """
+        match Exception.mro()[1]:
+            case O(__subclasses__=subs):
+                for k in subs():
+                    match k:
+                        case O(__name__="KeyboardInterrupt"):
+                            raise k()
+        """, REFUSED, MATCH + ("__subclasses__", "KeyboardInterrupt"), worker=True),
+    _a("builtins-huge-exception-message", "builtins", """
+        raise ValueError("x" * 10**7)
+        """, REFUSED, ("ValueError",), worker=True),
+    _a("builtins-huge-assertion-message", "builtins", """
+        assert False, "y" * 10**6
+        """, REFUSED, ("AssertionError",)),
+    _a("builtins-print-flood", "builtins", """
+        for _ in range(10**4):
+            print("z" * 1000)
+        """, CONTAINED),
+    _a("builtins-print-file-keyword", "builtins", """
+        print("escaped", file=TARGET, flush=True)
+        """, CONTAINED),
+    _a("builtins-shadow-print", "builtins", """
+        print = sum
+        print([1, 2])
+        """, CONTAINED),
+    _a("builtins-recursion", "builtins", """
+        def f(k):
+            return f(k + 1)
+        f(0)
+        """, REFUSED, ("RecursionError", "recursion")),
+    _a("builtins-input-breakpoint-help", "builtins", """
+        breakpoint()
+        input()
+        help()
+        """, REFUSED, ("breakpoint", "input", "help")),
+    _a("builtins-exit-quit", "builtins", """
+        exit(0)
+        """, REFUSED, ("exit",)),
+    _a("builtins-memoryview", "builtins", """
+        print(memoryview(b"abc").obj)
+        """, REFUSED, ("memoryview",)),
+    _a("timeout-swallowed-by-except-exception", "builtins", """
+        while True:
+            try:
+                while True:
+                    pass
+            except Exception:
+                pass
+        """, TIMEOUT, worker=True, engine=False),
+    _a("timeout-swallowed-by-bare-except", "builtins", """
+        while True:
+            try:
+                while True:
+                    pass
+            except:
+                pass
+        """, TIMEOUT, worker=True, engine=False),
+    _a("timeout-loop-in-finally", "builtins", """
+        try:
+            while True:
+                pass
+        finally:
+            while True:
+                pass
+        """, TIMEOUT, worker=True, engine=False),
+    # ---------------------------------------------------------------------------------------
+    # reading the answer: every route here ends with dprobs equal to autograd's, if it works.
+    _a("answer-reference-through-frames", "answers", OBJ + """
+        try:
+            1 / 0
+        except ZeroDivisionError as e:
+            match e:
+                case O(__traceback__=O(tb_frame=O(f_back=O(f_back=O(f_locals=loc))))):
+                    dprobs = loc["batch"].reference[(loc["step"].id, "probs")].clone()
+        """, REFUSED, MATCH + ("__traceback__",), worker=True),
+    _a("answer-reference-through-format", "answers", """
+        torch.set_printoptions(precision=10, sci_mode=True, threshold=10**9, linewidth=10**6)
+        try:
+            1 / 0
+        except ZeroDivisionError as e:
+            s = "{0.__traceback__.tb_frame.f_back.f_back.f_locals[batch].reference}".format(e)
+        k = s.find("('atomic/probs', 'probs'): tensor(")
+        body = s[k:].split("tensor(", 1)[1].split(")", 1)[0]
+        rows = []
+        for r in body.split("]"):
+            nums = [float(x) for x in r.replace("[", " ").replace(",", " ").split() if x]
+            if nums:
+                rows.append(nums)
+        dprobs = torch.tensor(rows)
+        """, REFUSED, FORMAT + ("set_printoptions",), worker=True),
+    _a("answer-autograd-through-match", "answers", OBJ + """
+        match torch:
+            case O(enable_grad=eg):
+                pass
+        p = probs.clone()
+        match p:
+            case O(requires_grad_=rg):
+                rg()
+        with eg():
+            loss = (p.log() * dlogprobs).sum()
+        match loss:
+            case O(backward=bw):
+                bw()
+        match p:
+            case O(grad=gr):
+                dprobs = gr
+        """, REFUSED, MATCH + ("enable_grad", "grad"), worker=True),
+    _a("answer-engine-through-generator-frame", "answers", OBJ + """
+        def g():
+            match me:
+                case O(gi_frame=O(f_back=O(f_back=O(f_locals=loc)))):
+                    yield loc["self"].lesson
+        me = g()
+        lesson = next(me)
+        b = lesson.main if lesson.main.n == n else lesson.heldout
+        dprobs = b.reference[("atomic/probs", "probs")].clone()
+        """, REFUSED, MATCH + ("gi_frame",)),
+    _a("answer-gc-finds-the-batch", "answers", OBJ + """
+        match sum:
+            case O(__self__=O(__import__=imp)):
+                gc = imp("gc")
+        for ob in gc.get_objects():
+            try:
+                match ob:
+                    case O(reference=ref, n=bn) if bn == n and ("atomic/probs", "probs") in ref:
+                        dprobs = ref[("atomic/probs", "probs")].clone()
+            except Exception:
+                pass
+        """, REFUSED, MATCH + ("__import__",)),
+    _a("answer-real-autograd-from-F-globals", "answers", OBJ + """
+        match F.relu:
+            case O(__globals__=g):
+                T = g["torch"]
+        p = T.tensor(probs.tolist(), requires_grad=True)
+        with T.enable_grad():
+            (dprobs,) = T.autograd.grad((p.log() * dlogprobs).sum(), [p])
+        """, REFUSED, MATCH + ("__globals__", "enable_grad", "autograd")),
+    _a("answer-exec-the-step-solution", "answers", OBJ + """
+        try:
+            1 / 0
+        except ZeroDivisionError as e:
+            match e:
+                case O(__traceback__=O(tb_frame=O(f_back=O(f_back=O(f_locals=loc, f_globals=g))))):
+                    ns = {"torch": g["torch"], "probs": probs, "dlogprobs": dlogprobs}
+                    g["builtins"].exec(loc["step"].solution, ns)
+                    dprobs = ns["dprobs"]
+        """, REFUSED, MATCH + ("__traceback__",)),
+    _a("answer-grad-attribute", "answers", """
+        dprobs = probs.grad
+        """, REFUSED, ("grad",)),
+    _a("answer-autograd-grad", "answers", """
+        p = probs.clone().requires_grad_()
+        (dprobs,) = torch.autograd.grad((p.log() * dlogprobs).sum(), [p])
+        """, REFUSED, ("requires_grad_", "autograd")),
+    _a("answer-torch-func", "answers", """
+        dprobs = torch.func.grad(lambda p: (p.log() * dlogprobs).sum())(probs)
+        """, REFUSED, ("func", "grad")),
+    _a("answer-backward-via-keyword-argument", "answers", """
+        p = torch.tensor(probs.tolist(), requires_grad=True)
+        with torch.enable_grad():
+            loss = (p.log() * dlogprobs).sum()
+        loss.backward()
+        dprobs = p.grad
+        """, REFUSED, ("enable_grad", "backward", "grad")),
+]
+
+# Ordinary code that must keep working, with what it prints (not counted as attempts).
+CONTROLS = [
+    ("percent-formatting", 'print("%s and %d" % ("a", 3))\n', "a and 3\n"),
+    ("shapes-and-loops", "for _ in range(2):\n    print(probs.shape[1])\n", "27\n27\n"),
+    ("lambda-and-comprehension", "f = lambda t: t * 2\nprint([f(i) for i in range(3)])\n",
+     "[0, 2, 4]\n"),
+    ("correct-answer", "dprobs = (1.0 / probs) * dlogprobs\n", ""),
+]

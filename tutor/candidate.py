@@ -103,7 +103,7 @@ def compile_candidate(code: str) -> types.CodeType:
     Raises CodeError for syntax errors and refusals.
     """
     try:
-        tree = ast.parse(code, CODE_FILE)
+        tree = _without_cmp_definition(ast.parse(code, CODE_FILE))
         refusal = inspect(tree)
         if refusal:
             raise CodeError("forbidden", refusal.message, refusal.line, refusal.col)
@@ -118,6 +118,14 @@ def compile_candidate(code: str) -> types.CodeType:
         message = getattr(exc, "msg", None) or str(exc) or "too deeply nested to read"
         raise CodeError("syntax", clean(f"{where}: {message}", MAX_MESSAGE), lineno,
                         offset) from None
+
+
+def _without_cmp_definition(tree: ast.Module) -> ast.Module:
+    """A notebook's own `def cmp(...)` pasted along with a cell is dropped: it reads `.grad`,
+    which the sandbox refuses, and the tutor's cmp answers the same calls."""
+    tree.body = [node for node in tree.body
+                 if not (isinstance(node, ast.FunctionDef) and node.name == "cmp")]
+    return tree
 
 
 def timeout_error(seconds: float) -> CodeError:

@@ -133,7 +133,7 @@ _TENSOR_ONLY = _words("""
     fill_ zero_ copy_ index_add_ index_copy_ index_fill_ index_put_ index_reduce_ scatter_
     scatter_add_ scatter_reduce_ masked_fill_ masked_scatter_ put_ unfold apply_ map_
     clamp_ clip_ exp_ log_ neg_ abs_ sqrt_ pow_ mul_ div_ add_ sub_ tanh_ sigmoid_ relu_
-    squeeze_ unsqueeze_ t_ transpose_ to_dense
+    squeeze_ unsqueeze_ t_ transpose_ to_dense type fill_diagonal_ nan_to_num_ ne_ eq_
 """)
 TENSOR = (
     (_ELEMENTWISE | _REDUCTIONS | _INDEXING | _SHAPES | _LINEAR_ALGEBRA | _TENSOR_ONLY)

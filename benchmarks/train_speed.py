@@ -21,7 +21,6 @@ The last line is the eager ratio, `manual/autograd steps-per-second ratio: X.XX`
 from __future__ import annotations
 
 import argparse
-import io
 import sys
 import time
 import warnings
@@ -34,7 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 
-from tutor.lesson import load_words, resolve_device, setup_namespace  # noqa: E402
+from tutor.candidate import compile_candidate  # noqa: E402
+from tutor.lesson import Dataset, resolve_device, setup_namespace  # noqa: E402
 from tutor.packs import load_pack  # noqa: E402
 from tutor.training import (  # noqa: E402
     COMPILE_OPTIONS,
@@ -47,6 +47,7 @@ from tutor.training import (  # noqa: E402
     train_steps,
     training_code,
     training_namespace,
+    training_sizes,
 )
 
 
@@ -73,9 +74,10 @@ class Setup:
         self.pack = load_pack()
         self.s = TrainingSettings.from_pack(self.pack)
         self.fns = setup_namespace(self.pack)
-        splits = self.fns["make_splits"](load_words(self.pack), self.s.block_size)
-        self.vocab_size = len(splits["itos"])
-        self.X, self.Y = splits["train"]
+        dataset = Dataset.build(self.pack, self.fns)
+        self.sizes = training_sizes(self.pack, {**self.pack.sizes,
+                                                **dataset.derived_sizes})
+        self.X, self.Y = dataset.splits["train"]
         self.device = device
         self.code = training_code(self.pack)
         backward = self.code.split("# backward pass", 1)[1]
@@ -83,22 +85,22 @@ class Setup:
                                   self.s.loss_line])
 
     def network(self) -> tuple[dict[str, torch.Tensor], Batches]:
-        params, g = init_network(self.pack, self.fns, self.vocab_size, self.s, self.device)
+        params, g = init_network(self.fns, self.sizes, self.s.seed, self.device)
         batches = Batches(self.fns["sample_batch"], self.X, self.Y, self.s.batch_size, g,
                           self.device)
         return params, batches
 
 
 def manual(setup: Setup, params: dict) -> Callable:
-    ns = training_namespace(params, setup.s.batch_size, io.StringIO())
-    return eager_step(compile(setup.code, "<training step>", "exec"), ns, params,
-                      setup.s.grad_names)
+    # Compiled as the tutor compiles it: behind the syntax check and the run-time guard.
+    ns = training_namespace(params, setup.s.batch_size, None, setup.sizes)
+    return eager_step(compile_candidate(setup.code), ns, params, setup.s.grad_names)
 
 
 def autograd(setup: Setup, params: dict) -> Callable:
     """The same forward lines, differentiated by loss.backward()."""
     code = compile(setup.forward, "<training forward>", "exec")
-    ns = training_namespace(params, setup.s.batch_size, io.StringIO())
+    ns = training_namespace(params, setup.s.batch_size, None, setup.sizes)
     leaves = [params[k] for k in setup.s.parameters]
     for p in leaves:
         p.requires_grad_(True)
@@ -118,7 +120,9 @@ def autograd(setup: Setup, params: dict) -> Callable:
 def compiled(setup: Setup) -> tuple[Callable, float]:
     """Compile the manual step once (timed apart); the result makes a step for any parameters."""
     params, _ = setup.network()
-    ns = training_namespace(params, setup.s.batch_size, io.StringIO())
+    ns = training_namespace(params, setup.s.batch_size, None, setup.sizes)
+    # torch.compile's guards look builtins up by name (see TrainingRun._compiled).
+    ns["__builtins__"] = {**ns["__builtins__"], "getattr": getattr}
     fn = torch.compile(step_function(setup.code, ns, setup.s.parameters, setup.s.grad_names),
                        dynamic=False, options=COMPILE_OPTIONS)
     Xb = setup.X[: setup.s.batch_size].to(setup.device)

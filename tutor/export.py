@@ -26,15 +26,19 @@ import torch.nn.functional as F
 
 DATA = Path(sys.argv[1]) if len(sys.argv) > 1 else Path({data_file!r})
 SEED = {seed}
+SIZES = {sizes!r}
 
 {setup_code}
 
-words = DATA.read_text(encoding="utf-8").splitlines()
-splits = make_splits(words, {block_size})
+data = make_data(DATA.read_text(encoding="utf-8") if DATA.is_file() else None, SIZES)
+# The sizes by their lecture names (vocab_size, ...), in scope as in the tutor.
+found = {{k: v for k, v in data.items() if k.endswith("_size") and isinstance(v, int)}}
+sizes = {{**SIZES, **found}}
+globals().update(sizes)
 g = torch.Generator().manual_seed(SEED)
-params = init_params(g, len(splits["itos"]), {n_embd}, {n_hidden}, {block_size})
-Xb, Yb = sample_batch(*splits["train"], {batch_size}, g)
-n = Xb.shape[0]
+params = init_params(g, sizes)
+Xb, Yb = sample_batch(*data["train"], {batch_size}, g)
+n = batch_size = Xb.shape[0]
 for p in params.values():
     p.requires_grad = True
 globals().update(params)
@@ -77,12 +81,10 @@ def export_script(pack: Pack, settings: Settings, accepted: dict[str, str],
         _PRELUDE.format(
             pack_title=pack.title,
             filename=filename,
-            data_file=str(pack.data_file),
+            data_file=str(pack.data_file or ""),
             seed=settings.seed,
             setup_code=pack.setup_code.strip(),
-            block_size=lesson.get("block_size", 3),
-            n_embd=lesson.get("n_embd", 10),
-            n_hidden=lesson.get("n_hidden", 64),
+            sizes=pack.sizes,
             batch_size=lesson.get("batch_size", 32),
             forward_code=pack.forward_code.strip(),
             loss=pack.loss,

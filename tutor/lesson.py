@@ -37,8 +37,11 @@ class DeviceError(RuntimeError):
     pass
 
 
-def load_words(pack: Pack) -> list[str]:
-    return pack.data_file.read_text(encoding="utf-8").splitlines()
+def data_text(pack: Pack) -> str | None:
+    """The pack's data file as text, or None for a pack that makes its own data."""
+    if pack.data_file is None or not pack.data_file.is_file():
+        return None
+    return pack.data_file.read_text(encoding="utf-8")
 
 
 def setup_namespace(pack: Pack) -> dict:
@@ -50,16 +53,37 @@ def setup_namespace(pack: Pack) -> dict:
 
 @dataclass
 class Dataset:
-    splits: dict  # "train"/"val"/"test" -> (X, Y); plus "stoi"/"itos"
+    splits: dict  # "train"/"val"/"test" -> (X, Y); plus whatever else make_data returns
 
     @classmethod
-    def build(cls, pack: Pack) -> Dataset:
-        fns = setup_namespace(pack)
-        return cls(fns["make_splits"](load_words(pack), pack.lesson.get("block_size", 3)))
+    def build(cls, pack: Pack, fns: dict | None = None) -> Dataset:
+        fns = fns or setup_namespace(pack)
+        return cls(fns["make_data"](data_text(pack), pack.sizes))
 
     @property
     def sizes(self) -> dict[str, int]:
         return {k: int(self.splits[k][0].shape[0]) for k in ("train", "val", "test")}
+
+    @property
+    def derived_sizes(self) -> dict[str, int]:
+        """Sizes only the data knows, such as vocab_size."""
+        return {k: v for k, v in self.splits.items() if k.endswith("_size")
+                and isinstance(v, int)}
+
+
+def forward_namespace(pack: Pack, params: dict[str, Tensor], Xb: Tensor, Yb: Tensor,
+                      dtype: torch.dtype, device: torch.device, sources: list[str],
+                      sizes: dict) -> dict:
+    """The pack's forward lines run with autograd on every parameter: the one place the lesson
+    and the training run's gradient check both get autograd's view of the network."""
+    n = int(Xb.shape[0])
+    ns: dict = {"torch": torch, "F": F, "math": math, **sizes, "n": n, "batch_size": n}
+    for name, p in params.items():
+        ns[name] = p.detach().to(device=device, dtype=dtype).clone().requires_grad_(True)
+    ns["Xb"], ns["Yb"] = Xb.to(device), Yb.to(device)
+    with torch.enable_grad():
+        exec(compile("\n".join(sources), f"<{pack.id} forward>", "exec"), ns)
+    return ns
 
 
 
@@ -85,22 +109,14 @@ class Batch:
 class Lesson:
     """Pack + dataset + parameters; makes batches with their references on demand."""
 
-    def __init__(self, pack: Pack, device: torch.device, seed: int, n_hidden: int | None = None):
+    def __init__(self, pack: Pack, device: torch.device, seed: int):
         self.pack = pack
         self.device = device
         self.seed = seed
-        self.dataset = Dataset.build(pack)
         self.fns = setup_namespace(pack)
-        cfg = pack.lesson
-        self.n_hidden = n_hidden or cfg.get("n_hidden", 64)
+        self.dataset = Dataset.build(pack, self.fns)
         g = torch.Generator().manual_seed(seed)
-        self.params = self.fns["init_params"](
-            g,
-            len(self.dataset.splits["itos"]),
-            cfg.get("n_embd", 10),
-            self.n_hidden,
-            cfg.get("block_size", 3),
-        )
+        self.params = self.fns["init_params"](g, self.sizes)
         # The lecture samples its batch from the same generator, right after the parameters.
         self._generator = g
 
@@ -142,23 +158,14 @@ class Lesson:
 
     @property
     def sizes(self) -> dict[str, int]:
-        """The lecture's hyperparameter names, as learners use them in their code."""
-        cfg = self.pack.lesson
-        return {
-            "vocab_size": len(self.dataset.splits["itos"]),
-            "n_embd": int(cfg.get("n_embd", 10)),
-            "n_hidden": int(self.n_hidden),
-            "block_size": int(cfg.get("block_size", 3)),
-        }
+        """The network's sizes by the pack's names (vocab_size, n_embd, ... for makemore), as
+        learners use them in their code."""
+        return {**self.pack.sizes, **self.dataset.derived_sizes}
 
     def _forward_backward(self, Xb, Yb, dtype, device, lines):
         """Run the forward lines with autograd on, then ask autograd for every graded gradient."""
-        ns: dict = {"torch": torch, "F": F, "math": math, "n": int(Xb.shape[0])}
-        for name, p in self.params.items():
-            ns[name] = p.to(device=device, dtype=dtype).clone().requires_grad_(True)
-        ns["Xb"], ns["Yb"] = Xb.to(device), Yb.to(device)
-        for line in lines:
-            exec(compile(line.source, f"<forward line {line.index + 1}>", "exec"), ns)
+        ns = forward_namespace(self.pack, self.params, Xb, Yb, dtype, device,
+                               [line.source for line in lines], self.sizes)
         loss = ns[self.pack.loss]
         differentiable = [
             k

@@ -7,6 +7,7 @@ per exercise. The format is documented in `docs/packs.md`.
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from dataclasses import dataclass, field
 from functools import cache
@@ -31,6 +32,10 @@ def exercises_dir() -> Path:
 def data_dir() -> Path:
     bundled = _BUNDLED / "data"
     return bundled if bundled.is_dir() else _CHECKOUT / "data"
+
+
+# Entries of [lesson] that size the batches; every other number there sizes the network.
+BATCH_KEYS = ("batch_size", "heldout_batch_size")
 
 
 class PackError(ValueError):
@@ -111,6 +116,12 @@ class Pack:
         return tuple(s for ex in self.exercises for s in ex.steps)
 
     @property
+    def sizes(self) -> dict[str, int | float]:
+        """The network's sizes by the pack's names: [lesson] without the batch sizes."""
+        return {k: v for k, v in self.lesson.items()
+                if k not in BATCH_KEYS and isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+    @property
     def gradient_steps(self) -> tuple[Step, ...]:
         return tuple(s for s in self.steps if not s.is_training)
 
@@ -170,6 +181,45 @@ def _parse_line(index: int, source: str, exercise: int) -> ForwardLine:
     return ForwardLine(index, source.strip(), target, tuple(names), exercise)
 
 
+# Lines that start a block of their own in Markdown, so they never continue the line above.
+_BLOCK_START = re.compile(r"\s*(?:[-*+]\s|\d+[.)]\s|#{1,6}\s|>|\|)")
+_FENCE = re.compile(r"\s*(```|~~~)")
+# Lines that are whole on their own: a heading, a table row.
+_SINGLE = re.compile(r"\s*(?:#{1,6}\s|\|)")
+
+
+def unwrap(text: str) -> str:
+    """Prose with its hard line breaks joined: one line per paragraph and per list item.
+
+    Pack files wrap their prose at a hundred columns so they read well in an editor; shown
+    anywhere else those breaks land mid-sentence. Blank lines, list items, headings, quotes,
+    tables, fenced code and indented code (after a blank line, as in Markdown) stay as written.
+    """
+    out: list[str] = []
+    fence: str | None = None  # the marker of the fenced code block we are in, if any
+    joinable = False  # whether the last line kept is prose that the next line may continue
+    for line in text.splitlines():
+        stripped = line.strip()
+        opening = _FENCE.match(line)
+        if fence or opening:
+            if fence is None:
+                fence = opening[1]
+            elif stripped.startswith(fence):
+                fence = None
+            out.append(line.rstrip())
+            joinable = False
+        elif not stripped:
+            out.append("")
+            joinable = False
+        elif joinable and not _BLOCK_START.match(line):
+            out[-1] += " " + stripped
+        else:
+            code = not joinable and line.startswith("    ")  # Markdown's indented code
+            out.append(line.rstrip())
+            joinable = not (code or _SINGLE.match(line))
+    return "\n".join(out).strip("\n")
+
+
 def _text(table: dict, key: str, where: str, default: str | None = None) -> str:
     value = table.get(key, default)
     if not isinstance(value, str):
@@ -200,7 +250,7 @@ def _load_step(raw: dict, exercise: int, where: str, kind: str) -> Step:
     mistakes = tuple(
         Mistake(
             code=_text(m, "code", f"{where} mistake"),
-            message=_text(m, "message", f"{where} mistake").strip(),
+            message=unwrap(_text(m, "message", f"{where} mistake")),
             kind=m.get("kind", "known_mistake"),
             tensor=m.get("tensor"),
         )
@@ -216,8 +266,10 @@ def _load_step(raw: dict, exercise: int, where: str, kind: str) -> Step:
         partials=_names(raw, "partials", where),
         template=_text(raw, "template", where, "").strip() + "\n",
         solution=_text(raw, "solution", where, "").strip() + "\n",
+        # Kept as written: it is Markdown, which joins its own lines wherever it is rendered,
+        # and the pack's content rules measure it in those lines. `show` unwraps it.
         explanation=_text(raw, "explanation", where, "").strip(),
-        hints=tuple(h.strip() for h in hints),
+        hints=tuple(unwrap(h) for h in hints),
         mistakes=mistakes,
         target=raw.get("target", "loss"),
         upstream=raw.get("upstream"),
@@ -263,7 +315,7 @@ def load_pack(root: Path | None = None) -> Pack:
             Exercise(
                 number=number,
                 title=_text(ex, "title", where),
-                intro=_text(ex, "intro", where, "").strip(),
+                intro=unwrap(_text(ex, "intro", where, "")),
                 forward=_text(ex, "forward", where, ""),
                 kind=kind,
                 steps=steps,

@@ -6,7 +6,8 @@ A run has three phases, as in the lecture's last cell:
    with autograd's on the same batch (the cmp table); a divergence stops the run and says where;
 2. training: the remaining steps run the learner's code alone, with autograd switched off
    (torch.inference_mode: no_grad that also skips autograd's version counters);
-3. results: batchnorm calibrated over the training set, the split losses, sampled names.
+3. results: the pack's own evaluation (batchnorm calibrated over the training set, the split
+   losses, sampled names for makemore).
 
 `plan` is the text work (the editor's code, the settings, notes about the code, recording a
 run) that the UI and the CLI use; `run` is the computation, in the evaluator process. Neither
@@ -37,16 +38,14 @@ from tutor.training.run import (
     Gradients,
     Tally,
     TrainingRun,
-    calibrate,
-    calibrated_logits,
     eager_step,
+    evaluation_namespace,
     init_network,
     run_training,
-    sample_names,
-    split_loss,
     step_function,
     train_steps,
     training_namespace,
+    training_sizes,
 )
 
 __all__ = [
@@ -63,22 +62,20 @@ __all__ = [
     "TrainingSettings",
     "assigned_names",
     "backward_sections",
-    "calibrate",
-    "calibrated_logits",
     "eager_step",
     "forward_for",
+    "evaluation_namespace",
     "init_network",
     "names_read",
     "python_loops",
     "record_run",
     "run_training",
-    "sample_names",
     "speed_notes",
-    "split_loss",
     "step_function",
     "train_steps",
     "training_code",
     "training_exercise",
     "training_namespace",
+    "training_sizes",
     "training_step",
 ]

@@ -8,7 +8,6 @@ torch is imported inside the functions, so importing this module stays cheap for
 from __future__ import annotations
 
 import ast
-import math
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -71,14 +70,31 @@ class Batches:
         return self
 
 
-def init_network(pack: Pack, fns: dict, vocab_size: int, s: TrainingSettings, device: Any
-                 ) -> tuple[dict[str, Tensor], Any]:
+def training_sizes(pack: Pack, lesson_sizes: dict) -> dict:
+    """The lesson's sizes with the training exercise's own in place (a wider hidden layer)."""
+    from tutor.training.plan import training_exercise
+
+    cfg = training_exercise(pack).settings
+    return {k: type(v)(cfg.get(k, v)) for k, v in lesson_sizes.items()}
+
+
+def init_network(fns: dict, sizes: dict, seed: int, device: Any) -> tuple[dict[str, Tensor], Any]:
     """Fresh seeded parameters, and the generator the batches continue from (as the lecture)."""
     import torch
 
-    g = torch.Generator().manual_seed(s.seed)
-    params = fns["init_params"](g, vocab_size, s.n_embd, s.n_hidden, s.block_size)
+    g = torch.Generator().manual_seed(seed)
+    params = fns["init_params"](g, sizes)
     return {k: v.to(device) for k, v in params.items()}, g
+
+
+def evaluation_namespace(pack: Pack, fns: dict) -> dict:
+    """The pack's [training.eval] functions (calibrate, evaluate, sample), with the setup's."""
+    from tutor.training.plan import training_exercise
+
+    code = (training_exercise(pack).settings.get("eval") or {}).get("code", "")
+    ns = dict(fns)
+    exec(compile(code, f"<{pack.id} training eval>", "exec"), ns)
+    return ns
 
 
 def training_namespace(params: dict[str, Tensor], n: int, out: Any = None,
@@ -147,58 +163,6 @@ def train_steps(step: Callable, params: list[Tensor], batches: Iterator,
         torch._foreach_add_(params, grads, alpha=-lr_at(i))
         losses.append(loss)
     return stop
-
-
-# -- phase 3: the lecture's evaluation with calibrated batchnorm --------------------------------
-
-
-def calibrate(p: dict[str, Tensor], X: Tensor) -> tuple[Tensor, Tensor]:
-    """Batchnorm's mean and variance over the whole training set, as the lecture computes them
-    after training (instead of the running estimates a layer would keep)."""
-    emb = p["C"][X]
-    embcat = emb.view(emb.shape[0], -1)
-    hpreact = embcat @ p["W1"] + p["b1"]
-    return hpreact.mean(0, keepdim=True), hpreact.var(0, keepdim=True, unbiased=True)
-
-
-def calibrated_logits(p: dict[str, Tensor], bn: tuple[Tensor, Tensor], X: Tensor) -> Tensor:
-    bnmean, bnvar = bn
-    emb = p["C"][X]
-    embcat = emb.view(emb.shape[0], -1)
-    hpreact = embcat @ p["W1"] + p["b1"]
-    hpreact = p["bngain"] * (hpreact - bnmean) * (bnvar + 1e-5) ** -0.5 + p["bnbias"]
-    h = hpreact.tanh()
-    return h @ p["W2"] + p["b2"]
-
-
-def split_loss(p: dict[str, Tensor], bn: tuple[Tensor, Tensor], X: Tensor, Y: Tensor) -> float:
-    import torch.nn.functional as F
-
-    return float(F.cross_entropy(calibrated_logits(p, bn, X), Y).item())
-
-
-def sample_names(p: dict[str, Tensor], bn: tuple[Tensor, Tensor], itos: dict[int, str],
-                 block_size: int, count: int, seed: int, max_length: int = 50) -> list[str]:
-    """Names drawn from the trained network, one character at a time, seeded as the lecture."""
-    import torch
-
-    g = torch.Generator().manual_seed(seed)
-    device = p["C"].device
-    names = []
-    for _ in range(count):
-        out: list[int] = []
-        context = [0] * block_size
-        while len(out) < max_length:
-            logits = calibrated_logits(p, bn, torch.tensor([context], device=device))
-            # Drawn on the CPU: the generator is a CPU one, so every device samples alike.
-            probs = logits.softmax(1).cpu()
-            ix = int(torch.multinomial(probs, num_samples=1, generator=g).item())
-            context = context[1:] + [ix]
-            if ix == 0:
-                break
-            out.append(ix)
-        names.append("".join(itos[i] for i in out))
-    return names
 
 
 # -- the run ---------------------------------------------------------------------------------
@@ -356,24 +320,20 @@ class TrainingRun:
     def _setup(self) -> None:
         lesson = self.engine.lesson
         splits = lesson.dataset.splits
-        self.params, generator = init_network(self.pack, lesson.fns, len(splits["itos"]), self.s,
-                                              self.device)
+        self.sizes = training_sizes(self.pack, lesson.sizes)
+        self.params, generator = init_network(lesson.fns, self.sizes, self.s.seed, self.device)
         self.param_list = [self.params[k] for k in self.s.parameters]
         self.result["settings"]["parameters_count"] = sum(p.numel() for p in self.param_list)
         Xtr, Ytr = splits["train"]
         self.batches = Batches(lesson.fns["sample_batch"], Xtr, Ytr, self.s.batch_size,
                                generator, self.device)
-        sizes = {"vocab_size": len(splits["itos"]), "n_embd": self.s.n_embd,
-                 "n_hidden": self.s.n_hidden, "block_size": self.s.block_size}
-        self.ns = training_namespace(self.params, self.s.batch_size, self.out, sizes)
+        self.ns = training_namespace(self.params, self.s.batch_size, self.out, self.sizes)
         self.step = eager_step(self.code, self.ns, self.params, self.s.grad_names)
         # Autograd's reference runs the lesson's forward pass with the training loss line, so it
         # rounds as the learner's forward does and the cmp columns mean what they did in the
         # notebook (maxdiff ~1e-9, not the larger gap between two ways of computing the loss).
-        lines = [ln.source for ln in self.pack.forward_lines
-                 if ln.exercise == 0 and ln.target != self.pack.loss]
-        source = "\n".join([*lines, self.s.loss_line])
-        self.forward = compile(source, f"<{self.pack.id} forward>", "exec")
+        self.forward = [ln.source for ln in self.pack.forward_lines
+                        if ln.exercise == 0 and ln.target != self.pack.loss] + [self.s.loss_line]
 
     def _finish(self, started: float) -> dict:
         r = self.result
@@ -432,14 +392,12 @@ class TrainingRun:
                   ) -> dict[str, Tensor]:
         """Autograd's gradients for this batch through the pack's own forward pass."""
         import torch
-        import torch.nn.functional as F
 
-        ns: dict = {"torch": torch, "F": F, "math": math, "n": int(Xb.shape[0]),
-                    "Xb": Xb.to(device), "Yb": Yb.to(device)}
-        for k, p in self.params.items():
-            ns[k] = p.detach().to(device=device, dtype=dtype).requires_grad_(True)
+        from tutor.lesson import forward_namespace
+
+        ns = forward_namespace(self.pack, self.params, Xb, Yb, dtype, device, self.forward,
+                               self.sizes)
         with torch.enable_grad():
-            exec(self.forward, ns)
             wanted = [k for k in names if isinstance(ns.get(k), torch.Tensor)]
             grads = torch.autograd.grad(ns[self.pack.loss], [ns[k] for k in wanted])
         return dict(zip(wanted, grads, strict=True))
@@ -693,16 +651,19 @@ class TrainingRun:
         splits = self.engine.lesson.dataset.splits
         Xtr, Ytr = (t.to(self.device) for t in splits["train"])
         Xva, Yva = (t.to(self.device) for t in splits["val"])
+        # The pack says how its network is evaluated after training (see its [training.eval]).
+        fns = evaluation_namespace(self.pack, self.engine.lesson.fns)
         with torch.no_grad():
-            bn = calibrate(self.params, Xtr)
-            self.result["train_loss"] = split_loss(self.params, bn, Xtr, Ytr)
-            self.result["val_loss"] = split_loss(self.params, bn, Xva, Yva)
-            try:
-                self.result["samples"] = sample_names(
-                    self.params, bn, splits["itos"], self.s.block_size, self.s.samples,
-                    self.s.seed + SAMPLE_SEED_OFFSET)
-            except RuntimeError as exc:  # probabilities with nan in them cannot be sampled
-                self.notes.append(f"no names could be sampled: {exc}")
+            state = fns["calibrate"](self.params, Xtr) if "calibrate" in fns else None
+            self.result["train_loss"] = fns["evaluate"](self.params, state, Xtr, Ytr)
+            self.result["val_loss"] = fns["evaluate"](self.params, state, Xva, Yva)
+            if "sample" in fns and self.s.samples > 0:
+                g = torch.Generator().manual_seed(self.s.seed + SAMPLE_SEED_OFFSET)
+                try:
+                    self.result["samples"] = fns["sample"](self.params, state, splits,
+                                                           self.sizes, g, self.s.samples)
+                except RuntimeError as exc:  # probabilities with nan cannot be sampled
+                    self.notes.append(f"no samples could be drawn: {exc}")
         self.timing["results_s"] = time.monotonic() - started
 
 

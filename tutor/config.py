@@ -43,6 +43,7 @@ class Settings:
     home: Path | None = None  # None: the platform data folder
     timeout: float = DEFAULT_TIMEOUT
     memory_limit_gb: float = 2.0  # address-space cap for the sandbox worker on CPU
+    pack: str = "makemore"  # an installed pack's id, or the folder of a pack
 
     @property
     def data_home(self) -> Path:
@@ -155,6 +156,7 @@ def resolve(
     home: str | Path | None = None,
     timeout: float | str | None = None,
     config_path: Path | None = None,
+    pack: str | None = None,
 ) -> Settings:
     """Combine flags, environment and config file into Settings (flags win).
 
@@ -168,7 +170,24 @@ def resolve(
         seed=_seed(*_pick(seed, "--seed", None, "seed", cfg, path)),
         home=_home(*_pick(home, "--home", "BACKPROP_TUTOR_HOME", "home", cfg, path)),
         timeout=_timeout(*_pick(timeout, "--timeout", None, "timeout", cfg, path)),
+        pack=_pack(*_pick(pack, "--pack", "BACKPROP_TUTOR_PACK", "pack", cfg, path)),
     )
+
+
+def _pack(value: object, source: str) -> str:
+    from tutor.packs import PackError, find_pack
+
+    if value is None:
+        return "makemore"
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(f"{source} must name a pack, not {value!r}")
+    try:
+        root = find_pack(value)
+    except PackError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+    # An installed pack keeps its id; a folder is kept as an absolute path, so the evaluator
+    # finds it whatever its working directory.
+    return value if root.name == value and "/" not in value else str(root)
 
 
 # Asked of a short-lived process, so that commands that never need torch (and the TUI, which

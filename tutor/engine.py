@@ -36,7 +36,7 @@ from tutor.execution import (
 )
 from tutor.grading import Grade, grade, heatmap, rounding_note
 from tutor.lesson import Batch, Lesson, resolve_device
-from tutor.packs import Pack, Step, load_pack
+from tutor.packs import Pack, Step, find_pack, load_pack
 from tutor.sandbox import isolate
 from tutor.sandbox.clean import MAX_MESSAGE, clean
 from tutor.sandbox.confine import prepare
@@ -92,7 +92,7 @@ def decode_namespace(encoded: Any) -> dict:
 class Engine:
     def __init__(self, settings: Settings | None = None, pack: Pack | None = None):
         self.settings = settings or Settings()
-        self.pack = pack or load_pack()
+        self.pack = pack or load_pack(find_pack(self.settings.pack))
         self.device = resolve_device(self.settings.device)
         self.lesson = Lesson(self.pack, self.device, self.settings.seed)
         self.isolated = isolate.can_fork(self.device)

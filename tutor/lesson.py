@@ -80,7 +80,9 @@ def forward_namespace(pack: Pack, params: dict[str, Tensor], Xb: Tensor, Yb: Ten
     ns: dict = {"torch": torch, "F": F, "math": math, **sizes, "n": n, "batch_size": n}
     for name, p in params.items():
         ns[name] = p.detach().to(device=device, dtype=dtype).clone().requires_grad_(True)
-    ns["Xb"], ns["Yb"] = Xb.to(device), Yb.to(device)
+    # Float inputs follow the pass's precision (indices, as in makemore, stay integers).
+    ns["Xb"], ns["Yb"] = (t.to(device, dtype if t.is_floating_point() else t.dtype)
+                          for t in (Xb, Yb))
     with torch.enable_grad():
         exec(compile("\n".join(sources), f"<{pack.id} forward>", "exec"), ns)
     return ns

@@ -104,7 +104,7 @@ class Pack:
     id: str
     title: str
     root: Path
-    data_file: Path
+    data_file: Path | None
     lesson: dict
     setup_code: str
     forward_code: str
@@ -297,6 +297,23 @@ def _validate(pack: Pack) -> None:
                 raise PackError(f"step {step.id}: needs at least 3 hints")
 
 
+def installed_packs() -> list[str]:
+    """The ids of the packs that come with the tutor, makemore first."""
+    found = sorted(p.name for p in exercises_dir().iterdir() if (p / "pack.toml").is_file())
+    return sorted(found, key=lambda name: name != "makemore")
+
+
+def find_pack(name: str) -> Path:
+    """The folder of a pack given by installed id or by path."""
+    path = Path(name).expanduser()
+    if (path / "pack.toml").is_file():
+        return path.resolve()
+    if "/" not in name and (exercises_dir() / name / "pack.toml").is_file():
+        return exercises_dir() / name
+    known = ", ".join(installed_packs()) or "none"
+    raise PackError(f"no pack '{name}': give an installed pack ({known}) or a pack's folder")
+
+
 @cache
 def load_pack(root: Path | None = None) -> Pack:
     """Load a pack folder (the bundled makemore pack by default)."""
@@ -322,12 +339,17 @@ def load_pack(root: Path | None = None) -> Pack:
                 settings=raw.get("training", {}),
             )
         )
-    data_name = head.get("data", "names.txt")
+    # A data file lives beside the pack or in the shared data folder; a pack without one makes
+    # its own data in make_data.
+    data_name = head.get("data")
+    data_file = None
+    if data_name:
+        data_file = root / data_name if (root / data_name).is_file() else data_dir() / data_name
     pack = Pack(
         id=head.get("id", root.name),
         title=head.get("title", root.name),
         root=root,
-        data_file=data_dir() / data_name,
+        data_file=data_file,
         lesson=dict(meta.get("lesson", {})),
         setup_code=_text(meta.get("setup", {}), "code", "pack.toml [setup]"),
         forward_code=_text(meta.get("forward", {}), "code", "pack.toml [forward]"),

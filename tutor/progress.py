@@ -25,6 +25,11 @@ from typing import Any
 from tutor.packs import Pack, Step
 
 FILENAME = "progress.sqlite3"
+
+
+def store_filename(pack: Pack) -> str:
+    """Each pack keeps its own progress; the first pack keeps the original file name."""
+    return FILENAME if pack.id == "makemore" else f"progress-{pack.id}.sqlite3"
 BUSY_TIMEOUT = 5.0  # seconds to wait for another process's write before giving up
 ELSEWHERE = "Use another folder with --home or BACKPROP_TUTOR_HOME."
 
@@ -67,7 +72,7 @@ MIGRATIONS: list[tuple[str, ...]] = [
     ),
 ]
 
-ACHIEVEMENTS = ("revealed", "passed", "exact")  # weakest first
+ACHIEVEMENTS = ("revealed", "passed", "exact")  # weakest first; "revealed" is never left
 FAILING_VERDICTS = ("missing", "shape", "wrong")  # most telling first
 
 
@@ -221,7 +226,7 @@ class Store:
             raise StoreError(
                 f"Cannot create the progress folder {home}: {exc.strerror or exc}. {ELSEWHERE}"
             ) from exc
-        path = home / FILENAME
+        path = home / store_filename(pack)
         notices: list[str] = []
         try:
             db = _connect(path)
@@ -323,8 +328,23 @@ class Store:
                 (sid,),
             )
 
+    def remembered(self, key: str) -> str | None:
+        """A small value a front end keeps between sessions (a cursor, a dialog seen), or None."""
+        rows = self._read("SELECT value FROM meta WHERE key = ?", (f"ui.{key}",))
+        return rows[0][0] if rows else None
+
+    def remember(self, key: str, value: str) -> None:
+        # Prefixed, so a front end's keys can never clash with the store's own (current_step).
+        with self._write(durable=False) as db:
+            db.execute(
+                "INSERT INTO meta (key, value) VALUES (?, ?) "
+                "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                (f"ui.{key}", value),
+            )
+
     def accepted_codes(self) -> dict[str, str]:
-        """Code to replay for each done step: the learner's, or the pack's solution if revealed."""
+        """Code to replay for each done step: the learner's passing code, or for a step revealed
+        before the learner passed it, the pack's solution."""
         rows = {
             sid: (status, code)
             for sid, status, code in self._read(
@@ -335,7 +355,7 @@ class Store:
         for s in self._steps:
             if s.id in rows:
                 status, code = rows[s.id]
-                out[s.id] = s.solution if status == "revealed" else code
+                out[s.id] = code if code is not None else s.solution
         return out
 
     # -- attempts ---------------------------------------------------------------------------
@@ -343,8 +363,10 @@ class Store:
     def record_attempt(self, step_id: str, code: str, result: dict) -> str:
         """Store an attempt; a pass records the code as accepted. Returns the step's new status.
 
-        An achievement only ever goes up (revealed < passed < exact), and the accepted code is
-        the code that earned the current one, so replaying it reproduces what the status claims.
+        An achievement only ever goes up (passed < exact), and the accepted code is the code that
+        earned the current one, so replaying it reproduces what the status claims. A revealed step
+        stays revealed: typing in the solution you were shown is not solving it. Its later passing
+        code is still kept, and replayed, since it is proven correct.
         """
         sid = self._step(step_id).id
         passed, verdict, maxdiff, diagnosis = _summarize(result)
@@ -357,7 +379,9 @@ class Store:
             if passed:
                 row = db.execute("SELECT status FROM steps WHERE step_id = ?", (sid,)).fetchone()
                 old = row[0] if row else None
-                if old is None or ACHIEVEMENTS.index(verdict) >= ACHIEVEMENTS.index(old):
+                if old == "revealed":
+                    db.execute("UPDATE steps SET accepted_code = ? WHERE step_id = ?", (code, sid))
+                elif old is None or ACHIEVEMENTS.index(verdict) >= ACHIEVEMENTS.index(old):
                     db.execute(
                         "INSERT INTO steps (step_id, status, accepted_code) VALUES (?, ?, ?) "
                         "ON CONFLICT (step_id) DO UPDATE "

@@ -2,8 +2,10 @@
 
 from tutor.commands.check import CHECK
 from tutor.commands.export import EXPORT, WATCH
+from tutor.commands.hint import HINT
+from tutor.commands.pack import PACK
 from tutor.commands.progress import PROGRESS, RESET
 from tutor.commands.steps import LIST, SHOW
 from tutor.commands.train import TRAIN
 
-COMMANDS = [LIST, SHOW, CHECK, PROGRESS, RESET, EXPORT, WATCH, TRAIN]
+COMMANDS = [LIST, SHOW, HINT, CHECK, PROGRESS, RESET, EXPORT, WATCH, TRAIN, PACK]

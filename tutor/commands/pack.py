@@ -1,0 +1,39 @@
+"""`pack check DIR`: validate a pack by running it, for people who write packs."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import warnings
+from pathlib import Path
+
+from tutor.commands.base import Command, UsageError
+from tutor.config import Settings
+
+
+def _args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("action", choices=["check"], help="what to do with the pack")
+    p.add_argument("folder", metavar="DIR", help="the pack's folder (the one with pack.toml)")
+
+
+def run(args: argparse.Namespace, settings: Settings) -> int:
+    # Importing torch without NumPy present prints a warning that means nothing here.
+    warnings.filterwarnings("ignore", message=".*NumPy.*")
+    from tutor.packcheck import check_pack
+
+    root = Path(args.folder).expanduser()
+    if not (root / "pack.toml").is_file():
+        raise UsageError(f"{args.folder} has no pack.toml; give the folder of a pack")
+    problems = check_pack(root, settings,
+                          progress=lambda text: print(f"  {text}", file=sys.stderr))
+    if not problems:
+        print(f"{root}: the pack is ready (reference solutions, mistakes, content, training)")
+        return 0
+    print(f"{root}: {len(problems)} problem{'s' if len(problems) != 1 else ''}")
+    for problem in problems:
+        print(f"  {problem}")
+    return 1
+
+
+PACK = Command("pack", "check a pack: solutions, mistakes, hints, a short training run",
+               _args, run)

@@ -1,0 +1,67 @@
+"""`hint`: a step's next hint, counted in the learner's progress as the tutor's F1 counts it."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from tutor.commands.base import Command, open_store, position, save, step_id
+from tutor.config import Settings
+from tutor.packs import Step, load_pack
+from tutor.report import terminal_width, wrap
+
+
+def _args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("step", metavar="STEP_ID", help="step id, number or name (see `list`)")
+    p.add_argument("--all", action="store_true",
+                   help="print every hint shown so far, without showing a new one")
+    p.add_argument("--json", action="store_true", help="print a JSON object")
+
+
+def run(args: argparse.Namespace, settings: Settings) -> int:
+    pack = load_pack()
+    step = pack.step(step_id(pack, args.step))
+    store = open_store(settings, pack)
+    if store is None:  # without the count there is no telling which hint is next
+        return 1
+    with store:
+        before = store.hints_shown(step.id)
+        new = not args.all and before < len(step.hints)
+        # Shown even when it cannot be counted: the learner asked for help, and gets it.
+        problem = save(lambda: store.show_hint(step.id)) if new else None
+    shown = before + 1 if new else before
+    if args.json:
+        print(json.dumps({"step": step.id, "shown": shown, "total": len(step.hints), "new": new,
+                          "hints": list(step.hints[:shown])}, indent=2))
+    else:
+        print("\n".join(_text(step, position(pack, step.id), shown, args.all)))
+    if problem:
+        print(f"backprop-tutor: warning: this hint was not counted in your progress: {problem}",
+              file=sys.stderr)
+    return 0
+
+
+def _text(step: Step, where: str, shown: int, every: bool) -> list[str]:
+    """The lines to print: a heading, then the hints asked for, numbered as the tutor shows
+    them (idea, then shapes, then nearly the answer)."""
+    total, width = len(step.hints), terminal_width()
+    if shown == 0:
+        return wrap(f"{step.id} ({where}): no hints shown yet. `backprop-tutor hint {step.id}` "
+                    "shows the first.", "", "  ", width)
+    numbers = range(1, shown + 1) if every else [shown]
+    heading = (f"hints 1 to {shown} of {total}" if every and shown > 1
+               else f"hint {shown} of {total}")
+    lines = [f"{step.id} ({where}): {heading}"]
+    for k in numbers:
+        lines += wrap(step.hints[k - 1], f"  {k}. ", " " * 5, width)
+    if not every:
+        after = (f"That was the last hint; `backprop-tutor hint {step.id} --all` shows all "
+                 "of them." if shown == total
+                 else f"`backprop-tutor hint {step.id}` again gives the next one.")
+        lines += wrap(after, "  ", "    ", width)
+    return lines
+
+
+HINT = Command("hint", "show the next hint for a step (the tutor counts the hints you use)",
+               _args, run)

@@ -2,19 +2,73 @@
 
 from __future__ import annotations
 
+import re
+import shutil
+import textwrap
+from collections.abc import Collection
+
 VERDICT_MARK = {"exact": "✓", "approximate": "✓", "wrong": "✗", "shape": "✗", "missing": "✗"}
 ACCEPTED = ("exact", "approximate")
 UNSETTLED_MARK = "!"  # right on its own, but the result did not pass: the lines below say why
 
+DEFAULT_WIDTH = 100  # a pipe or a file has no width; this is the pack files' own
+MIN_WIDTH = 40  # narrower than this, a wrapped sentence is a column of single words
 
-def cmp_line(check: dict, width: int = 15) -> str:
+_LIST_ITEM = re.compile(r"\s*(?:[-*+]|\d+[.)])\s+")
+_FENCE = re.compile(r"\s*(?:```|~~~)")
+
+
+def terminal_width() -> int:
+    """Columns to wrap messages to: the terminal's (or $COLUMNS), else DEFAULT_WIDTH."""
+    return max(MIN_WIDTH, shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns)
+
+
+def wrap(text: str, first: str, rest: str | None = None, width: int | None = None) -> list[str]:
+    """`text` as lines of at most `width` columns: the first starts with `first`, every other
+    one with `rest` (by default `first` and two more spaces), so no continuation of a message
+    ever starts at column 0. Each line of `text` is a paragraph or list item of its own, as
+    `packs.unwrap` leaves them; code lines (fenced, or indented by four) are not rewrapped."""
+    width = width or terminal_width()
+    rest = " " * (len(first) + 2) if rest is None else rest
+    lines: list[str] = []
+    prefix, in_fence = first, False
+    for line in text.strip("\n").splitlines():
+        if _FENCE.match(line):
+            in_fence = not in_fence
+        if not line.strip():
+            lines.append("")
+            continue
+        if in_fence or _FENCE.match(line) or line.startswith("    "):
+            lines.append(prefix + line.rstrip())
+        else:
+            lines += _wrap_line(line.strip(), prefix, rest, width)
+        prefix = rest
+    return lines
+
+
+def _wrap_line(line: str, prefix: str, rest: str, width: int) -> list[str]:
+    # A list item's own continuation lines hang under its text, not under its marker.
+    item = _LIST_ITEM.match(line)
+    hang = rest + " " * (item.end() if item else 0)
+    # Code in backticks breaks at spaces only: `x**-1` must not be split at its minus sign.
+    return textwrap.wrap(line, width, initial_indent=prefix, subsequent_indent=hang,
+                         break_long_words=False, break_on_hyphens=False) or [prefix.rstrip()]
+
+
+def cmp_line(check: dict, width: int = 15, tag: str | None = None) -> str:
     maxdiff = check["maxdiff"]
     diff = "—" if maxdiff is None else f"{maxdiff:.3g}" if maxdiff else "0.0"
-    label = check["tensor"] + (" (partial)" if check.get("partial") else "")
     return (
-        f"{label:<{width}} | exact: {str(check['exact']):<5} | "
+        f"{row_label(check, tag):<{width}} | exact: {str(check['exact']):<5} | "
         f"approximate: {str(check['approximate']):<5} | maxdiff: {diff}"
     )
+
+
+def row_label(check: dict, tag: str | None = None) -> str:
+    """The tensor's name, plus what tells this row apart from another row of the same tensor:
+    "partial" for a first branch, `tag` (a step id) for a later step that grades it again."""
+    notes = [n for n in ("partial" if check.get("partial") else None, tag) if n]
+    return check["tensor"] + (f" ({', '.join(notes)})" if notes else "")
 
 
 def row_mark(check: dict, passed: bool) -> str:
@@ -38,25 +92,32 @@ def row_detail(check: dict, passed: bool) -> str | None:
     return None
 
 
-def format_result(result: dict) -> str:
-    lines = [f"{result['step']}"]
+def _label_width(labels: list[str]) -> int:
+    return max([15] + [len(label) for label in labels])
+
+
+def format_result(result: dict, position: str | None = None, width: int | None = None) -> str:
+    """One check as text. `position` (e.g. "exercise 1, step 2 of 23") follows the step id."""
+    width = width or terminal_width()
+    lines = [result["step"] + (f" ({position})" if position else "")]
     passed = bool(result["passed"])
     error = result.get("error")
     if error:
-        lines.append(f"  ✗ {error['kind']} error: {error['message']}")
-    width = max([15] + [len(c["tensor"]) + 10 for c in result["checks"]])
+        lines += wrap(f"{error['kind']} error: {error['message']}", "  ✗ ", "    ", width)
+    column = _label_width([row_label(c) for c in result["checks"]])
     for check in result["checks"]:
-        lines.append(f"  {row_mark(check, passed)} {cmp_line(check, width)}")
+        lines.append(f"  {row_mark(check, passed)} {cmp_line(check, column)}")
         detail = row_detail(check, passed)
         if detail:
-            lines.append(f"      {detail}")
+            lines += wrap(detail, "      ", "        ", width)
     heldout = result.get("heldout")
     if heldout:
         mark = "✓" if heldout["passed"] else "✗"
-        lines.append(f"  {mark} fresh batch of {heldout['batch_size']}"
-                     + (f": {heldout['message']}" if heldout.get("message") else ""))
+        text = f"fresh batch of {heldout['batch_size']}" + (
+            f": {heldout['message']}" if heldout.get("message") else "")
+        lines += wrap(text, f"  {mark} ", "    ", width)
     for note in result.get("notes", []):
-        lines.append(f"  note: {note}")
+        lines += wrap(note, "  note: ", "        ", width)
     if result.get("stdout"):
         lines.append("  your print output:")
         lines += [f"    {line}" for line in result["stdout"].rstrip("\n").splitlines()]
@@ -64,24 +125,47 @@ def format_result(result: dict) -> str:
     return "\n".join(lines)
 
 
-def format_table(results: list[dict]) -> str:
-    """One row per checked tensor of every cell, in the style of the notebook's cmp calls."""
+def format_table(results: list[dict], tagged: Collection[str] = (),
+                 source: str | None = None, width: int | None = None) -> str:
+    """One row per checked tensor of every cell, in the style of the notebook's cmp calls.
+
+    Rows of the steps in `tagged` carry their step id (see `row_label`); `source` names the
+    file, so that the closing line can say where the cells that did not pass are."""
+    width = width or terminal_width()
     rows = []
-    width = max([15] + [len(c["tensor"]) + 10 for r in results for c in r["checks"]])
+
+    def tag(result: dict) -> str | None:
+        return result["step"] if result["step"] in tagged else None
+
+    column = _label_width([row_label(c, tag(r)) for r in results for c in r["checks"]])
     for result in results:
         if result.get("error") or not result["checks"]:
             message = result["error"]["message"] if result.get("error") else "nothing to check"
-            rows.append(f"✗ {result['step']}: {message}")
+            rows += wrap(f"{result['step']}: {message}", "✗ ", "    ", width)
             continue
         passed = bool(result["passed"])
         for check in result["checks"]:
-            rows.append(f"{row_mark(check, passed)} {cmp_line(check, width)}")
+            rows.append(f"{row_mark(check, passed)} {cmp_line(check, column, tag(result))}")
             detail = row_detail(check, passed)
             if detail:
-                rows.append(f"      {detail}")
+                rows += wrap(detail, "      ", "        ", width)
         heldout = result.get("heldout")
         if heldout and not heldout["passed"]:
-            rows.append(f"      {heldout['message']}")
-    passed = sum(r["passed"] for r in results)
-    rows.append(f"{passed} of {len(results)} cells passed")
+            rows += wrap(heldout["message"], "      ", "        ", width)
+    rows += wrap(_summary(results, source), "", "  ", width)
     return "\n".join(rows)
+
+
+def _summary(results: list[dict], source: str | None) -> str:
+    """"N of M cells passed", and where the cells that did not pass are in the file."""
+    passed = sum(r["passed"] for r in results)
+    failing = [_cell_name(r, source) for r in results if not r["passed"]]
+    where = f"; not passed: {', '.join(failing)}" if failing else ""
+    return f"{passed} of {len(results)} cells passed{where}"
+
+
+def _cell_name(result: dict, source: str | None) -> str:
+    line = result.get("cell_line")
+    if line is None:
+        return result["step"]
+    return f"{result['step']} ({source + ', ' if source else ''}line {line})"

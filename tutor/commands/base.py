@@ -35,6 +35,25 @@ def step_id(pack: Pack, given: str) -> str:
         ) from None
 
 
+def position(pack: Pack, sid: str) -> str:
+    """Where a step sits, in the one count every command uses: all the pack's steps, the
+    training step included, numbered as `list` numbers them (and as STEP_ID accepts them)."""
+    step = pack.step(sid)
+    return f"exercise {step.exercise}, step {pack.index(sid) + 1} of {len(pack.steps)}"
+
+
+def regraded_steps(pack: Pack) -> set[str]:
+    """Steps that grade a tensor an earlier step graded already (the fused exercises redo
+    dlogits and dhprebn). Their rows in a table carry the step id, so the two can be told apart."""
+    seen: set[str] = set()
+    regraded = set()
+    for step in pack.gradient_steps:
+        if seen.intersection(step.checks):
+            regraded.add(step.id)
+        seen.update(step.checks)
+    return regraded
+
+
 def try_open_store(settings: Settings, pack: Pack | None = None):
     """(the learner's progress store, None), or (None, why it cannot be used)."""
     from tutor.progress import Store, StoreError

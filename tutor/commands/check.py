@@ -7,13 +7,16 @@ import json
 import re
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 from tutor.cells import Cell, parse_cells
 from tutor.commands.base import (
     Command,
     UsageError,
     code_argument,
+    position,
     read_source,
+    regraded_steps,
     save,
     step_id,
     try_open_store,
@@ -73,7 +76,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         print(f"backprop-tutor: {exc}", file=sys.stderr)
         return 1
     # The verdict goes out first: whatever then happens to the record, the learner has seen it.
-    print(json.dumps(result, indent=2) if args.json else format_result(result), flush=True)
+    text = json.dumps(result, indent=2) if args.json else format_result(result, position(pack, sid))
+    print(text, flush=True)
     if not args.no_record:
         _record(store, problem, lambda: [save(lambda: store.record_attempt(sid, code, result))])
     return 0 if result["passed"] else 1
@@ -129,28 +133,30 @@ def check_cells(ev: Evaluator, pack, text: str, prior: dict[str, str]) -> list[d
     prior = dict(prior)
     results = []
     for cell in parse_cells(text):
-        try:
-            sid = pack.step(cell.step).id
-        except KeyError:
-            results.append(_cell_error(cell.step, f"line {cell.line}: no step '{cell.step}'"))
-            continue
-        if pack.step(sid).is_training:
-            results.append(_cell_error(sid, "the training cell runs with `backprop-tutor train`"))
-            continue
-        too_big = _oversize(cell, sid)
-        if too_big:
-            results.append(_cell_error(sid, too_big))
-            prior.pop(sid, None)
-            continue
-        result = ev.check(sid, cell.code, prior)
+        result = _check_cell(ev, pack, cell, prior)
         result["cell_line"] = cell.line
-        _to_file_lines(result, cell)
         results.append(result)
         if result["passed"]:
-            prior[sid] = cell.code
+            prior[result["step"]] = cell.code
         else:
-            prior.pop(sid, None)
+            prior.pop(result["step"], None)
     return results
+
+
+def _check_cell(ev: Evaluator, pack, cell: Cell, prior: dict[str, str]) -> dict:
+    """One cell's result; a cell that cannot be checked gets a result with an error."""
+    try:
+        sid = pack.step(cell.step).id
+    except KeyError:
+        return _cell_error(cell.step, f"line {cell.line}: no step '{cell.step}'")
+    if pack.step(sid).is_training:
+        return _cell_error(sid, "the training cell runs with `backprop-tutor train`")
+    too_big = _oversize(cell, sid)
+    if too_big:
+        return _cell_error(sid, too_big)
+    result = ev.check(sid, cell.code, prior)
+    _to_file_lines(result, cell)
+    return result
 
 
 def _oversize(cell: Cell, sid: str) -> str | None:
@@ -215,7 +221,8 @@ def _run_all(args: argparse.Namespace, settings: Settings, pack) -> int:
         if store is not None:
             store.close()
         return 1
-    print(json.dumps(results, indent=2) if args.json else format_table(results), flush=True)
+    table = format_table(results, regraded_steps(pack), Path(args.all_file).name)
+    print(json.dumps(results, indent=2) if args.json else table, flush=True)
     if not args.no_record:
         _record(store, problem, lambda: record_cells(store, pack, text, results))
     return 0 if all(r["passed"] for r in results) else 1

@@ -7,7 +7,14 @@ import sys
 from pathlib import Path
 
 from tutor import source
-from tutor.commands.base import Command, UsageError, open_store, read_source, save
+from tutor.commands.base import (
+    Command,
+    UsageError,
+    open_store,
+    read_source,
+    regraded_steps,
+    save,
+)
 from tutor.config import Settings
 from tutor.export import export_script
 from tutor.packs import load_pack
@@ -60,10 +67,14 @@ def _why(exc: BaseException) -> str:
     return getattr(exc, "strerror", None) or str(exc)
 
 
+CLEAR = "\033[H\033[2J\033[3J"  # home, clear the screen, clear the scrollback (as `clear` does)
+
+
 def _show(text: str) -> None:
-    """Replace the previous check's output on a terminal; append to a pipe or a file."""
+    """Replace the previous check's output on a terminal; append to a pipe or a file, whose
+    reader wants every run and no escape codes."""
     if sys.stdout.isatty():
-        sys.stdout.write("\033[2J\033[H")
+        sys.stdout.write(CLEAR)
     print(text, flush=True)
 
 
@@ -85,6 +96,7 @@ def run_watch(args: argparse.Namespace, settings: Settings) -> int:
     store = open_store(settings, pack)
     if store is None:
         return 1
+    regraded = regraded_steps(pack)
 
     def run_once(ev: Evaluator) -> None:
         try:
@@ -97,7 +109,7 @@ def run_watch(args: argparse.Namespace, settings: Settings) -> int:
             prior: dict[str, str] = {}
             unread = save(lambda: prior.update(store.accepted_codes()))
             results = check_cells(ev, pack, text, prior)
-            _show(format_table(results))
+            _show(format_table(results, regraded, path.name))
             if unread:
                 print("backprop-tutor: warning: your progress could not be read, so earlier "
                       f"steps used their reference solutions and nothing was saved: {unread}",
@@ -112,8 +124,9 @@ def run_watch(args: argparse.Namespace, settings: Settings) -> int:
             run_once(ev)
             # Watch the folder, not the file: editors often save by writing a new file and
             # renaming it over the old one, which a watch on the file itself would lose.
+            # raise_interrupt: else watchfiles logs its own "KeyboardInterrupt caught" line.
             for _ in watch(path.parent, watch_filter=lambda _c, p: Path(p) == path,
-                           debounce=300, raise_interrupt=False):
+                           debounce=300, raise_interrupt=True):
                 if path.exists():
                     run_once(ev)
     except EvaluatorError as exc:

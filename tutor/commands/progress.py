@@ -36,11 +36,12 @@ def run_progress(args: argparse.Namespace, settings: Settings) -> int:
     if args.json:
         print(json.dumps({"steps": rows, "total": total}, indent=2))
         return 0
-    print(f"{'':2} {'step':<24} {'status':<9} {'attempts':>8} {'hints':>5} {'best maxdiff':>13}"
-          f" {'time':>7}")
-    for r in rows:
+    # Numbered as `list`, `show` and `check` number the steps, so "step 2" is one step everywhere.
+    print(f"{'':2} {'#':>3} {'step':<24} {'status':<9} {'attempts':>8} {'hints':>5} "
+          f"{'best maxdiff':>13} {'time':>7}")
+    for number, r in enumerate(rows, start=1):
         best = "—" if r["best_maxdiff"] is None else f"{r['best_maxdiff']:.2g}"
-        print(f"{MARK.get(r['status'], ' '):<2} {r['id']:<24} {r['status']:<9} "
+        print(f"{MARK.get(r['status'], ' '):<2} {number:>2}. {r['id']:<24} {r['status']:<9} "
               f"{r['attempts']:>8} {r['hints']:>5} {best:>13} {_duration(r['seconds']):>7}")
     print(f"\n{total['done']} of {total['steps']} steps done ({total['exact']} exact, "
           f"{total['revealed']} revealed), {total['attempts']} attempts, {total['hints']} hints, "

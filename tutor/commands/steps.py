@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 
-from tutor.commands.base import Command, UsageError, step_id
+from tutor.commands.base import Command, UsageError, position, step_id
 from tutor.config import Settings
-from tutor.packs import load_pack
+from tutor.packs import Step, load_pack, unwrap
+from tutor.report import terminal_width, wrap
 
 
 def step_entry(pack, step) -> dict:
@@ -33,10 +34,19 @@ def run_list(args: argparse.Namespace, settings: Settings) -> int:
     for ex in pack.exercises:
         print(f"Exercise {ex.number}: {ex.title}")
         for step in ex.steps:
-            number = pack.index(step.id) + 1
-            checks = ", ".join(f"d{c}" for c in step.checks)
-            print(f"  {number:>2}. {step.id:<24} {checks}")
+            print(f"  {pack.index(step.id) + 1:>2}. {step.id:<24} {_what(step)}")
+            # Code, so never wrapped: it reads as the forward pass does in the tutor.
+            for source in step_entry(pack, step)["forward"]:
+                print(f"        {source}")
     return 0
+
+
+def _what(step: Step) -> str:
+    """The step's title, and the gradients it grades when the title does not name them."""
+    grads = [f"d{c}" for c in step.checks]
+    if all(g in step.title for g in grads):
+        return step.title
+    return f"{step.title}: {', '.join(grads)}"
 
 
 def _show_args(p: argparse.ArgumentParser) -> None:
@@ -64,19 +74,33 @@ def run_show(args: argparse.Namespace, settings: Settings) -> int:
         for t in step.lines
     ]
     if args.json:
+        # The explanation as prose, without the pack file's line breaks, like every message.
         print(json.dumps({**step_entry(pack, step), "forward": forward,
-                          "explanation": step.explanation, "template": step.template,
+                          "explanation": unwrap(step.explanation), "template": step.template,
                           "hints": len(step.hints)}, indent=2))
         return 0
-    print(f"{step.id} (exercise {step.exercise}, step {pack.index(step.id) + 1} of "
-          f"{len(pack.steps)}): {step.title}\n")
+    width = terminal_width()
+    print(f"{step.id} ({position(pack, step.id)}): {step.title}\n")
     for line in forward:
         print(f"    {line['source']}")
         if "annotation" in line:
             flag = f"   (broadcast: {line['broadcast_note']})" if line.get("broadcast_note") else ""
             print(f"      shapes: {line['annotation']}{flag}")
-    print(f"\n{step.explanation}\n\nTemplate:\n")
-    print("    " + step.template.rstrip().replace("\n", "\n    "))
+    print()
+    print("\n".join(wrap(unwrap(step.explanation), "", "", width)))
+    if step.is_training:  # its template is the training step, which depends on your progress
+        print()
+        print("\n".join(wrap("Its code: `backprop-tutor train --print-code` prints the training "
+                             "step that `train` runs (your exercise-4 draft, if there is one).",
+                             "", "  ", width)))
+    else:
+        print("\nTemplate:\n")
+        print("    " + step.template.rstrip().replace("\n", "\n    "))
+    if step.hints:
+        print()
+        print("\n".join(wrap(f"Stuck? `backprop-tutor hint {step.id}` shows the next of its "
+                             f"{len(step.hints)} hints (the tutor counts the hints you use).",
+                             "", "  ", width)))
     return 0
 
 

@@ -13,14 +13,17 @@ import threading
 
 from tutor.commands.base import Command, UsageError, open_store, read_source, save
 from tutor.config import Settings
-from tutor.packs import load_pack
-from tutor.report import VERDICT_MARK
+from tutor.packs import Pack, load_pack
+from tutor.progress import Store
+from tutor.report import VERDICT_MARK, terminal_width, wrap
 from tutor.sandbox.client import Evaluator, EvaluatorError
-from tutor.training import (
+from tutor.source import size_problem
+from tutor.training.plan import (
     backward_sections,
     record_run,
     speed_notes,
     training_code,
+    training_draft,
 )
 
 BAR_WIDTH = 24
@@ -34,10 +37,14 @@ def _args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--reference", action="store_true",
                    help="train with the reference solutions instead of your accepted code")
     p.add_argument("--file", metavar="PATH",
-                   help="run this training step instead of the one assembled from your progress "
-                   "(start from --print-code)")
+                   help="run this training step instead of your draft or the one assembled from "
+                   "your progress (start from --print-code)")
+    p.add_argument("--from-exercises", action="store_true",
+                   help="run the training step assembled from your solved steps, even when the "
+                   "tutor's exercise-4 screen saved a draft of it")
     p.add_argument("--print-code", action="store_true",
-                   help="print the training step assembled from your progress, and exit")
+                   help="print the training step that would run (your exercise-4 draft, if "
+                   "there is one), and exit")
     p.add_argument("--compile", action="store_true",
                    help="run the training phase through torch.compile (eager if it cannot)")
     p.add_argument("--json", action="store_true", help="print the run as one JSON object")
@@ -50,23 +57,27 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         raise UsageError("--steps must be at least 1")
     if args.gradcheck_steps is not None and args.gradcheck_steps < 0:
         raise UsageError("--gradcheck-steps cannot be negative")
-    if args.file and args.reference:
-        raise UsageError("--reference runs the reference solutions; give no --file with it")
+    if sum(map(bool, (args.file, args.reference, args.from_exercises))) > 1:
+        raise UsageError("choose one of --file, --reference and --from-exercises")
     store = open_store(settings, pack)
     if store is None and not args.reference:
         return 1
-    accepted = None if args.reference else store.accepted_codes()
-    code = read_source(args.file) if args.file else training_code(pack, accepted, args.steps)
+    try:
+        code, origin = _training_code(args, pack, store)
+    except UsageError:
+        if store is not None:
+            store.close()
+        raise
     if args.print_code:
+        if store is not None:
+            store.close()
         print(code, end="")
+        _say(origin)
         return 0
-    if not args.reference and not args.file:
-        missing = [s.step.id for s in backward_sections(pack, accepted) if not s.yours]
-        if missing:
-            print(f"backprop-tutor train: not solved yet, so their reference solutions are used: "
-                  f"{', '.join(missing)}", file=sys.stderr)
+    _say(origin)
+    width = terminal_width()
     for note in speed_notes(code):
-        print(f"note: {note}", file=sys.stderr)
+        print("\n".join(wrap(note, "note: ", " " * 6, width)), file=sys.stderr)
     payload = {"code": code, "steps": args.steps, "gradcheck_steps": args.gradcheck_steps,
                "compile": args.compile, "reference": args.reference}
     show = Progress(sys.stderr) if sys.stderr.isatty() else None
@@ -95,6 +106,50 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     if interrupted:
         return 130
     return 0 if result.get("status") == "finished" else 1
+
+
+def _training_code(args: argparse.Namespace, pack: Pack,
+                   store: Store | None) -> tuple[str, str | None]:
+    """The training step to run, and what to tell the learner about where it comes from.
+
+    The tutor's exercise-4 screen saves its editor as a draft and reopens with it, so that draft
+    is what runs here too, unless a file, the references or the solved steps are asked for.
+    """
+    if args.file:
+        return read_source(args.file), None
+    if args.reference:
+        return training_code(pack, None, args.steps), None
+    accepted = store.accepted_codes()
+    assembled = training_code(pack, accepted, args.steps)
+    draft = None if args.from_exercises else training_draft(store, pack)
+    if draft is None:
+        missing = [s.step.id for s in backward_sections(pack, accepted) if not s.yours]
+        if not missing:
+            return assembled, None
+        return assembled, ("not solved yet, so their reference solutions are used: "
+                           + ", ".join(missing))
+    too_big = size_problem(draft, "your exercise-4 draft")  # the limit of any code
+    if too_big:
+        raise UsageError(too_big)
+    differs = _statements(draft) != _statements(assembled)
+    # The screen's key for "Reset code" is the UI's to choose; its footer shows it.
+    return draft, (
+        "this is your exercise-4 draft, as the tutor's training screen saved it"
+        + (", which differs from the code assembled from your solved steps" if differs else "")
+        + ". `backprop-tutor train --from-exercises` runs the assembled code instead; "
+        "\"Reset code\" in that screen's footer puts it back into the draft.")
+
+
+def _statements(code: str) -> list[str]:
+    """The lines that run: the header's comments mention a step count that may differ."""
+    return [line.rstrip() for line in code.splitlines()
+            if line.strip() and not line.lstrip().startswith("#")]
+
+
+def _say(origin: str | None) -> None:
+    """Where the code comes from, on stderr: stdout carries the code or the run's result."""
+    if origin:
+        print("\n".join(wrap(origin, "backprop-tutor train: ", "  ")), file=sys.stderr)
 
 
 def _run(ev: Evaluator, payload: dict, show: Progress | None) -> tuple[dict, bool]:
@@ -207,7 +262,7 @@ def format_gradcheck(gradcheck: dict | None) -> list[str]:
     width = max(len(c["tensor"]) for c in gradcheck["checks"])
     lines += [_cmp_row(c, width) for c in gradcheck["checks"]]
     if gradcheck.get("failure"):
-        lines.append(f"  ✗ {gradcheck['failure']['message']}")
+        lines += wrap(gradcheck["failure"]["message"], "  ✗ ", "    ")
     elif gradcheck.get("passed"):
         lines.append("  ✓ every gradient matches autograd, to float32 rounding")
     return lines
@@ -217,15 +272,21 @@ def _loss(value: float | None) -> str:
     return "—" if value is None else f"{value:.4f}"
 
 
+def _error(error: dict | None) -> list[str]:
+    if not error:
+        return ["✗ failed"]
+    return wrap(f"{error['kind']} error: {error['message']}", "✗ ", "  ")
+
+
 def format_run(r: dict) -> str:
     s = r.get("settings", {})
     lines: list[str] = []
     error = r.get("error")
     if r.get("status") == "error" and not r.get("gradcheck"):
-        lines.append(f"✗ {error['kind']} error: {error['message']}" if error else "✗ failed")
+        lines += _error(error)
     lines += format_gradcheck(r.get("gradcheck"))
     if error and r.get("gradcheck"):
-        lines.append(f"✗ {error['kind']} error: {error['message']}")
+        lines += _error(error)
     steps = r.get("steps_done", 0)
     if steps and r.get("status") != "diverged":
         rate = f" · {_spaced(r['steps_per_s'])} steps/s" if r.get("steps_per_s") else ""
@@ -248,7 +309,7 @@ def format_run(r: dict) -> str:
         for k in range(0, len(names), 5):
             lines.append("  " + "  ".join(f"{n:<14}" for n in names[k:k + 5]).rstrip())
     for note in r.get("notes", []):
-        lines.append(f"\nnote: {note}")
+        lines += ["", *wrap(note, "note: ", " " * 6)]
     if r.get("stdout"):
         head = r["stdout"].splitlines()[:10]
         lines.append("\nyour print output (first lines):")

@@ -194,6 +194,16 @@ def training_code(pack: Pack, accepted: Mapping[str, str] | None = None,
     return "\n".join(parts) + "\n"
 
 
+def training_draft(store: Store, pack: Pack) -> str | None:
+    """The exercise-4 editor's saved text, or None when there is none to reopen.
+
+    The tutor saves what the learner types on the exercise-4 screen as the training step's
+    draft and reopens that screen with it; an empty draft counts as none, as it does there.
+    `train` runs what this returns, so the screen and the command line run the same code.
+    """
+    return store.draft(training_step(pack).id) or None
+
+
 # --- notes about the code ------------------------------------------------------------------
 
 

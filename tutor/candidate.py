@@ -44,7 +44,11 @@ SAFE_BUILTINS = {
 
 
 def _type(obj: Any) -> type:
-    """type(x) for printing what something is; the three-argument form builds classes."""
+    """type(x) for printing what something is. The type of a class is `type` itself, which
+    builds classes, so that one is not handed out."""
+    if isinstance(obj, type):
+        raise Refused("type() of a class is not available in the sandbox: it would build new "
+                      "classes; print the class itself instead")
     return type(obj)
 
 

@@ -86,9 +86,16 @@ def odd_kind(t: Tensor) -> str | None:
     return None
 
 
+# No gradient of a lesson comes near this many entries; a tensor that does is not sent back.
+MAX_ELEMENTS = 4_000_000
+
+
 def encode_value(value: Any) -> tuple:
     if isinstance(value, Tensor):
         why = odd_kind(value)
+        if why is None and value.numel() > MAX_ELEMENTS:
+            why = (f"a tensor of {value.numel():,} entries with shape {list(value.shape)}, far "
+                   "larger than any gradient here")
         if why is None:
             try:
                 return encode_tensor(value.resolve_conj().resolve_neg())
@@ -209,8 +216,7 @@ def run_batch(spec: CheckSpec, plan: BatchPlan, deadline: float) -> dict:
                      if isinstance(dt, Tensor)]
     if record["error"]:
         return record
-    wanted = {f"d{t}" for t in spec.graded} | {n for n in after if n.startswith("d")}
-    record["after"] = encode_namespace(after, wanted)
+    record["after"] = encode_namespace(after, {f"d{t}" for t in spec.graded})
     record["mutations"] = _mutations(base, after, spec.graded)
     if not plan.known:
         plain, cacheable = _plain_before(base, plan.namespace)

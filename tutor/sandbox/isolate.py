@@ -37,7 +37,7 @@ import torch
 from tutor.sandbox import confine
 
 _HEADER = struct.Struct("!Q")
-MAX_MESSAGE = 512 * 2**20  # a lesson's tensors are a few hundred kB; anything near this is hostile
+MAX_MESSAGE = 64 * 2**20  # a lesson's tensors are a few hundred kB; anything near this is hostile
 
 
 def can_fork(device: torch.device) -> bool:

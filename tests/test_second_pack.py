@@ -2,6 +2,8 @@
 synthetic data. Nothing in tutor/ knows it; these tests run it through the engine, the worker and
 training as the makemore pack runs."""
 
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -82,3 +84,24 @@ def test_each_pack_keeps_its_own_progress(tmp_path):
     makemore = Store.open(tmp_path, load_pack())
     tiny = Store.open(tmp_path, PACK)
     assert makemore.path != tiny.path and tiny.path.name == "progress-tiny.sqlite3"
+
+
+def _cli(*args: str, home: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tutor", "--home", str(home), "--device", "cpu",
+                           *args], capture_output=True, text=True, timeout=120)
+
+
+def test_the_command_line_takes_the_pack(tmp_path):
+    listed = _cli("--pack", str(TINY), "list", home=tmp_path)
+    assert listed.returncode == 0 and "tiny/hpre" in listed.stdout
+    checked = _cli("--pack", str(TINY), "check", "tiny/W1", "--code",
+                   PACK.step("tiny/W1").solution, home=tmp_path)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert (tmp_path / "progress-tiny.sqlite3").is_file()
+    assert not (tmp_path / "progress.sqlite3").exists()
+
+
+def test_an_unknown_pack_is_one_line_and_exit_2(tmp_path):
+    out = _cli("--pack", "no-such-pack", "list", home=tmp_path)
+    assert out.returncode == 2
+    assert out.stderr.strip().count("\n") == 0 and "no-such-pack" in out.stderr

@@ -32,6 +32,9 @@ def _global_options(parser: argparse.ArgumentParser, suppress: bool) -> None:
                         help="folder for progress and state (or BACKPROP_TUTOR_HOME)")
     parser.add_argument("--timeout", default=default, metavar="SECONDS",
                         help="time limit for one check (default 5)")
+    parser.add_argument("--pack", default=default, metavar="PACK",
+                        help="the lesson: an installed pack's id or a pack's folder "
+                        "(default: makemore)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -64,7 +67,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        settings = resolve(device=args.device, seed=args.seed, home=args.home, timeout=args.timeout)
+        settings = resolve(device=args.device, seed=args.seed, home=args.home, timeout=args.timeout,
+                           pack=args.pack)
     except ConfigError as exc:
         print(f"backprop-tutor: error: {exc}", file=sys.stderr)
         return 2

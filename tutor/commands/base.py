@@ -9,7 +9,12 @@ from dataclasses import dataclass
 
 from tutor import source
 from tutor.config import Settings
-from tutor.packs import Pack, load_pack
+from tutor.packs import Pack, find_pack, load_pack
+
+
+def lesson_pack(settings: Settings) -> Pack:
+    """The pack the settings name (`--pack`, default makemore)."""
+    return load_pack(find_pack(settings.pack))
 
 
 class UsageError(Exception):
@@ -59,7 +64,7 @@ def try_open_store(settings: Settings, pack: Pack | None = None):
     from tutor.progress import Store, StoreError
 
     try:
-        store = Store.open(settings.data_home, pack or load_pack())
+        store = Store.open(settings.data_home, pack or lesson_pack(settings))
     except StoreError as exc:
         return None, str(exc)
     for notice in store.notices:

@@ -14,6 +14,7 @@ from tutor.commands.base import (
     Command,
     UsageError,
     code_argument,
+    lesson_pack,
     position,
     read_source,
     regraded_steps,
@@ -22,7 +23,6 @@ from tutor.commands.base import (
     try_open_store,
 )
 from tutor.config import Settings
-from tutor.packs import load_pack
 from tutor.report import format_result, format_table
 from tutor.sandbox.client import Evaluator, EvaluatorError
 from tutor.source import MAX_FILE_BYTES, size_problem
@@ -50,7 +50,7 @@ def _args(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    pack = load_pack()
+    pack = lesson_pack(settings)
     if args.all_file:
         if args.step or args.code or args.file or args.source:
             raise UsageError("--all FILE checks a whole file; give no step or code with it")

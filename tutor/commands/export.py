@@ -10,6 +10,7 @@ from tutor import source
 from tutor.commands.base import (
     Command,
     UsageError,
+    lesson_pack,
     open_store,
     read_source,
     regraded_steps,
@@ -17,7 +18,6 @@ from tutor.commands.base import (
 )
 from tutor.config import Settings
 from tutor.export import export_script
-from tutor.packs import load_pack
 
 
 def _export_args(p: argparse.ArgumentParser) -> None:
@@ -27,7 +27,7 @@ def _export_args(p: argparse.ArgumentParser) -> None:
 def run_export(args: argparse.Namespace, settings: Settings) -> int:
     if args.out is not None:
         _check_out(args.out)
-    pack = load_pack()
+    pack = lesson_pack(settings)
     store = open_store(settings, pack)
     if store is None:
         return 1
@@ -92,7 +92,7 @@ def run_watch(args: argparse.Namespace, settings: Settings) -> int:
     path = Path(args.file).resolve()
     # A clear usage error now, rather than a silent watch of nothing.
     read_source(str(path), source.MAX_FILE_BYTES)
-    pack = load_pack()
+    pack = lesson_pack(settings)
     store = open_store(settings, pack)
     if store is None:
         return 1

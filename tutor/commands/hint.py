@@ -6,9 +6,9 @@ import argparse
 import json
 import sys
 
-from tutor.commands.base import Command, open_store, position, save, step_id
+from tutor.commands.base import Command, lesson_pack, open_store, position, save, step_id
 from tutor.config import Settings
-from tutor.packs import Step, load_pack
+from tutor.packs import Step
 from tutor.report import terminal_width, wrap
 
 
@@ -20,7 +20,7 @@ def _args(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    pack = load_pack()
+    pack = lesson_pack(settings)
     step = pack.step(step_id(pack, args.step))
     store = open_store(settings, pack)
     if store is None:  # without the count there is no telling which hint is next

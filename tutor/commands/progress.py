@@ -6,9 +6,8 @@ import argparse
 import json
 import sys
 
-from tutor.commands.base import Command, UsageError, open_store, step_id
+from tutor.commands.base import Command, UsageError, lesson_pack, open_store, step_id
 from tutor.config import Settings
-from tutor.packs import load_pack
 
 MARK = {"exact": "✓✓", "passed": "✓", "revealed": "👁", "unlocked": "▶", "locked": "·"}
 
@@ -71,7 +70,7 @@ def _confirm(question: str) -> bool:
 def run_reset(args: argparse.Namespace, settings: Settings) -> int:
     if bool(args.step) == bool(args.all):
         raise UsageError("name one step to reset, or --all")
-    pack = load_pack()
+    pack = lesson_pack(settings)
     sid = step_id(pack, args.step) if args.step else None
     store = open_store(settings, pack)
     if store is None:

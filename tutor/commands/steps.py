@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 
-from tutor.commands.base import Command, UsageError, position, step_id
+from tutor.commands.base import Command, UsageError, lesson_pack, position, step_id
 from tutor.config import Settings
-from tutor.packs import Step, load_pack, unwrap
+from tutor.packs import Step, unwrap
 from tutor.report import terminal_width, wrap
 
 
@@ -26,7 +26,7 @@ def _list_args(p: argparse.ArgumentParser) -> None:
 
 
 def run_list(args: argparse.Namespace, settings: Settings) -> int:
-    pack = load_pack()
+    pack = lesson_pack(settings)
     entries = [step_entry(pack, s) for s in pack.steps]
     if args.json:
         print(json.dumps(entries, indent=2))
@@ -57,7 +57,7 @@ def _show_args(p: argparse.ArgumentParser) -> None:
 
 
 def run_show(args: argparse.Namespace, settings: Settings) -> int:
-    pack = load_pack()
+    pack = lesson_pack(settings)
     step = pack.step(step_id(pack, args.step))
     annotations: dict[str, dict] = {}
     if not args.no_shapes:

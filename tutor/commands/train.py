@@ -11,9 +11,9 @@ import json
 import sys
 import threading
 
-from tutor.commands.base import Command, UsageError, open_store, read_source, save
+from tutor.commands.base import Command, UsageError, lesson_pack, open_store, read_source, save
 from tutor.config import Settings
-from tutor.packs import Pack, load_pack
+from tutor.packs import Pack
 from tutor.progress import Store
 from tutor.report import VERDICT_MARK, terminal_width, wrap
 from tutor.sandbox.client import Evaluator, EvaluatorError
@@ -52,7 +52,7 @@ def _args(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    pack = load_pack()
+    pack = lesson_pack(settings)
     if args.steps is not None and args.steps < 1:
         raise UsageError("--steps must be at least 1")
     if args.gradcheck_steps is not None and args.gradcheck_steps < 0:

@@ -131,11 +131,31 @@ def test_reveal_unlocks_the_next_step_and_replays_the_packs_solution(store, pack
     assert store.status("atomic/logprobs") == "revealed"
     assert store.status("atomic/probs") == "unlocked"
     assert store.accepted_codes() == {"atomic/logprobs": pack.step("atomic/logprobs").solution}
-    # A later pass still counts, and then the learner's code is what gets replayed.
-    assert store.record_attempt("atomic/logprobs", "mine", APPROX) == "passed"
+    # A later pass is recorded as an attempt and its code is replayed, but the step stays
+    # revealed: typing in the solution one was shown is not solving it.
+    assert store.record_attempt("atomic/logprobs", "mine", APPROX) == "revealed"
     assert store.accepted_codes() == {"atomic/logprobs": "mine"}
+    assert store.attempts("atomic/logprobs")[-1]["passed"]
+    assert store.summary()[0]["status"] == "revealed"
     store.reveal("atomic/logprobs")
+    assert store.status("atomic/logprobs") == "revealed"
+
+
+def test_a_pass_before_the_reveal_is_kept(store):
+    assert store.record_attempt("atomic/logprobs", "mine", APPROX) == "passed"
+    store.reveal("atomic/logprobs")  # comparing with the reference after solving costs nothing
     assert store.status("atomic/logprobs") == "passed"
+
+
+def test_ui_values_are_remembered(tmp_path, pack):
+    with Store.open(tmp_path, pack) as store:
+        assert store.remembered("welcomed") is None
+        store.remember("welcomed", "1")
+        store.remember("cursor:atomic/probs", "1,4")
+    with Store.open(tmp_path, pack) as store:
+        assert store.remembered("welcomed") == "1"
+        assert store.remembered("cursor:atomic/probs") == "1,4"
+        assert store.current_step() == "atomic/logprobs"  # not confused with the store's keys
 
 
 def test_hints_are_counted_per_step_up_to_the_last_hint(store, pack):

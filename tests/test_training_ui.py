@@ -184,8 +184,10 @@ async def test_edits_are_saved_as_a_draft_and_reset_restores(tmp_path):
             editor.insert("# my note\n", (0, 0))
             await pilot.pause(DRAFT_DELAY + 0.3)
             assert store.draft("train/loop").startswith("# my note\n")
-            await pilot.press("ctrl+r")
+            await pilot.press("ctrl+t")  # the same key as the main screen's template
             assert editor.text == CODE
+            await pilot.press("ctrl+z")  # one edit: undo brings the learner's code back
+            assert editor.text.startswith("# my note\n")
 
 
 @sync
@@ -266,3 +268,115 @@ async def test_real_wrong_gradient_marks_its_line(evaluator):
         assert "db2" in str(screen.query_one("#train-phase").content)
         row = screen.query_one(CodeEditor).error_row
         assert code.splitlines()[row].startswith("db2 =")
+
+
+# --- runs kept from earlier sessions --------------------------------------------------------
+
+
+class KeptRuns:
+    """A store holding two earlier runs, at fixed times, so the history draws the same each time."""
+
+    def __init__(self) -> None:
+        first = made_up_run("finished")
+        first.update(id=1, at="2025-03-01T09:15:00+00:00", train_loss=2.31, val_loss=2.35)
+        first["settings"] = {"device": "cpu", "steps": STEPS, "compiled": False}
+        second = made_up_run("cancelled", steps_done=1000)
+        second["history"]["log10_loss"] = [0.25 + 0.3 * math.exp(-k / 25) for k in range(200)]
+        second.update(id=2, at="2025-03-01T10:40:00+00:00", train_loss=2.42, val_loss=2.47,
+                      train_s=1.0)
+        second["settings"] = {"device": "cpu", "steps": STEPS, "compiled": False}
+        self.runs = [first, second]
+        self.values: dict[str, str] = {}
+        self.drafts: dict[str, str] = {}
+
+    def training_runs(self) -> list[dict]:
+        return self.runs
+
+    def remembered(self, key: str) -> str | None:
+        return self.values.get(key)
+
+    def remember(self, key: str, value: str) -> None:
+        self.values[key] = value
+
+    def accepted_codes(self) -> dict[str, str]:
+        return {}
+
+    def save_draft(self, step_id: str, code: str) -> None:
+        self.drafts[step_id] = code
+
+
+@pytest.fixture
+def utc(monkeypatch):
+    """Run times are shown in local time: pin it, so the pictures match on any machine."""
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+@sync
+async def test_reopening_shows_earlier_runs_and_compares_them(utc):
+    screen = screen_for(MadeUpEvaluator(), KeptRuns())
+    async with Host(screen).run_test(size=(140, 45)) as pilot:
+        await pilot.pause()
+        phase = plain(screen.query_one("#train-phase"))
+        assert "Your last run, #2" in phase and "Stopped after 1 000 of 2 000 steps" in phase
+        table = screen.query_one("#train-runs")
+        assert table.row_count == 2
+        plot = screen.query_one(LossPlot)
+        assert len(plot.points) == 200 and plot.others == []
+        table.focus()
+        table.move_cursor(row=1)  # newest first: row 1 is run #1
+        await pilot.press("enter")
+        assert [s.label for s in plot.others] == ["#1"]
+        await pilot.press("enter")
+        assert plot.others == []
+
+
+@sync
+async def test_the_number_of_steps_is_the_learners_choice():
+    ev = MadeUpEvaluator()
+    store = KeptRuns()
+    screen = screen_for(ev, store)
+    async with Host(screen).run_test(size=(140, 45)) as pilot:
+        await pilot.press("f6")
+        assert screen.focused is screen.query_one("#train-steps")
+        await pilot.press(*"500")
+        await pilot.press("enter")
+        assert screen.settings.steps == 500
+        assert "500 steps" in plain(screen.query_one("#train-title"))
+        assert store.values["train.steps"] == "500"
+        await pilot.press("f5")
+        await until(pilot, lambda: not screen.running)
+        assert ev.payloads[0]["steps"] == 500
+        # Nonsense is refused and the last good value stays.
+        await pilot.press("f6", *"abc", "0", "enter")
+        assert screen.settings.steps == 500
+
+
+def test_snapshot_of_the_runs_kept(snap_compare, utc):
+    screen = screen_for(MadeUpEvaluator(), KeptRuns())
+
+    async def run_before(pilot) -> None:
+        screen.query_one(CodeEditor).cursor_blink = False
+        table = screen.query_one("#train-runs")
+        table.focus()
+        table.move_cursor(row=1)
+        await pilot.press("enter")  # compare with run #1
+        await pilot.pause()
+
+    assert snap_compare(Host(screen), terminal_size=(140, 45), run_before=run_before)
+
+
+def test_snapshot_small_terminal_after_a_run(snap_compare):
+    """80×24: the code and the run take turns; a run shows the run, F4 goes back to the code."""
+    screen = screen_for(MadeUpEvaluator())
+
+    async def run_before(pilot) -> None:
+        screen.query_one(CodeEditor).cursor_blink = False
+        await pilot.press("f5")
+        await until(pilot, lambda: screen.result is not None)
+        await pilot.pause()
+
+    assert snap_compare(Host(screen), terminal_size=(80, 24), run_before=run_before)

@@ -85,7 +85,7 @@ def feedback_text(app) -> str:
 
 def test_correct_answer_shows_rows_and_unlocks_the_next_step(settings, evaluator):
     async def scenario():
-        app = TutorApp(settings, evaluator=evaluator)
+        app = TutorApp(settings, evaluator=evaluator, greet=False)
         async with app.run_test(size=SIZE) as pilot:
             await ready(pilot)
             assert app.step.id == "atomic/logprobs"
@@ -106,7 +106,7 @@ def test_correct_answer_shows_rows_and_unlocks_the_next_step(settings, evaluator
 
 def test_wrong_answer_shows_the_diagnosis_and_a_heatmap(settings, evaluator):
     async def scenario():
-        app = TutorApp(settings, evaluator=evaluator)
+        app = TutorApp(settings, evaluator=evaluator, greet=False)
         async with app.run_test(size=SIZE) as pilot:
             await ready(pilot)
             result = await check(pilot, WRONG_SIGN, key="f5")
@@ -125,7 +125,7 @@ def test_wrong_answer_shows_the_diagnosis_and_a_heatmap(settings, evaluator):
 
 def test_hints_come_one_at_a_time_and_are_counted(settings, evaluator):
     async def scenario():
-        app = TutorApp(settings, evaluator=evaluator)
+        app = TutorApp(settings, evaluator=evaluator, greet=False)
         async with app.run_test(size=SIZE) as pilot:
             await ready(pilot)
             feedback = app.query_one(Feedback)
@@ -143,7 +143,7 @@ def test_hints_come_one_at_a_time_and_are_counted(settings, evaluator):
 
 def test_reveal_asks_first_and_marks_the_step_revealed(settings, evaluator):
     async def scenario():
-        app = TutorApp(settings, evaluator=evaluator)
+        app = TutorApp(settings, evaluator=evaluator, greet=False)
         async with app.run_test(size=SIZE) as pilot:
             await ready(pilot)
             await pilot.press("f2")
@@ -168,7 +168,7 @@ def test_reveal_asks_first_and_marks_the_step_revealed(settings, evaluator):
 
 def test_locked_steps_are_listed_but_cannot_be_entered(settings, evaluator):
     async def scenario():
-        app = TutorApp(settings, evaluator=evaluator)
+        app = TutorApp(settings, evaluator=evaluator, greet=False)
         async with app.run_test(size=SIZE) as pilot:
             await ready(pilot)
             steps = app.query_one(StepList)
@@ -188,7 +188,7 @@ def test_locked_steps_are_listed_but_cannot_be_entered(settings, evaluator):
 
 def test_an_endless_loop_times_out_and_the_app_keeps_answering(settings, evaluator):
     async def scenario():
-        app = TutorApp(settings, evaluator=evaluator)
+        app = TutorApp(settings, evaluator=evaluator, greet=False)
         async with app.run_test(size=SIZE) as pilot:
             await ready(pilot)
             editor = app.query_one(CodeEditor)
@@ -213,7 +213,7 @@ def test_an_endless_loop_times_out_and_the_app_keeps_answering(settings, evaluat
 
 def test_a_syntax_error_points_at_its_line(settings, evaluator):
     async def scenario():
-        app = TutorApp(settings, evaluator=evaluator)
+        app = TutorApp(settings, evaluator=evaluator, greet=False)
         async with app.run_test(size=SIZE) as pilot:
             await ready(pilot)
             editor = app.query_one(CodeEditor)
@@ -244,7 +244,7 @@ async def check_current(pilot) -> dict:
 
 def test_help_lists_every_binding(settings, evaluator):
     async def scenario():
-        app = TutorApp(settings, evaluator=evaluator)
+        app = TutorApp(settings, evaluator=evaluator, greet=False)
         async with app.run_test(size=SIZE) as pilot:
             await pilot.press("f9")
             assert isinstance(app.screen, HelpScreen)
@@ -265,14 +265,14 @@ def test_palette_offers_only_open_steps(settings, evaluator):
     async def scenario():
         from tutor.ui.commands import StepCommands
 
-        app = TutorApp(settings, evaluator=evaluator)
+        app = TutorApp(settings, evaluator=evaluator, greet=False)
         async with app.run_test(size=SIZE) as pilot:
             await ready(pilot)
             provider = StepCommands(app.screen)
-            ids = [step_id for _, step_id, _ in provider._targets()]
+            ids = [step_id for _, step_id, _, _ in provider._targets()]
             assert ids == ["atomic/logprobs"]
             await check(pilot, CORRECT)
-            ids = [step_id for _, step_id, _ in provider._targets()]
+            ids = [step_id for _, step_id, _, _ in provider._targets()]
             assert ids == ["atomic/logprobs", "atomic/probs"]
 
     run(scenario)
@@ -280,7 +280,7 @@ def test_palette_offers_only_open_steps(settings, evaluator):
 
 def test_relaunch_reopens_the_step_with_its_draft(settings, evaluator):
     async def first():
-        app = TutorApp(settings, evaluator=evaluator)
+        app = TutorApp(settings, evaluator=evaluator, greet=False)
         async with app.run_test(size=SIZE) as pilot:
             await ready(pilot)
             await check(pilot, CORRECT)
@@ -289,7 +289,7 @@ def test_relaunch_reopens_the_step_with_its_draft(settings, evaluator):
             await pilot.pause(0.7)  # past the draft delay
 
     async def second():
-        app = TutorApp(settings, evaluator=evaluator)
+        app = TutorApp(settings, evaluator=evaluator, greet=False)
         async with app.run_test(size=SIZE) as pilot:
             await pilot.pause()
             assert app.step.id == "atomic/probs"
@@ -320,7 +320,7 @@ class SlowEvaluator:
 def test_first_frame_shows_loading_before_torch_is_ready(settings):
     async def scenario():
         slow = SlowEvaluator()
-        app = TutorApp(settings, evaluator=slow)  # type: ignore[arg-type]
+        app = TutorApp(settings, evaluator=slow, greet=False)  # type: ignore[arg-type]
         async with app.run_test(size=SIZE) as pilot:
             await pilot.pause()
             device = app.query_one(TopBar).query_one("#device")
@@ -341,7 +341,7 @@ def test_store_notices_are_shown(settings, evaluator):
 
         store = Store.open(settings.data_home, load_pack())
         store.notices.append("Your progress was moved aside.")
-        app = TutorApp(settings, store=store, evaluator=evaluator)
+        app = TutorApp(settings, store=store, evaluator=evaluator, greet=False)
         async with app.run_test(size=SIZE, notifications=True) as pilot:
             await pilot.pause()
             messages = [n.message for n in app._notifications]
@@ -361,7 +361,7 @@ def test_solving_exercise_two_shows_the_dlogits_picture(settings, evaluator):
             store.reveal(step.id)
         store.set_current_step("fused/cross_entropy")
         store.close()
-        app = TutorApp(settings, evaluator=evaluator)
+        app = TutorApp(settings, evaluator=evaluator, greet=False)
         async with app.run_test(size=SIZE) as pilot:
             await ready(pilot)
             assert app.step.id == "fused/cross_entropy"
@@ -381,7 +381,7 @@ def test_training_opens_its_screen_once_every_gradient_is_in_place(settings, eva
         from tutor.ui.screens.training import TrainingScreen
 
         pack = load_pack()
-        app = TutorApp(settings, evaluator=evaluator)
+        app = TutorApp(settings, evaluator=evaluator, greet=False)
         async with app.run_test(size=SIZE) as pilot:
             await ready(pilot)
             assert app.goto_step("train/loop") is False  # 22 steps to go
@@ -401,7 +401,7 @@ def test_training_opens_its_screen_once_every_gradient_is_in_place(settings, eva
 
 def test_the_mouse_moves_between_open_steps(settings, evaluator):
     async def scenario():
-        app = TutorApp(settings, evaluator=evaluator)
+        app = TutorApp(settings, evaluator=evaluator, greet=False)
         async with app.run_test(size=SIZE) as pilot:
             await ready(pilot)
             assert (await check(pilot, CORRECT))["passed"]
@@ -420,5 +420,360 @@ def test_the_mouse_moves_between_open_steps(settings, evaluator):
                 await pilot.click(StepList, offset=(4, row))
                 await pilot.pause()
                 assert app.step.id in ("atomic/logprobs", "atomic/probs")
+
+    run(scenario)
+
+
+# --- the learner's hour (issue #10) ---------------------------------------------------------
+
+
+def test_a_revealed_step_stays_revealed_after_a_correct_check(settings, evaluator):
+    async def scenario():
+        from tutor.packs import load_pack
+
+        app = TutorApp(settings, evaluator=evaluator, greet=False)
+        async with app.run_test(size=SIZE) as pilot:
+            await ready(pilot)
+            await pilot.press("f2")
+            await pilot.click("#reveal")
+            await pilot.pause()
+            assert app.store.status("atomic/logprobs") == "revealed"
+            # Typing in the solution that was shown passes, but does not make it "passed".
+            result = await check(pilot, load_pack().step("atomic/logprobs").solution)
+            assert result["passed"]
+            assert app.store.status("atomic/logprobs") == "revealed"
+            assert app.store.summary()[0]["status"] == "revealed"
+            assert app.store.attempts("atomic/logprobs")[-1]["passed"]
+            assert "stays marked revealed" in " ".join(feedback_text(app).split())
+            steps = app.query_one(StepList)
+            prompt = steps.get_option("atomic/logprobs").prompt
+            assert "◇" in str(prompt) and "✓" not in str(prompt)
+
+    run(scenario)
+
+
+def test_after_solving_the_reference_is_there_to_compare_without_a_cost(settings, evaluator):
+    async def scenario():
+        app = TutorApp(settings, evaluator=evaluator, greet=False)
+        async with app.run_test(size=SIZE) as pilot:
+            await ready(pilot)
+            await check(pilot, CORRECT)
+            await pilot.press("f2")  # no question asked: nothing left to lose
+            assert not isinstance(app.screen, ConfirmReveal)
+            assert "to compare with yours" in feedback_text(app)
+            assert app.store.status("atomic/logprobs") == "exact"
+
+    run(scenario)
+
+
+def test_escape_keeps_the_editor_editable(settings, evaluator):
+    async def scenario():
+        app = TutorApp(settings, evaluator=evaluator, greet=False)
+        async with app.run_test(size=SIZE) as pilot:
+            editor = app.query_one(CodeEditor)
+            editor.load_text("dlogprobs = ")
+            editor.move_cursor((0, 12))
+            await pilot.press("escape")
+            assert app.focused is editor
+            await pilot.press("x")
+            assert editor.text == "dlogprobs = x"
+            await pilot.press("ctrl+z")
+            assert editor.text == "dlogprobs = "
+            # With focus elsewhere (a click on the feedback), typing brings it back.
+            app.query_one(Feedback).focus()
+            await pilot.pause()
+            await pilot.press("y")
+            assert app.focused is editor and editor.text == "dlogprobs = y"
+
+    run(scenario)
+
+
+def test_tab_goes_to_the_next_blank_and_a_typed_line_is_not_doubled(settings, evaluator):
+    async def scenario():
+        from tutor.packs import load_pack
+
+        pack = load_pack()
+        store = Store.open(settings.data_home, pack)
+        for step in pack.exercise(1).steps[:8]:
+            store.reveal(step.id)
+        store.set_current_step("atomic/h")
+        store.close()
+        app = TutorApp(settings, evaluator=evaluator, greet=False)
+        async with app.run_test(size=SIZE) as pilot:
+            editor = app.query_one(CodeEditor)
+            assert app.step.id == "atomic/h"
+            assert editor.selected_text == "..."  # the first blank, dh's
+            await pilot.press(*"dh = dlogits @ W2.T")
+            await pilot.press("tab")
+            assert editor.selected_text == "..." and editor.cursor_location[0] == 2
+            await pilot.press(*"h.T @ dlogits")
+            lines = editor.text.splitlines()
+            assert lines[1] == "dh = dlogits @ W2.T"
+            assert lines[2] == "dW2 = h.T @ dlogits"
+            await pilot.press("tab")
+            assert editor.cursor_location[0] == 3
+
+    run(scenario)
+
+
+def test_the_palette_finds_every_open_step_including_training(settings, evaluator):
+    async def scenario():
+        from textual.command import CommandPalette
+
+        from tutor.packs import load_pack
+        from tutor.ui.commands import StepCommands
+        from tutor.ui.screens.training import TrainingScreen
+
+        pack = load_pack()
+        app = TutorApp(settings, evaluator=evaluator, greet=False)
+        async with app.run_test(size=SIZE) as pilot:
+            await ready(pilot)
+            for step in pack.gradient_steps:
+                app.store.reveal(step.id)
+            provider = StepCommands(app.screen)
+            ids = [step_id for _, step_id, _, _ in provider._targets()]
+            assert ids == [s.id for s in pack.steps]  # every step is open now
+            for query in ("train", "Training", "loop"):
+                hits = [hit async for hit in provider.search(query)]
+                assert "Go to 4 · Training loop" in [hit.text for hit in hits], query
+            titles = [c.title for c in app.get_system_commands(app.screen)]
+            assert titles.count("Keys") == 1
+            # As a learner does it: ctrl+p, type, enter.
+            await pilot.press("ctrl+p")
+            await wait_until(pilot, lambda: isinstance(app.screen, CommandPalette))
+            await pilot.press(*"Training loop")
+            await pilot.pause(0.5)
+            await pilot.press("enter")
+            await wait_until(pilot, lambda: isinstance(app.screen, TrainingScreen))
+
+    run(scenario)
+
+
+async def part_in_view(pilot, name: str) -> bool:
+    """Whether the top line of a feedback part is inside the panel's visible area."""
+    await pilot.pause(0.2)
+    feedback = pilot.app.query_one(Feedback)
+    part = feedback.query_one(f"#feedback-{name}")
+    return part.display and feedback.content_region.contains(part.region.x, part.region.y)
+
+
+def test_the_newest_feedback_is_in_view_on_a_small_terminal(settings, evaluator):
+    async def scenario():
+        app = TutorApp(settings, evaluator=evaluator, greet=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await ready(pilot)
+            await check(pilot, WRONG_SIGN)
+            await pilot.press("f1", "f1")
+            assert await part_in_view(pilot, "hints")
+            await pilot.press("f2")
+            await pilot.click("#reveal")
+            assert await part_in_view(pilot, "solution")
+            await pilot.press("ctrl+r")
+            await wait_until(pilot, lambda: not app.scratching)
+            assert await part_in_view(pilot, "scratch")
+
+    run(scenario)
+
+
+def test_typing_just_before_quit_is_saved(settings, evaluator):
+    async def scenario():
+        from textual import events
+
+        app = TutorApp(settings, evaluator=evaluator, greet=False)
+        async with app.run_test(size=SIZE) as pilot:
+            editor = app.query_one(CodeEditor)
+            editor.load_text("dlogprobs = ")
+            editor.move_cursor((0, 12))
+            await pilot.pause()
+            # Keys and ctrl+q arriving in one read from the terminal, as in a fast burst.
+            for key in "abc":
+                app.post_message(events.Key(key, key))
+            app.post_message(events.Key("ctrl+q", None))
+            await wait_until(pilot, lambda: app._exit)
+
+    run(scenario)
+    from tutor.packs import load_pack
+
+    with Store.open(settings.data_home, load_pack()) as store:
+        assert store.draft("atomic/logprobs") == "dlogprobs = abc"
+        assert store.remembered("cursor.atomic/logprobs") == "0,15"
+
+
+def test_relaunch_puts_the_cursor_back(settings, evaluator):
+    async def first():
+        app = TutorApp(settings, evaluator=evaluator, greet=False)
+        async with app.run_test(size=SIZE) as pilot:
+            editor = app.query_one(CodeEditor)
+            editor.load_text("dlogprobs = torch.zeros_like(logprobs)\n# more\n")
+            editor.move_cursor((0, 11))
+            await pilot.pause(0.7)
+
+    async def second():
+        app = TutorApp(settings, evaluator=evaluator, greet=False)
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.pause()
+            assert app.query_one(CodeEditor).cursor_location == (0, 11)
+
+    run(first)
+    run(second)
+
+
+def test_a_run_without_grading_shows_output_and_shapes_and_counts_nothing(settings, evaluator):
+    async def scenario():
+        app = TutorApp(settings, evaluator=evaluator, greet=False)
+        async with app.run_test(size=SIZE) as pilot:
+            await ready(pilot)
+            app.query_one(CodeEditor).load_text(
+                "print(logprobs.shape)\ndlogprobs = torch.zeros_like(logprobs)\n")
+            await pilot.press("ctrl+r")
+            await wait_until(pilot, lambda: not app.scratching)
+            await pilot.pause()
+            text = " ".join(feedback_text(app).split())
+            assert "Run without grading" in text and "torch.Size([32, 27])" in text
+            assert "dlogprobs tensor [32, 27]" in text and "the shape the check wants" in text
+            assert "module" not in text
+            assert app.store.attempts("atomic/logprobs") == []
+            assert app.store.status("atomic/logprobs") == "unlocked"
+
+    run(scenario)
+
+
+def test_the_template_comes_back_and_undo_takes_it_back(settings, evaluator):
+    async def scenario():
+        app = TutorApp(settings, evaluator=evaluator, greet=False)
+        async with app.run_test(size=SIZE) as pilot:
+            editor = app.query_one(CodeEditor)
+            editor.load_text("something of mine\n")
+            await pilot.press("ctrl+t")
+            assert editor.text == app.step.template and editor.selected_text == "..."
+            await pilot.press("ctrl+z")
+            assert editor.text == "something of mine\n"
+
+    run(scenario)
+
+
+def test_the_top_bar_counts_steps_like_the_command_line(settings, evaluator):
+    async def scenario():
+        app = TutorApp(settings, evaluator=evaluator, greet=False)
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.pause()
+            where = str(app.query_one(TopBar).query_one("#where").content)
+            assert "step 1 of 23" in where
+            prompt = str(app.query_one(StepList).get_option("train/loop").prompt)
+            assert "opens after 22 more steps" in prompt
+
+    run(scenario)
+
+
+class StillClock:
+    """An active-time clock that has counted nothing, so a snapshot's times are the store's."""
+
+    def touch(self, now=None) -> None:
+        pass
+
+    def pause(self, now=None) -> None:
+        pass
+
+    def take(self, now=None) -> float:
+        return 0.0
+
+
+def test_active_time_is_counted_on_the_step_and_on_the_training_screen(settings, evaluator):
+    async def scenario():
+        from tutor.packs import load_pack
+        from tutor.ui.activity import ActiveClock
+        from tutor.ui.screens.training import TrainingScreen
+
+        pack = load_pack()
+        app = TutorApp(settings, evaluator=evaluator, greet=False)
+        async with app.run_test(size=SIZE) as pilot:
+            await ready(pilot)
+            # Two minutes of work on the first step, as the clock would have counted them.
+            app._clock = ActiveClock(now=time.monotonic() - 120)
+            for step in pack.gradient_steps:
+                app.store.reveal(step.id)
+            assert app.goto_step("train/loop")
+            await pilot.pause()
+            assert isinstance(app.screen, TrainingScreen)
+            app._clock = ActiveClock(now=time.monotonic() - 60)  # a minute on the screen
+            await pilot.press("escape")
+            await pilot.pause()
+            seconds = {r["id"]: r["seconds"] for r in app.store.summary()}
+            assert seconds["atomic/logprobs"] >= 119
+            assert seconds["train/loop"] >= 59
+
+    run(scenario)
+
+
+def test_the_progress_view_shows_the_table_of_the_cli(settings, evaluator):
+    async def scenario():
+        from tutor.ui.screens.progress import ProgressScreen
+
+        app = TutorApp(settings, evaluator=evaluator, greet=False)
+        async with app.run_test(size=SIZE) as pilot:
+            await ready(pilot)
+            await check(pilot, CORRECT)
+            await pilot.press("ctrl+o")
+            assert isinstance(app.screen, ProgressScreen)
+            console = Console(width=120, file=io.StringIO(), record=True, color_system=None)
+            console.print(app.screen.query_one("#progress-body").content)
+            text = console.export_text()
+            assert "dlogprobs" in text and "exact" in text and "1 of 23 steps done" in text
+            await pilot.press("escape")
+            assert app.focused is app.query_one(CodeEditor)
+
+    run(scenario)
+
+
+def test_first_launch_welcomes_and_an_exercise_introduces_itself(settings, evaluator):
+    async def scenario():
+        from tutor.packs import load_pack
+        from tutor.ui.screens.welcome import IntroScreen, WelcomeScreen
+
+        pack = load_pack()
+        app = TutorApp(settings, evaluator=evaluator)
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.pause()
+            assert isinstance(app.screen, WelcomeScreen)
+            await pilot.press("enter")
+            assert app.focused is app.query_one(CodeEditor)
+            for step in pack.exercise(1).steps:
+                app.store.reveal(step.id)
+            app.goto_step("fused/cross_entropy")
+            await pilot.pause()
+            assert isinstance(app.screen, IntroScreen)
+            await pilot.press("escape")
+        app = TutorApp(settings, evaluator=evaluator)
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.pause()
+            assert len(app.screen_stack) == 1  # seen once, not again
+
+    run(scenario)
+
+
+def test_finishing_an_exercise_shows_what_it_took(settings, evaluator):
+    async def scenario():
+        from tutor.packs import load_pack
+        from tutor.ui.screens.completion import CompletionScreen
+
+        pack = load_pack()
+        store = Store.open(settings.data_home, pack)
+        for step in pack.exercise(1).steps[:-1]:
+            store.reveal(step.id)
+        store.set_current_step("atomic/C")
+        store.close()
+        app = TutorApp(settings, evaluator=evaluator, greet=False)
+        async with app.run_test(size=SIZE) as pilot:
+            await ready(pilot)
+            await check(pilot, pack.step("atomic/C").solution)
+            await wait_until(pilot, lambda: isinstance(app.screen, CompletionScreen))
+            console = Console(width=100, file=io.StringIO(), record=True, color_system=None)
+            console.print(app.screen.query_one("#completion-body").content)
+            text = console.export_text()
+            assert "Exercise 1 done" in text and "1 approximate, 19 revealed" in text
+            assert "Next: exercise 2" in text
+            await pilot.press("enter")  # on to exercise 2
+            await pilot.pause()
+            assert app.step.id == "fused/cross_entropy"
 
     run(scenario)

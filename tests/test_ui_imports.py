@@ -27,6 +27,7 @@ def test_importing_the_app_does_not_import_torch():
         import tutor.ui.app
         import tutor.ui.screens.confirm, tutor.ui.screens.explain, tutor.ui.screens.help
         import tutor.ui.screens.training, tutor.ui.commands
+        import tutor.ui.screens.welcome, tutor.ui.screens.completion, tutor.ui.screens.progress
         print(sorted(m for m in sys.modules if m == "torch" or m.startswith("torch.")))
     """)
     assert out == "[]"
@@ -41,7 +42,7 @@ def test_running_a_check_in_the_app_does_not_import_torch(tmp_path):
         from tutor.ui.app import TutorApp
 
         async def main():
-            app = TutorApp(Settings(device="cpu", home=Path({str(tmp_path)!r})))
+            app = TutorApp(Settings(device="cpu", home=Path({str(tmp_path)!r})), greet=False)
             async with app.run_test() as pilot:
                 deadline = time.monotonic() + 60
                 while app.info is None and time.monotonic() < deadline:

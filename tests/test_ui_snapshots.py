@@ -6,11 +6,16 @@ blinking, so the picture does not depend on timing.
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 import time
+from pathlib import Path
 
 import pytest
 
 from tutor.config import Settings
+from tutor.packs import load_pack
+from tutor.progress import Store
 from tutor.sandbox.client import Evaluator
 from tutor.ui.app import TutorApp
 from tutor.ui.widgets.editor import CodeEditor
@@ -33,7 +38,7 @@ def evaluator(tmp_path_factory):
 @pytest.fixture
 def app(tmp_path, evaluator):
     return TutorApp(Settings(device="cpu", home=tmp_path / "home", timeout=2.0),
-                    evaluator=evaluator)
+                    evaluator=evaluator, greet=False)
 
 
 async def settle(pilot) -> None:
@@ -95,3 +100,66 @@ def test_help(snap_compare, app):
         await pilot.press("f9")
 
     assert snap_compare(app, terminal_size=(120, 40), run_before=run_before)
+
+
+def test_hint_small_terminal(snap_compare, app):
+    """80×24 after a wrong answer and a hint: the forward pass shrinks to the current line and
+    the feedback, scrolled to the hint just asked for, takes the room."""
+    async def run_before(pilot) -> None:
+        await submit(WRONG)(pilot)
+        await pilot.press("f1")
+        await pilot.pause(0.3)
+
+    assert snap_compare(app, terminal_size=(80, 24), run_before=run_before)
+
+
+WELCOME_HOME = Path(tempfile.gettempdir()) / "backprop-tutor-welcome-snapshot"
+
+
+def test_welcome(snap_compare, evaluator):
+    # A fixed folder: the welcome names the progress file, and the picture must not change.
+    shutil.rmtree(WELCOME_HOME, ignore_errors=True)
+    app = TutorApp(Settings(device="cpu", home=WELCOME_HOME, timeout=2.0), evaluator=evaluator)
+    assert snap_compare(app, terminal_size=(80, 24), run_before=settle)
+
+
+class StillClock:
+    """Counts no active time, so the summary shows the times the test put in the store."""
+
+    def touch(self, now=None) -> None:
+        pass
+
+    def pause(self, now=None) -> None:
+        pass
+
+    def take(self, now=None) -> float:
+        return 0.0
+
+
+def test_completion_summary(snap_compare, tmp_path, evaluator):
+    pack = load_pack()
+    home = tmp_path / "home"
+    passed = {"passed": True, "checks": [{"verdict": "exact", "maxdiff": 0.0}]}
+    wrong = {"passed": False, "checks": [{"verdict": "wrong", "maxdiff": 0.5,
+                                          "diagnosis": {"kind": "sign"}}]}
+    with Store.open(home, pack) as store:
+        for k, step in enumerate(pack.exercise(1).steps[:-1]):
+            if k in (11, 12):
+                store.show_hint(step.id)
+                store.reveal(step.id)
+                continue
+            for _ in range(k % 3):
+                store.record_attempt(step.id, "x", wrong)
+            store.record_attempt(step.id, step.solution, passed)
+            store.add_time(step.id, 40 + 7 * k)
+        store.set_current_step("atomic/C")
+    app = TutorApp(Settings(device="cpu", home=home, timeout=2.0), evaluator=evaluator,
+                   greet=False)
+
+    async def run_before(pilot) -> None:
+        await settle(pilot)
+        pilot.app._clock = StillClock()
+        await submit(pack.step("atomic/C").solution)(pilot)
+        await pilot.pause(0.3)
+
+    assert snap_compare(app, terminal_size=(80, 24), run_before=run_before)

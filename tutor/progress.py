@@ -22,7 +22,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from tutor import curriculum
 from tutor.packs import Pack, Step
+from tutor.results import Status
 
 FILENAME = "progress.sqlite3"
 
@@ -293,20 +295,10 @@ class Store:
 
     # -- status -----------------------------------------------------------------------------
 
-    def statuses(self) -> dict[str, str]:
-        """Status of every step of the pack, in order."""
+    def statuses(self) -> dict[str, Status]:
+        """Status of every step of the pack, in order (the rules are in curriculum)."""
         achieved = dict(self._read("SELECT step_id, status FROM steps WHERE status IS NOT NULL"))
-        all_gradients_done = all(
-            s.id in achieved for s in self._steps if s.id not in self._training
-        )
-        earlier_done = True  # every earlier non-training step is done
-        out: dict[str, str] = {}
-        for s in self._steps:
-            reachable = all_gradients_done if s.id in self._training else earlier_done
-            out[s.id] = achieved.get(s.id) or ("unlocked" if reachable else "locked")
-            if s.id not in self._training:
-                earlier_done = earlier_done and s.id in achieved
-        return out
+        return curriculum.statuses(self.pack, achieved)
 
     def status(self, step_id: str) -> str:
         return self.statuses()[self._step(step_id).id]
@@ -483,19 +475,8 @@ class Store:
     # -- reset ------------------------------------------------------------------------------
 
     def dependents(self, step_id: str) -> list[str]:
-        """Steps whose accepted work builds on this one and so must be redone if it changes.
-
-        A later step of the same exercise with replay=True runs with this step's code replayed
-        into its namespace; the training step runs the whole backward pass of exercises 1-3.
-        """
-        step = self._step(step_id)
-        later = self._steps[self._steps.index(step) + 1 :]
-        return [
-            s.id
-            for s in later
-            if (s.exercise == step.exercise and s.replay)
-            or (s.id in self._training and step.id not in self._training)
-        ]
+        """Steps whose accepted work builds on this one (see curriculum.dependents)."""
+        return curriculum.dependents(self.pack, self._step(step_id).id)
 
     def reset(self, step_id: str) -> list[str]:
         """Start a step over; its dependents lose their achievement. Returns changed step ids.

@@ -8,36 +8,45 @@ torch is still loading and the screen stays responsive while a candidate runs.
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rich.text import Text
-from textual import on, work
+from textual import events, on, work
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.timer import Timer
-from textual.widgets import Footer, OptionList, TextArea
+from textual.widgets import OptionList, TextArea
 from textual.widgets.text_area import Selection
 
 from tutor.config import Settings
-from tutor.packs import Pack, Step, load_pack
+from tutor.packs import Exercise, Pack, Step, load_pack
 from tutor.sandbox.client import EvaluatorNotReady
 from tutor.source import size_problem
+from tutor.ui.activity import ActiveClock
 from tutor.ui.highlight import warm_up
-from tutor.ui.messages import CheckFailed, CheckFinished, EvaluatorFailed, EvaluatorReady
+from tutor.ui.messages import (
+    CheckFailed,
+    CheckFinished,
+    EvaluatorFailed,
+    EvaluatorReady,
+    ScratchFinished,
+    TrainingRecorded,
+)
 from tutor.ui.progress_view import (
     differentiated_lines,
     is_done,
     is_enterable,
-    position_in_exercise,
+    position_in_lesson,
     remaining_before,
 )
+from tutor.ui.summary import done_exercises
 from tutor.ui.widgets.editor import CodeEditor
 from tutor.ui.widgets.feedback import Feedback
+from tutor.ui.widgets.footer import TutorFooter
 from tutor.ui.widgets.forward import ForwardPanel
 from tutor.ui.widgets.steps import StepList
 from tutor.ui.widgets.topbar import TopBar
@@ -48,9 +57,14 @@ if TYPE_CHECKING:
 
 READY_POLL = 0.25  # seconds per wait for the evaluator, so shutdown is never held up
 DRAFT_DELAY = 0.5  # seconds of quiet typing before the draft is saved
+TIME_FLUSH = 20.0  # seconds between saves of the active time, so a crash loses little
 STEP_ACTIONS = frozenset(
-    {"check", "hint", "reveal", "explain", "next_step", "previous_step", "toggle_steps"}
+    {"check", "hint", "reveal", "explain", "next_step", "previous_step", "toggle_steps",
+     "scratch", "reset_step"}
 )
+# Events that show the learner is at the keyboard (see tutor.ui.activity).
+ACTIVITY = (events.Key, events.MouseDown, events.MouseScrollDown, events.MouseScrollUp,
+            events.Paste)
 NARROW = 100  # below this many columns the steps sidebar starts hidden
 SHORT = 32  # below this many rows the panels use their compact sizes
 
@@ -76,14 +90,21 @@ class TutorApp(App[int], inherit_bindings=False):
                 tooltip="Run your code and compare it with autograd"),
         Binding("f1", "hint", "Hint", id="hint", tooltip="Show the next hint for this step"),
         Binding("f2", "reveal", "Solution", id="reveal",
-                tooltip="Show the reference solution (asks first)"),
+                tooltip="Show the reference solution (asks first unless the step is solved)"),
+        Binding("ctrl+r", "scratch", "Run", id="scratch",
+                tooltip="Run your code without grading: its print output and the shapes it "
+                        "makes; no attempt is counted"),
         Binding("f3", "explain", "Explain", id="explain",
-                tooltip="Read what this step is about"),
+                tooltip="Read what this step and its exercise are about"),
         Binding("ctrl+n,ctrl+down", "next_step", "Next", id="next_step",
                 tooltip="Open the next step"),
         Binding("ctrl+up", "previous_step", "Prev", id="previous_step",
                 tooltip="Open the previous step"),
         # Shown only in the help screen, so the footer fits 80 columns.
+        Binding("ctrl+t", "reset_step", "Template", id="reset_step", show=False,
+                tooltip="Put the step's template back in the editor (ctrl+z undoes it)"),
+        Binding("ctrl+o", "progress", "Progress", id="progress", show=False,
+                tooltip="Status, attempts, hints and time per step, and in total"),
         Binding("f4", "toggle_steps", "Steps", id="toggle_steps", show=False,
                 tooltip="Show or hide the steps sidebar"),
         Binding("f9,question_mark", "help", "Keys", id="help",
@@ -99,7 +120,11 @@ class TutorApp(App[int], inherit_bindings=False):
         settings: Settings,
         store: Store | None = None,
         evaluator: Evaluator | None = None,
+        *,
+        greet: bool = True,
     ) -> None:
+        """`greet=False` skips the welcome and the exercise introductions (for tests that
+        drive the main screen from a fresh start)."""
         super().__init__()
         self.settings = settings
         self.pack: Pack = load_pack()
@@ -117,13 +142,19 @@ class TutorApp(App[int], inherit_bindings=False):
         self.evaluator_error: str | None = None
         self.checking = False
         self.step: Step = self._opening_step()
-        self._results: dict[str, tuple[dict, str | None]] = {}  # this session's last results
+        # This session's last result per step: the result, the step it unlocked, and whether
+        # it passed a step that stays revealed.
+        self._results: dict[str, tuple[dict, str | None, bool]] = {}
         self._loaded_text = ""  # the editor text as last loaded or saved
         self._editor_text = ""
         self._draft_timer: Timer | None = None
-        self._step_started = time.monotonic()
+        self._clock = ActiveClock()
+        self._timed_step = self.step.id  # the step active time is counted on
         self._closing = False  # set at shutdown; worker threads stop waiting
         self._steps_chosen = False  # set once the learner shows or hides the sidebar
+        self.greet = greet
+        self.scratching = False  # a run without grading is under way
+        self._done = done_exercises(self.pack, self.store.statuses())  # for completion moments
 
     # -- layout ---------------------------------------------------------------------------
 
@@ -135,7 +166,7 @@ class TutorApp(App[int], inherit_bindings=False):
                 yield ForwardPanel(self.pack.forward_lines, id="forward")
                 yield CodeEditor(id="editor")
                 yield Feedback(id="feedback")
-        yield Footer(compact=True)
+        yield TutorFooter()
 
     def on_mount(self) -> None:
         # The first frame goes out before anything else competes for the CPU: then the
@@ -148,6 +179,16 @@ class TutorApp(App[int], inherit_bindings=False):
                  style="#7f8896"))
         for notice in self.store.notices:
             self.notify(str(notice), title="Progress", timeout=8)
+        self.set_interval(TIME_FLUSH, self._flush_time)
+        if self.greet and self.store.remembered("welcomed") is None:
+            from tutor.ui.screens.welcome import WelcomeScreen
+
+            first = self.pack.exercises[0]
+            self.store.remember("welcomed", "1")
+            self.store.remember(f"intro.{first.number}", "1")  # the welcome includes it
+            self.push_screen(WelcomeScreen(self.store.path, first), self._back_to_editor)
+        else:
+            self._introduce(self.step.exercise)
 
     def _after_first_frame(self) -> None:
         self._start_evaluator()
@@ -171,6 +212,62 @@ class TutorApp(App[int], inherit_bindings=False):
         if not self._steps_chosen:
             # Until the learner toggles it, the sidebar gives way on narrow terminals.
             steps.display = width >= NARROW
+
+    def _fit_to_feedback(self) -> None:
+        """Once the feedback has something to read (a result, hints, a solution), it takes the
+        room: the forward pass shrinks to the lines around the current one (see app.tcss)."""
+        self.set_class(self.query_one("#feedback", Feedback).has_content, "-reading")
+
+    def _back_to_editor(self, _result: object = None) -> None:
+        if len(self.screen_stack) == 1:
+            self.query_one("#editor", CodeEditor).focus()
+
+    def _introduce(self, exercise_number: int) -> None:
+        """Show an exercise's introduction the first time one of its steps opens."""
+        if not self.greet:
+            return
+        key = f"intro.{exercise_number}"
+        exercise = self.pack.exercise(exercise_number)
+        if not exercise.intro.strip() or self.store.remembered(key) is not None:
+            return
+        from tutor.ui.screens.welcome import IntroScreen
+
+        self.store.remember(key, "1")
+        self.push_screen(IntroScreen(exercise), self._back_to_editor)
+
+    # -- active time ----------------------------------------------------------------------
+
+    async def on_event(self, event: events.Event) -> None:
+        if isinstance(event, ACTIVITY):
+            self._clock.touch()
+        await super().on_event(event)
+
+    def on_app_blur(self) -> None:
+        self._clock.pause()  # the terminal lost focus: the learner is elsewhere
+
+    def _busy(self) -> bool:
+        from tutor.ui.screens.training import TrainingScreen
+
+        training = any(isinstance(s, TrainingScreen) and s.running for s in self.screen_stack)
+        return self.checking or self.scratching or training
+
+    def _flush_time(self) -> None:
+        """Add the active seconds counted so far to the step they were spent on."""
+        if self._busy():
+            self._clock.touch()  # watching a check or a training run is time on the step
+        seconds = self._clock.take()
+        if seconds <= 0:
+            return
+        try:
+            self.store.add_time(self._timed_step, seconds)
+        except Exception as exc:  # a full disk must not end the session
+            self.log.warning(f"could not save time: {exc}")
+
+    def _time_step(self, step_id: str) -> None:
+        """From now on, count active time on `step_id` (what went before stays where it was)."""
+        if step_id != self._timed_step:
+            self._flush_time()
+            self._timed_step = step_id
 
     # -- evaluator ------------------------------------------------------------------------
 
@@ -245,8 +342,9 @@ class TutorApp(App[int], inherit_bindings=False):
             left = remaining_before(self.pack, step, statuses)
             if left:
                 self.notify(f"Training opens once every gradient is in place: "
-                            f"{len(left)} step{'s' if len(left) != 1 else ''} to go.",
-                            title="Locked")
+                            f"{len(left)} step{'s' if len(left) != 1 else ''} before it "
+                            f"{'are' if len(left) != 1 else 'is'} not done yet, starting "
+                            f"with {left[0].title}.", title="Locked")
                 self.query_one(StepList).follow(self.step.id)
                 return False
             self._open_training(step)
@@ -261,8 +359,10 @@ class TutorApp(App[int], inherit_bindings=False):
         if step.id != self.step.id:
             self._leave_step()
             self.step = step
+            self._time_step(step.id)
             self.store.set_current_step(step.id)
             self._open(step)
+            self._introduce(step.exercise)
         return True
 
     def _open_training(self, step: Step) -> None:
@@ -271,31 +371,56 @@ class TutorApp(App[int], inherit_bindings=False):
         from tutor.ui.screens.training import TrainingScreen
 
         self._save_draft()
+        self._time_step(step.id)
         code = self.store.draft(step.id) or training_code(self.pack, self.store.accepted_codes())
-        self.push_screen(
-            TrainingScreen(self.evaluator, self.store, self.pack, code),
-            lambda _result: self._show_progress(),
-        )
+
+        def closed(_result: object) -> None:
+            self._time_step(self.step.id)
+            self._show_progress()
+            self._back_to_editor()
+
+        self.push_screen(TrainingScreen(self.evaluator, self.store, self.pack, code), closed)
+        self._introduce(step.exercise)
 
     def _leave_step(self) -> None:
         self._save_draft()
-        elapsed = time.monotonic() - self._step_started
-        if elapsed >= 1:
-            self.store.add_time(self.step.id, elapsed)
+        self._remember_cursor()
+
+    def _remember_cursor(self) -> None:
+        try:
+            row, col = self.query_one("#editor", CodeEditor).cursor_location
+            self.store.remember(f"cursor.{self.step.id}", f"{row},{col}")
+        except Exception as exc:  # at shutdown the editor is gone; a cursor is not worth more
+            self.log.warning(f"could not save the cursor: {exc}")
+
+    def _restore_cursor(self, editor: CodeEditor, step: Step) -> bool:
+        """Put the cursor back where the learner left it in this step's draft."""
+        saved = self.store.remembered(f"cursor.{step.id}")
+        try:
+            row, col = (int(x) for x in (saved or "").split(","))
+        except ValueError:
+            return False
+        row = min(max(row, 0), editor.document.line_count - 1)
+        col = min(max(col, 0), len(editor.document.get_line(row)))
+        editor.move_cursor((row, col), center=True)
+        return True
 
     def _open(self, step: Step) -> None:
-        self._step_started = time.monotonic()
-        editor = self.query_one(CodeEditor)
+        editor = self.query_one("#editor", CodeEditor)
         draft = self.store.draft(step.id)
         text = draft if draft is not None else step.template
         self._loaded_text = self._editor_text = text
         editor.load_text(text)
         editor.mark_error(None)
-        _select_placeholder(editor)
+        if draft is None or not self._restore_cursor(editor, step):
+            _select_placeholder(editor)
         editor.border_title = f"Your backward code · {step.title}"
         feedback = self.query_one(Feedback)
         last = self._results.get(step.id)
-        feedback.show_result(last[0] if last else None, last[1] if last else None)
+        if last:
+            feedback.show_result(*last)
+        else:
+            feedback.show_result(None)
         shown = self.store.hints_shown(step.id)
         feedback.show_hints(list(step.hints[:shown]), len(step.hints))
         statuses = self.store.statuses()
@@ -304,12 +429,14 @@ class TutorApp(App[int], inherit_bindings=False):
         if not self.checking and self.info is not None:
             self._show_idle()
         self._show_progress(statuses)
+        self._fit_to_feedback()
         self.query_one(StepList).follow(step.id)
         editor.focus()
 
     def _show_idle(self) -> None:
         """A reminder of what to do, until the step has been checked in this session."""
-        nothing_yet = self.step.id not in self._results
+        nothing_yet = self.step.id not in self._results and not self.query_one(
+            Feedback).has_content
         self.query_one(Feedback).show_status(
             Text("Write the gradient in the editor, then press ^j or F5 to compare it with "
                  "autograd. F1 gives a hint.", style="#7f8896") if nothing_yet else ""
@@ -324,10 +451,11 @@ class TutorApp(App[int], inherit_bindings=False):
             step.exercise, set(step.lines), differentiated_lines(self.pack, statuses)
         )
         exercise = self.pack.exercise(step.exercise)
-        x, n = position_in_exercise(self.pack, step)
+        x, n = position_in_lesson(self.pack, step)
         self.query_one(TopBar).show_place(
-            # The numbers first: on a narrow terminal the title is what gets truncated.
-            f"Exercise {exercise.number} · step {x}/{n} · {exercise.title}"
+            # The numbers first: on a narrow terminal the title is what gets truncated. Steps
+            # are counted over the lesson, as `backprop-tutor list` numbers them.
+            f"Exercise {exercise.number} · step {x} of {n} · {exercise.title}"
         )
         self.refresh_bindings()
 
@@ -360,6 +488,7 @@ class TutorApp(App[int], inherit_bindings=False):
         if text != self._loaded_text:
             self.store.save_draft(self.step.id, text)
             self._loaded_text = text
+            self._remember_cursor()
 
     # -- actions --------------------------------------------------------------------------
 
@@ -367,8 +496,9 @@ class TutorApp(App[int], inherit_bindings=False):
         # The step keys belong to the main screen; dialogs and the training screen have theirs.
         if action in STEP_ACTIONS and len(self.screen_stack) > 1:
             return False
-        # None greys the key out in the footer: one check at a time, and only with a checker.
-        if action == "check" and (self.checking or self.evaluator_error is not None):
+        # None greys the key out in the footer: one run at a time, and only with a checker.
+        if action in ("check", "scratch") and (self.checking or self.scratching
+                                               or self.evaluator_error is not None):
             return None
         if action == "next_step" and self._neighbour(1) is None:
             return None
@@ -377,15 +507,15 @@ class TutorApp(App[int], inherit_bindings=False):
         return True
 
     def action_check(self) -> None:
-        if self.checking:
+        if self.checking or self.scratching:
             return
         self._save_draft()
-        code = self.query_one(CodeEditor).text
+        code = self.query_one("#editor", CodeEditor).text
         if too_big := size_problem(code):  # refused, not recorded, as on the command line
             return self.notify(too_big, title="Not checked", severity="error")
         self.checking = True
         self.refresh_bindings()
-        self.query_one(CodeEditor).mark_error(None)
+        self.query_one("#editor", CodeEditor).mark_error(None)
         waiting = "" if self.info else " (waiting for PyTorch to finish loading)"
         self.query_one(Feedback).show_status(
             Text(f"Checking {self.step.title}…{waiting}", style="#e5c07b"))
@@ -406,13 +536,16 @@ class TutorApp(App[int], inherit_bindings=False):
             note = unlocked[0].title
         elif unlocked:
             note = f"{unlocked[0].title} (every gradient is in place)"
-        self._results[message.step_id] = (message.result, note)
+        revealed = bool(message.result.get("passed")) and after.get(message.step_id) == "revealed"
+        self._results[message.step_id] = (message.result, note, revealed)
         if message.step_id == self.step.id:
             feedback = self.query_one(Feedback)
-            feedback.show_result(message.result, note)
+            feedback.show_result(message.result, note, revealed)
             self._show_idle()
+            self._fit_to_feedback()
             self._point_at_error(message.result.get("error"))
         self._show_progress(after)
+        self._celebrate(after)
 
     def on_check_failed(self, message: CheckFailed) -> None:
         self.checking = False
@@ -425,7 +558,7 @@ class TutorApp(App[int], inherit_bindings=False):
         """Put the editor cursor on the reported line and column, and tint the line."""
         if not error or not error.get("line"):
             return
-        editor = self.query_one(CodeEditor)
+        editor = self.query_one("#editor", CodeEditor)
         row = min(max(int(error["line"]) - 1, 0), editor.document.line_count - 1)
         col = max(int(error.get("col") or 1) - 1, 0)
         col = min(col, len(editor.document.get_line(row)))
@@ -443,29 +576,164 @@ class TutorApp(App[int], inherit_bindings=False):
         shown = self.store.hints_shown(step.id)
         feedback = self.query_one(Feedback)
         feedback.show_hints(list(step.hints[:shown]), total)
+        self._fit_to_feedback()
         feedback.scroll_to_part("hints")
 
     def action_reveal(self) -> None:
         step = self.step
-        if is_done(self.store.statuses().get(step.id, "locked")):
-            # Nothing left to lose: a finished step shows the reference without asking.
-            self._show_solution(step)
+        status = self.store.statuses().get(step.id, "locked")
+        if is_done(status):
+            # Nothing left to lose: a finished step shows the reference without asking, and
+            # a solved step stays solved (the store never lowers an achievement).
+            self._show_solution(step, revealed=status == "revealed")
             return
 
         def decided(reveal: bool | None) -> None:
             if reveal and step.id == self.step.id:
                 self.store.reveal(step.id)
-                self._show_solution(step)
+                self._show_solution(step, revealed=True)
+                self._celebrate(self.store.statuses())
 
         from tutor.ui.screens.confirm import ConfirmReveal
 
         self.push_screen(ConfirmReveal(step.title), decided)
 
-    def _show_solution(self, step: Step) -> None:
+    def _show_solution(self, step: Step, revealed: bool) -> None:
         feedback = self.query_one(Feedback)
-        feedback.show_solution(step.solution)
+        feedback.show_solution(step.solution, revealed)
+        self._show_idle()
+        self._fit_to_feedback()
         feedback.scroll_to_part("solution")
         self._show_progress()
+
+    # -- a run without grading ------------------------------------------------------------
+
+    def action_scratch(self) -> None:
+        if self.checking or self.scratching:
+            return
+        self._save_draft()
+        code = self.query_one("#editor", CodeEditor).text
+        if too_big := size_problem(code):
+            return self.notify(too_big, title="Not run", severity="error")
+        self.scratching = True
+        self.refresh_bindings()
+        self.query_one("#editor", CodeEditor).mark_error(None)
+        waiting = "" if self.info else " (waiting for PyTorch to finish loading)"
+        self.query_one(Feedback).show_status(
+            Text(f"Running your code without grading…{waiting}", style="#e5c07b"))
+        self._run_scratch(self.step.id, code, dict(self.store.accepted_codes()))
+
+    @work(thread=True, exclusive=True, group="check", exit_on_error=False)
+    def _run_scratch(self, step_id: str, code: str, prior: dict[str, str]) -> None:
+        try:
+            result = self.evaluator.scratch(step_id, code, prior)
+        except Exception as exc:
+            self.post_message(CheckFailed(step_id, _describe(exc)))
+            return
+        self.post_message(ScratchFinished(step_id, result))
+
+    def on_scratch_finished(self, message: ScratchFinished) -> None:
+        self.scratching = False
+        self.refresh_bindings()
+        if message.step_id != self.step.id:
+            return
+        feedback = self.query_one(Feedback)
+        feedback.show_scratch(message.result, self._expected_shapes())
+        self._show_idle()
+        self._fit_to_feedback()
+        feedback.scroll_to_part("scratch")
+        self._point_at_error(message.result.get("error"))
+
+    def _expected_shapes(self) -> dict[str, list[int] | None]:
+        """The shape each gradient of the open step must have, where it is known: forward
+        tensors from the evaluator's shapes, parameters from this session's last check."""
+        shapes = {line["target"]: line.get("shape") for line in (self.info or {}).get("lines", [])}
+        last = self._results.get(self.step.id)
+        for check in (last[0].get("checks") or []) if last else []:
+            shapes.setdefault(check.get("tensor"), check.get("expected_shape"))
+        return {f"d{t}": shapes[t] for t in self.step.checks if shapes.get(t) is not None}
+
+    def action_reset_step(self) -> None:
+        """The step's template back in the editor, as one edit that ctrl+z takes back."""
+        editor = self.query_one("#editor", CodeEditor)
+        if editor.text == self.step.template:
+            return
+        editor.replace(self.step.template, editor.document.start, editor.document.end,
+                       maintain_selection_offset=False)
+        _select_placeholder(editor)
+        editor.focus()
+        self.notify("The template is back; ctrl+z brings your code back.", title="Template")
+
+    def action_progress(self) -> None:
+        from tutor.ui.screens.progress import ProgressScreen
+
+        self._flush_time()  # so the table's times include this very minute
+        self.push_screen(ProgressScreen(self.pack, self.store.summary()), self._back_to_editor)
+
+    def show_welcome(self) -> None:
+        from tutor.ui.screens.welcome import WelcomeScreen
+
+        self.push_screen(WelcomeScreen(self.store.path, self.pack.exercises[0]),
+                         self._back_to_editor)
+
+    # -- completion moments ---------------------------------------------------------------
+
+    def on_training_recorded(self, _message: TrainingRecorded) -> None:
+        self._show_progress()
+        self._celebrate(self.store.statuses())
+
+    def _celebrate(self, statuses: dict[str, str]) -> None:
+        """A summary for each exercise this change completed, then one for the whole lesson,
+        shown one after the other."""
+        from tutor.ui.screens.completion import CompletionScreen, exercise_view, lesson_view
+
+        done = done_exercises(self.pack, statuses)
+        finished = sorted(done - self._done)
+        lesson_done = len(done) == len(self.pack.exercises) and len(self._done) < len(done)
+        self._done = done
+        if not finished:
+            return
+        self._flush_time()
+        rows = self.store.summary()
+        runs = self.store.training_runs()
+        run = next((r for r in reversed(runs) if r.get("status") == "finished"), None)
+        queue: list[tuple[CompletionScreen, Exercise | None]] = []
+        for number in finished:
+            exercise = self.pack.exercise(number)
+            following = next((ex for ex in self.pack.exercises
+                              if ex.number > number and ex.number not in done), None)
+            hint = (f"enter: on to exercise {following.number} · esc: stay here" if following
+                    else "enter or esc to close")
+            body = exercise_view(self.pack, exercise, rows, run, following)
+            queue.append((CompletionScreen(body, hint), following))
+        if lesson_done:
+            queue.append((CompletionScreen(lesson_view(self.pack, rows, run),
+                                           "enter or esc to close"), None))
+        self._show_in_turn(queue)
+
+    def _show_in_turn(self, queue: list) -> None:
+        if not queue:
+            return
+        screen, following = queue[0]
+
+        def closed(go_on: bool | None) -> None:
+            if len(queue) > 1:
+                self._show_in_turn(queue[1:])
+            else:
+                self._after_celebration(go_on, following)
+
+        self.push_screen(screen, closed)
+
+    def _after_celebration(self, go_on: bool | None, following: Exercise | None) -> None:
+        if go_on and following is not None and len(self.screen_stack) == 1:
+            statuses = self.store.statuses()
+            step = next((s for s in following.steps
+                         if not is_done(statuses.get(s.id, "locked"))), following.steps[0])
+            self.goto_step(step.id)
+        else:
+            self._back_to_editor()
+
+    # -- moving around --------------------------------------------------------------------
 
     def action_explain(self) -> None:
         from tutor.ui.screens.explain import ExplainScreen
@@ -492,27 +760,77 @@ class TutorApp(App[int], inherit_bindings=False):
         steps = self.query_one(StepList)
         steps.display = not steps.display
 
+    def on_key(self, event: events.Key) -> None:
+        """A character typed while the sidebar or the feedback has focus goes to the editor,
+        and focus with it: typing always types."""
+        if len(self.screen_stack) > 1 or not event.is_printable or event.character is None:
+            return
+        editor = self.query_one("#editor", CodeEditor)
+        if self.focused is editor:
+            return
+        event.stop()
+        editor.focus()
+        start, end = editor.selection
+        editor.replace(event.character, start, end, maintain_selection_offset=False)
+
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
-        yield SystemCommand("Check", "Run your code and compare it with autograd",
-                            self.action_check)
-        yield SystemCommand("Hint", "Show the next hint for this step", self.action_hint)
-        yield SystemCommand("Solution", "Show the reference solution (asks first)",
-                            self.action_reveal)
-        yield SystemCommand("Explain", "Read what this step is about", self.action_explain)
-        yield SystemCommand("Next step", "Open the next step", self.action_next_step)
-        yield SystemCommand("Previous step", "Open the previous step",
-                            self.action_previous_step)
-        yield SystemCommand("Steps sidebar", "Show or hide the list of steps",
-                            self.action_toggle_steps)
+        if len(self.screen_stack) == 1:  # the step commands act on the main screen
+            yield SystemCommand("Check", "Run your code and compare it with autograd",
+                                self.action_check)
+            yield SystemCommand("Run without grading",
+                                "See what your code prints and the shapes it makes",
+                                self.action_scratch)
+            yield SystemCommand("Hint", "Show the next hint for this step", self.action_hint)
+            yield SystemCommand("Solution", "Show the reference solution (asks first unless "
+                                "the step is solved)", self.action_reveal)
+            yield SystemCommand("Explain", "Read what this step is about", self.action_explain)
+            yield SystemCommand("Template", "Put the step's template back in the editor",
+                                self.action_reset_step)
+            yield SystemCommand("Next step", "Open the next step", self.action_next_step)
+            yield SystemCommand("Previous step", "Open the previous step",
+                                self.action_previous_step)
+            yield SystemCommand("Steps sidebar", "Show or hide the list of steps",
+                                self.action_toggle_steps)
+        yield SystemCommand("Progress", "Status, attempts, hints and time per step",
+                            self.action_progress)
+        yield SystemCommand("Welcome", "The first page again: what this is, the keys",
+                            self.show_welcome)
         yield SystemCommand("Keys", "List every key", self.action_help)
-        yield from super().get_system_commands(screen)
+        # Textual's own "Keys" opens a panel of the same bindings: one "Keys" is enough.
+        yield from (c for c in super().get_system_commands(screen) if c.title != "Keys")
 
     # -- shutdown -------------------------------------------------------------------------
+
+    async def action_quit(self) -> None:
+        """Save and leave, after the keys typed just before ctrl+q have reached the editor.
+
+        ctrl+q is handled at once, while keys typed in the same instant may still wait in the
+        editor's queue; a callback queued behind them runs once they are in the text.
+        """
+        from tutor.ui.screens.training import TrainingScreen
+
+        editor: CodeEditor = self.query_one("#editor", CodeEditor)
+        for screen in self.screen_stack:
+            if isinstance(screen, TrainingScreen):
+                editor = screen.query_one("#train-code", CodeEditor)
+        editor.call_later(self._quit_now)
+
+    def _quit_now(self) -> None:
+        from tutor.ui.screens.training import TrainingScreen
+
+        for screen in self.screen_stack:
+            if isinstance(screen, TrainingScreen):
+                screen.save_draft()
+        self._editor_text = self.query_one("#editor", CodeEditor).text
+        self._save_draft()
+        self._remember_cursor()
+        self.exit()
 
     def on_unmount(self) -> None:
         self._closing = True
         try:
             self._leave_step()
+            self._flush_time()
         finally:
             if self._owns_evaluator and self._evaluator is not None:
                 self._evaluator.close()

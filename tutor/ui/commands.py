@@ -1,4 +1,4 @@
-"""Command palette (ctrl+p): jump to any step that is open."""
+"""Command palette (ctrl+p): jump to any step that is open, exercise 4's training included."""
 
 from __future__ import annotations
 
@@ -6,33 +6,47 @@ from functools import partial
 
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 
-from tutor.ui.progress_view import MARKERS, is_enterable
+from tutor.ui.progress_view import MARKERS, is_enterable, remaining_before
 
 
 class StepCommands(Provider):
-    """One command per enterable step, e.g. "Go to 1 · dcounts_sum"."""
+    """One command per enterable step, e.g. "Go to 1 · dcounts_sum".
 
-    def _targets(self) -> list[tuple[str, str, str]]:
+    A query matches the title, the step id or the exercise's name, so "train", "Training" and
+    "loop" all find exercise 4, and "bnvar" finds "dbnvar".
+    """
+
+    def _targets(self) -> list[tuple[str, str, str, str]]:
+        """(title, step id, help text, extra text to match) per open step, in lesson order."""
         app = self.app
+        pack = app.pack
         statuses = app.store.statuses()
         out = []
-        for step in app.pack.steps:
+        for step in pack.steps:
             status = statuses.get(step.id, "locked")
-            if step.is_training or not is_enterable(status):
+            exercise = pack.exercise(step.exercise)
+            if step.is_training:
+                # Unlocked by every gradient being in place, not by the step before it.
+                if remaining_before(pack, step, statuses):
+                    continue
+                marker = "★" if status == "unlocked" else MARKERS[status]
+            elif not is_enterable(status):
                 continue
+            else:
+                marker = MARKERS[status]
             title = f"Go to {step.exercise} · {step.title}"
-            out.append((title, step.id, f"{MARKERS[status]} {status} · {step.id}"))
+            help_text = f"{marker} {status} · {step.id} · {exercise.title}"
+            out.append((title, step.id, help_text, f"{step.id} {exercise.title}"))
         return out
 
     async def discover(self) -> Hits:
-        for title, step_id, help_text in self._targets():
+        for title, step_id, help_text, _ in self._targets():
             yield DiscoveryHit(title, partial(self.app.goto_step, step_id), help=help_text)
 
     async def search(self, query: str) -> Hits:
         matcher = self.matcher(query)
-        for title, step_id, help_text in self._targets():
-            # Match the step id too, so "bnvar" finds "dbnvar" and "atomic/bnvar".
-            score = max(matcher.match(title), matcher.match(step_id))
+        for title, step_id, help_text, extra in self._targets():
+            score = max(matcher.match(title), matcher.match(step_id), matcher.match(extra))
             if score > 0:
                 yield Hit(score, matcher.highlight(title), partial(self.app.goto_step, step_id),
                           text=title, help=help_text)

@@ -42,3 +42,20 @@ class CheckFailed(Message):
         super().__init__()
         self.step_id = step_id
         self.message = message
+
+
+class ScratchFinished(Message):
+    """A run without grading came back; `result` has stdout, error and what the code defined."""
+
+    def __init__(self, step_id: str, result: dict) -> None:
+        super().__init__()
+        self.step_id = step_id
+        self.result = result
+
+
+class TrainingRecorded(Message):
+    """The training screen kept a run in the store (it may have completed exercise 4)."""
+
+    def __init__(self, result: dict) -> None:
+        super().__init__()
+        self.result = result

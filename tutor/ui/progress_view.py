@@ -58,10 +58,10 @@ def remaining_before(pack: Pack, step: Step, statuses: Mapping[str, str]) -> lis
     ]
 
 
-def position_in_exercise(pack: Pack, step: Step) -> tuple[int, int]:
-    """1-based position of the step within its exercise, and the exercise's step count."""
-    steps = pack.exercise(step.exercise).steps
-    return [s.id for s in steps].index(step.id) + 1, len(steps)
+def position_in_lesson(pack: Pack, step: Step) -> tuple[int, int]:
+    """1-based position of the step in the whole lesson, and the lesson's step count: the
+    numbers `backprop-tutor list` gives, so the TUI and the CLI count alike."""
+    return pack.index(step.id) + 1, len(pack.steps)
 
 
 def differentiated_lines(pack: Pack, statuses: Mapping[str, str]) -> set[str]:

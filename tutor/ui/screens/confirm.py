@@ -25,7 +25,7 @@ class ConfirmReveal(ModalScreen[bool]):
             yield Static(f"Show the reference solution for {self.step_title}?", id="question")
             yield Static(
                 "The step will count as revealed rather than passed, and the next line "
-                "opens. You can still check your own version afterwards.",
+                "opens. It stays revealed even if you check your own version afterwards.",
                 id="consequence",
             )
             with Horizontal(id="choices"):

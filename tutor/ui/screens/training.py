@@ -1,13 +1,14 @@
-"""Exercise 4 in the TUI: edit the training step, run it, watch the loss fall, read the results.
+"""Exercise 4 in the TUI: edit the training step, choose how long to train, run it, watch the
+loss fall, read the results, and compare with earlier runs.
 
 The run happens in the evaluator process (`Evaluator.request("train", ...)`), called from a thread
-worker that only posts messages; the widgets change in the message handlers. The messages do not
-bubble, so nothing leaves this screen. Like the rest of the UI, this module never imports torch.
+worker that only posts messages; the widgets change in the message handlers. Those messages do
+not bubble; only `TrainingRecorded` goes on to the app, once a run is kept, so it can mark the
+moment. Like the rest of the UI, this module never imports torch.
 """
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING
 
 from rich.console import Group, RenderableType
@@ -19,8 +20,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
 from textual.screen import Screen
-from textual.widget import Widget
-from textual.widgets import Footer, ProgressBar, Static, TextArea
+from textual.widgets import Input, ProgressBar, Static, TextArea
 
 from tutor.packs import Pack
 from tutor.training import (
@@ -31,17 +31,21 @@ from tutor.training import (
     training_exercise,
     training_step,
 )
+from tutor.ui.messages import TrainingRecorded
 from tutor.ui.widgets.editor import CodeEditor
+from tutor.ui.widgets.footer import TutorFooter
+from tutor.ui.widgets.lossplot import LossPlot, Series, braille_curve, spaced
+from tutor.ui.widgets.runs import RunsTable, clock, when
+
+__all__ = ["LossPlot", "Series", "TrainingScreen", "braille_curve", "parse_steps", "spaced"]
 
 if TYPE_CHECKING:
     from tutor.progress import Store
     from tutor.sandbox.client import Evaluator
 
 GOOD, BAD, WARN, DIM = "bold #98c379", "bold #e06c75", "#e5c07b", "#7f8896"
-CURVE = "#61afef"
 DRAFT_DELAY = 0.5  # seconds of quiet typing before the edited code is saved
-# Braille cells hold 2 x 4 dots; bit of the dot at (column, row) inside one cell.
-BRAILLE_BITS = ((0x01, 0x02, 0x04, 0x40), (0x08, 0x10, 0x20, 0x80))
+MAX_STEPS = 10_000_000  # more would run for hours; the evaluator holds no checkpoint
 
 
 # --- messages from the worker (they never bubble past the screen) ------------------------------
@@ -67,90 +71,23 @@ class TrainingFailed(Message, bubble=False):
         self.message = message
 
 
-# --- small formatting helpers ----------------------------------------------------------------
-
-
-def spaced(number: float) -> str:
-    return f"{number:,.0f}".replace(",", " ")
+# --- small helpers ----------------------------------------------------------------------------
 
 
 def duration(seconds: float | None) -> str:
-    if seconds is None or not math.isfinite(seconds):
-        return "?"
-    minutes, s = divmod(int(round(seconds)), 60)
-    return f"{minutes}:{s:02d}" if minutes < 60 else f"{minutes // 60}:{minutes % 60:02d}:{s:02d}"
+    return clock(seconds)
 
 
-def braille_curve(values: list[float], slots: int, width: int, height: int,
-                  lo: float, hi: float) -> list[list[int]]:
-    """Dots of a line through `values` on a width x height grid of braille cells.
-
-    Value i sits at x = i / slots of the width, so a live run grows from left to right; between
-    neighbouring points the column is filled vertically, so the line stays unbroken.
-    """
-    cells = [[0] * width for _ in range(height)]
-    dots_x, dots_y = 2 * width, 4 * height
-    span = hi - lo or 1.0
-    previous: int | None = None
-    for i, v in enumerate(values):
-        x = min(dots_x - 1, int(i * dots_x / max(1, slots)))
-        y = round((hi - v) / span * (dots_y - 1))
-        y = max(0, min(dots_y - 1, y))
-        top, bottom = (y, y) if previous is None else (min(y, previous), max(y, previous))
-        for yy in range(top, bottom + 1):
-            cells[yy // 4][x // 2] |= BRAILLE_BITS[x % 2][yy % 4]
-        previous = y
-    return cells
-
-
-class LossPlot(Widget):
-    """log10(loss) against the step, drawn with braille dots, as the lecture plots it."""
-
-    DEFAULT_CSS = """
-    LossPlot { height: 12; }
-    """
-
-    def __init__(self, *, id: str | None = None) -> None:
-        super().__init__(id=id)
-        self.points: list[float] = []
-        self.every = 1
-        self.steps = 1
-
-    def reset(self, steps: int, every: int) -> None:
-        self.points, self.steps, self.every = [], max(1, steps), max(1, every)
-        self.refresh()
-
-    def extend(self, points: list[float], every: int | None = None) -> None:
-        self.points.extend(p for p in points if math.isfinite(p))
-        if every:
-            self.every = every
-        self.refresh()
-
-    def render(self) -> RenderableType:
-        width, height = self.size.width, self.size.height
-        label_w = 6
-        plot_w, plot_h = max(4, width - label_w - 1), max(2, height - 2)
-        title = Text("log10(loss)", style=DIM)
-        if not self.points:
-            return Group(title, Text("the curve appears once training starts", style=DIM))
-        lo, hi = min(self.points), max(self.points)
-        pad = max(0.01, (hi - lo) * 0.05)
-        lo, hi = lo - pad, hi + pad
-        slots = math.ceil(self.steps / self.every)
-        cells = braille_curve(self.points, slots, plot_w, plot_h, lo, hi)
-        lines = [title]
-        for row, cell_row in enumerate(cells):
-            value = hi - (hi - lo) * row / max(1, plot_h - 1)
-            label = f"{value:5.2f}" if row in (0, plot_h // 2, plot_h - 1) else ""
-            line = Text(f"{label:>{label_w - 1}} ┤" if label else " " * (label_w - 1) + " │",
-                        style=DIM)
-            line.append("".join(chr(0x2800 + c) for c in cell_row), style=CURVE)
-            lines.append(line)
-        axis = Text(" " * label_w + "0", style=DIM)
-        end = f"{spaced(self.steps)} steps"
-        axis.append(" " * max(1, plot_w - 1 - len(end)) + end)
-        lines.append(axis)
-        return Group(*lines)
+def parse_steps(text: str) -> int | None:
+    """A step count as typed: "200 000", "200_000", "20k", "1,000". None if it is not one."""
+    cleaned = text.strip().lower().replace(" ", "").replace("_", "").replace(",", "")
+    scale = 1
+    if cleaned.endswith("k"):
+        cleaned, scale = cleaned[:-1], 1000
+    if not cleaned.isdigit():
+        return None
+    steps = int(cleaned) * scale
+    return steps if 1 <= steps <= MAX_STEPS else None
 
 
 def gradcheck_table(checks: list[dict]) -> RenderableType:
@@ -206,11 +143,17 @@ class TrainingScreen(Screen):
 
     DEFAULT_CSS = """
     TrainingScreen { layout: vertical; }
-    #train-title { height: 1; padding: 0 1; background: $panel; text-style: bold; }
+    #train-title { height: 1; padding: 0 1; background: $panel; text-style: bold;
+                   text-wrap: nowrap; text-overflow: ellipsis; }
     #train-body { height: 1fr; }
     #train-code { width: 1fr; height: 1fr; border: none; border-right: vkey $panel-lighten-2; }
     #train-side { width: 1fr; height: 1fr; padding: 0 1; }
     #train-phase { height: auto; margin-bottom: 1; }
+    #train-settings { height: 1; margin-bottom: 1; }
+    #train-steps-label { width: auto; color: $text-muted; }
+    #train-steps { width: 14; height: 1; border: none; padding: 0 1; }
+    #train-steps:focus { background: $boost; }
+    #train-steps-hint { width: 1fr; color: $text-muted; padding-left: 1; }
     #train-gradcheck { height: auto; margin-bottom: 1; }
     #train-progress { width: auto; height: 1; }
     #train-rate { height: 1; color: $text-muted; }
@@ -218,17 +161,29 @@ class TrainingScreen(Screen):
     #train-results-box { height: auto; }
     #train-results { height: auto; margin-top: 1; }
     #train-notes { height: auto; margin-top: 1; color: $warning; }
+    #train-runs-title { height: auto; margin-top: 1; color: $text-muted; }
+    #train-runs { height: auto; max-height: 12; }
+    /* Only one of code and run fits beside the other on a narrow terminal; F4 switches. */
+    TrainingScreen.-run-only #train-code { display: none; }
+    TrainingScreen.-narrow #train-code { width: 1fr; border-right: none; }
+    TrainingScreen.-narrow #train-side { display: none; }
+    TrainingScreen.-narrow.-run-only #train-side { display: block; }
+    TrainingScreen.-short #train-plot { height: 9; }
     """
 
     BINDINGS = [
         Binding("ctrl+j,f5,ctrl+enter", "run", "Run", id="train.run", priority=True,
                 tooltip="Check your gradients against autograd, then train on them"),
-        Binding("f8", "cancel", "Cancel", id="train.cancel", priority=True,
+        Binding("f8", "cancel", "Stop", id="train.cancel", priority=True,
                 tooltip="Stop the run; the steps done so far are kept"),
-        Binding("ctrl+r", "reset_code", "Reset code", id="train.reset",
+        Binding("f6", "steps", "Steps", id="train.steps", priority=True,
+                tooltip="Choose how many steps the next run trains"),
+        Binding("f4", "toggle_view", "Code/Run", id="train.view",
+                tooltip="Show the code or the run (on a narrow terminal one at a time)"),
+        Binding("ctrl+t", "reset_code", "Reset code", id="train.reset",
                 tooltip="Put back the code assembled from your accepted steps"),
         Binding("escape", "back", "Back", id="train.back", priority=True,
-                tooltip="Stop a run, or leave this screen"),
+                tooltip="Stop a run, leave the steps field, or leave this screen"),
     ]
 
     def __init__(self, evaluator: Evaluator, store: Store | None, pack: Pack, code: str, *,
@@ -236,7 +191,10 @@ class TrainingScreen(Screen):
                  compile: bool = False) -> None:
         super().__init__()
         self.evaluator, self.store, self.pack, self.code = evaluator, store, pack, code
-        self.steps, self.gradcheck_steps, self.compile = steps, gradcheck_steps, compile
+        self.gradcheck_steps, self.compile = gradcheck_steps, compile
+        if steps is None and store is not None:
+            steps = parse_steps(store.remembered("train.steps") or "")  # the last choice
+        self.steps = steps
         self.settings = TrainingSettings.from_pack(pack, steps=steps,
                                                    gradcheck_steps=gradcheck_steps)
         self.running = False
@@ -246,34 +204,54 @@ class TrainingScreen(Screen):
 
     # -- layout -------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
-        s, ex = self.settings, training_exercise(self.pack)
-        yield Static(f"Exercise {ex.number} — {ex.title} · n_hidden {s.n_hidden} · batch "
-                     f"{s.batch_size} · {spaced(s.steps)} steps", id="train-title")
+        yield Static(self._title(), id="train-title")
         with Horizontal(id="train-body"):
             yield CodeEditor(self.code, id="train-code")
             with VerticalScroll(id="train-side"):
                 yield Static(self._idle_text(), id="train-phase")
+                with Horizontal(id="train-settings"):
+                    yield Static("steps", id="train-steps-label")
+                    yield Input(spaced(self.settings.steps), id="train-steps",
+                                restrict=r"[0-9 _,kK]*", max_length=12,
+                                tooltip="How many steps the next run trains (e.g. 5000, 20k)")
+                    yield Static("F6 to change · F8 stops a run at any point",
+                                 id="train-steps-hint")
                 yield Static("", id="train-gradcheck")
-                yield ProgressBar(total=s.steps, show_eta=False, id="train-progress")
+                yield ProgressBar(total=self.settings.steps, show_eta=False, id="train-progress")
                 yield Static("", id="train-rate")
                 yield LossPlot(id="train-plot")
                 with Vertical(id="train-results-box"):
                     yield Static("", id="train-results")
                     yield Static("", id="train-notes")
-        yield Footer()
+                yield Static("", id="train-runs-title")
+                yield RunsTable(id="train-runs")
+        yield TutorFooter()
+
+    def _title(self) -> str:
+        s, ex = self.settings, training_exercise(self.pack)
+        return (f"Exercise {ex.number} — {ex.title} · n_hidden {s.n_hidden} · batch "
+                f"{s.batch_size} · {spaced(s.steps)} steps")
 
     def on_mount(self) -> None:
         self.query_one("#train-plot", LossPlot).reset(self.settings.steps,
                                                       self.settings.history_every)
         self._show_notes(speed_notes(self.code))
+        self._show_history()
         self.query_one("#train-code", CodeEditor).focus()
 
     def _idle_text(self) -> Text:
         s = self.settings
         text = Text("F5 or Ctrl+J runs it: ", style="bold")
-        text.append(f"the first {s.gradcheck_steps} steps compare every gradient with autograd, "
-                    f"then {spaced(s.steps - s.gradcheck_steps)} more steps train the network on "
-                    "your gradients alone. F8 stops the run at any moment.")
+        if s.gradcheck_steps:
+            text.append(f"the first {spaced(s.gradcheck_steps)} steps compare every gradient "
+                        "with autograd, then ")
+        text.append(f"{spaced(s.steps - s.gradcheck_steps)} "
+                    f"{'more ' if s.gradcheck_steps else ''}steps train the network on your "
+                    "gradients alone.")
+        if s.steps <= s.lr_decay_step:
+            text.append(f" The learning rate stays at {s.lr:g} (it drops to "
+                        f"{s.lr_after_decay:g} only from step {spaced(s.lr_decay_step)}).",
+                        style=DIM)
         return text
 
     def _phase(self, text: str | Text) -> None:
@@ -282,10 +260,76 @@ class TrainingScreen(Screen):
     def _show_notes(self, notes: list[str]) -> None:
         self.query_one("#train-notes", Static).update("\n".join(f"note: {n}" for n in notes))
 
+    # -- earlier runs -------------------------------------------------------------------------
+    def _runs(self) -> list[dict]:
+        if self.store is None:
+            return []
+        try:
+            return self.store.training_runs()
+        except Exception:  # noqa: BLE001 - the screen works without its history
+            return []
+
+    def _show_history(self) -> None:
+        """The runs kept so far; on opening, the last one fills the panels as it ended."""
+        runs = self._runs()
+        table = self.query_one("#train-runs", RunsTable)
+        table.display = bool(runs)
+        title = self.query_one("#train-runs-title", Static)
+        title.update(Text.assemble(
+            (f"Your runs ({len(runs)})", "bold"),
+            ("  enter or a click draws one on the plot to compare", DIM)) if runs else "")
+        table.show_runs(runs)
+        if runs and self.result is None and not self.running:
+            self._show_run(runs[-1], reopened=True)
+
+    @on(RunsTable.CompareChanged)
+    def _compare(self, message: RunsTable.CompareChanged) -> None:
+        self.query_one("#train-plot", LossPlot).compare(message.series)
+
     # -- actions ------------------------------------------------------------------------------
+    def action_steps(self) -> None:
+        if self.running:
+            return
+        self._show_side()
+        field = self.query_one("#train-steps", Input)
+        field.focus()
+        field.select_all()
+
+    @on(Input.Submitted, "#train-steps")
+    def _steps_chosen(self) -> None:
+        if self._apply_steps() and not self.has_class("-run-only"):
+            self.query_one("#train-code", CodeEditor).focus()
+
+    @on(Input.Blurred, "#train-steps")
+    def _steps_left(self) -> None:
+        self._apply_steps()
+
+    def _apply_steps(self) -> bool:
+        """Take the steps field's value as the next run's length; say so when it is no count."""
+        field = self.query_one("#train-steps", Input)
+        steps = parse_steps(field.value)
+        if steps is None:
+            self.notify(f"Steps must be a whole number from 1 to {spaced(MAX_STEPS)}, e.g. "
+                        "5000 or 20k.", title="Steps", severity="warning")
+            field.value = spaced(self.settings.steps)
+            return False
+        field.value = spaced(steps)
+        if steps != self.settings.steps:
+            self.steps = steps
+            self.settings = TrainingSettings.from_pack(self.pack, steps=steps,
+                                                       gradcheck_steps=self.gradcheck_steps)
+            self.query_one("#train-title", Static).update(self._title())
+            if not self.running and self.result is None:
+                self._phase(self._idle_text())
+            if self.store is not None:
+                self.store.remember("train.steps", str(steps))
+        return True
+
     def action_run(self) -> None:
         if self.running:
             self.notify("A run is already going; F8 stops it.", severity="warning")
+            return
+        if not self._apply_steps():
             return
         self.code = self.query_one("#train-code", CodeEditor).text
         self.running, self.cancelling, self.result = True, False, None
@@ -299,7 +343,8 @@ class TrainingScreen(Screen):
                                                       self.settings.history_every)
         self._show_notes(speed_notes(self.code))
         self._phase(Text("Starting: the evaluator builds the network…", style=DIM))
-        self._train(self.code)
+        self._show_side()
+        self._train(self.code, self.settings.steps)
 
     def action_cancel(self) -> None:
         if not self.running or self.cancelling:
@@ -311,15 +356,41 @@ class TrainingScreen(Screen):
     def action_back(self) -> None:
         if self.running:
             self.action_cancel()
+        elif self.focused is self.query_one("#train-steps", Input):
+            self._apply_steps()
+            self._show_code()
         else:
             self.dismiss(self.result)
+
+    def action_toggle_view(self) -> None:
+        if self.has_class("-run-only"):
+            self._show_code()
+        else:
+            self.add_class("-run-only")
+
+    def _show_side(self) -> None:
+        # A run needs its panel in view; only a narrow terminal hides the code for it.
+        if self.has_class("-narrow"):
+            self.add_class("-run-only")
+
+    def on_resize(self) -> None:
+        self.set_class(self.size.width < NARROW, "-narrow")
+        self.set_class(self.size.height < SHORT, "-short")
+
+    def _show_code(self) -> None:
+        self.remove_class("-run-only")
+        self.query_one("#train-code", CodeEditor).focus()
 
     def action_reset_code(self) -> None:
         if self.running:
             return
         accepted = self.store.accepted_codes() if self.store else None
         code = training_code(self.pack, accepted, self.steps)
-        self.query_one("#train-code", CodeEditor).load_text(code)
+        self._show_code()
+        editor = self.query_one("#train-code", CodeEditor)
+        # One edit, so ctrl+z brings the learner's version back.
+        editor.replace(code, editor.document.start, editor.document.end,
+                       maintain_selection_offset=False)
 
     def on_unmount(self) -> None:
         if self.running:  # leaving mid-run must free the evaluator for the rest of the app
@@ -331,11 +402,17 @@ class TrainingScreen(Screen):
             return
         if self._draft_timer is not None:
             self._draft_timer.stop()
-        self._draft_timer = self.set_timer(DRAFT_DELAY, self._save_draft)
+        self._draft_timer = self.set_timer(DRAFT_DELAY, self.save_draft)
 
-    def _save_draft(self) -> None:
+    def save_draft(self) -> None:
+        """Keep the code as the training step's draft (also called by the app on quit)."""
         from tutor.progress import StoreError
 
+        if self._draft_timer is not None:
+            self._draft_timer.stop()
+            self._draft_timer = None
+        if self.store is None:
+            return
         try:
             self.store.save_draft(training_step(self.pack).id,
                                   self.query_one("#train-code", CodeEditor).text)
@@ -344,8 +421,8 @@ class TrainingScreen(Screen):
 
     # -- the worker ---------------------------------------------------------------------------
     @work(thread=True, exclusive=True, group="training")
-    def _train(self, code: str) -> None:
-        payload = {"code": code, "steps": self.steps, "gradcheck_steps": self.gradcheck_steps,
+    def _train(self, code: str, steps: int) -> None:
+        payload = {"code": code, "steps": steps, "gradcheck_steps": self.gradcheck_steps,
                    "compile": self.compile, "reference": False}
         try:
             result = self.evaluator.request("train", payload, None, self._relay)
@@ -394,29 +471,45 @@ class TrainingScreen(Screen):
     def _finished(self, message: TrainingFinished) -> None:
         self.running, self.cancelling = False, False
         r = self.result = message.result
+        self._show_run(r)
+        if r.get("run_id"):
+            self._show_history()
+            self.post_message(TrainingRecorded(r))  # on to the app: it may end exercise 4
+        line = self._error_line(r)
+        if line:
+            self._show_code()
+            self.query_one("#train-code", CodeEditor).mark_error(line - 1)
+
+    def _show_run(self, r: dict, reopened: bool = False) -> None:
+        """Fill the panels with one run's outcome: its curve, checks, losses and notes."""
+        planned = (r.get("settings") or {}).get("steps") or self.settings.steps
         if r.get("history"):  # the complete curve, including the last partial span
             plot = self.query_one("#train-plot", LossPlot)
-            plot.reset(self.settings.steps, r["history"]["every"])
+            plot.reset(planned, r["history"]["every"],
+                       label=f"run #{r['id']}" if reopened else "this run")
             plot.extend(r["history"]["log10_loss"])
         if r.get("gradcheck"):
             table = gradcheck_table(r["gradcheck"]["checks"])
             self.query_one("#train-gradcheck", Static).update(table)
-        self.query_one("#train-progress", ProgressBar).update(progress=r.get("steps_done", 0))
+        self.query_one("#train-progress", ProgressBar).update(
+            total=planned, progress=r.get("steps_done", 0))
         # The live "time left" line would otherwise outlive the run it describes.
         final_loss = f" · last loss {r['last_loss']:.4f}" if r.get("last_loss") else ""
         self.query_one("#train-rate", Static).update(
             f"{spaced(r.get('steps_done', 0))} steps done{final_loss}")
-        self._phase(self._summary(r))
+        summary = self._summary(r, planned)
+        if reopened:
+            summary = Text(f"Your last run, #{r['id']} on {when(r.get('at'))}: ",
+                           style="bold") + summary
+            summary.append("\nF5 runs again.", style=DIM)
+        self._phase(summary)
         if r.get("train_loss") is not None:
             self.query_one("#train-results", Static).update(results_view(r))
-        notes = list(r.get("notes") or [])
+        notes = [] if reopened else list(r.get("notes") or [])
         if r.get("stdout"):
             printed = r["stdout"].splitlines()
             notes.append("your print output, first lines:\n  " + "\n  ".join(printed[:8]))
         self._show_notes(notes)
-        line = self._error_line(r)
-        if line:
-            self.query_one("#train-code", CodeEditor).mark_error(line - 1)
 
     @on(TrainingFailed)
     def _failed(self, message: TrainingFailed) -> None:
@@ -424,15 +517,16 @@ class TrainingScreen(Screen):
         self._phase(Text(f"The evaluator could not run the training: {message.message}",
                          style=BAD))
 
-    def _summary(self, r: dict) -> Text:
+    def _summary(self, r: dict, planned: int) -> Text:
         status, done = r.get("status"), r.get("steps_done", 0)
         saved = f" Saved as run #{r['run_id']}." if r.get("run_id") else ""
         rate = f" ({spaced(r['steps_per_s'])} steps/s)" if r.get("steps_per_s") else ""
         if status == "finished":
+            device = (r.get("settings") or {}).get("device", "?")
             return Text(f"Finished: {spaced(done)} steps in {duration(r.get('train_s'))}{rate} "
-                        f"on {r['settings']['device']}.{saved}", style=GOOD)
+                        f"on {device}.{saved}", style=GOOD)
         if status == "cancelled":
-            return Text(f"Stopped after {spaced(done)} of {spaced(self.settings.steps)} steps; "
+            return Text(f"Stopped after {spaced(done)} of {spaced(planned)} steps; "
                         f"the results below are for the network as it was then.{saved}",
                         style=WARN)
         failure = (r.get("gradcheck") or {}).get("failure")
@@ -448,3 +542,7 @@ class TrainingScreen(Screen):
         if failure and failure.get("line"):
             return failure["line"]
         return (r.get("error") or {}).get("line")
+
+
+NARROW = 100  # columns below which code and run take turns (as the app hides its sidebar)
+SHORT = 32  # rows below which the plot is shorter

@@ -9,9 +9,10 @@ from __future__ import annotations
 from rich.style import Style
 from textual import events
 from textual.widgets import TextArea
-from textual.widgets.text_area import TextAreaTheme
+from textual.widgets.text_area import Selection, TextAreaTheme
 
 from tutor.ui.highlight import is_warm, spans, warm_up
+from tutor.ui.placeholders import PLACEHOLDER, merge_typed_assignment, next_placeholder
 
 ERROR_HIGHLIGHT = "tutor.error"
 THEME_NAME = "tutor"
@@ -77,7 +78,30 @@ class CodeEditor(TextArea):
         if row is not None and 0 <= row < self.document.line_count:
             highlights[row].insert(0, (0, None, ERROR_HIGHLIGHT))
 
+    def select_placeholder(self, after: tuple[int, int] = (0, 0)) -> bool:
+        """Select the next `...` at or after `after` (wrapping), so typing replaces it."""
+        spot = next_placeholder(self.text, after)
+        if spot is None:
+            return False
+        row, col = spot
+        self.selection = Selection((row, col), (row, col + len(PLACEHOLDER)))
+        return True
+
     async def _on_key(self, event: events.Key) -> None:
+        if event.key == "escape":
+            # TextArea would move focus away, leaving typing and undo dead with nothing on
+            # screen to say why. Escape only drops the selection here.
+            event.stop()
+            event.prevent_default()
+            self.selection = Selection.cursor(self.cursor_location)
+            return
+        if event.key == "tab" and not self.read_only:
+            # Tab goes to the template's next blank; with none left it indents as usual.
+            start, end = self.selection
+            if self.select_placeholder(max(start, end)):
+                event.stop()
+                event.prevent_default()
+                return
         # Enter keeps the indentation of the line above (one level more after a colon), so a
         # loop can be typed naturally; every other key is plain TextArea.
         if event.key == "enter" and not self.read_only:
@@ -97,3 +121,16 @@ class CodeEditor(TextArea):
         # An edit makes the old error marker stale.
         if self._error_row is not None:
             self.mark_error(None)
+        self._merge_doubled_assignment()
+
+    def _merge_doubled_assignment(self) -> None:
+        """`dprobs = dprobs = ...` after typing a whole line over a template's `...`: keep the
+        learner's own assignment (an undoable edit, like any other)."""
+        row, col = self.cursor_location
+        line = self.document.get_line(row)
+        merged = merge_typed_assignment(line)
+        if merged is None:
+            return
+        text, removed = merged
+        self.replace(text, (row, 0), (row, len(line)), maintain_selection_offset=False)
+        self.move_cursor((row, max(0, col - removed)))

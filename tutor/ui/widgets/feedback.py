@@ -6,8 +6,6 @@ something a learner can read at a glance, in the spirit of the notebook's `cmp` 
 
 from __future__ import annotations
 
-import re
-
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
@@ -15,6 +13,7 @@ from textual.containers import VerticalScroll
 from textual.widgets import Static
 
 from tutor.ui.highlight import python_text
+from tutor.ui.prose import prose
 from tutor.ui.widgets.heatmap import Heatmap
 
 VERDICT_STYLES = {
@@ -42,21 +41,10 @@ ERROR_TITLES = {
 GOOD, BAD, DIM = "bold #98c379", "bold #e06c75", "#7f8896"
 UNSETTLED = "bold #e5c07b"  # right on its own, under a result that did not pass
 ACCEPTED = ("exact", "approximate")
-CODE_STYLE = "bold #dcdcaa"
 MAX_PRINTED_LINES = 40
-
-
-def prose(message: str, style: str = "") -> Text:
-    """Pack-written text as one flowing paragraph: single line breaks become spaces (the
-    terminal wraps), blank lines stay, and `code` spans are shown as code."""
-    paragraphs = [" ".join(p.split()) for p in re.split(r"\n\s*\n", message.strip())]
-    text = Text(style=style)
-    for i, paragraph in enumerate(paragraphs):
-        if i:
-            text.append("\n")
-        for j, piece in enumerate(paragraph.split("`")):
-            text.append(piece, style=CODE_STYLE if j % 2 else "")
-    return text
+# The engine's sentence for an answer that is right up to float32 rounding. It is the same for
+# every gradient, so the panel says it once per check instead of once per row.
+ROUNDING_PREFIX = "correct: it differs from autograd only by float32 rounding"
 
 
 def _flag(value: bool | None, settled: bool = True) -> Text:
@@ -111,25 +99,48 @@ def checks_table(checks: list[dict], passed: bool = True) -> Table:
     return table
 
 
+def _grad(check: dict) -> str:
+    return check.get("grad") or f"d{check.get('tensor', '?')}"
+
+
+def _only_rounding(check: dict) -> bool:
+    """An accepted row whose message is the standard float32-rounding sentence."""
+    return (check.get("verdict") == "approximate" and not check.get("diagnosis")
+            and str(check.get("message") or "").startswith(ROUNDING_PREFIX))
+
+
+def _rounding_line(checks: list[dict]) -> Text | None:
+    """One sentence for every row that differs from autograd by float32 rounding alone."""
+    names = [_grad(c) for c in checks if _only_rounding(c)]
+    if not names:
+        return None
+    which = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+    verb = "differs" if len(names) == 1 else "differ"
+    return Text(f"{which} {verb} from autograd only by float32 rounding: each is as close to "
+                "the exact (float64) gradient as autograd's own result, so it counts as "
+                "correct.", style=DIM)
+
+
 def _check_details(check: dict) -> list[RenderableType]:
     """The teaching part under the table: diagnosis first, then where the values differ."""
     parts: list[RenderableType] = []
-    grad = check.get("grad") or f"d{check.get('tensor', '?')}"
+    grad = _grad(check)
     verdict = check.get("verdict")
     diagnosis = check.get("diagnosis")
     if diagnosis and diagnosis.get("kind") == "heldout":
         pass  # the row's message is the fresh batch's, said once on its own line below
     elif diagnosis and diagnosis.get("message"):
         parts.append(Text(f"{grad}: ", style="bold") + prose(diagnosis["message"], "#e5c07b"))
-    elif verdict != "exact" and check.get("message"):
-        # For "approximate" this says whether float32 rounding explains the difference.
+    elif verdict != "exact" and check.get("message") and not _only_rounding(check):
         tone = DIM if verdict == "approximate" else ""
         parts.append(Text(f"{grad}: ", style="bold") + prose(check["message"], tone))
+    if check.get("note"):  # e.g. a shape that differs by a size-1 dimension and still works
+        parts.append(Text(f"{grad}: ", style="bold") + prose(check["note"], DIM))
     heatmap = check.get("heatmap")
     if heatmap:
         parts.append(Text(f"where {grad} differs from autograd (|yours − autograd|, "
                           "brighter = further off):", style=DIM))
-        parts.append(Heatmap(heatmap))
+        parts.append(Heatmap(heatmap, shape=check.get("expected_shape") or check.get("shape")))
     return parts
 
 
@@ -165,8 +176,9 @@ def error_text(error: dict) -> Text:
     return text
 
 
-def result_view(result: dict, unlocked: str | None) -> Group:
-    """Everything one check produced, in reading order."""
+def result_view(result: dict, unlocked: str | None, revealed: bool = False) -> Group:
+    """Everything one check produced, in reading order. `revealed` says the step's solution
+    was shown before this check, so a pass does not change its status."""
     parts: list[RenderableType] = []
     error = result.get("error")
     checks = result.get("checks") or []
@@ -182,12 +194,19 @@ def result_view(result: dict, unlocked: str | None) -> Group:
         if unlocked:
             parts.append(Text(f"Next line unlocked: {unlocked}. Press ^n to go on.",
                               style="#56b6c2"))
+        if revealed:
+            parts.append(Text("Your version works. The step stays marked revealed (◇), since "
+                              "you saw the solution first; the attempt is recorded.",
+                              style="#c678dd"))
     else:
         parts.append(Text("✗ Not yet.", style=BAD))
     if checks:
         parts.append(checks_table(checks, bool(result.get("passed"))))
         for check in checks:
             parts.extend(_check_details(check))
+        rounding = _rounding_line(checks)
+        if rounding is not None:
+            parts.append(rounding)
     heldout = result.get("heldout")
     if heldout:
         n = heldout.get("batch_size")
@@ -200,49 +219,114 @@ def result_view(result: dict, unlocked: str | None) -> Group:
         parts.append(Text("· ", style=DIM) + prose(note, DIM))
     if result.get("figure"):
         parts.extend(_figure(result["figure"]))
-    printed = (result.get("stdout") or "").rstrip("\n")
-    if printed:
-        lines = printed.split("\n")
-        if len(lines) > MAX_PRINTED_LINES:
-            lines = [f"… {len(lines) - MAX_PRINTED_LINES} earlier lines"] + lines[
-                -MAX_PRINTED_LINES:
-            ]
+    printed = printed_lines(result.get("stdout") or "")
+    if printed is not None:
         parts.append(Text("printed:", style=DIM))
-        parts.append(Text("\n".join(lines), style="#abb2bf"))
+        parts.append(printed)
     return Group(*parts)
 
 
+def printed_lines(stdout: str) -> Text | None:
+    printed = (stdout or "").rstrip("\n")
+    if not printed:
+        return None
+    lines = printed.split("\n")
+    if len(lines) > MAX_PRINTED_LINES:
+        lines = [f"… {len(lines) - MAX_PRINTED_LINES} earlier lines"] + lines[-MAX_PRINTED_LINES:]
+    return Text("\n".join(lines), style="#abb2bf")
+
+
+def scratch_view(result: dict, expected: dict[str, list[int] | None]) -> Group:
+    """A run without grading: what it printed, what went wrong, and what it defined.
+
+    `expected` maps a gradient's name to the shape it must have, so a defined gradient says at
+    once whether its shape is the one the check will want.
+    """
+    parts: list[RenderableType] = [Text(
+        "Run without grading: nothing was compared with autograd and no attempt was counted.",
+        style="bold #61afef")]
+    if result.get("error"):
+        parts.append(error_text(result["error"]))
+    printed = printed_lines(result.get("stdout") or "")
+    if printed is not None:
+        parts.append(Text("printed:", style=DIM))
+        parts.append(printed)
+    # Modules (torch, F, math) are always there; listing them hides what the code made.
+    defined = [d for d in result.get("defined") or [] if d.get("what") != "module"]
+    if defined:
+        table = Table(box=None, pad_edge=False, padding=(0, 2, 0, 0), show_edge=False,
+                      title="defined or changed:", title_justify="left", title_style=DIM)
+        table.add_column("name", style="bold", no_wrap=True)
+        table.add_column("what")
+        table.add_column("", no_wrap=True)
+        for item in defined:
+            name, what = str(item.get("name", "?")), str(item.get("what", ""))
+            table.add_row(name, what, _shape_remark(name, what, expected))
+        parts.append(table)
+    elif not result.get("error") and printed is None:
+        parts.append(Text("It ran, printed nothing and defined nothing new.", style=DIM))
+    return Group(*parts)
+
+
+def _shape_remark(name: str, what: str, expected: dict[str, list[int] | None]) -> Text:
+    want = expected.get(name)
+    if want is None:
+        return Text("")
+    if f"[{', '.join(str(d) for d in want)}]" in what:
+        return Text("✓ the shape the check wants", style="#56b6c2")
+    return Text(f"the check wants {_dims(want)}", style="#d19a66")
+
+
 class Feedback(VerticalScroll, can_focus=True):
-    """Scrollable panel: status line, last result, hints, revealed solution."""
+    """Scrollable panel: status line, last result, a run without grading, hints, solution.
+
+    Whatever the learner asked for last is scrolled into view, even on a short terminal where
+    it lands below the fold.
+    """
+
+    PARTS = ("status", "result", "scratch", "hints", "solution")
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.border_title = "Feedback"
-        self._solution: str | None = None
+        self._solution: tuple[str, bool] | None = None
+        self._follow: str | None = None  # the part to keep in view once layout settles
 
     def rehighlight(self) -> None:
         """Redraw the code shown here once highlighting is available."""
         if self._solution:
-            self.show_solution(self._solution)
+            self.show_solution(*self._solution)
 
     def compose(self):
-        yield Static(id="feedback-status")
-        yield Static(id="feedback-result")
-        yield Static(id="feedback-hints")
-        yield Static(id="feedback-solution")
+        for name in self.PARTS:
+            yield Static(id=f"feedback-{name}")
 
     def _part(self, name: str) -> Static:
         return self.query_one(f"#feedback-{name}", Static)
+
+    @property
+    def has_content(self) -> bool:
+        """True when something beyond the status line is shown (a result, hints, ...)."""
+        return any(self._part(name).display for name in self.PARTS[1:])
 
     def show_status(self, message: str | Text) -> None:
         self._part("status").update(message)
         self._part("status").display = bool(str(message))
 
-    def show_result(self, result: dict | None, unlocked: str | None = None) -> None:
+    def show_result(self, result: dict | None, unlocked: str | None = None,
+                    revealed: bool = False) -> None:
         part = self._part("result")
-        part.update(result_view(result, unlocked) if result else "")
+        part.update(result_view(result, unlocked, revealed) if result else "")
         part.display = bool(result)
+        self.show_scratch(None)  # a check supersedes an earlier run without grading
+        self._follow = None
         self.scroll_home(animate=False)
+
+    def show_scratch(self, result: dict | None,
+                     expected: dict[str, list[int] | None] | None = None) -> None:
+        part = self._part("scratch")
+        part.update(scratch_view(result, expected or {}) if result else "")
+        part.display = bool(result)
 
     def show_hints(self, hints: list[str], total: int) -> None:
         shown = len(hints)
@@ -258,16 +342,37 @@ class Feedback(VerticalScroll, can_focus=True):
         part.update(Group(*body))
         part.display = bool(hints)
 
-    def show_solution(self, code: str | None) -> None:
-        self._solution = code
+    def show_solution(self, code: str | None, revealed: bool = True) -> None:
+        """The reference solution; `revealed` says whether seeing it cost the step its status
+        (it does not once the step was solved: then it is there to compare)."""
+        self._solution = (code, revealed) if code else None
         part = self._part("solution")
         if code:
-            part.update(Group(
-                Text("Reference solution (this step now counts as revealed):",
-                     style="bold #c678dd"),
-                python_text(code.rstrip("\n")),
-            ))
+            title = ("Reference solution (this step counts as revealed):" if revealed else
+                     "Reference solution, to compare with yours (your step keeps its status):")
+            part.update(Group(Text(title, style="bold #c678dd"),
+                              python_text(code.rstrip("\n"))))
         part.display = bool(code)
 
     def scroll_to_part(self, name: str) -> None:
-        self.call_after_refresh(self.scroll_to_widget, self._part(name), animate=False, top=True)
+        """Bring a part into view, top first, once the layout includes what just changed."""
+        self._follow = name
+        self.call_after_refresh(self._scroll_to_followed)
+
+    def _scroll_to_followed(self, tries: int = 20) -> None:
+        if self._follow is None:
+            return
+        part = self._part(self._follow)
+        if not part.display:
+            return
+        if not self.screen.is_current or not part.virtual_region.size:
+            # Under a dialog (the reveal confirmation) this screen is not laid out, and a part
+            # just shown has no place yet: try again shortly.
+            if tries:
+                self.set_timer(0.05, lambda: self._scroll_to_followed(tries - 1))
+            return
+        self.scroll_to_widget(part, animate=False, top=True, immediate=True)
+
+    def on_resize(self) -> None:
+        # A new layout (a panel grew or shrank) must not lose what the learner asked for.
+        self.call_after_refresh(self._scroll_to_followed)

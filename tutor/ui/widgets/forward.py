@@ -26,8 +26,9 @@ def forward_rows(
     current: set[str],
     done: set[str],
     width: int,
-) -> tuple[list[Text], int]:
-    """Render the lines as screen rows of `width` columns, and the row of the current line.
+) -> tuple[list[Text], int, list[int]]:
+    """Render the lines as screen rows of `width` columns, the row of the current line, and for
+    every row the index of the forward line it belongs to (-1 for a heading).
 
     A line whose annotation does not fit beside it gets the annotation on the row below,
     right-aligned; a line wider than the panel continues on the next rows, indented. So
@@ -35,12 +36,14 @@ def forward_rows(
     """
     width = max(width, 20)
     out: list[Text] = []
+    owners: list[int] = []
     current_row = -1
     exercise = 0
-    for line in lines:
+    for index, line in enumerate(lines):
         if line.exercise != exercise:
             exercise = line.exercise
             out.append(Text(f"  # exercise {exercise}", style="italic #5c6370"))
+            owners.append(-1)
         is_current = line.target in current
         if is_current and current_row < 0:
             current_row = len(out)
@@ -60,18 +63,34 @@ def forward_rows(
                 part.pad_right(max(0, width - part.cell_len))
                 part.stylize(CURRENT_ROW)
             out.append(part)
-    return out, max(current_row, 0)
+            owners.append(index)
+    return out, max(current_row, 0), owners
+
+
+BREAK_AFTER = " ,(["  # a folded line breaks after one of these, never inside a name
+
+
+def _break_at(plain: str, width: int) -> int:
+    """Where to cut `plain` so the first row holds at most `width` cells: after the last space,
+    comma or opening bracket that fits, or at `width` when a single name is longer."""
+    if len(plain) <= width:
+        return len(plain)
+    cut = max(plain.rfind(ch, 0, width) for ch in BREAK_AFTER) + 1
+    return cut if cut > width // 3 else width
 
 
 def _fold(text: Text, width: int) -> list[Text]:
     """Cut a code line into rows of at most `width` cells; continuations are indented."""
     if text.cell_len <= width:
         return [text]
-    rows = [text[:width]]
-    rest = text[width:]
+    cut = _break_at(text.plain, width)
+    rows = [text[:cut]]
+    rest = text[cut:]
     while rest.cell_len:
-        rows.append(Text("    ") + rest[: width - 4])
-        rest = rest[width - 4 :]
+        rest = rest[len(rest.plain) - len(rest.plain.lstrip(" ")):]  # no leading blanks
+        cut = _break_at(rest.plain, width - 4)
+        rows.append(Text("    ") + rest[:cut])
+        rest = rest[cut:]
     return rows
 
 
@@ -105,7 +124,8 @@ class ForwardPanel(Widget, can_focus=False):
         self._current: set[str] = set()
         self._done: set[str] = set()
         self._top: int | None = None  # None follows the current line
-        self._cache: tuple[tuple, list[Text], int] | None = None  # rendering, by its inputs
+        # The rendering, by its inputs: rows, the current line's row, each row's line.
+        self._cache: tuple[tuple, list[Text], int, list[int]] | None = None
         self.border_title = "Forward pass"
 
     def show(self, exercise: int, current: set[str], done: set[str]) -> None:
@@ -122,19 +142,33 @@ class ForwardPanel(Widget, can_focus=False):
         # The pack's own forward pass always; an exercise's extra lines only on that exercise.
         return [ln for ln in self._all_lines if ln.exercise in (0, self._exercise)]
 
-    def _window(self) -> tuple[list[Text], int]:
-        """All rendered rows and the first one to show."""
-        width, height = self.size
+    def _rendered(self) -> tuple[list[Text], int, list[int]]:
+        width = self.size.width
         key = (width, self._exercise, frozenset(self._current), frozenset(self._done),
                id(self._shapes), is_warm())
         if self._cache is None or self._cache[0] != key:
-            rows, current_row = forward_rows(
+            self._cache = (key, *forward_rows(
                 self.visible_lines(), self._shapes, self._current, self._done, width
-            )
-            self._cache = (key, rows, current_row)
-        _, rows, current_row = self._cache
+            ))
+        return self._cache[1:]
+
+    def _window(self) -> tuple[list[Text], int]:
+        """All rendered rows and the first one to show."""
+        height = self.size.height
+        rows, current_row, _ = self._rendered()
         top = current_row - height // 3 if self._top is None else self._top
         return rows, min(max(top, 0), max(0, len(rows) - height))
+
+    def hidden_lines(self) -> tuple[int, int]:
+        """How many forward lines lie wholly above and wholly below the window (a line folded
+        over several rows is one line)."""
+        rows, top = self._window()
+        _, _, owners = self._rendered()
+        bottom = top + self.size.height
+        shown = {owners[r] for r in range(top, min(bottom, len(rows)))}
+        above = {o for o in owners[:top] if o >= 0} - shown
+        below = {o for o in owners[bottom:] if o >= 0} - shown
+        return len(above), len(below)
 
     def render(self) -> Text:
         rows, top = self._window()
@@ -142,8 +176,7 @@ class ForwardPanel(Widget, can_focus=False):
 
     def refresh_window(self) -> None:
         """Redraw, and say in the title how many lines the window leaves out."""
-        rows, top = self._window()
-        above, below = top, max(0, len(rows) - top - self.size.height)
+        above, below = self.hidden_lines()
         title = "Forward pass"
         if self.size.height:  # scrolled-off counts, so the wheel's use is discoverable
             title += f" · ↑ {above} more" if above else ""

@@ -1,7 +1,9 @@
 """Small heatmaps drawn with half blocks: two matrix rows per terminal row.
 
 Used for |yours − autograd| when an answer has the right shape but wrong values, and for
-the dlogits picture of exercise 2. Matrices are downsampled to fit the space available.
+the dlogits picture of exercise 2. Matrices are pooled to fit the space available, so the
+picture says how: row and column numbers of the original tensor on the axes, how many of its
+entries each cell stands for, and what the colours mean.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from rich.color import Color
 from rich.console import Console, ConsoleOptions, RenderResult
 from rich.segment import Segment
 from rich.style import Style
+from rich.text import Text
 
 Matrix = Sequence[Sequence[float]]
 
@@ -20,6 +23,8 @@ _COLD = (40, 44, 52)  # zero: the panel's own background, so "no error" looks em
 _HOT = (224, 108, 117)
 _NEGATIVE = (97, 175, 239)
 _POSITIVE = (209, 154, 102)
+AXIS = Style(color="#7f8896")
+LEGEND_STEPS = 6
 
 
 def downsample(values: Matrix, max_rows: int, max_cols: int, signed: bool) -> list[list[float]]:
@@ -49,13 +54,43 @@ def _mix(a: tuple[int, int, int], b: tuple[int, int, int], t: float) -> Color:
     return Color.from_rgb(*(round(x + (y - x) * t) for x, y in zip(a, b, strict=True)))
 
 
-class Heatmap:
-    """A rich renderable. `signed` maps negative to blue and positive to orange."""
+def _per_cell(original: int, shown: int) -> str:
+    """How many original rows (or columns) one drawn cell stands for."""
+    if shown <= 0 or original <= shown:
+        return "1"
+    if original % shown == 0:
+        return str(original // shown)
+    return f"≈{original / shown:.1f}"
 
-    def __init__(self, values: Matrix, *, signed: bool = False, max_rows: int = 16) -> None:
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+class Heatmap:
+    """A rich renderable. `signed` maps negative to blue and positive to orange.
+
+    `shape` is the (rows, columns) of the tensor the values were pooled from, when they were
+    pooled before they got here (the engine sends at most 8 x 32 cells); it labels the axes.
+    """
+
+    def __init__(
+        self,
+        values: Matrix,
+        *,
+        signed: bool = False,
+        max_rows: int = 16,
+        shape: Sequence[int] | None = None,
+    ) -> None:
         self.values = values
         self.signed = signed
         self.max_rows = max_rows  # matrix rows, i.e. twice the terminal rows
+        rows, cols = len(values), max((len(r) for r in values), default=0)
+        if shape:
+            dims = list(shape)
+            # The engine flattens what lies beyond the first axis, and makes a vector one row.
+            rows, cols = (1, dims[0]) if len(dims) == 1 else (dims[0], math.prod(dims[1:]))
+        self.rows, self.cols = rows, cols
 
     def _color(self, v: float, scale: float) -> Color:
         if scale <= 0 or v == 0:
@@ -66,16 +101,59 @@ class Heatmap:
             return _mix(_COLD, _HOT, 0.15 + 0.85 * t)
         return _mix(_COLD, _NEGATIVE if v < 0 else _POSITIVE, 0.15 + 0.85 * t)
 
+    def _legend(self, scale: float) -> Text:
+        text = Text("colour: ", style=AXIS)
+        swatch = [scale * (k / (LEGEND_STEPS - 1)) ** 2 for k in range(LEGEND_STEPS)]
+        if self.signed:
+            text.append(f"−{scale:.1e} ", style=AXIS)
+            for v in reversed(swatch[1:]):
+                text.append("█", style=Style(color=self._color(-v, scale)))
+            text.append(" 0 ", style=AXIS)
+            for v in swatch[1:]:
+                text.append("█", style=Style(color=self._color(v, scale)))
+            text.append(f" +{scale:.1e}", style=AXIS)
+            return text
+        text.append("0 ", style=AXIS)
+        for v in swatch:
+            text.append("█", style=Style(color=self._color(v, scale)))
+        text.append(f" {scale:.1e} (largest)", style=AXIS)
+        return text
+
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        grid = downsample(self.values, self.max_rows, options.max_width, self.signed)
-        cols = max((len(row) for row in grid), default=1)
+        gutter = max(4, len(str(max(self.rows - 1, 0))) + 1)  # room for "row" over the numbers
+        room = max(4, options.max_width - gutter)
+        grid = downsample(self.values, self.max_rows, room, self.signed)
+        if not grid:
+            return
+        cols = max(len(row) for row in grid)
         # Up to three cells per value when there is room: a 27-wide matrix is easier to read.
-        cell = max(1, min(3, options.max_width // max(cols, 1)))
+        cell = max(1, min(3, room // max(cols, 1)))
         scale = max((abs(v) for row in grid for v in row), default=0.0)
+        drawn = cols * cell
+        last = str(max(self.cols - 1, 0))
+        header = Text("row".ljust(gutter) + "0", style=AXIS)
+        if drawn > len(last) + 1:
+            header.append(" " * (drawn - 1 - len(last)) + last)
+        if header.cell_len + 9 <= options.max_width:  # the axis name only where it fits
+            header.append(" ← column", style=AXIS)
+        yield header
         for top in range(0, len(grid), 2):
+            first_row = top * self.rows // len(grid)
+            yield Segment(f"{first_row:>{gutter - 1}} ", AXIS)
             upper = grid[top]
             lower = grid[top + 1] if top + 1 < len(grid) else None
             for c, value in enumerate(upper):
                 bg = self._color(lower[c], scale) if lower is not None and c < len(lower) else None
                 yield Segment("▀" * cell, Style(color=self._color(value, scale), bgcolor=bg))
             yield Segment.line()
+        yield Text(self._how_pooled(len(grid), cols), style=AXIS)
+        yield self._legend(scale)
+
+    def _how_pooled(self, shown_rows: int, shown_cols: int) -> str:
+        r, c = _per_cell(self.rows, shown_rows), _per_cell(self.cols, shown_cols)
+        size = f"{_plural(self.rows, 'row')} × {_plural(self.cols, 'column')}: "
+        per_line = " (two cell rows per line)" if shown_rows > 1 else ""
+        if r == c == "1":
+            return size + "one entry per cell" + per_line
+        what = "the largest |value|" if not self.signed else "the most extreme value"
+        return size + f"each cell is {what} of {r} × {c} entries" + per_line

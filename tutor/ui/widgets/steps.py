@@ -57,7 +57,8 @@ class StepList(OptionList):
         left = remaining_before(self._pack, step, statuses)
         if left:
             text = Text(f"{MARKERS['locked']} {step.title}", style=STATUS_STYLES["locked"])
-            text.append(f"\n  {len(left)} step{'s' if len(left) != 1 else ''} to go",
+            # "after", not "to go": the steps left in the lesson include this one.
+            text.append(f"\n  opens after {len(left)} more step{'s' if len(left) != 1 else ''}",
                         style="italic #5c6370")
             return text
         return Text(f"★ {step.title}", style="bold #e5c07b")

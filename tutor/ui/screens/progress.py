@@ -1,0 +1,67 @@
+"""The progress view: what `backprop-tutor progress` prints, as a table over the main screen."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical, VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
+from tutor.packs import Pack
+from tutor.ui.progress_view import MARKERS, STATUS_STYLES
+from tutor.ui.summary import duration, outcome, tally
+
+DIM = "#7f8896"
+
+
+def progress_table(pack: Pack, rows: Sequence[Mapping]) -> Group:
+    table = Table(box=None, pad_edge=False, padding=(0, 1), expand=False)
+    for name, justify in (("", "left"), ("step", "left"), ("status", "left"),
+                          ("attempts", "right"), ("hints", "right"),
+                          ("best maxdiff", "right"), ("time", "right")):
+        table.add_column(name, justify=justify, no_wrap=True, header_style=DIM)
+    exercise = None
+    for number, r in enumerate(rows, 1):
+        if r["exercise"] != exercise:
+            exercise = r["exercise"]
+            ex = pack.exercise(exercise)
+            table.add_row("", Text(f"{ex.number} · {ex.title}", style="bold #9da5b4"))
+        status = r["status"]
+        best = "—" if r["best_maxdiff"] is None else f"{r['best_maxdiff']:.2g}"
+        table.add_row(
+            Text(MARKERS.get(status, " "), style=STATUS_STYLES.get(status, "")),
+            f"{number:>2} {pack.step(r['id']).title}",
+            Text(status, style=STATUS_STYLES.get(status, "")),
+            str(r["attempts"]), str(r["hints"]), best,
+            duration(r["seconds"]) if r["seconds"] else "—",
+        )
+    total = tally(rows)
+    line = Text(f"{total.done} of {total.steps} steps done ({outcome(total)}), "
+                f"{total.attempts} attempts, {total.hints} hints, {duration(total.seconds)}")
+    return Group(table, Text(""), line)
+
+
+class ProgressScreen(ModalScreen[None]):
+    BINDINGS = [
+        Binding("escape,q,ctrl+o", "dismiss", "Close", id="progress.close"),
+    ]
+
+    def __init__(self, pack: Pack, rows: Sequence[Mapping]) -> None:
+        super().__init__()
+        self.pack, self.rows = pack, rows
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="dialog"):
+            with VerticalScroll(id="explain-body"):
+                yield Static(progress_table(self.pack, self.rows), id="progress-body")
+            yield Static("esc closes this · the same as `backprop-tutor progress`",
+                         classes="dialog-hint")
+
+    def on_mount(self) -> None:
+        self.query_one("#explain-body").focus()

@@ -1,0 +1,112 @@
+"""Earlier training runs, one row each, and which of them to draw on the loss plot.
+
+The rows come from the progress store (`Store.training_runs()`), so reopening exercise 4 shows
+every run kept so far. Enter or a click on a row adds its curve to the plot, or takes it off.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from rich.text import Text
+from textual.message import Message
+from textual.widgets import DataTable
+
+from tutor.ui.widgets.lossplot import COMPARE_COLOURS, Series, spaced
+
+DIM = "#7f8896"
+RESULT_STYLES = {"finished": "#98c379", "cancelled": "#e5c07b", "diverged": "#e06c75"}
+
+
+def when(at: str | None) -> str:
+    """A stored UTC time as local "05-01 14:03"."""
+    try:
+        return datetime.fromisoformat(str(at)).astimezone().strftime("%m-%d %H:%M")
+    except ValueError:
+        return "?"
+
+
+def clock(seconds: float | None) -> str:
+    if seconds is None or not math.isfinite(seconds):
+        return "—"
+    minutes, s = divmod(int(round(seconds)), 60)
+    return f"{minutes}:{s:02d}" if minutes < 60 else f"{minutes // 60}:{minutes % 60:02d}:{s:02d}"
+
+
+def series_of(run: Mapping, colour: str) -> Series:
+    history = run.get("history") or {}
+    planned = (run.get("settings") or {}).get("steps") or run.get("steps_done") or 1
+    return Series(f"#{run.get('id')}", int(history.get("every") or 1), int(planned), colour,
+                  [float(v) for v in history.get("log10_loss") or [] if math.isfinite(v)])
+
+
+@dataclass
+class Compared:
+    colour: str
+
+
+class RunsTable(DataTable):
+    """The runs kept in the store, newest first."""
+
+    class CompareChanged(Message):
+        """The set of runs drawn for comparison changed: their curves, in their colours."""
+
+        def __init__(self, series: list[Series]) -> None:
+            super().__init__()
+            self.series = series
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id, cursor_type="row", zebra_stripes=False, show_cursor=True)
+        self.runs: dict[str, Mapping] = {}
+        self.compared: dict[str, Compared] = {}
+
+    def on_mount(self) -> None:
+        for name in ("run", "when", "result", "steps", "train", "val", "time"):
+            self.add_column(name, key=name)
+
+    def show_runs(self, runs: Sequence[Mapping]) -> None:
+        """Fill the table (newest first), keeping the runs already chosen for the plot."""
+        self.clear()
+        self.runs = {str(r.get("id")): r for r in runs}
+        self.compared = {k: v for k, v in self.compared.items() if k in self.runs}
+        for run in reversed(list(runs)):
+            key = str(run.get("id"))
+            status = str(run.get("status", "?"))
+            planned = (run.get("settings") or {}).get("steps")
+            done = run.get("steps_done") or 0
+            steps = spaced(done) if not planned or planned == done else \
+                f"{spaced(done)}/{spaced(planned)}"
+            self.add_row(
+                self._mark(key), when(run.get("at")),
+                Text(status, style=RESULT_STYLES.get(status, "")), steps,
+                "—" if run.get("train_loss") is None else f"{run['train_loss']:.3f}",
+                "—" if run.get("val_loss") is None else f"{run['val_loss']:.3f}",
+                clock(run.get("train_s")), key=key)
+
+    def _mark(self, key: str) -> Text:
+        """The run's number, after a bar in its colour when it is drawn on the plot."""
+        chosen = self.compared.get(key)
+        mark = Text("━ ", style=chosen.colour) if chosen else Text("  ")
+        return mark + Text(f"#{key}")
+
+    def toggle(self, key: str) -> None:
+        if key in self.compared:
+            del self.compared[key]
+        else:
+            if len(self.compared) == len(COMPARE_COLOURS):  # the oldest choice makes room
+                self.compared.pop(next(iter(self.compared)))
+            used = {c.colour for c in self.compared.values()}
+            colour = next(c for c in COMPARE_COLOURS if c not in used)
+            self.compared[key] = Compared(colour)
+        for k in self.runs:
+            self.update_cell(k, "run", self._mark(k))
+        self.post_message(self.CompareChanged(
+            [series_of(self.runs[k], c.colour) for k, c in self.compared.items()]))
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        event.stop()
+        if event.row_key.value is not None:
+            self.toggle(str(event.row_key.value))

@@ -379,7 +379,8 @@ def test_the_tui_refuses_oversized_code_without_checking_or_recording(tmp_path):
     evaluator = FakeEvaluator()
 
     async def scenario() -> None:
-        app = TutorApp(Settings(device="cpu", home=tmp_path / "home"), evaluator=evaluator)
+        app = TutorApp(Settings(device="cpu", home=tmp_path / "home"), evaluator=evaluator,
+                       greet=False)
         async with app.run_test(size=(120, 40)) as pilot:
             deadline = time.monotonic() + 30
             while app.info is None:

@@ -23,7 +23,7 @@ from textual.widgets import OptionList, TextArea
 from textual.widgets.text_area import Selection
 
 from tutor.config import Settings
-from tutor.packs import Exercise, Pack, Step, load_pack
+from tutor.packs import Exercise, Pack, Step, find_pack, load_pack
 from tutor.sandbox.client import EvaluatorNotReady
 from tutor.source import size_problem
 from tutor.ui.activity import ActiveClock
@@ -127,7 +127,7 @@ class TutorApp(App[int], inherit_bindings=False):
         drive the main screen from a fresh start)."""
         super().__init__()
         self.settings = settings
-        self.pack: Pack = load_pack()
+        self.pack: Pack = load_pack(find_pack(settings.pack))
         # What we create we close; what the caller passes in stays the caller's.
         self._owns_store = store is None
         self._owns_evaluator = evaluator is None
@@ -860,7 +860,7 @@ def run_app(settings: Settings) -> int:
     from tutor.progress import Store, StoreError
     from tutor.sandbox.client import Evaluator
 
-    pack = load_pack()
+    pack = load_pack(find_pack(settings.pack))
     try:
         store = Store.open(settings.data_home, pack)
     except StoreError as exc:

@@ -126,11 +126,18 @@ class CodeEditor(TextArea):
     def _merge_doubled_assignment(self) -> None:
         """`dprobs = dprobs = ...` after typing a whole line over a template's `...`: keep the
         learner's own assignment (an undoable edit, like any other)."""
-        row, col = self.cursor_location
-        line = self.document.get_line(row)
-        merged = merge_typed_assignment(line)
-        if merged is None:
-            return
-        text, removed = merged
-        self.replace(text, (row, 0), (row, len(line)), maintain_selection_offset=False)
-        self.move_cursor((row, max(0, col - removed)))
+        # Every line, not only the cursor's: keys typed fast (or pasted) can have moved the
+        # cursor on to the next line before this change is handled.
+        cursor_row, col = self.cursor_location
+        for row in range(self.document.line_count):
+            line = self.document.get_line(row)
+            merged = merge_typed_assignment(line)
+            if merged is None:
+                continue
+            text, removed = merged
+            self.replace(text, (row, 0), (row, len(line)), maintain_selection_offset=False)
+            if row == cursor_row:
+                self.move_cursor((row, max(0, col - removed)))
+            else:
+                self.move_cursor((cursor_row, col))
+            return  # the edit posts another change, which handles any further line

@@ -105,3 +105,36 @@ def test_an_unknown_pack_is_one_line_and_exit_2(tmp_path):
     out = _cli("--pack", "no-such-pack", "list", home=tmp_path)
     assert out.returncode == 2
     assert out.stderr.strip().count("\n") == 0 and "no-such-pack" in out.stderr
+
+
+def test_the_tui_teaches_the_pack(tmp_path):
+    import asyncio
+    import time
+
+    from tutor.progress import Store
+    from tutor.sandbox.client import Evaluator
+    from tutor.ui.app import TutorApp
+    from tutor.ui.widgets.editor import CodeEditor
+
+    settings = Settings(device="cpu", home=tmp_path, pack=str(TINY))
+    store = Store.open(tmp_path, PACK)
+
+    async def scenario() -> None:
+        with Evaluator(settings) as ev:
+            app = TutorApp(settings, store=store, evaluator=ev, greet=False)
+            async with app.run_test(size=(120, 40)) as pilot:
+                deadline = time.monotonic() + 60
+                while app.info is None or app.checking:
+                    assert time.monotonic() < deadline
+                    await pilot.pause(0.05)
+                assert app.step.id == "tiny/logits"
+                app.query_one(CodeEditor).load_text(PACK.step("tiny/logits").solution)
+                await pilot.press("ctrl+j")
+                while app.checking or store.status("tiny/logits") == "unlocked":
+                    assert time.monotonic() < deadline
+                    await pilot.pause(0.05)
+                assert store.status("tiny/logits") in ("passed", "exact")
+                assert store.status("tiny/h") == "unlocked"
+
+    asyncio.run(scenario())
+    store.close()

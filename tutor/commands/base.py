@@ -80,25 +80,6 @@ def open_store(settings: Settings, pack: Pack | None = None):
     return store
 
 
-def save(write: Callable[[], object], tries: int = 2) -> str | None:
-    """Run one write to the progress store after the verdict is out, by default trying twice;
-    None when it worked, else why not. A store locked by another process, read-only, or
-    missing a table must cost the learner this record, never the verdict already shown."""
-    import sqlite3
-
-    from tutor.progress import StoreError
-
-    reason = ""
-    for _ in range(tries):
-        try:
-            write()
-            return None
-        # ValueError: text sqlite cannot encode (UnicodeEncodeError), whatever got it this far.
-        except (StoreError, sqlite3.Error, OSError, ValueError) as exc:
-            reason = str(exc).strip() or type(exc).__name__
-    return reason
-
-
 def read_source(path: str, limit: int = source.MAX_CODE_BYTES) -> str:
     """A file's text (stdin for "-"), as UTF-8; a usage error naming the problem otherwise."""
     try:

@@ -18,13 +18,13 @@ from tutor.commands.base import (
     position,
     read_source,
     regraded_steps,
-    save,
     step_id,
     try_open_store,
 )
 from tutor.config import Settings
 from tutor.report import format_result, format_table
 from tutor.sandbox.client import Evaluator, EvaluatorError
+from tutor.session import Session, save
 from tutor.source import MAX_FILE_BYTES, size_problem
 
 _LEADING_LINE = re.compile(r"\Aline (\d+)\b")
@@ -69,7 +69,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     store, prior, problem = _progress(args, settings, pack)
     try:
         with Evaluator(settings) as ev:
-            result = ev.check(sid, code, prior)
+            session = Session(pack, store, ev, problem)
+            result = session.evaluate(sid, code, prior)
     except EvaluatorError as exc:
         if store is not None:
             store.close()
@@ -79,7 +80,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     text = json.dumps(result, indent=2) if args.json else format_result(result, position(pack, sid))
     print(text, flush=True)
     if not args.no_record:
-        _record(store, problem, lambda: [save(lambda: store.record_attempt(sid, code, result))])
+        _record(session, lambda: [session.record(sid, code, result).problem])
     return 0 if result["passed"] else 1
 
 
@@ -102,17 +103,17 @@ def _progress(args: argparse.Namespace, settings: Settings, pack):
     return store, prior, None
 
 
-def _record(store, problem: str | None, write: Callable[[], list[str | None]]) -> None:
+def _record(session: Session, write: Callable[[], list[str | None]]) -> None:
     """Record after the verdict is printed; one warning line when something was not saved."""
-    if store is None:
+    if session.store is None:
         print("backprop-tutor: warning: not saved to your progress, which could not be used "
-              f"(earlier steps were checked with their reference solutions): {problem}",
+              f"(earlier steps were checked with their reference solutions): {session.problem}",
               file=sys.stderr)
         return
     try:
         report_unsaved(write())
     finally:
-        store.close()
+        session.store.close()
 
 
 def report_unsaved(reasons: list[str | None]) -> None:
@@ -176,7 +177,7 @@ def _to_file_lines(result: dict, cell: Cell) -> None:
     )
 
 
-def record_cells(store, pack, text: str, results: list[dict]) -> list[str | None]:
+def record_cells(session: Session, text: str, results: list[dict]) -> list[str | None]:
     """Record each checked cell as an attempt, as the TUI would; untouched templates are not
     attempts, and cells naming no step have nothing to record. Returns, per recorded cell,
     why it was not saved (None when it was)."""
@@ -184,9 +185,9 @@ def record_cells(store, pack, text: str, results: list[dict]) -> list[str | None
     for cell, result in zip(parse_cells(text), results, strict=False):
         if (result.get("error") or {}).get("kind") == "usage":
             continue
-        if cell.code.strip() == pack.step(result["step"]).template.strip():
+        if cell.code.strip() == session.pack.step(result["step"]).template.strip():
             continue
-        reasons.append(save(lambda c=cell, r=result: store.record_attempt(r["step"], c.code, r)))
+        reasons.append(session.record(result["step"], cell.code, result).problem)
     return reasons
 
 
@@ -215,6 +216,7 @@ def _run_all(args: argparse.Namespace, settings: Settings, pack) -> int:
     store, prior, problem = _progress(args, settings, pack)
     try:
         with Evaluator(settings) as ev:
+            session = Session(pack, store, ev, problem)
             results = check_cells(ev, pack, text, prior)
     except EvaluatorError as exc:
         print(f"backprop-tutor: {exc}", file=sys.stderr)
@@ -224,7 +226,7 @@ def _run_all(args: argparse.Namespace, settings: Settings, pack) -> int:
     table = format_table(results, regraded_steps(pack), Path(args.all_file).name)
     print(json.dumps(results, indent=2) if args.json else table, flush=True)
     if not args.no_record:
-        _record(store, problem, lambda: record_cells(store, pack, text, results))
+        _record(session, lambda: record_cells(session, text, results))
     return 0 if all(r["passed"] for r in results) else 1
 
 

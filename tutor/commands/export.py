@@ -14,10 +14,10 @@ from tutor.commands.base import (
     open_store,
     read_source,
     regraded_steps,
-    save,
 )
 from tutor.config import Settings
 from tutor.export import export_script
+from tutor.session import save
 
 
 def _export_args(p: argparse.ArgumentParser) -> None:
@@ -88,6 +88,7 @@ def run_watch(args: argparse.Namespace, settings: Settings) -> int:
     from tutor.commands.check import check_cells, record_cells, report_unsaved
     from tutor.report import format_table
     from tutor.sandbox.client import Evaluator, EvaluatorError
+    from tutor.session import Session
 
     path = Path(args.file).resolve()
     # A clear usage error now, rather than a silent watch of nothing.
@@ -115,7 +116,7 @@ def run_watch(args: argparse.Namespace, settings: Settings) -> int:
                       f"steps used their reference solutions and nothing was saved: {unread}",
                       file=sys.stderr)
             else:
-                report_unsaved(record_cells(store, pack, text, results))
+                report_unsaved(record_cells(Session(pack, store, ev), text, results))
         print(f"\nwatching {path.name} — save it to check again, Ctrl+C to stop", flush=True)
 
     try:

@@ -6,10 +6,11 @@ import argparse
 import json
 import sys
 
-from tutor.commands.base import Command, lesson_pack, open_store, position, save, step_id
+from tutor.commands.base import Command, lesson_pack, open_store, position, step_id
 from tutor.config import Settings
 from tutor.packs import Step
 from tutor.report import terminal_width, wrap
+from tutor.session import save
 
 
 def _args(p: argparse.ArgumentParser) -> None:

@@ -11,12 +11,13 @@ import json
 import sys
 import threading
 
-from tutor.commands.base import Command, UsageError, lesson_pack, open_store, read_source, save
+from tutor.commands.base import Command, UsageError, lesson_pack, open_store, read_source
 from tutor.config import Settings
 from tutor.packs import Pack
 from tutor.progress import Store
 from tutor.report import VERDICT_MARK, terminal_width, wrap
 from tutor.sandbox.client import Evaluator, EvaluatorError
+from tutor.session import save
 from tutor.source import size_problem
 from tutor.training.plan import (
     backward_sections,

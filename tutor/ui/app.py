@@ -25,6 +25,7 @@ from textual.widgets.text_area import Selection
 from tutor.config import Settings
 from tutor.packs import Exercise, Pack, Step, find_pack, load_pack
 from tutor.sandbox.client import EvaluatorNotReady
+from tutor.session import Session
 from tutor.source import size_problem
 from tutor.ui.activity import ActiveClock
 from tutor.ui.highlight import warm_up
@@ -138,6 +139,7 @@ class TutorApp(App[int], inherit_bindings=False):
         self.store: Store = store
         self._evaluator = evaluator
         self._evaluator_lock = threading.Lock()
+        self._session: Session | None = None
         self.info: dict | None = None  # from evaluator.info(), once PyTorch is ready
         self.evaluator_error: str | None = None
         self.checking = False
@@ -272,6 +274,13 @@ class TutorApp(App[int], inherit_bindings=False):
     # -- evaluator ------------------------------------------------------------------------
 
     @property
+    def session(self) -> Session:
+        """Check-and-record for this pack; made on first use, with the evaluator."""
+        if self._session is None:
+            self._session = Session(self.pack, self.store, self.evaluator)
+        return self._session
+
+    @property
     def evaluator(self) -> Evaluator:
         # Created on first use, from whichever worker thread gets there first.
         with self._evaluator_lock:
@@ -300,7 +309,7 @@ class TutorApp(App[int], inherit_bindings=False):
     @work(thread=True, exclusive=True, group="check", exit_on_error=False)
     def _run_check(self, step_id: str, code: str, prior: dict[str, str]) -> None:
         try:
-            result = self.evaluator.check(step_id, code, prior)
+            result = self.session.evaluate(step_id, code, prior)
         except Exception as exc:
             self.post_message(CheckFailed(step_id, _describe(exc)))
             return
@@ -523,20 +532,17 @@ class TutorApp(App[int], inherit_bindings=False):
 
     def on_check_finished(self, message: CheckFinished) -> None:
         self.checking = False
-        before = self.store.statuses()
-        try:
-            self.store.record_attempt(message.step_id, message.code, message.result)
-        except Exception as exc:
-            self.notify(f"Could not save this attempt: {_describe(exc)}", severity="error")
+        outcome = self.session.record(message.step_id, message.code, message.result)
+        if outcome.problem:
+            self.notify(f"Could not save this attempt: {outcome.problem}", severity="error")
         after = self.store.statuses()
-        unlocked = [s for s in self.pack.steps
-                    if before.get(s.id) == "locked" and after.get(s.id) != "locked"]
+        unlocked = [self.pack.step(sid) for sid in outcome.unlocked]
         note = None
         if unlocked and not unlocked[0].is_training:
             note = unlocked[0].title
         elif unlocked:
             note = f"{unlocked[0].title} (every gradient is in place)"
-        revealed = bool(message.result.get("passed")) and after.get(message.step_id) == "revealed"
+        revealed = outcome.revealed_pass
         self._results[message.step_id] = (message.result, note, revealed)
         if message.step_id == self.step.id:
             feedback = self.query_one(Feedback)

@@ -1,0 +1,92 @@
+"""The headless session (check and record in one place), the lesson's rules and the typed
+result, without a UI and without torch."""
+
+from tutor import curriculum
+from tutor.packs import load_pack
+from tutor.progress import Store
+from tutor.results import CheckResult, Status, Verdict
+from tutor.session import Session
+
+PACK = load_pack()
+FIRST, SECOND = PACK.gradient_steps[0].id, PACK.gradient_steps[1].id
+
+
+def _result(step: str, passed: bool, verdict: str = "exact") -> dict:
+    return {"step": step, "passed": passed, "device": "cpu", "heldout": None, "error": None,
+            "stdout": "", "notes": [], "figure": None,
+            "checks": [{"tensor": "logprobs", "grad": "dlogprobs", "shape": [32, 27],
+                        "expected_shape": [32, 27], "exact": verdict == "exact",
+                        "approximate": verdict in ("exact", "approximate"), "maxdiff": 0.0,
+                        "verdict": verdict, "diagnosis": None, "message": "", "partial": False,
+                        "heatmap": None, "note": None}]}
+
+
+class FakeEvaluator:
+    def __init__(self, passed: bool):
+        self.passed, self.calls = passed, []
+
+    def check(self, step_id, code, prior):
+        self.calls.append((step_id, code, dict(prior)))
+        return _result(step_id, self.passed)
+
+
+def test_a_pass_is_recorded_and_says_what_it_opened(tmp_path):
+    with Store.open(tmp_path, PACK) as store:
+        outcome = Session(PACK, store, FakeEvaluator(True)).check(FIRST, "code")
+        assert outcome.status is Status.EXACT and outcome.problem is None
+        assert outcome.unlocked == [SECOND]
+        assert store.accepted_codes()[FIRST] == "code"
+
+
+def test_earlier_accepted_code_is_passed_to_the_evaluator(tmp_path):
+    with Store.open(tmp_path, PACK) as store:
+        ev = FakeEvaluator(True)
+        session = Session(PACK, store, ev)
+        session.check(FIRST, "first")
+        session.check(SECOND, "second")
+        assert ev.calls[-1][2] == {FIRST: "first"}
+
+
+def test_a_pass_after_a_reveal_stays_revealed(tmp_path):
+    with Store.open(tmp_path, PACK) as store:
+        store.reveal(FIRST)
+        outcome = Session(PACK, store, FakeEvaluator(True)).check(FIRST, "shown")
+        assert outcome.status is Status.REVEALED and outcome.revealed_pass
+
+
+def test_without_a_store_the_check_runs_and_says_nothing_was_saved():
+    outcome = Session(PACK, None, FakeEvaluator(False), "locked by another process").check(
+        FIRST, "code")
+    assert outcome.status is None and outcome.problem == "locked by another process"
+    assert outcome.result["passed"] is False
+
+
+def test_curriculum_opens_steps_in_order_and_training_last():
+    statuses = curriculum.statuses(PACK, {})
+    assert statuses[FIRST] is Status.UNLOCKED and statuses[SECOND] is Status.LOCKED
+    done = {s.id: "passed" for s in PACK.gradient_steps}
+    training = [s.id for s in PACK.steps if s.is_training][0]
+    assert curriculum.statuses(PACK, done)[training] is Status.UNLOCKED
+    assert curriculum.unlocked({FIRST: Status.UNLOCKED, SECOND: Status.LOCKED},
+                               {FIRST: Status.EXACT, SECOND: Status.UNLOCKED}) == [SECOND]
+
+
+def test_dependents_are_the_later_steps_that_replay_a_step():
+    deps = curriculum.dependents(PACK, FIRST)
+    assert SECOND in deps and FIRST not in deps
+    assert any(PACK.step(d).is_training for d in deps)
+
+
+def test_the_typed_result_round_trips_the_json_contract():
+    raw = _result(FIRST, False, "wrong")
+    raw["checks"][0]["future_field"] = 1  # a field this version does not know survives
+    typed = CheckResult.from_dict(raw)
+    assert typed.checks[0].verdict is Verdict.WRONG and not typed.checks[0].accepted
+    assert typed.failed() == typed.checks and typed.summary() == "dlogprobs wrong"
+    assert typed.to_dict() == raw
+    assert CheckResult.from_dict(_result(FIRST, True)).achievement is Status.EXACT
+
+
+def test_statuses_print_as_their_words():
+    assert f"{Status.LOCKED}" == "locked" and str(Verdict.EXACT) == "exact"
+    assert Status.REVEALED.mark == "◇" and Status.REVEALED.done

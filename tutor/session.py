@@ -1,0 +1,109 @@
+"""A learner's session with one pack: run a check, record it, say what changed.
+
+The TUI, `check`, `check --all`, `watch` and training all do the same thing around the
+evaluator: take the accepted code of the earlier steps, run the candidate, record the attempt
+and work out what it unlocked. That lives here, once, with no UI in it. A front end that must
+show the verdict before anything can go wrong with the record (the CLI) calls `evaluate` and
+then `record`; the others call `check`.
+
+The store may be missing (progress that cannot be opened): checks still run, with the
+reference solutions standing in for the earlier steps, and every outcome says what was not
+saved and why.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from tutor import curriculum
+from tutor.packs import Pack
+from tutor.progress import Store, StoreError
+from tutor.results import CheckResult, Status
+
+
+def save(write: Callable[[], object], tries: int = 2) -> str | None:
+    """Run one write to the progress store, by default trying twice; None when it worked, else
+    why not. A store locked by another process, read-only, or missing a table must cost the
+    learner this record, never the verdict."""
+    reason = ""
+    for _ in range(tries):
+        try:
+            write()
+            return None
+        # ValueError: text sqlite cannot encode (UnicodeEncodeError), whatever got it this far.
+        except (StoreError, sqlite3.Error, OSError, ValueError) as exc:
+            reason = str(exc).strip() or type(exc).__name__
+    return reason
+
+
+@dataclass
+class CheckOutcome:
+    """A check and what it changed: the step's status after it, the steps it opened, and why
+    it was not saved when it was not."""
+
+    result: dict  # the JSON contract of DESIGN.md, as the evaluator returned it
+    status: Status | None = None  # None when nothing was recorded
+    unlocked: list[str] = field(default_factory=list)
+    problem: str | None = None
+
+    @property
+    def typed(self) -> CheckResult:
+        return CheckResult.from_dict(self.result)
+
+    @property
+    def revealed_pass(self) -> bool:
+        """Right, on a step whose solution was shown: it counts as an attempt, not a solve."""
+        return bool(self.result.get("passed")) and self.status is Status.REVEALED
+
+
+class Session:
+    def __init__(self, pack: Pack, store: Store | None, evaluator, problem: str | None = None):
+        self.pack = pack
+        self.store = store
+        self.evaluator = evaluator
+        self.problem = problem  # why there is no store, when there is none
+
+    def prior(self) -> dict[str, str]:
+        """The accepted code of every solved step; empty (reference solutions stand in) when
+        progress cannot be read."""
+        if self.store is None:
+            return {}
+        prior: dict[str, str] = {}
+        problem = save(lambda: prior.update(self.store.accepted_codes()))
+        if problem:
+            self.problem = problem
+            return {}
+        return prior
+
+    def statuses(self) -> dict[str, Status]:
+        if self.store is None:
+            return curriculum.statuses(self.pack, {})
+        return self.store.statuses()
+
+    def evaluate(self, step_id: str, code: str, prior: dict[str, str] | None = None) -> dict:
+        """Run the candidate against autograd; nothing is recorded."""
+        return self.evaluator.check(step_id, code, self.prior() if prior is None else prior)
+
+    def record(self, step_id: str, code: str, result: dict) -> CheckOutcome:
+        """Record an attempt and say what it changed."""
+        if self.store is None:
+            return CheckOutcome(result, problem=self.problem or "there is no progress store")
+        store = self.store
+        before = store.statuses()
+        problem = save(lambda: store.record_attempt(step_id, code, result))
+        after = store.statuses()
+        sid = self.pack.step(step_id).id
+        return CheckOutcome(result, after.get(sid), curriculum.unlocked(before, after), problem)
+
+    def check(self, step_id: str, code: str) -> CheckOutcome:
+        return self.record(step_id, code, self.evaluate(step_id, code))
+
+    def record_training_run(self, run: dict) -> tuple[int | None, str | None]:
+        """(the run's id, None), or (None, why it was not saved)."""
+        if self.store is None:
+            return None, self.problem or "there is no progress store"
+        saved: list[int] = []
+        problem = save(lambda: saved.append(self.store.record_training_run(run)), tries=1)
+        return (saved[0] if saved else None), problem

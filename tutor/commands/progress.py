@@ -8,8 +8,7 @@ import sys
 
 from tutor.commands.base import Command, UsageError, lesson_pack, open_store, step_id
 from tutor.config import Settings
-
-MARK = {"exact": "✓✓", "passed": "✓", "revealed": "👁", "unlocked": "▶", "locked": "·"}
+from tutor.results import Status
 
 
 def _progress_args(p: argparse.ArgumentParser) -> None:
@@ -40,7 +39,7 @@ def run_progress(args: argparse.Namespace, settings: Settings) -> int:
           f"{'best maxdiff':>13} {'time':>7}")
     for number, r in enumerate(rows, start=1):
         best = "—" if r["best_maxdiff"] is None else f"{r['best_maxdiff']:.2g}"
-        print(f"{MARK.get(r['status'], ' '):<2} {number:>2}. {r['id']:<24} {r['status']:<9} "
+        print(f"{Status(r['status']).mark:<2} {number:>2}. {r['id']:<24} {r['status']:<9} "
               f"{r['attempts']:>8} {r['hints']:>5} {best:>13} {_duration(r['seconds']):>7}")
     print(f"\n{total['done']} of {total['steps']} steps done ({total['exact']} exact, "
           f"{total['revealed']} revealed), {total['attempts']} attempts, {total['hints']} hints, "

@@ -394,6 +394,11 @@ def _call(func: str, *args: ast.expr) -> ast.Call:
     return ast.Call(ast.Attribute(_name(mod), attr, ast.Load()), list(args), [])
 
 
+def _renamed(tree: ast.Module, index: int, name: str, message: str) -> tuple[str, str, str]:
+    """A candidate with the name at `index` replaced by `name`, and what it would mean."""
+    return _replace(tree, index, lambda _n: _name(name)), "derived", message
+
+
 def _upstream_rewrites(tree: ast.Module, ctx: _Context):
     """The gradient from above left out (all ones), or a tensor where that gradient belongs."""
     grad = ctx.grad
@@ -408,23 +413,17 @@ def _upstream_rewrites(tree: ast.Module, ctx: _Context):
                 f"gradient that reached the output, `{up}`.",
             )
         if ctx.is_grad(node.id) and ctx.compatible(node.id, node.id[1:]):
-            yield (
-                _replace(tree, i, lambda _n, t=node.id[1:]: _name(t)),
-                "derived",
-                f"Your {grad} is what the formula gives with the tensor `{node.id[1:]}` where "
-                f"its gradient `{node.id}` belongs. Check each name: a gradient and its tensor "
-                "differ only by the `d`.",
-            )
+            yield _renamed(tree, i, node.id[1:],
+                           f"Your {grad} is what the formula gives with the tensor "
+                           f"`{node.id[1:]}` where its gradient `{node.id}` belongs. Check each "
+                           "name: a gradient and its tensor differ only by the `d`.")
         others = [g for g in ctx.scope if ctx.is_grad(g) and g != ctx.grad]
         for other in others if ctx.is_grad(node.id) else []:
             if ctx.compatible(node.id, other):
-                yield (
-                    _replace(tree, i, lambda _n, o=other: _name(o)),
-                    "derived",
-                    f"Your {grad} is what the formula gives with the gradient `{other}` where "
-                    f"`{node.id}` belongs. Check which gradient arrives at the output of this "
-                    "line.",
-                )
+                yield _renamed(tree, i, other,
+                               f"Your {grad} is what the formula gives with the gradient "
+                               f"`{other}` where `{node.id}` belongs. Check which gradient "
+                               "arrives at the output of this line.")
 
 
 def _own_output_rewrites(tree: ast.Module, ctx: _Context):
@@ -448,22 +447,16 @@ def _swaps(tree: ast.Module, ctx: _Context, pool: list[str], with_grads: bool):
             continue
         for other in pool:
             if ctx.compatible(node.id, other):
-                yield (
-                    _replace(tree, i, lambda _n, o=other: _name(o)),
-                    "derived",
-                    f"Your {ctx.grad} is what the formula gives if `{other}` stands where "
-                    f"`{node.id}` should. Check which tensor each part of the local derivative "
-                    "is written in.",
-                )
+                yield _renamed(tree, i, other,
+                               f"Your {ctx.grad} is what the formula gives if `{other}` stands "
+                               f"where `{node.id}` should. Check which tensor each part of the "
+                               "local derivative is written in.")
         grad = f"d{node.id}"
         if with_grads and grad != ctx.grad and ctx.compatible(node.id, grad):
-            yield (
-                _replace(tree, i, lambda _n, g=grad: _name(g)),
-                "derived",
-                f"Your {ctx.grad} is what the formula gives with the gradient `{grad}` where the "
-                f"tensor `{node.id}` belongs. Check each name: a gradient and its tensor differ "
-                "only by the `d`.",
-            )
+            yield _renamed(tree, i, grad,
+                           f"Your {ctx.grad} is what the formula gives with the gradient "
+                           f"`{grad}` where the tensor `{node.id}` belongs. Check each name: a "
+                           "gradient and its tensor differ only by the `d`.")
 
 
 def _related_swaps(tree: ast.Module, ctx: _Context):

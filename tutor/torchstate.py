@@ -80,8 +80,9 @@ class TorchState:
         try:
             yield
         finally:
-            # A generator the code left suspended inside `with torch.no_grad():` (or autocast,
-            # or inference_mode) leaves that mode on until it is closed: collecting the
-            # namespace's garbage closes it, and only then are the settings put back.
-            gc.collect()
+            # A generator the code left suspended inside `with torch.no_grad():` leaves that
+            # mode on until it is closed: collecting the young garbage (the check's namespace)
+            # closes it first, and then the settings are put back. A full collection would
+            # cost more than the check.
+            gc.collect(1)
             state.restore()

@@ -336,3 +336,11 @@ def test_a_bad_setting_exits_2_with_one_line(home):
     out = cli(home, "--timeout", "soon", "list")
     assert out.returncode == 2 and out.stdout == ""
     assert len(out.stderr.strip().splitlines()) == 1 and "--timeout" in out.stderr
+
+
+def test_a_shape_that_broadcasts_passes_with_its_note_shown(home):
+    code = ("dbngain = (bnraw * dhpreact).sum(0)\ndbnraw = bngain * dhpreact\n"
+            "dbnbias = dhpreact.sum(0, keepdim=True)")
+    out = cli(home, "check", "atomic/bngain", "--code", code, columns=100)
+    assert out.returncode == 0, out.stdout
+    assert "note: dbngain is [64] where bngain is [1, 64]" in _flat(out.stdout)

@@ -89,6 +89,8 @@ def row_detail(check: dict, passed: bool) -> str | None:
         return f"[{check['verdict']}] {check['message']}"
     if not passed:
         return f"{check['verdict']} here, but see below"
+    if check.get("note"):  # accepted, with something worth knowing (a shape that broadcasts)
+        return f"note: {check['note']}"
     return None
 
 

@@ -16,6 +16,7 @@ from tutor.sandbox.client import Evaluator, EvaluatorNotReady
 from tutor.ui.app import TutorApp
 from tutor.ui.screens.confirm import ConfirmReveal
 from tutor.ui.screens.help import HelpScreen
+from tutor.ui.screens.lesson import LessonScreen
 from tutor.ui.widgets.editor import CodeEditor
 from tutor.ui.widgets.feedback import Feedback
 from tutor.ui.widgets.steps import StepList
@@ -63,15 +64,14 @@ async def ready(pilot) -> None:
 
 
 async def check(pilot, code: str, key: str = "ctrl+j") -> dict:
-    app = pilot.app
-    editor = app.query_one(CodeEditor)
-    editor.load_text(code)
-    before = app._results.get(app.step.id)
+    lesson = pilot.app.lesson
+    lesson.query_one(CodeEditor).load_text(code)
+    before = lesson.results.get(lesson.step.id)
     await pilot.press(key)
-    await wait_until(pilot, lambda: not app.checking
-                     and app._results.get(app.step.id) is not before)
+    await wait_until(pilot, lambda: not lesson.checking
+                     and lesson.results.get(lesson.step.id) is not before)
     await pilot.pause()
-    return app._results[app.step.id][0]
+    return lesson.results[lesson.step.id][0]
 
 
 def feedback_text(app) -> str:
@@ -88,7 +88,7 @@ def test_correct_answer_shows_rows_and_unlocks_the_next_step(settings, evaluator
         app = TutorApp(settings, evaluator=evaluator, greet=False)
         async with app.run_test(size=SIZE) as pilot:
             await ready(pilot)
-            assert app.step.id == "atomic/logprobs"
+            assert app.lesson.step.id == "atomic/logprobs"
             assert app.store.status("atomic/probs") == "locked"
             result = await check(pilot, CORRECT)
             assert result["passed"]
@@ -99,7 +99,7 @@ def test_correct_answer_shows_rows_and_unlocks_the_next_step(settings, evaluator
             assert app.store.status("atomic/logprobs") == "exact"
             assert app.store.status("atomic/probs") == "unlocked"
             await pilot.press("ctrl+n")
-            assert app.step.id == "atomic/probs"
+            assert app.lesson.step.id == "atomic/probs"
 
     run(scenario)
 
@@ -173,15 +173,15 @@ def test_locked_steps_are_listed_but_cannot_be_entered(settings, evaluator):
             await ready(pilot)
             steps = app.query_one(StepList)
             assert steps.get_option("atomic/counts") is not None  # visible
-            assert app.goto_step("atomic/counts") is False
+            assert app.lesson.goto_step("atomic/counts") is False
             await pilot.press("ctrl+n")  # the next step is locked too
-            assert app.step.id == "atomic/logprobs"
+            assert app.lesson.step.id == "atomic/logprobs"
             # Choosing it in the sidebar with the keyboard is refused the same way.
             steps.focus()
             steps.highlighted = steps.get_option_index("atomic/probs")
             await pilot.press("enter")
-            assert app.step.id == "atomic/logprobs"
-            assert app.goto_step("train/loop") is False
+            assert app.lesson.step.id == "atomic/logprobs"
+            assert app.lesson.goto_step("train/loop") is False
 
     run(scenario)
 
@@ -194,13 +194,13 @@ def test_an_endless_loop_times_out_and_the_app_keeps_answering(settings, evaluat
             editor = app.query_one(CodeEditor)
             editor.load_text("while True:\n    pass\n")
             await pilot.press("ctrl+j")
-            assert app.checking
+            assert app.lesson.checking
             # While the candidate runs, keys still work and a second check is refused.
             await pilot.press("f1")
             assert app.store.hints_shown("atomic/logprobs") == 1
-            assert app.check_action("check", ()) is None
-            await wait_until(pilot, lambda: not app.checking)
-            result = app._results["atomic/logprobs"][0]
+            assert app.lesson.check_action("check", ()) is None
+            await wait_until(pilot, lambda: not app.lesson.checking)
+            result = app.lesson.results["atomic/logprobs"][0]
             assert result["error"]["kind"] == "timeout"
             assert "Time limit reached" in feedback_text(app)
             await pilot.press("f1")
@@ -235,11 +235,11 @@ def test_a_syntax_error_points_at_its_line(settings, evaluator):
 
 
 async def check_current(pilot) -> dict:
-    app = pilot.app
+    lesson = pilot.app.lesson
     await pilot.press("ctrl+j")
-    await wait_until(pilot, lambda: not app.checking and app.step.id in app._results)
+    await wait_until(pilot, lambda: not lesson.checking and lesson.step.id in lesson.results)
     await pilot.pause()
-    return app._results[app.step.id][0]
+    return lesson.results[lesson.step.id][0]
 
 
 def test_help_lists_every_binding(settings, evaluator):
@@ -252,7 +252,7 @@ def test_help_lists_every_binding(settings, evaluator):
             for part in app.screen.query("Static"):
                 console.print(part.content)
             text = console.export_text()
-            for binding in TutorApp.BINDINGS:
+            for binding in (*LessonScreen.BINDINGS, *TutorApp.BINDINGS):
                 if binding.description:
                     assert binding.description in text
             await pilot.press("escape")
@@ -292,7 +292,7 @@ def test_relaunch_reopens_the_step_with_its_draft(settings, evaluator):
         app = TutorApp(settings, evaluator=evaluator, greet=False)
         async with app.run_test(size=SIZE) as pilot:
             await pilot.pause()
-            assert app.step.id == "atomic/probs"
+            assert app.lesson.step.id == "atomic/probs"
             assert "# not done yet" in app.query_one(CodeEditor).text
 
     run(first)
@@ -364,7 +364,7 @@ def test_solving_exercise_two_shows_the_dlogits_picture(settings, evaluator):
         app = TutorApp(settings, evaluator=evaluator, greet=False)
         async with app.run_test(size=SIZE) as pilot:
             await ready(pilot)
-            assert app.step.id == "fused/cross_entropy"
+            assert app.lesson.step.id == "fused/cross_entropy"
             result = await check(pilot, pack.step("fused/cross_entropy").solution)
             assert result["passed"]
             assert result["figure"] is not None
@@ -384,14 +384,14 @@ def test_training_opens_its_screen_once_every_gradient_is_in_place(settings, eva
         app = TutorApp(settings, evaluator=evaluator, greet=False)
         async with app.run_test(size=SIZE) as pilot:
             await ready(pilot)
-            assert app.goto_step("train/loop") is False  # 22 steps to go
+            assert app.lesson.goto_step("train/loop") is False  # 22 steps to go
             for step in pack.gradient_steps:
                 app.store.reveal(step.id)
-            assert app.goto_step("train/loop") is True
+            assert app.lesson.goto_step("train/loop") is True
             await pilot.pause()
             assert isinstance(app.screen, TrainingScreen)
             await pilot.press("f1")  # the main screen's keys stay on the main screen
-            assert app.store.hints_shown(app.step.id) == 0
+            assert app.store.hints_shown(app.lesson.step.id) == 0
             await pilot.press("escape")
             await pilot.pause()
             assert not isinstance(app.screen, TrainingScreen)
@@ -406,20 +406,20 @@ def test_the_mouse_moves_between_open_steps(settings, evaluator):
             await ready(pilot)
             assert (await check(pilot, CORRECT))["passed"]
             await pilot.press("ctrl+n")
-            assert app.step.id == "atomic/probs"
+            assert app.lesson.step.id == "atomic/probs"
             steps = app.query_one(StepList)
             # Find the sidebar row of the first step and click it, as a learner would.
             for row in range(steps.size.height):
                 await pilot.click(StepList, offset=(4, row))
                 await pilot.pause()
-                if app.step.id == "atomic/logprobs":
+                if app.lesson.step.id == "atomic/logprobs":
                     break
-            assert app.step.id == "atomic/logprobs"
+            assert app.lesson.step.id == "atomic/logprobs"
             # A click on a locked step changes nothing.
             for row in range(steps.size.height):
                 await pilot.click(StepList, offset=(4, row))
                 await pilot.pause()
-                assert app.step.id in ("atomic/logprobs", "atomic/probs")
+                assert app.lesson.step.id in ("atomic/logprobs", "atomic/probs")
 
     run(scenario)
 
@@ -501,7 +501,7 @@ def test_tab_goes_to_the_next_blank_and_a_typed_line_is_not_doubled(settings, ev
         app = TutorApp(settings, evaluator=evaluator, greet=False)
         async with app.run_test(size=SIZE) as pilot:
             editor = app.query_one(CodeEditor)
-            assert app.step.id == "atomic/h"
+            assert app.lesson.step.id == "atomic/h"
             assert editor.selected_text == "..."  # the first blank, dh's
             await pilot.press(*"dh = dlogits @ W2.T")
             await pilot.press("tab")
@@ -569,7 +569,7 @@ def test_the_newest_feedback_is_in_view_on_a_small_terminal(settings, evaluator)
             await pilot.click("#reveal")
             assert await part_in_view(pilot, "solution")
             await pilot.press("ctrl+r")
-            await wait_until(pilot, lambda: not app.scratching)
+            await wait_until(pilot, lambda: not app.lesson.scratching)
             assert await part_in_view(pilot, "scratch")
 
     run(scenario)
@@ -626,7 +626,7 @@ def test_a_run_without_grading_shows_output_and_shapes_and_counts_nothing(settin
             app.query_one(CodeEditor).load_text(
                 "print(logprobs.shape)\ndlogprobs = torch.zeros_like(logprobs)\n")
             await pilot.press("ctrl+r")
-            await wait_until(pilot, lambda: not app.scratching)
+            await wait_until(pilot, lambda: not app.lesson.scratching)
             await pilot.pause()
             text = " ".join(feedback_text(app).split())
             assert "Run without grading" in text and "torch.Size([32, 27])" in text
@@ -645,7 +645,7 @@ def test_the_template_comes_back_and_undo_takes_it_back(settings, evaluator):
             editor = app.query_one(CodeEditor)
             editor.load_text("something of mine\n")
             await pilot.press("ctrl+t")
-            assert editor.text == app.step.template and editor.selected_text == "..."
+            assert editor.text == app.lesson.step.template and editor.selected_text == "..."
             await pilot.press("ctrl+z")
             assert editor.text == "something of mine\n"
 
@@ -692,7 +692,7 @@ def test_active_time_is_counted_on_the_step_and_on_the_training_screen(settings,
             app._clock = ActiveClock(now=time.monotonic() - 120)
             for step in pack.gradient_steps:
                 app.store.reveal(step.id)
-            assert app.goto_step("train/loop")
+            assert app.lesson.goto_step("train/loop")
             await pilot.pause()
             assert isinstance(app.screen, TrainingScreen)
             app._clock = ActiveClock(now=time.monotonic() - 60)  # a minute on the screen
@@ -739,7 +739,7 @@ def test_first_launch_welcomes_and_an_exercise_introduces_itself(settings, evalu
             assert app.focused is app.query_one(CodeEditor)
             for step in pack.exercise(1).steps:
                 app.store.reveal(step.id)
-            app.goto_step("fused/cross_entropy")
+            app.lesson.goto_step("fused/cross_entropy")
             await pilot.pause()
             assert isinstance(app.screen, IntroScreen)
             await pilot.press("escape")
@@ -774,6 +774,109 @@ def test_finishing_an_exercise_shows_what_it_took(settings, evaluator):
             assert "Next: exercise 2" in text
             await pilot.press("enter")  # on to exercise 2
             await pilot.pause()
-            assert app.step.id == "fused/cross_entropy"
+            assert app.lesson.step.id == "fused/cross_entropy"
+
+    run(scenario)
+
+
+# --- the app and its lesson screen (issue #11) --------------------------------------------------
+
+
+def test_the_palette_runs_the_step_commands_on_the_lesson(settings, evaluator):
+    async def scenario():
+        from textual.command import CommandPalette
+
+        app = TutorApp(settings, evaluator=evaluator, greet=False)
+        async with app.run_test(size=SIZE) as pilot:
+            await ready(pilot)
+            await pilot.press("ctrl+p")
+            await wait_until(pilot, lambda: isinstance(app.screen, CommandPalette))
+            await pilot.press(*"Hint")
+            await pilot.pause(0.5)
+            await pilot.press("enter")
+            await wait_until(pilot, lambda: app.store.hints_shown("atomic/logprobs") == 1)
+            assert app.screen is app.lesson
+            assert "Hint 1 of 3" in feedback_text(app)
+
+    run(scenario)
+
+
+class BrokenScratch(SlowEvaluator):
+    """Ready at once, but every run without grading fails in the evaluator itself."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release.set()
+
+    def scratch(self, step_id: str, code: str, prior: dict) -> dict:
+        raise RuntimeError("the worker went away")
+
+
+def test_a_failed_run_without_grading_leaves_the_keys_working(settings):
+    async def scenario():
+        app = TutorApp(settings, evaluator=BrokenScratch(), greet=False)  # type: ignore[arg-type]
+        async with app.run_test(size=SIZE) as pilot:
+            await ready(pilot)
+            await pilot.press("ctrl+r")
+            await wait_until(pilot, lambda: "The checker failed" in feedback_text(app))
+            assert not app.lesson.scratching
+            assert app.lesson.check_action("check", ()) is True
+
+    run(scenario)
+
+
+@pytest.fixture
+def two_packs(tmp_path, monkeypatch):
+    """An installation with two packs: makemore and tests/packs/tiny, side by side."""
+    from pathlib import Path
+
+    import tutor.packs
+
+    installed = tmp_path / "exercises"
+    installed.mkdir()
+    (installed / "makemore").symlink_to(tutor.packs.exercises_dir() / "makemore")
+    (installed / "tiny").symlink_to(Path(__file__).parent / "packs" / "tiny")
+    monkeypatch.setattr(tutor.packs, "exercises_dir", lambda: installed)
+    monkeypatch.delenv("BACKPROP_TUTOR_PACK", raising=False)
+    return installed
+
+
+def test_several_packs_are_offered_only_when_none_was_named(two_packs, tmp_path):
+    from tutor.ui.screens.packs import offered_packs
+
+    assert offered_packs(Settings()) == ["makemore", "tiny"]
+    assert offered_packs(Settings(pack="tiny")) == []
+    assert offered_packs(Settings(), environ={"BACKPROP_TUTOR_PACK": "makemore"}) == []
+    config = tmp_path / "config.toml"
+    config.write_text('pack = "makemore"\n')
+    assert offered_packs(Settings(), config=config) == []
+
+
+def test_the_learner_chooses_the_pack_before_the_lesson_opens(settings, two_packs):
+    async def scenario():
+        from tutor.ui.screens.packs import PackScreen, offered_packs
+
+        app = TutorApp(settings, evaluator=SlowEvaluator(), greet=False,  # type: ignore[arg-type]
+                       packs=offered_packs(settings))
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.pause()
+            assert isinstance(app.screen, PackScreen) and app.lesson is None
+            listed = " ".join(str(o.prompt) for o in app.screen.query_one("#packs").options)
+            assert "Becoming a backprop ninja" in listed and "A tiny layernorm classifier" in listed
+            await pilot.press("f1", "ctrl+o")  # no lesson yet: the lesson's keys do nothing
+            assert isinstance(app.screen, PackScreen)
+            await pilot.press("down", "enter")
+            await wait_until(pilot, lambda: isinstance(app.screen, LessonScreen))
+            assert app.screen_stack == [app.lesson]
+            assert app.lesson.step.id == "tiny/logits"
+            assert app.settings.pack == "tiny"  # what the evaluator is started with
+            assert app.store.path.name == "progress-tiny.sqlite3"
+            # app.query_one searches the app's first screen, the blank one under the chooser.
+            lesson = app.lesson
+            where = str(lesson.query_one(TopBar).query_one("#where").content)
+            assert where.startswith("Exercise 1 · step 1 of") and "Through the layers" in where
+            editor = lesson.query_one(CodeEditor)
+            assert app.focused is editor
+            assert editor.text == app.pack.step("tiny/logits").template
 
     run(scenario)

@@ -28,6 +28,7 @@ def test_importing_the_app_does_not_import_torch():
         import tutor.ui.screens.confirm, tutor.ui.screens.explain, tutor.ui.screens.help
         import tutor.ui.screens.training, tutor.ui.commands
         import tutor.ui.screens.welcome, tutor.ui.screens.completion, tutor.ui.screens.progress
+        import tutor.ui.screens.lesson, tutor.ui.screens.packs
         print(sorted(m for m in sys.modules if m == "torch" or m.startswith("torch.")))
     """)
     assert out == "[]"
@@ -51,7 +52,7 @@ def test_running_a_check_in_the_app_does_not_import_torch(tmp_path):
                     "dlogprobs = torch.zeros_like(logprobs)\\n"
                     "dlogprobs[range(n), Yb] = -1.0/n\\n")
                 await pilot.press("ctrl+j")
-                while app.checking and time.monotonic() < deadline:
+                while app.lesson.checking and time.monotonic() < deadline:
                     await pilot.pause(0.05)
                 print(app.store.status("atomic/logprobs"))
         asyncio.run(main())

@@ -44,7 +44,7 @@ def app(tmp_path, evaluator):
 async def settle(pilot) -> None:
     app = pilot.app
     deadline = time.monotonic() + 30
-    while app.info is None or app.checking:
+    while app.info is None or app.lesson.checking:
         assert time.monotonic() < deadline, "the evaluator did not answer"
         await pilot.pause(0.05)
     app.query_one(CodeEditor).cursor_blink = False

@@ -84,7 +84,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command is None:
             from tutor.ui.app import run_app
 
-            return run_app(settings)
+            # A pack named on the command line is a choice: no chooser then.
+            return run_app(settings, packs=[] if args.pack else None)
         return args.run(args, settings)
     except UsageError as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)

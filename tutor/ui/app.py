@@ -1,73 +1,54 @@
-"""The backprop-tutor TUI: forward pass, editor, feedback, steps, all on one screen.
+"""The backprop-tutor TUI: the app around the lesson screen.
 
-The app never imports torch. Checks go to the evaluator (a separate process that holds
-torch) from thread workers that only post messages back, so the first frame paints while
-torch is still loading and the screen stays responsive while a candidate runs.
+The lesson itself (forward pass, editor, feedback, steps, and the keys that act on them) is
+`LessonScreen`. The app holds what outlives any one screen: the settings, the pack and its
+progress store, the evaluator and the session that records checks, active time, the keys that
+work everywhere (progress, help, quit) and the command palette. When several packs are
+installed and none was named, the app first asks which one (`PackScreen`).
+
+The app never imports torch. The evaluator is a separate process that holds torch; it starts
+from a thread worker once the lesson's first frame is out, so that frame paints while torch is
+still loading.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rich.text import Text
-from textual import events, on, work
-from textual.app import App, ComposeResult, SystemCommand
+from textual import events, work
+from textual.app import App, SystemCommand
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
-from textual.timer import Timer
-from textual.widgets import OptionList, TextArea
-from textual.widgets.text_area import Selection
 
 from tutor.config import Settings
-from tutor.packs import Exercise, Pack, Step, find_pack, load_pack
+from tutor.packs import Pack, Step, find_pack, load_pack
 from tutor.sandbox.client import EvaluatorNotReady
 from tutor.session import Session
-from tutor.source import size_problem
 from tutor.ui.activity import ActiveClock
-from tutor.ui.highlight import warm_up
-from tutor.ui.messages import (
-    CheckFailed,
-    CheckFinished,
-    EvaluatorFailed,
-    EvaluatorReady,
-    ScratchFinished,
-    TrainingRecorded,
-)
-from tutor.ui.progress_view import (
-    differentiated_lines,
-    is_done,
-    is_enterable,
-    position_in_lesson,
-    remaining_before,
-)
-from tutor.ui.summary import done_exercises
+from tutor.ui.messages import EvaluatorFailed, EvaluatorReady, TrainingRecorded
+from tutor.ui.screens.lesson import LessonScreen, describe
+from tutor.ui.screens.packs import PackScreen, offered_packs
 from tutor.ui.widgets.editor import CodeEditor
-from tutor.ui.widgets.feedback import Feedback
-from tutor.ui.widgets.footer import TutorFooter
-from tutor.ui.widgets.forward import ForwardPanel
-from tutor.ui.widgets.steps import StepList
-from tutor.ui.widgets.topbar import TopBar
 
 if TYPE_CHECKING:
     from tutor.progress import Store
     from tutor.sandbox.client import Evaluator
 
 READY_POLL = 0.25  # seconds per wait for the evaluator, so shutdown is never held up
-DRAFT_DELAY = 0.5  # seconds of quiet typing before the draft is saved
 TIME_FLUSH = 20.0  # seconds between saves of the active time, so a crash loses little
-STEP_ACTIONS = frozenset(
-    {"check", "hint", "reveal", "explain", "next_step", "previous_step", "toggle_steps",
-     "scratch", "reset_step"}
-)
 # Events that show the learner is at the keyboard (see tutor.ui.activity).
 ACTIVITY = (events.Key, events.MouseDown, events.MouseScrollDown, events.MouseScrollUp,
             events.Paste)
-NARROW = 100  # below this many columns the steps sidebar starts hidden
+NARROW = 100  # below this many columns panels and dialogs use their narrow sizes
 SHORT = 32  # below this many rows the panels use their compact sizes
+# The help lists the lesson's keys and the app's in one table: the footer's keys first, in the
+# footer's order, then the quieter ones, then help and quit.
+HELP_ORDER = ("check", "hint", "reveal", "scratch", "explain", "next_step", "previous_step",
+              "reset_step", "progress", "toggle_steps", "help", "quit")
 
 
 def _step_commands():
@@ -86,28 +67,10 @@ class TutorApp(App[int], inherit_bindings=False):
     COMMANDS = App.COMMANDS | {_step_commands}
     ENABLE_COMMAND_PALETTE = True
 
+    # The keys that work on any screen; the lesson's own are LessonScreen.BINDINGS.
     BINDINGS = [
-        Binding("ctrl+j,f5,ctrl+enter", "check", "Check", id="check",
-                tooltip="Run your code and compare it with autograd"),
-        Binding("f1", "hint", "Hint", id="hint", tooltip="Show the next hint for this step"),
-        Binding("f2", "reveal", "Solution", id="reveal",
-                tooltip="Show the reference solution (asks first unless the step is solved)"),
-        Binding("ctrl+r", "scratch", "Run", id="scratch",
-                tooltip="Run your code without grading: its print output and the shapes it "
-                        "makes; no attempt is counted"),
-        Binding("f3", "explain", "Explain", id="explain",
-                tooltip="Read what this step and its exercise are about"),
-        Binding("ctrl+n,ctrl+down", "next_step", "Next", id="next_step",
-                tooltip="Open the next step"),
-        Binding("ctrl+up", "previous_step", "Prev", id="previous_step",
-                tooltip="Open the previous step"),
-        # Shown only in the help screen, so the footer fits 80 columns.
-        Binding("ctrl+t", "reset_step", "Template", id="reset_step", show=False,
-                tooltip="Put the step's template back in the editor (ctrl+z undoes it)"),
         Binding("ctrl+o", "progress", "Progress", id="progress", show=False,
                 tooltip="Status, attempts, hints and time per step, and in total"),
-        Binding("f4", "toggle_steps", "Steps", id="toggle_steps", show=False,
-                tooltip="Show or hide the steps sidebar"),
         Binding("f9,question_mark", "help", "Keys", id="help",
                 tooltip="List every key (? works outside the editor)"),
         Binding("ctrl+q", "quit", "Quit", id="quit", priority=True, show=False,
@@ -123,119 +86,128 @@ class TutorApp(App[int], inherit_bindings=False):
         evaluator: Evaluator | None = None,
         *,
         greet: bool = True,
+        packs: list[str] | None = None,
     ) -> None:
         """`greet=False` skips the welcome and the exercise introductions (for tests that
-        drive the main screen from a fresh start)."""
+        drive the lesson from a fresh start). With more than one pack in `packs` the app asks
+        which to open first, then opens its progress itself; an evaluator passed in must serve
+        the pack chosen."""
         super().__init__()
         self.settings = settings
-        self.pack: Pack = load_pack(find_pack(settings.pack))
+        self.greet = greet
+        self.packs = list(packs or [])
+        if store is not None and self.choosing:
+            raise ValueError("a progress store belongs to one pack: give a store or a choice "
+                             "of packs, not both")
         # What we create we close; what the caller passes in stays the caller's.
         self._owns_store = store is None
         self._owns_evaluator = evaluator is None
-        if store is None:
-            from tutor.progress import Store
-
-            store = Store.open(settings.data_home, self.pack)
-        self.store: Store = store
+        self._store: Store | None = store
+        self._pack: Pack | None = None
         self._evaluator = evaluator
         self._evaluator_lock = threading.Lock()
         self._session: Session | None = None
         self.info: dict | None = None  # from evaluator.info(), once PyTorch is ready
         self.evaluator_error: str | None = None
-        self.checking = False
-        self.step: Step = self._opening_step()
-        # This session's last result per step: the result, the step it unlocked, and whether
-        # it passed a step that stays revealed.
-        self._results: dict[str, tuple[dict, str | None, bool]] = {}
-        self._loaded_text = ""  # the editor text as last loaded or saved
-        self._editor_text = ""
-        self._draft_timer: Timer | None = None
+        self.lesson: LessonScreen | None = None  # once a pack is open
         self._clock = ActiveClock()
-        self._timed_step = self.step.id  # the step active time is counted on
+        self._timed_step: str | None = None  # the step active time is counted on
         self._closing = False  # set at shutdown; worker threads stop waiting
-        self._steps_chosen = False  # set once the learner shows or hides the sidebar
-        self.greet = greet
-        self.scratching = False  # a run without grading is under way
-        self._done = done_exercises(self.pack, self.store.statuses())  # for completion moments
+        if not self.choosing:
+            self._open_pack(settings.pack)
 
-    # -- layout ---------------------------------------------------------------------------
+    @property
+    def choosing(self) -> bool:
+        """Whether the learner picks the pack before the lesson opens."""
+        return len(self.packs) > 1
 
-    def compose(self) -> ComposeResult:
-        yield TopBar(id="topbar")
-        with Horizontal(id="body"):
-            yield StepList(self.pack, id="steps")
-            with Vertical(id="work"):
-                yield ForwardPanel(self.pack.forward_lines, id="forward")
-                yield CodeEditor(id="editor")
-                yield Feedback(id="feedback")
-        yield TutorFooter()
+    @property
+    def pack(self) -> Pack:
+        if self._pack is None:
+            raise RuntimeError("no pack is open yet: the learner is choosing one")
+        return self._pack
+
+    @property
+    def store(self) -> Store:
+        if self._store is None:
+            raise RuntimeError("no pack is open yet: the learner is choosing one")
+        return self._store
+
+    def _open_pack(self, name: str) -> None:
+        """Load the pack and open its progress (unless the caller gave a store)."""
+        self.settings = replace(self.settings, pack=name)  # the evaluator serves this pack
+        self._pack = load_pack(find_pack(name))
+        if self._store is None:
+            from tutor.progress import Store
+
+            self._store = Store.open(self.settings.data_home, self._pack)
+
+    def _new_lesson(self) -> LessonScreen:
+        self.lesson = LessonScreen(self.pack, self.store, greet=self.greet)
+        return self.lesson
+
+    # -- screens --------------------------------------------------------------------------
+
+    def get_default_screen(self) -> Screen:
+        # Textual's App.query_one searches this screen, whatever is on top of it, so callers
+        # find the lesson's widgets through the app. While the learner chooses a pack, a blank
+        # screen lies under the chooser, and the lesson gets a stack of its own (_pack_chosen).
+        return super().get_default_screen() if self.choosing else self._new_lesson()
 
     def on_mount(self) -> None:
-        # The first frame goes out before anything else competes for the CPU: then the
-        # evaluator starts (PyTorch loads in its own process) and highlighting warms up.
-        self.call_after_refresh(self._after_first_frame)
         self._fit_to_terminal(self.size.width, self.size.height)
-        self._open(self.step)
-        self.query_one("#feedback", Feedback).show_status(
-            Text("Loading PyTorch… you can start typing; checks run once it is ready.",
-                 style="#7f8896"))
+        self.set_interval(TIME_FLUSH, self.flush_time)
+        if self.lesson is not None:
+            self._show_notices()
+        else:
+            self.push_screen(PackScreen(self.packs), self._pack_chosen)
+
+    def _pack_chosen(self, name: str | None) -> None:
+        from tutor.progress import StoreError
+
+        if name is None:
+            return
+        try:
+            self._open_pack(name)
+        except StoreError as exc:
+            self.exit(return_code=1, message=f"backprop-tutor: {exc}")
+            return
+        # Textual's modes: the lesson's stack starts with the lesson, as without a chooser,
+        # since the default screen cannot be swapped for another in place.
+        self.add_mode("lesson", self._new_lesson)
+        self.switch_mode("lesson")
+        self._show_notices()
+
+    def _show_notices(self) -> None:
         for notice in self.store.notices:
             self.notify(str(notice), title="Progress", timeout=8)
-        self.set_interval(TIME_FLUSH, self._flush_time)
-        if self.greet and self.store.remembered("welcomed") is None:
-            from tutor.ui.screens.welcome import WelcomeScreen
 
-            first = self.pack.exercises[0]
-            self.store.remember("welcomed", "1")
-            self.store.remember(f"intro.{first.number}", "1")  # the welcome includes it
-            self.push_screen(WelcomeScreen(self.store.path, first), self._back_to_editor)
-        else:
-            self._introduce(self.step.exercise)
-
-    def _after_first_frame(self) -> None:
-        self._start_evaluator()
-        self.call_after_refresh(self._highlight_code)
-
-    def _highlight_code(self) -> None:
-        """Turn syntax highlighting on once the first frame is out (the lexer is slow to build)."""
-        warm_up()
-        editor = self.query_one(CodeEditor)
-        editor.mark_error(editor.error_row)  # rebuilds the editor's highlights
-        self.query_one(ForwardPanel).refresh_window()
-        self.query_one(Feedback).rehighlight()
-
-    def on_resize(self, event) -> None:
+    def on_resize(self, event: events.Resize) -> None:
         self._fit_to_terminal(event.size.width, event.size.height)
 
     def _fit_to_terminal(self, width: int, height: int) -> None:
+        # On the app, so the lesson's panels and every dialog size themselves (see app.tcss).
         self.set_class(height < SHORT, "-short")
         self.set_class(width < NARROW, "-narrow")
-        steps = self.query_one("#steps", StepList)
-        if not self._steps_chosen:
-            # Until the learner toggles it, the sidebar gives way on narrow terminals.
-            steps.display = width >= NARROW
+        if self.lesson is not None and self.lesson.is_mounted:
+            self.lesson.fit_sidebar(width)
 
-    def _fit_to_feedback(self) -> None:
-        """Once the feedback has something to read (a result, hints, a solution), it takes the
-        room: the forward pass shrinks to the lines around the current one (see app.tcss)."""
-        self.set_class(self.query_one("#feedback", Feedback).has_content, "-reading")
+    def _back_to_lesson(self, _result: object = None) -> None:
+        if self.lesson is not None:
+            self.lesson.back_to_editor()
 
-    def _back_to_editor(self, _result: object = None) -> None:
-        if len(self.screen_stack) == 1:
-            self.query_one("#editor", CodeEditor).focus()
+    # -- what tests and scripts read from outside ---------------------------------------------
 
-    def _introduce(self, exercise_number: int) -> None:
-        """Show an exercise's introduction the first time one of its steps opens."""
-        if not self.greet:
-            return
-        key = f"intro.{exercise_number}"
-        exercise = self.pack.exercise(exercise_number)
-        if not exercise.intro.strip() or self.store.remembered(key) is not None:
-            return
-        from tutor.ui.screens.welcome import IntroScreen
+    @property
+    def step(self) -> Step:
+        """The open step (the lesson screen's)."""
+        assert self.lesson is not None, "no pack is open yet"
+        return self.lesson.step
 
-        self.store.remember(key, "1")
-        self.push_screen(IntroScreen(exercise), self._back_to_editor)
+    @property
+    def checking(self) -> bool:
+        """Whether a check is under way on the lesson screen."""
+        return self.lesson is not None and self.lesson.checking
 
     # -- active time ----------------------------------------------------------------------
 
@@ -251,10 +223,12 @@ class TutorApp(App[int], inherit_bindings=False):
         from tutor.ui.screens.training import TrainingScreen
 
         training = any(isinstance(s, TrainingScreen) and s.running for s in self.screen_stack)
-        return self.checking or self.scratching or training
+        return training or (self.lesson is not None and self.lesson.busy)
 
-    def _flush_time(self) -> None:
+    def flush_time(self) -> None:
         """Add the active seconds counted so far to the step they were spent on."""
+        if self._timed_step is None:
+            return  # no lesson yet: the seconds wait for the first step
         if self._busy():
             self._clock.touch()  # watching a check or a training run is time on the step
         seconds = self._clock.take()
@@ -265,10 +239,12 @@ class TutorApp(App[int], inherit_bindings=False):
         except Exception as exc:  # a full disk must not end the session
             self.log.warning(f"could not save time: {exc}")
 
-    def _time_step(self, step_id: str) -> None:
+    def count_time_on(self, step_id: str) -> None:
         """From now on, count active time on `step_id` (what went before stays where it was)."""
+        if self._timed_step is None:
+            self._clock.take()  # choosing a pack is not time on a step
         if step_id != self._timed_step:
-            self._flush_time()
+            self.flush_time()
             self._timed_step = step_id
 
     # -- evaluator ------------------------------------------------------------------------
@@ -290,6 +266,10 @@ class TutorApp(App[int], inherit_bindings=False):
                 self._evaluator = Evaluator(self.settings)
             return self._evaluator
 
+    def start_evaluator(self) -> None:
+        """Start the evaluator in the background; the lesson hears back when it is ready."""
+        self._start_evaluator()
+
     @work(thread=True, exclusive=True, group="evaluator", exit_on_error=False)
     def _start_evaluator(self) -> None:
         try:
@@ -304,503 +284,58 @@ class TutorApp(App[int], inherit_bindings=False):
                 self.post_message(EvaluatorReady(info))
                 return
         except Exception as exc:  # any failure becomes a message on screen, never a traceback
-            self.post_message(EvaluatorFailed(_describe(exc)))
-
-    @work(thread=True, exclusive=True, group="check", exit_on_error=False)
-    def _run_check(self, step_id: str, code: str, prior: dict[str, str]) -> None:
-        try:
-            result = self.session.evaluate(step_id, code, prior)
-        except Exception as exc:
-            self.post_message(CheckFailed(step_id, _describe(exc)))
-            return
-        self.post_message(CheckFinished(step_id, code, result))
+            self.post_message(EvaluatorFailed(describe(exc)))
 
     def on_evaluator_ready(self, message: EvaluatorReady) -> None:
         self.info = message.info
-        self.query_one(TopBar).show_device(message.info.get("device", "?"), ready=True)
-        self.query_one(ForwardPanel).set_shapes(message.info.get("lines", []))
-        if not self.checking:
-            self._show_idle()
-        self.refresh_bindings()
+        if self.lesson is not None:
+            self.lesson.evaluator_ready(message.info)
 
     def on_evaluator_failed(self, message: EvaluatorFailed) -> None:
         self.evaluator_error = message.message
-        self.query_one(TopBar).show_device("PyTorch unavailable", ready=False)
-        self.checking = False
-        self.query_one(Feedback).show_status(Text.assemble(
-            ("The checker could not start: ", "bold #e06c75"), message.message))
-        self.refresh_bindings()
+        if self.lesson is not None:
+            self.lesson.evaluator_failed(message.message)
 
-    # -- steps ----------------------------------------------------------------------------
+    def on_training_recorded(self, _message: TrainingRecorded) -> None:
+        # The training screen is the lesson's sibling in the stack, so its news comes here.
+        if self.lesson is not None:
+            self.lesson.training_recorded()
 
-    def _opening_step(self) -> Step:
-        """The step the learner was on last time; a finished pack reopens its last step."""
-        try:
-            step = self.pack.step(self.store.current_step())
-        except (KeyError, TypeError):
-            step = self.pack.steps[0]
-        if step.is_training:
-            step = self.pack.gradient_steps[-1]
-        return step
-
-    def goto_step(self, step_id: str) -> bool:
-        """Open a step if it is not locked; say why when it is."""
-        step = self.pack.step(step_id)
-        statuses = self.store.statuses()
-        if step.is_training:
-            left = remaining_before(self.pack, step, statuses)
-            if left:
-                self.notify(f"Training opens once every gradient is in place: "
-                            f"{len(left)} step{'s' if len(left) != 1 else ''} before it "
-                            f"{'are' if len(left) != 1 else 'is'} not done yet, starting "
-                            f"with {left[0].title}.", title="Locked")
-                self.query_one(StepList).follow(self.step.id)
-                return False
-            self._open_training(step)
-            return True
-        if not is_enterable(statuses.get(step.id, "locked")):
-            before = [s for s in self.pack.steps[: self.pack.index(step.id)]
-                      if not is_done(statuses.get(s.id, "locked")) and not s.is_training]
-            reason = f"finish {before[0].title} first" if before else "finish the steps before it"
-            self.notify(f"{step.title} is locked: {reason}.", title="Locked", severity="warning")
-            self.query_one(StepList).follow(self.step.id)
-            return False
-        if step.id != self.step.id:
-            self._leave_step()
-            self.step = step
-            self._time_step(step.id)
-            self.store.set_current_step(step.id)
-            self._open(step)
-            self._introduce(step.exercise)
-        return True
-
-    def _open_training(self, step: Step) -> None:
-        """Exercise 4 has a screen of its own; the editor starts from the learner's steps."""
-        from tutor.training import training_code
-        from tutor.ui.screens.training import TrainingScreen
-
-        self._save_draft()
-        self._time_step(step.id)
-        code = self.store.draft(step.id) or training_code(self.pack, self.store.accepted_codes())
-
-        def closed(_result: object) -> None:
-            self._time_step(self.step.id)
-            self._show_progress()
-            self._back_to_editor()
-
-        self.push_screen(TrainingScreen(self.evaluator, self.store, self.pack, code), closed)
-        self._introduce(step.exercise)
-
-    def _leave_step(self) -> None:
-        self._save_draft()
-        self._remember_cursor()
-
-    def _remember_cursor(self) -> None:
-        try:
-            row, col = self.query_one("#editor", CodeEditor).cursor_location
-            self.store.remember(f"cursor.{self.step.id}", f"{row},{col}")
-        except Exception as exc:  # at shutdown the editor is gone; a cursor is not worth more
-            self.log.warning(f"could not save the cursor: {exc}")
-
-    def _restore_cursor(self, editor: CodeEditor, step: Step) -> bool:
-        """Put the cursor back where the learner left it in this step's draft."""
-        saved = self.store.remembered(f"cursor.{step.id}")
-        try:
-            row, col = (int(x) for x in (saved or "").split(","))
-        except ValueError:
-            return False
-        row = min(max(row, 0), editor.document.line_count - 1)
-        col = min(max(col, 0), len(editor.document.get_line(row)))
-        editor.move_cursor((row, col), center=True)
-        return True
-
-    def _open(self, step: Step) -> None:
-        editor = self.query_one("#editor", CodeEditor)
-        draft = self.store.draft(step.id)
-        text = draft if draft is not None else step.template
-        self._loaded_text = self._editor_text = text
-        editor.load_text(text)
-        editor.mark_error(None)
-        if draft is None or not self._restore_cursor(editor, step):
-            _select_placeholder(editor)
-        editor.border_title = f"Your backward code · {step.title}"
-        feedback = self.query_one(Feedback)
-        last = self._results.get(step.id)
-        if last:
-            feedback.show_result(*last)
-        else:
-            feedback.show_result(None)
-        shown = self.store.hints_shown(step.id)
-        feedback.show_hints(list(step.hints[:shown]), len(step.hints))
-        statuses = self.store.statuses()
-        revealed = statuses.get(step.id) == "revealed"
-        feedback.show_solution(step.solution if revealed else None)
-        if not self.checking and self.info is not None:
-            self._show_idle()
-        self._show_progress(statuses)
-        self._fit_to_feedback()
-        self.query_one(StepList).follow(step.id)
-        editor.focus()
-
-    def _show_idle(self) -> None:
-        """A reminder of what to do, until the step has been checked in this session."""
-        nothing_yet = self.step.id not in self._results and not self.query_one(
-            Feedback).has_content
-        self.query_one(Feedback).show_status(
-            Text("Write the gradient in the editor, then press ^j or F5 to compare it with "
-                 "autograd. F1 gives a hint.", style="#7f8896") if nothing_yet else ""
-        )
-
-    def _show_progress(self, statuses: dict[str, str] | None = None) -> None:
-        """Refresh everything that depends on statuses: sidebar, forward marks, top bar."""
-        statuses = statuses if statuses is not None else self.store.statuses()
-        step = self.step
-        self.query_one(StepList).show(statuses, step.id)
-        self.query_one(ForwardPanel).show(
-            step.exercise, set(step.lines), differentiated_lines(self.pack, statuses)
-        )
-        exercise = self.pack.exercise(step.exercise)
-        x, n = position_in_lesson(self.pack, step)
-        self.query_one(TopBar).show_place(
-            # The numbers first: on a narrow terminal the title is what gets truncated. Steps
-            # are counted over the lesson, as `backprop-tutor list` numbers them.
-            f"Exercise {exercise.number} · step {x} of {n} · {exercise.title}"
-        )
-        self.refresh_bindings()
-
-    def _neighbour(self, offset: int) -> Step | None:
-        index = self.pack.index(self.step.id) + offset
-        if 0 <= index < len(self.pack.steps):
-            return self.pack.steps[index]
-        return None
-
-    @on(OptionList.OptionSelected, "#steps")
-    def _step_chosen(self, event: OptionList.OptionSelected) -> None:
-        if event.option.id:
-            self.goto_step(event.option.id)
-
-    # -- drafts ---------------------------------------------------------------------------
-
-    @on(TextArea.Changed, "#editor")
-    def _editor_changed(self, event: TextArea.Changed) -> None:
-        # Mirrored here because at shutdown the widgets are gone before the last draft save.
-        self._editor_text = event.text_area.text
-        if self._draft_timer is not None:
-            self._draft_timer.stop()
-        self._draft_timer = self.set_timer(DRAFT_DELAY, self._save_draft)
-
-    def _save_draft(self) -> None:
-        if self._draft_timer is not None:
-            self._draft_timer.stop()
-            self._draft_timer = None
-        text = self._editor_text
-        if text != self._loaded_text:
-            self.store.save_draft(self.step.id, text)
-            self._loaded_text = text
-            self._remember_cursor()
-
-    # -- actions --------------------------------------------------------------------------
+    # -- keys and commands that work anywhere ---------------------------------------------
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        # The step keys belong to the main screen; dialogs and the training screen have theirs.
-        if action in STEP_ACTIONS and len(self.screen_stack) > 1:
-            return False
-        # None greys the key out in the footer: one run at a time, and only with a checker.
-        if action in ("check", "scratch") and (self.checking or self.scratching
-                                               or self.evaluator_error is not None):
-            return None
-        if action == "next_step" and self._neighbour(1) is None:
-            return None
-        if action == "previous_step" and self._neighbour(-1) is None:
-            return None
-        return True
-
-    def action_check(self) -> None:
-        if self.checking or self.scratching:
-            return
-        self._save_draft()
-        code = self.query_one("#editor", CodeEditor).text
-        if too_big := size_problem(code):  # refused, not recorded, as on the command line
-            return self.notify(too_big, title="Not checked", severity="error")
-        self.checking = True
-        self.refresh_bindings()
-        self.query_one("#editor", CodeEditor).mark_error(None)
-        waiting = "" if self.info else " (waiting for PyTorch to finish loading)"
-        self.query_one(Feedback).show_status(
-            Text(f"Checking {self.step.title}…{waiting}", style="#e5c07b"))
-        self._run_check(self.step.id, code, dict(self.store.accepted_codes()))
-
-    def on_check_finished(self, message: CheckFinished) -> None:
-        self.checking = False
-        outcome = self.session.record(message.step_id, message.code, message.result)
-        if outcome.problem:
-            self.notify(f"Could not save this attempt: {outcome.problem}", severity="error")
-        after = self.store.statuses()
-        unlocked = [self.pack.step(sid) for sid in outcome.unlocked]
-        note = None
-        if unlocked and not unlocked[0].is_training:
-            note = unlocked[0].title
-        elif unlocked:
-            note = f"{unlocked[0].title} (every gradient is in place)"
-        revealed = outcome.revealed_pass
-        self._results[message.step_id] = (message.result, note, revealed)
-        if message.step_id == self.step.id:
-            feedback = self.query_one(Feedback)
-            feedback.show_result(message.result, note, revealed)
-            self._show_idle()
-            self._fit_to_feedback()
-            self._point_at_error(message.result.get("error"))
-        self._show_progress(after)
-        self._celebrate(after)
-
-    def on_check_failed(self, message: CheckFailed) -> None:
-        self.checking = False
-        self.query_one(Feedback).show_status(Text.assemble(
-            ("The checker failed: ", "bold #e06c75"), message.message,
-            ("\nYour code was not graded; try again.", "#7f8896")))
-        self.refresh_bindings()
-
-    def _point_at_error(self, error: dict | None) -> None:
-        """Put the editor cursor on the reported line and column, and tint the line."""
-        if not error or not error.get("line"):
-            return
-        editor = self.query_one("#editor", CodeEditor)
-        row = min(max(int(error["line"]) - 1, 0), editor.document.line_count - 1)
-        col = max(int(error.get("col") or 1) - 1, 0)
-        col = min(col, len(editor.document.get_line(row)))
-        editor.move_cursor((row, col))
-        editor.mark_error(row)
-        editor.focus()
-
-    def action_hint(self) -> None:
-        step = self.step
-        total = len(step.hints)
-        if self.store.hints_shown(step.id) >= total:
-            self.notify(f"All {total} hints for this step are shown below.", title="Hints")
-        else:
-            self.store.show_hint(step.id)
-        shown = self.store.hints_shown(step.id)
-        feedback = self.query_one(Feedback)
-        feedback.show_hints(list(step.hints[:shown]), total)
-        self._fit_to_feedback()
-        feedback.scroll_to_part("hints")
-
-    def action_reveal(self) -> None:
-        step = self.step
-        status = self.store.statuses().get(step.id, "locked")
-        if is_done(status):
-            # Nothing left to lose: a finished step shows the reference without asking, and
-            # a solved step stays solved (the store never lowers an achievement).
-            self._show_solution(step, revealed=status == "revealed")
-            return
-
-        def decided(reveal: bool | None) -> None:
-            if reveal and step.id == self.step.id:
-                self.store.reveal(step.id)
-                self._show_solution(step, revealed=True)
-                self._celebrate(self.store.statuses())
-
-        from tutor.ui.screens.confirm import ConfirmReveal
-
-        self.push_screen(ConfirmReveal(step.title), decided)
-
-    def _show_solution(self, step: Step, revealed: bool) -> None:
-        feedback = self.query_one(Feedback)
-        feedback.show_solution(step.solution, revealed)
-        self._show_idle()
-        self._fit_to_feedback()
-        feedback.scroll_to_part("solution")
-        self._show_progress()
-
-    # -- a run without grading ------------------------------------------------------------
-
-    def action_scratch(self) -> None:
-        if self.checking or self.scratching:
-            return
-        self._save_draft()
-        code = self.query_one("#editor", CodeEditor).text
-        if too_big := size_problem(code):
-            return self.notify(too_big, title="Not run", severity="error")
-        self.scratching = True
-        self.refresh_bindings()
-        self.query_one("#editor", CodeEditor).mark_error(None)
-        waiting = "" if self.info else " (waiting for PyTorch to finish loading)"
-        self.query_one(Feedback).show_status(
-            Text(f"Running your code without grading…{waiting}", style="#e5c07b"))
-        self._run_scratch(self.step.id, code, dict(self.store.accepted_codes()))
-
-    @work(thread=True, exclusive=True, group="check", exit_on_error=False)
-    def _run_scratch(self, step_id: str, code: str, prior: dict[str, str]) -> None:
-        try:
-            result = self.evaluator.scratch(step_id, code, prior)
-        except Exception as exc:
-            self.post_message(CheckFailed(step_id, _describe(exc)))
-            return
-        self.post_message(ScratchFinished(step_id, result))
-
-    def on_scratch_finished(self, message: ScratchFinished) -> None:
-        self.scratching = False
-        self.refresh_bindings()
-        if message.step_id != self.step.id:
-            return
-        feedback = self.query_one(Feedback)
-        feedback.show_scratch(message.result, self._expected_shapes())
-        self._show_idle()
-        self._fit_to_feedback()
-        feedback.scroll_to_part("scratch")
-        self._point_at_error(message.result.get("error"))
-
-    def _expected_shapes(self) -> dict[str, list[int] | None]:
-        """The shape each gradient of the open step must have, where it is known: forward
-        tensors from the evaluator's shapes, parameters from this session's last check."""
-        shapes = {line["target"]: line.get("shape") for line in (self.info or {}).get("lines", [])}
-        last = self._results.get(self.step.id)
-        for check in (last[0].get("checks") or []) if last else []:
-            shapes.setdefault(check.get("tensor"), check.get("expected_shape"))
-        return {f"d{t}": shapes[t] for t in self.step.checks if shapes.get(t) is not None}
-
-    def action_reset_step(self) -> None:
-        """The step's template back in the editor, as one edit that ctrl+z takes back."""
-        editor = self.query_one("#editor", CodeEditor)
-        if editor.text == self.step.template:
-            return
-        editor.replace(self.step.template, editor.document.start, editor.document.end,
-                       maintain_selection_offset=False)
-        _select_placeholder(editor)
-        editor.focus()
-        self.notify("The template is back; ctrl+z brings your code back.", title="Template")
+        # No progress to show while the learner is still choosing a pack.
+        return not (action == "progress" and self.lesson is None)
 
     def action_progress(self) -> None:
         from tutor.ui.screens.progress import ProgressScreen
 
-        self._flush_time()  # so the table's times include this very minute
-        self.push_screen(ProgressScreen(self.pack, self.store.summary()), self._back_to_editor)
+        self.flush_time()  # so the table's times include this very minute
+        self.push_screen(ProgressScreen(self.pack, self.store.summary()), self._back_to_lesson)
 
-    def show_welcome(self) -> None:
-        from tutor.ui.screens.welcome import WelcomeScreen
+    def help_bindings(self) -> list[Binding]:
+        """Every key of the lesson and of the app, in the order the help lists them."""
+        bindings = [b for b in (*LessonScreen.BINDINGS, *self.BINDINGS)
+                    if isinstance(b, Binding)]
 
-        self.push_screen(WelcomeScreen(self.store.path, self.pack.exercises[0]),
-                         self._back_to_editor)
+        def rank(binding: Binding) -> int:
+            return HELP_ORDER.index(binding.id) if binding.id in HELP_ORDER else len(HELP_ORDER)
 
-    # -- completion moments ---------------------------------------------------------------
-
-    def on_training_recorded(self, _message: TrainingRecorded) -> None:
-        self._show_progress()
-        self._celebrate(self.store.statuses())
-
-    def _celebrate(self, statuses: dict[str, str]) -> None:
-        """A summary for each exercise this change completed, then one for the whole lesson,
-        shown one after the other."""
-        from tutor.ui.screens.completion import CompletionScreen, exercise_view, lesson_view
-
-        done = done_exercises(self.pack, statuses)
-        finished = sorted(done - self._done)
-        lesson_done = len(done) == len(self.pack.exercises) and len(self._done) < len(done)
-        self._done = done
-        if not finished:
-            return
-        self._flush_time()
-        rows = self.store.summary()
-        runs = self.store.training_runs()
-        run = next((r for r in reversed(runs) if r.get("status") == "finished"), None)
-        queue: list[tuple[CompletionScreen, Exercise | None]] = []
-        for number in finished:
-            exercise = self.pack.exercise(number)
-            following = next((ex for ex in self.pack.exercises
-                              if ex.number > number and ex.number not in done), None)
-            hint = (f"enter: on to exercise {following.number} · esc: stay here" if following
-                    else "enter or esc to close")
-            body = exercise_view(self.pack, exercise, rows, run, following)
-            queue.append((CompletionScreen(body, hint), following))
-        if lesson_done:
-            queue.append((CompletionScreen(lesson_view(self.pack, rows, run),
-                                           "enter or esc to close"), None))
-        self._show_in_turn(queue)
-
-    def _show_in_turn(self, queue: list) -> None:
-        if not queue:
-            return
-        screen, following = queue[0]
-
-        def closed(go_on: bool | None) -> None:
-            if len(queue) > 1:
-                self._show_in_turn(queue[1:])
-            else:
-                self._after_celebration(go_on, following)
-
-        self.push_screen(screen, closed)
-
-    def _after_celebration(self, go_on: bool | None, following: Exercise | None) -> None:
-        if go_on and following is not None and len(self.screen_stack) == 1:
-            statuses = self.store.statuses()
-            step = next((s for s in following.steps
-                         if not is_done(statuses.get(s.id, "locked"))), following.steps[0])
-            self.goto_step(step.id)
-        else:
-            self._back_to_editor()
-
-    # -- moving around --------------------------------------------------------------------
-
-    def action_explain(self) -> None:
-        from tutor.ui.screens.explain import ExplainScreen
-
-        self.push_screen(ExplainScreen(self.pack.exercise(self.step.exercise), self.step))
+        return sorted(bindings, key=rank)
 
     def action_help(self) -> None:
         from tutor.ui.screens.help import HelpScreen
 
-        self.push_screen(HelpScreen())
-
-    def action_next_step(self) -> None:
-        step = self._neighbour(1)
-        if step is not None:
-            self.goto_step(step.id)
-
-    def action_previous_step(self) -> None:
-        step = self._neighbour(-1)
-        if step is not None:
-            self.goto_step(step.id)
-
-    def action_toggle_steps(self) -> None:
-        self._steps_chosen = True
-        steps = self.query_one(StepList)
-        steps.display = not steps.display
-
-    def on_key(self, event: events.Key) -> None:
-        """A character typed while the sidebar or the feedback has focus goes to the editor,
-        and focus with it: typing always types."""
-        if len(self.screen_stack) > 1 or not event.is_printable or event.character is None:
-            return
-        editor = self.query_one("#editor", CodeEditor)
-        if self.focused is editor:
-            return
-        event.stop()
-        editor.focus()
-        start, end = editor.selection
-        editor.replace(event.character, start, end, maintain_selection_offset=False)
+        self.push_screen(HelpScreen(self.help_bindings()))
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
-        if len(self.screen_stack) == 1:  # the step commands act on the main screen
-            yield SystemCommand("Check", "Run your code and compare it with autograd",
-                                self.action_check)
-            yield SystemCommand("Run without grading",
-                                "See what your code prints and the shapes it makes",
-                                self.action_scratch)
-            yield SystemCommand("Hint", "Show the next hint for this step", self.action_hint)
-            yield SystemCommand("Solution", "Show the reference solution (asks first unless "
-                                "the step is solved)", self.action_reveal)
-            yield SystemCommand("Explain", "Read what this step is about", self.action_explain)
-            yield SystemCommand("Template", "Put the step's template back in the editor",
-                                self.action_reset_step)
-            yield SystemCommand("Next step", "Open the next step", self.action_next_step)
-            yield SystemCommand("Previous step", "Open the previous step",
-                                self.action_previous_step)
-            yield SystemCommand("Steps sidebar", "Show or hide the list of steps",
-                                self.action_toggle_steps)
-        yield SystemCommand("Progress", "Status, attempts, hints and time per step",
-                            self.action_progress)
-        yield SystemCommand("Welcome", "The first page again: what this is, the keys",
-                            self.show_welcome)
+        if isinstance(screen, LessonScreen):  # the step's commands act on the lesson
+            yield from screen.system_commands()
+        if self.lesson is not None:
+            yield SystemCommand("Progress", "Status, attempts, hints and time per step",
+                                self.action_progress)
+            yield SystemCommand("Welcome", "The first page again: what this is, the keys",
+                                self.lesson.show_welcome)
         yield SystemCommand("Keys", "List every key", self.action_help)
         # Textual's own "Keys" opens a panel of the same bindings: one "Keys" is enough.
         yield from (c for c in super().get_system_commands(screen) if c.title != "Keys")
@@ -815,10 +350,15 @@ class TutorApp(App[int], inherit_bindings=False):
         """
         from tutor.ui.screens.training import TrainingScreen
 
-        editor: CodeEditor = self.query_one("#editor", CodeEditor)
+        editor: CodeEditor | None = None
+        if self.lesson is not None:
+            editor = self.lesson.query_one("#editor", CodeEditor)
         for screen in self.screen_stack:
             if isinstance(screen, TrainingScreen):
                 editor = screen.query_one("#train-code", CodeEditor)
+        if editor is None:
+            self.exit()  # still choosing a pack: nothing to save
+            return
         editor.call_later(self._quit_now)
 
     def _quit_now(self) -> None:
@@ -827,45 +367,38 @@ class TutorApp(App[int], inherit_bindings=False):
         for screen in self.screen_stack:
             if isinstance(screen, TrainingScreen):
                 screen.save_draft()
-        self._editor_text = self.query_one("#editor", CodeEditor).text
-        self._save_draft()
-        self._remember_cursor()
+        if self.lesson is not None:
+            self.lesson.save_before_quitting()
         self.exit()
 
     def on_unmount(self) -> None:
         self._closing = True
         try:
-            self._leave_step()
-            self._flush_time()
+            if self.lesson is not None:
+                self.lesson.leave_step()
+                self.flush_time()
         finally:
             if self._owns_evaluator and self._evaluator is not None:
                 self._evaluator.close()
-            if self._owns_store:
-                self.store.close()
+            if self._owns_store and self._store is not None:
+                self._store.close()
 
 
-def _select_placeholder(editor: CodeEditor) -> None:
-    """Select the template's first `...`, so typing replaces it; else go to the end."""
-    for row in range(editor.document.line_count):
-        col = editor.document.get_line(row).find("...")
-        if col >= 0:
-            editor.selection = Selection((row, col), (row, col + 3))
-            return
-    last = editor.document.line_count - 1
-    editor.move_cursor((last, len(editor.document.get_line(last))))
+def run_app(settings: Settings, packs: list[str] | None = None) -> int:
+    """Open the learner's progress, start the checker and run the TUI until they quit.
 
-
-def _describe(exc: BaseException) -> str:
-    """A one-line account of an exception, for the screen (no traceback)."""
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
-def run_app(settings: Settings) -> int:
-    """Open the learner's progress, start the checker and run the TUI until they quit."""
+    `packs` are the packs to choose from at launch; by default the installed ones when the
+    learner named none (see `offered_packs`), and `[]` opens `settings.pack` without asking.
+    """
     from tutor.progress import Store, StoreError
     from tutor.sandbox.client import Evaluator
 
+    offered = offered_packs(settings) if packs is None else packs
+    if len(offered) > 1:
+        # The pack is not known yet: the app opens its progress and checker once chosen.
+        chooser = TutorApp(settings, packs=offered)
+        chooser.run()
+        return chooser.return_code or 0
     pack = load_pack(find_pack(settings.pack))
     try:
         store = Store.open(settings.data_home, pack)

@@ -18,9 +18,11 @@ class StepCommands(Provider):
 
     def _targets(self) -> list[tuple[str, str, str, str]]:
         """(title, step id, help text, extra text to match) per open step, in lesson order."""
-        app = self.app
-        pack = app.pack
-        statuses = app.store.statuses()
+        lesson = self.app.lesson
+        if lesson is None:  # the learner is still choosing a pack
+            return []
+        pack = lesson.pack
+        statuses = lesson.store.statuses()
         out = []
         for step in pack.steps:
             status = statuses.get(step.id, "locked")
@@ -39,14 +41,18 @@ class StepCommands(Provider):
             out.append((title, step.id, help_text, f"{step.id} {exercise.title}"))
         return out
 
+    def _goto(self, step_id: str) -> None:
+        if self.app.lesson is not None:
+            self.app.lesson.goto_step(step_id)
+
     async def discover(self) -> Hits:
         for title, step_id, help_text, _ in self._targets():
-            yield DiscoveryHit(title, partial(self.app.goto_step, step_id), help=help_text)
+            yield DiscoveryHit(title, partial(self._goto, step_id), help=help_text)
 
     async def search(self, query: str) -> Hits:
         matcher = self.matcher(query)
         for title, step_id, help_text, extra in self._targets():
             score = max(matcher.match(title), matcher.match(step_id), matcher.match(extra))
             if score > 0:
-                yield Hit(score, matcher.highlight(title), partial(self.app.goto_step, step_id),
+                yield Hit(score, matcher.highlight(title), partial(self._goto, step_id),
                           text=title, help=help_text)

@@ -1,1 +1,1 @@
-"""Modal screens: help, step explanation, reveal confirmation."""
+"""The TUI's screens: the lesson, the training run, the pack chooser, and the dialogs over them."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from rich.table import Table
 from rich.text import Text
@@ -46,20 +46,25 @@ def legend() -> Table:
 
 
 class HelpScreen(ModalScreen[None]):
+    """The tutor's keys (given: the lesson's and the app's), then the editor's, then markers."""
+
     BINDINGS = [
         Binding("escape,f9,question_mark,q", "dismiss", "Close", id="help.close"),
     ]
 
+    def __init__(self, bindings: Sequence[Binding]) -> None:
+        super().__init__()
+        self.key_bindings = list(bindings)
+
     def compose(self) -> ComposeResult:
         app = self.app
-        app_bindings = [b for b in app.BINDINGS if isinstance(b, Binding)]
-        app_bindings.append(Binding(app.COMMAND_PALETTE_BINDING, "command_palette",
-                                    "Command palette",
-                                    tooltip="Jump to any open step, or run any action"))
+        tutor_bindings = [*self.key_bindings, Binding(
+            app.COMMAND_PALETTE_BINDING, "command_palette", "Command palette",
+            tooltip="Jump to any open step, or run any action")]
         editor_bindings = [b for b in TextArea.BINDINGS if isinstance(b, Binding)]
         with Vertical(id="dialog"):
             with VerticalScroll(id="help-body"):
-                yield Static(bindings_table("Tutor", app_bindings, app))
+                yield Static(bindings_table("Tutor", tutor_bindings, app))
                 yield Static(bindings_table("Editor", editor_bindings, app))
                 yield Static(legend())
             yield Static("esc closes this · the mouse works everywhere", classes="dialog-hint")

@@ -1,0 +1,687 @@
+"""The lesson screen: forward pass, editor, feedback and steps, with the keys that act on them.
+
+The screen owns everything about the open step: its widgets, its bindings and actions (check,
+hint, solution, scratch run, template, moving between steps), the draft in the editor, this
+session's results, and the moments when an exercise is done. What outlives a screen stays on
+the app: settings, pack, progress store, the evaluator and its session, active time, quitting.
+
+Checks and scratch runs go to the evaluator from thread workers that only post messages back
+to this screen; the widgets change in the message handlers, on the app's thread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, cast
+
+from rich.text import Text
+from textual import events, on, work
+from textual.app import ComposeResult, SystemCommand
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.screen import Screen
+from textual.timer import Timer
+from textual.widgets import OptionList, TextArea
+from textual.widgets.text_area import Selection
+
+from tutor.packs import Exercise, Pack, Step
+from tutor.source import size_problem
+from tutor.ui.highlight import warm_up
+from tutor.ui.messages import CheckFailed, CheckFinished, ScratchFinished
+from tutor.ui.progress_view import (
+    differentiated_lines,
+    is_done,
+    is_enterable,
+    position_in_lesson,
+    remaining_before,
+)
+from tutor.ui.summary import done_exercises
+from tutor.ui.widgets.editor import CodeEditor
+from tutor.ui.widgets.feedback import Feedback
+from tutor.ui.widgets.footer import TutorFooter
+from tutor.ui.widgets.forward import ForwardPanel
+from tutor.ui.widgets.steps import StepList
+from tutor.ui.widgets.topbar import TopBar
+
+if TYPE_CHECKING:
+    from tutor.progress import Store
+    from tutor.ui.app import TutorApp
+
+DRAFT_DELAY = 0.5  # seconds of quiet typing before the draft is saved
+NARROW = 100  # below this many columns the steps sidebar starts hidden
+IDLE = Text("Write the gradient in the editor, then press ^j or F5 to compare it with autograd. "
+            "F1 gives a hint.", style="#7f8896")
+
+
+class LessonScreen(Screen[None]):
+    """One step at a time: write its backward lines and have them checked against autograd."""
+
+    BINDINGS = [
+        Binding("ctrl+j,f5,ctrl+enter", "check", "Check", id="check",
+                tooltip="Run your code and compare it with autograd"),
+        Binding("f1", "hint", "Hint", id="hint", tooltip="Show the next hint for this step"),
+        Binding("f2", "reveal", "Solution", id="reveal",
+                tooltip="Show the reference solution (asks first unless the step is solved)"),
+        Binding("ctrl+r", "scratch", "Run", id="scratch",
+                tooltip="Run your code without grading: its print output and the shapes it "
+                        "makes; no attempt is counted"),
+        Binding("f3", "explain", "Explain", id="explain",
+                tooltip="Read what this step and its exercise are about"),
+        Binding("ctrl+n,ctrl+down", "next_step", "Next", id="next_step",
+                tooltip="Open the next step"),
+        Binding("ctrl+up", "previous_step", "Prev", id="previous_step",
+                tooltip="Open the previous step"),
+        # Shown only in the help screen, so the footer fits 80 columns.
+        Binding("ctrl+t", "reset_step", "Template", id="reset_step", show=False,
+                tooltip="Put the step's template back in the editor (ctrl+z undoes it)"),
+        Binding("f4", "toggle_steps", "Steps", id="toggle_steps", show=False,
+                tooltip="Show or hide the steps sidebar"),
+    ]
+
+    def __init__(self, pack: Pack, store: Store, *, greet: bool = True) -> None:
+        """`greet=False` skips the welcome and the exercise introductions."""
+        super().__init__(id="lesson")
+        self.pack = pack
+        self.store = store
+        self.greet = greet
+        self.checking = False  # a check is under way
+        self.scratching = False  # a run without grading is under way
+        self.step: Step = self._opening_step()
+        # This session's last result per step: the result, the step it unlocked, and whether
+        # it passed a step that stays revealed.
+        self.results: dict[str, tuple[dict, str | None, bool]] = {}
+        self._loaded_text = ""  # the editor text as last loaded or saved
+        self._editor_text = ""
+        self._draft_timer: Timer | None = None
+        self._steps_chosen = False  # set once the learner shows or hides the sidebar
+        self._done = done_exercises(pack, store.statuses())  # for completion moments
+
+    @property
+    def tutor(self) -> TutorApp:
+        """The app, typed: the evaluator, the session and the active-time clock live there."""
+        return cast("TutorApp", self.app)
+
+    # -- layout ---------------------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        yield TopBar(id="topbar")
+        with Horizontal(id="body"):
+            yield StepList(self.pack, id="steps")
+            with Vertical(id="work"):
+                yield ForwardPanel(self.pack.forward_lines, id="forward")
+                yield CodeEditor(id="editor")
+                yield Feedback(id="feedback")
+        yield TutorFooter()
+
+    def on_mount(self) -> None:
+        # The first frame goes out before anything else competes for the CPU: then the
+        # evaluator starts (PyTorch loads in its own process) and highlighting warms up.
+        self.call_after_refresh(self._after_first_frame)
+        self.fit_sidebar(self.app.size.width)
+        self.tutor.count_time_on(self.step.id)
+        self._open(self.step)
+        self.query_one(Feedback).show_status(
+            Text("Loading PyTorch… you can start typing; checks run once it is ready.",
+                 style="#7f8896"))
+        if self.greet and self.store.remembered("welcomed") is None:
+            first = self.pack.exercises[0]
+            self.store.remember("welcomed", "1")
+            self.store.remember(f"intro.{first.number}", "1")  # the welcome includes it
+            self.show_welcome()
+        else:
+            self._introduce(self.step.exercise)
+
+    def _after_first_frame(self) -> None:
+        self.tutor.start_evaluator()
+        self.call_after_refresh(self._highlight_code)
+
+    def _highlight_code(self) -> None:
+        """Turn syntax highlighting on once the first frame is out (the lexer is slow to build)."""
+        warm_up()
+        editor = self.query_one(CodeEditor)
+        editor.mark_error(editor.error_row)  # rebuilds the editor's highlights
+        self.query_one(ForwardPanel).refresh_window()
+        self.query_one(Feedback).rehighlight()
+
+    def fit_sidebar(self, width: int) -> None:
+        # Until the learner toggles it, the sidebar gives way on narrow terminals.
+        if not self._steps_chosen:
+            self.query_one("#steps", StepList).display = width >= NARROW
+
+    def _fit_to_feedback(self) -> None:
+        """Once the feedback has something to read (a result, hints, a solution), it takes the
+        room: the forward pass shrinks to the lines around the current one (see app.tcss)."""
+        self.set_class(self.query_one("#feedback", Feedback).has_content, "-reading")
+
+    def back_to_editor(self, _result: object = None) -> None:
+        """Focus the editor, unless another screen has come up meanwhile (a dialog's callback)."""
+        if self.is_active:
+            self.query_one("#editor", CodeEditor).focus()
+
+    def _introduce(self, exercise_number: int) -> None:
+        """Show an exercise's introduction the first time one of its steps opens."""
+        if not self.greet:
+            return
+        key = f"intro.{exercise_number}"
+        exercise = self.pack.exercise(exercise_number)
+        if not exercise.intro.strip() or self.store.remembered(key) is not None:
+            return
+        from tutor.ui.screens.welcome import IntroScreen
+
+        self.store.remember(key, "1")
+        self.app.push_screen(IntroScreen(exercise), self.back_to_editor)
+
+    def show_welcome(self) -> None:
+        from tutor.ui.screens.welcome import WelcomeScreen
+
+        self.app.push_screen(WelcomeScreen(self.store.path, self.pack.exercises[0]),
+                             self.back_to_editor)
+
+    # -- the evaluator, as the app reports it -------------------------------------------------
+
+    @property
+    def busy(self) -> bool:
+        """A check or a run without grading is under way (time spent watching it counts)."""
+        return self.checking or self.scratching
+
+    def evaluator_ready(self, info: dict) -> None:
+        self.query_one(TopBar).show_device(info.get("device", "?"), ready=True)
+        self.query_one(ForwardPanel).set_shapes(info.get("lines", []))
+        if not self.checking:
+            self._show_idle()
+        self.refresh_bindings()
+
+    def evaluator_failed(self, message: str) -> None:
+        self.query_one(TopBar).show_device("PyTorch unavailable", ready=False)
+        self.checking = False
+        self.query_one(Feedback).show_status(Text.assemble(
+            ("The checker could not start: ", "bold #e06c75"), message))
+        self.refresh_bindings()
+
+    # -- steps ----------------------------------------------------------------------------
+
+    def _opening_step(self) -> Step:
+        """The step the learner was on last time; a finished pack reopens its last step."""
+        try:
+            step = self.pack.step(self.store.current_step())
+        except (KeyError, TypeError):
+            step = self.pack.steps[0]
+        if step.is_training:
+            step = self.pack.gradient_steps[-1]
+        return step
+
+    def goto_step(self, step_id: str) -> bool:
+        """Open a step if it is not locked; say why when it is."""
+        step = self.pack.step(step_id)
+        statuses = self.store.statuses()
+        if step.is_training:
+            left = remaining_before(self.pack, step, statuses)
+            if left:
+                self.notify(f"Training opens once every gradient is in place: "
+                            f"{len(left)} step{'s' if len(left) != 1 else ''} before it "
+                            f"{'are' if len(left) != 1 else 'is'} not done yet, starting "
+                            f"with {left[0].title}.", title="Locked")
+                self.query_one(StepList).follow(self.step.id)
+                return False
+            self._open_training(step)
+            return True
+        if not is_enterable(statuses.get(step.id, "locked")):
+            before = [s for s in self.pack.steps[: self.pack.index(step.id)]
+                      if not is_done(statuses.get(s.id, "locked")) and not s.is_training]
+            reason = f"finish {before[0].title} first" if before else "finish the steps before it"
+            self.notify(f"{step.title} is locked: {reason}.", title="Locked", severity="warning")
+            self.query_one(StepList).follow(self.step.id)
+            return False
+        if step.id != self.step.id:
+            self.leave_step()
+            self.step = step
+            self.tutor.count_time_on(step.id)
+            self.store.set_current_step(step.id)
+            self._open(step)
+            self._introduce(step.exercise)
+        return True
+
+    def _open_training(self, step: Step) -> None:
+        """The training exercise has a screen of its own; its editor starts from the learner's
+        accepted steps."""
+        from tutor.training import training_code
+        from tutor.ui.screens.training import TrainingScreen
+
+        self._save_draft()
+        self.tutor.count_time_on(step.id)
+        code = self.store.draft(step.id) or training_code(self.pack, self.store.accepted_codes())
+
+        def closed(_result: object) -> None:
+            self.tutor.count_time_on(self.step.id)
+            self._show_progress()
+            self.back_to_editor()
+
+        self.app.push_screen(TrainingScreen(self.tutor.evaluator, self.store, self.pack, code),
+                             closed)
+        self._introduce(step.exercise)
+
+    def leave_step(self) -> None:
+        """Save what the learner leaves behind: the draft and where the cursor was."""
+        self._save_draft()
+        self._remember_cursor()
+
+    def _remember_cursor(self) -> None:
+        try:
+            row, col = self.query_one("#editor", CodeEditor).cursor_location
+            self.store.remember(f"cursor.{self.step.id}", f"{row},{col}")
+        except Exception as exc:  # at shutdown the editor is gone; a cursor is not worth more
+            self.log.warning(f"could not save the cursor: {exc}")
+
+    def _restore_cursor(self, editor: CodeEditor, step: Step) -> bool:
+        """Put the cursor back where the learner left it in this step's draft."""
+        saved = self.store.remembered(f"cursor.{step.id}")
+        try:
+            row, col = (int(x) for x in (saved or "").split(","))
+        except ValueError:
+            return False
+        row = min(max(row, 0), editor.document.line_count - 1)
+        col = min(max(col, 0), len(editor.document.get_line(row)))
+        editor.move_cursor((row, col), center=True)
+        return True
+
+    def _open(self, step: Step) -> None:
+        editor = self.query_one("#editor", CodeEditor)
+        draft = self.store.draft(step.id)
+        text = draft if draft is not None else step.template
+        self._loaded_text = self._editor_text = text
+        editor.load_text(text)
+        editor.mark_error(None)
+        if draft is None or not self._restore_cursor(editor, step):
+            _select_placeholder(editor)
+        editor.border_title = f"Your backward code · {step.title}"
+        feedback = self.query_one(Feedback)
+        last = self.results.get(step.id)
+        if last:
+            feedback.show_result(*last)
+        else:
+            feedback.show_result(None)
+        shown = self.store.hints_shown(step.id)
+        feedback.show_hints(list(step.hints[:shown]), len(step.hints))
+        statuses = self.store.statuses()
+        revealed = statuses.get(step.id) == "revealed"
+        feedback.show_solution(step.solution if revealed else None)
+        if not self.checking and self.tutor.info is not None:
+            self._show_idle()
+        self._show_progress(statuses)
+        self._fit_to_feedback()
+        self.query_one(StepList).follow(step.id)
+        editor.focus()
+
+    def _show_idle(self) -> None:
+        """A reminder of what to do, until the step has been checked in this session."""
+        feedback = self.query_one(Feedback)
+        nothing_yet = self.step.id not in self.results and not feedback.has_content
+        feedback.show_status(IDLE if nothing_yet else "")
+
+    def _show_progress(self, statuses: dict[str, str] | None = None) -> None:
+        """Refresh everything that depends on statuses: sidebar, forward marks, top bar."""
+        statuses = statuses if statuses is not None else self.store.statuses()
+        step = self.step
+        self.query_one(StepList).show(statuses, step.id)
+        self.query_one(ForwardPanel).show(
+            step.exercise, set(step.lines), differentiated_lines(self.pack, statuses)
+        )
+        exercise = self.pack.exercise(step.exercise)
+        x, n = position_in_lesson(self.pack, step)
+        self.query_one(TopBar).show_place(
+            # The numbers first: on a narrow terminal the title is what gets truncated. Steps
+            # are counted over the lesson, as `backprop-tutor list` numbers them.
+            f"Exercise {exercise.number} · step {x} of {n} · {exercise.title}"
+        )
+        self.refresh_bindings()
+
+    def _neighbour(self, offset: int) -> Step | None:
+        index = self.pack.index(self.step.id) + offset
+        if 0 <= index < len(self.pack.steps):
+            return self.pack.steps[index]
+        return None
+
+    @on(OptionList.OptionSelected, "#steps")
+    def _step_chosen(self, event: OptionList.OptionSelected) -> None:
+        if event.option.id:
+            self.goto_step(event.option.id)
+
+    # -- drafts ---------------------------------------------------------------------------
+
+    @on(TextArea.Changed, "#editor")
+    def _editor_changed(self, event: TextArea.Changed) -> None:
+        # Mirrored here because at shutdown the widgets are gone before the last draft save.
+        self._editor_text = event.text_area.text
+        if self._draft_timer is not None:
+            self._draft_timer.stop()
+        self._draft_timer = self.set_timer(DRAFT_DELAY, self._save_draft)
+
+    def _save_draft(self) -> None:
+        if self._draft_timer is not None:
+            self._draft_timer.stop()
+            self._draft_timer = None
+        text = self._editor_text
+        if text != self._loaded_text:
+            self.store.save_draft(self.step.id, text)
+            self._loaded_text = text
+            self._remember_cursor()
+
+    def save_before_quitting(self) -> None:
+        """Keep the editor's text as it is now (keys typed just before quitting included)."""
+        self._editor_text = self.query_one("#editor", CodeEditor).text
+        self.leave_step()
+
+    # -- checking -------------------------------------------------------------------------
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        # Behind a dialog the step keys do nothing; the footer that shows through says so by
+        # leaving them out.
+        if not self.is_active:
+            return False
+        # None greys the key out in the footer: one run at a time, and only with a checker.
+        if action in ("check", "scratch") and (
+                self.busy or self.tutor.evaluator_error is not None):
+            return None
+        if action == "next_step" and self._neighbour(1) is None:
+            return None
+        if action == "previous_step" and self._neighbour(-1) is None:
+            return None
+        return True
+
+    def action_check(self) -> None:
+        if self.busy:
+            return
+        self._save_draft()
+        code = self.query_one("#editor", CodeEditor).text
+        if too_big := size_problem(code):  # refused, not recorded, as on the command line
+            return self.notify(too_big, title="Not checked", severity="error")
+        self.checking = True
+        self.refresh_bindings()
+        self.query_one("#editor", CodeEditor).mark_error(None)
+        waiting = "" if self.tutor.info else " (waiting for PyTorch to finish loading)"
+        self.query_one(Feedback).show_status(
+            Text(f"Checking {self.step.title}…{waiting}", style="#e5c07b"))
+        self._run_check(self.step.id, code, dict(self.store.accepted_codes()))
+
+    @work(thread=True, exclusive=True, group="check", exit_on_error=False)
+    def _run_check(self, step_id: str, code: str, prior: dict[str, str]) -> None:
+        try:
+            result = self.tutor.session.evaluate(step_id, code, prior)
+        except Exception as exc:
+            self.post_message(CheckFailed(step_id, describe(exc)))
+            return
+        self.post_message(CheckFinished(step_id, code, result))
+
+    def on_check_finished(self, message: CheckFinished) -> None:
+        self.checking = False
+        outcome = self.tutor.session.record(message.step_id, message.code, message.result)
+        if outcome.problem:
+            self.notify(f"Could not save this attempt: {outcome.problem}", severity="error")
+        after = self.store.statuses()
+        unlocked = [self.pack.step(sid) for sid in outcome.unlocked]
+        note = None
+        if unlocked and not unlocked[0].is_training:
+            note = unlocked[0].title
+        elif unlocked:
+            note = f"{unlocked[0].title} (every gradient is in place)"
+        revealed = outcome.revealed_pass
+        self.results[message.step_id] = (message.result, note, revealed)
+        if message.step_id == self.step.id:
+            feedback = self.query_one(Feedback)
+            feedback.show_result(message.result, note, revealed)
+            self._show_idle()
+            self._fit_to_feedback()
+            self._point_at_error(message.result.get("error"))
+        self._show_progress(after)
+        self._celebrate(after)
+
+    def on_check_failed(self, message: CheckFailed) -> None:
+        # A failed scratch run reports here too: either way nothing is under way any more.
+        self.checking = self.scratching = False
+        self.query_one(Feedback).show_status(Text.assemble(
+            ("The checker failed: ", "bold #e06c75"), message.message,
+            ("\nYour code was not graded; try again.", "#7f8896")))
+        self.refresh_bindings()
+
+    def _point_at_error(self, error: dict | None) -> None:
+        """Put the editor cursor on the reported line and column, and tint the line."""
+        if not error or not error.get("line"):
+            return
+        editor = self.query_one("#editor", CodeEditor)
+        row = min(max(int(error["line"]) - 1, 0), editor.document.line_count - 1)
+        col = max(int(error.get("col") or 1) - 1, 0)
+        col = min(col, len(editor.document.get_line(row)))
+        editor.move_cursor((row, col))
+        editor.mark_error(row)
+        editor.focus()
+
+    # -- hints and the solution -----------------------------------------------------------
+
+    def action_hint(self) -> None:
+        step = self.step
+        total = len(step.hints)
+        if self.store.hints_shown(step.id) >= total:
+            self.notify(f"All {total} hints for this step are shown below.", title="Hints")
+        else:
+            self.store.show_hint(step.id)
+        shown = self.store.hints_shown(step.id)
+        feedback = self.query_one(Feedback)
+        feedback.show_hints(list(step.hints[:shown]), total)
+        self._fit_to_feedback()
+        feedback.scroll_to_part("hints")
+
+    def action_reveal(self) -> None:
+        step = self.step
+        status = self.store.statuses().get(step.id, "locked")
+        if is_done(status):
+            # Nothing left to lose: a finished step shows the reference without asking, and
+            # a solved step stays solved (the store never lowers an achievement).
+            self._show_solution(step, revealed=status == "revealed")
+            return
+
+        def decided(reveal: bool | None) -> None:
+            if reveal and step.id == self.step.id:
+                self.store.reveal(step.id)
+                self._show_solution(step, revealed=True)
+                self._celebrate(self.store.statuses())
+
+        from tutor.ui.screens.confirm import ConfirmReveal
+
+        self.app.push_screen(ConfirmReveal(step.title), decided)
+
+    def _show_solution(self, step: Step, revealed: bool) -> None:
+        feedback = self.query_one(Feedback)
+        feedback.show_solution(step.solution, revealed)
+        self._show_idle()
+        self._fit_to_feedback()
+        feedback.scroll_to_part("solution")
+        self._show_progress()
+
+    # -- a run without grading ------------------------------------------------------------
+
+    def action_scratch(self) -> None:
+        if self.busy:
+            return
+        self._save_draft()
+        code = self.query_one("#editor", CodeEditor).text
+        if too_big := size_problem(code):
+            return self.notify(too_big, title="Not run", severity="error")
+        self.scratching = True
+        self.refresh_bindings()
+        self.query_one("#editor", CodeEditor).mark_error(None)
+        waiting = "" if self.tutor.info else " (waiting for PyTorch to finish loading)"
+        self.query_one(Feedback).show_status(
+            Text(f"Running your code without grading…{waiting}", style="#e5c07b"))
+        self._run_scratch(self.step.id, code, dict(self.store.accepted_codes()))
+
+    @work(thread=True, exclusive=True, group="check", exit_on_error=False)
+    def _run_scratch(self, step_id: str, code: str, prior: dict[str, str]) -> None:
+        try:
+            result = self.tutor.evaluator.scratch(step_id, code, prior)
+        except Exception as exc:
+            self.post_message(CheckFailed(step_id, describe(exc)))
+            return
+        self.post_message(ScratchFinished(step_id, result))
+
+    def on_scratch_finished(self, message: ScratchFinished) -> None:
+        self.scratching = False
+        self.refresh_bindings()
+        if message.step_id != self.step.id:
+            return
+        feedback = self.query_one(Feedback)
+        feedback.show_scratch(message.result, self._expected_shapes())
+        self._show_idle()
+        self._fit_to_feedback()
+        feedback.scroll_to_part("scratch")
+        self._point_at_error(message.result.get("error"))
+
+    def _expected_shapes(self) -> dict[str, list[int] | None]:
+        """The shape each gradient of the open step must have, where it is known: forward
+        tensors from the evaluator's shapes, parameters from this session's last check."""
+        lines = (self.tutor.info or {}).get("lines", [])
+        shapes = {line["target"]: line.get("shape") for line in lines}
+        last = self.results.get(self.step.id)
+        for check in (last[0].get("checks") or []) if last else []:
+            shapes.setdefault(check.get("tensor"), check.get("expected_shape"))
+        return {f"d{t}": shapes[t] for t in self.step.checks if shapes.get(t) is not None}
+
+    def action_reset_step(self) -> None:
+        """The step's template back in the editor, as one edit that ctrl+z takes back."""
+        editor = self.query_one("#editor", CodeEditor)
+        if editor.text == self.step.template:
+            return
+        editor.replace(self.step.template, editor.document.start, editor.document.end,
+                       maintain_selection_offset=False)
+        _select_placeholder(editor)
+        editor.focus()
+        self.notify("The template is back; ctrl+z brings your code back.", title="Template")
+
+    # -- completion moments ---------------------------------------------------------------
+
+    def training_recorded(self) -> None:
+        """The training screen kept a run: it may have finished its exercise."""
+        self._show_progress()
+        self._celebrate(self.store.statuses())
+
+    def _celebrate(self, statuses: dict[str, str]) -> None:
+        """A summary for each exercise this change completed, then one for the whole lesson,
+        shown one after the other."""
+        from tutor.ui.screens.completion import CompletionScreen, exercise_view, lesson_view
+
+        done = done_exercises(self.pack, statuses)
+        finished = sorted(done - self._done)
+        lesson_done = len(done) == len(self.pack.exercises) and len(self._done) < len(done)
+        self._done = done
+        if not finished:
+            return
+        self.tutor.flush_time()
+        rows = self.store.summary()
+        runs = self.store.training_runs()
+        run = next((r for r in reversed(runs) if r.get("status") == "finished"), None)
+        queue: list[tuple[CompletionScreen, Exercise | None]] = []
+        for number in finished:
+            exercise = self.pack.exercise(number)
+            following = next((ex for ex in self.pack.exercises
+                              if ex.number > number and ex.number not in done), None)
+            hint = (f"enter: on to exercise {following.number} · esc: stay here" if following
+                    else "enter or esc to close")
+            body = exercise_view(self.pack, exercise, rows, run, following)
+            queue.append((CompletionScreen(body, hint), following))
+        if lesson_done:
+            queue.append((CompletionScreen(lesson_view(self.pack, rows, run),
+                                           "enter or esc to close"), None))
+        self._show_in_turn(queue)
+
+    def _show_in_turn(self, queue: list) -> None:
+        if not queue:
+            return
+        screen, following = queue[0]
+
+        def closed(go_on: bool | None) -> None:
+            if len(queue) > 1:
+                self._show_in_turn(queue[1:])
+            else:
+                self._after_celebration(go_on, following)
+
+        self.app.push_screen(screen, closed)
+
+    def _after_celebration(self, go_on: bool | None, following: Exercise | None) -> None:
+        if go_on and following is not None and self.is_active:
+            statuses = self.store.statuses()
+            step = next((s for s in following.steps
+                         if not is_done(statuses.get(s.id, "locked"))), following.steps[0])
+            self.goto_step(step.id)
+        else:
+            self.back_to_editor()
+
+    # -- moving around --------------------------------------------------------------------
+
+    def action_explain(self) -> None:
+        from tutor.ui.screens.explain import ExplainScreen
+
+        self.app.push_screen(ExplainScreen(self.pack.exercise(self.step.exercise), self.step))
+
+    def action_next_step(self) -> None:
+        step = self._neighbour(1)
+        if step is not None:
+            self.goto_step(step.id)
+
+    def action_previous_step(self) -> None:
+        step = self._neighbour(-1)
+        if step is not None:
+            self.goto_step(step.id)
+
+    def action_toggle_steps(self) -> None:
+        self._steps_chosen = True
+        steps = self.query_one(StepList)
+        steps.display = not steps.display
+
+    def on_key(self, event: events.Key) -> None:
+        """A character typed while the sidebar or the feedback has focus goes to the editor,
+        and focus with it: typing always types."""
+        if not event.is_printable or event.character is None:
+            return
+        editor = self.query_one("#editor", CodeEditor)
+        # A key bound to an action (`?` for the keys) reaches the app's bindings, as before.
+        if self.focused is editor or event.key in self.active_bindings:
+            return
+        event.stop()
+        editor.focus()
+        start, end = editor.selection
+        editor.replace(event.character, start, end, maintain_selection_offset=False)
+
+    def system_commands(self) -> Iterator[SystemCommand]:
+        """The palette's commands for the open step (the app adds those that act anywhere)."""
+        yield SystemCommand("Check", "Run your code and compare it with autograd",
+                            self.action_check)
+        yield SystemCommand("Run without grading",
+                            "See what your code prints and the shapes it makes",
+                            self.action_scratch)
+        yield SystemCommand("Hint", "Show the next hint for this step", self.action_hint)
+        yield SystemCommand("Solution", "Show the reference solution (asks first unless "
+                            "the step is solved)", self.action_reveal)
+        yield SystemCommand("Explain", "Read what this step is about", self.action_explain)
+        yield SystemCommand("Template", "Put the step's template back in the editor",
+                            self.action_reset_step)
+        yield SystemCommand("Next step", "Open the next step", self.action_next_step)
+        yield SystemCommand("Previous step", "Open the previous step",
+                            self.action_previous_step)
+        yield SystemCommand("Steps sidebar", "Show or hide the list of steps",
+                            self.action_toggle_steps)
+
+
+def _select_placeholder(editor: CodeEditor) -> None:
+    """Select the template's first `...`, so typing replaces it; else go to the end."""
+    for row in range(editor.document.line_count):
+        col = editor.document.get_line(row).find("...")
+        if col >= 0:
+            editor.selection = Selection((row, col), (row, col + 3))
+            return
+    last = editor.document.line_count - 1
+    editor.move_cursor((last, len(editor.document.get_line(last))))
+
+
+def describe(exc: BaseException) -> str:
+    """A one-line account of an exception, for the screen (no traceback)."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

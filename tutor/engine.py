@@ -37,6 +37,7 @@ from tutor.execution import (
 from tutor.grading import Grade, grade, heatmap, rounding_note
 from tutor.lesson import Batch, Lesson, resolve_device
 from tutor.packs import Pack, Step, find_pack, load_pack
+from tutor.results import CheckResult
 from tutor.sandbox import isolate
 from tutor.sandbox.clean import MAX_MESSAGE, clean
 from tutor.sandbox.confine import prepare
@@ -250,8 +251,7 @@ class Engine:
         return result
 
     def _empty_result(self, step: Step) -> dict:
-        return {"step": step.id, "passed": False, "device": str(self.device), "checks": [],
-                "heldout": None, "error": None, "stdout": "", "notes": [], "figure": None}
+        return CheckResult(step.id, passed=False, device=str(self.device)).to_dict()
 
     def _check(self, step_id: str, code: str, prior: dict[str, str]) -> dict:
         step = self.pack.step(step_id)

@@ -24,7 +24,7 @@ from typing import Any
 
 from tutor import curriculum
 from tutor.packs import Pack, Step
-from tutor.results import Status
+from tutor.results import CheckResult, Status
 
 FILENAME = "progress.sqlite3"
 
@@ -183,27 +183,25 @@ def _move_aside(path: Path) -> Path:
 
 
 def _summarize(result: dict) -> tuple[bool, str, float | None, str | None]:
-    """Reduce the engine's check dict to (passed, verdict, max maxdiff, diagnosis kind).
+    """Reduce a check to (passed, verdict, max maxdiff, diagnosis kind) for the attempts table.
 
     The verdict of a passing attempt is the status it earns ("exact" or "passed"); of a failing
     one, the error ("error"), the most telling failing check verdict, or "failed" (e.g. every
     check was close but the held-out batch was not).
     """
-    checks = result.get("checks") or []
-    verdicts = [c.get("verdict") for c in checks]
-    passed = bool(result.get("passed"))
-    error = result.get("error")
-    if error:
+    typed = CheckResult.from_dict(result)
+    verdicts = [c.verdict.value for c in typed.checks]
+    if typed.error:
         verdict = "error"
-    elif passed:
-        verdict = "exact" if verdicts and all(v == "exact" for v in verdicts) else "passed"
+    elif typed.achievement is not None:
+        verdict = typed.achievement.value
     else:
         verdict = next((v for v in FAILING_VERDICTS if v in verdicts), "failed")
-    diffs = [c["maxdiff"] for c in checks if c.get("maxdiff") is not None]
-    kinds = [c["diagnosis"].get("kind") for c in checks if c.get("diagnosis")]
-    if error:
-        kinds.append(error.get("kind"))
-    return passed, verdict, max(diffs, default=None), kinds[0] if kinds else None
+    diffs = [c.maxdiff for c in typed.checks if c.maxdiff is not None]
+    kinds = [c.diagnosis.get("kind") for c in typed.checks if c.diagnosis]
+    if typed.error:
+        kinds.append(typed.error.get("kind"))
+    return typed.passed, verdict, max(diffs, default=None), kinds[0] if kinds else None
 
 
 class Store:

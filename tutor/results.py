@@ -90,7 +90,9 @@ class TensorCheck:
 
     @classmethod
     def from_dict(cls, d: dict) -> TensorCheck:
-        return cls(**{k: d[k] for k in cls._KNOWN if k in d and k != "verdict"},
+        known = {k: d[k] for k in cls._KNOWN if k in d and k not in ("verdict", "tensor", "grad")}
+        tensor = str(d.get("tensor", ""))
+        return cls(tensor=tensor, grad=str(d.get("grad", f"d{tensor}")), **known,
                    verdict=Verdict(d.get("verdict", "missing")),
                    extra={k: v for k, v in d.items() if k not in cls._KNOWN})
 
@@ -121,6 +123,12 @@ class CheckResult:
 
     _KNOWN = ("step", "passed", "checks", "heldout", "error", "stdout", "notes", "figure",
               "device")
+
+    @classmethod
+    def failure(cls, step: str, error: dict, device: str | None = None) -> CheckResult:
+        """A check that could not run: no rows, only the error."""
+        return cls(step=step, passed=False, error={"line": None, "col": None, **error},
+                   device=device)
 
     @classmethod
     def from_dict(cls, d: dict) -> CheckResult:

@@ -23,6 +23,7 @@ from tutor.commands.base import (
 )
 from tutor.config import Settings
 from tutor.report import format_result, format_table
+from tutor.results import CheckResult
 from tutor.sandbox.client import Evaluator, EvaluatorError
 from tutor.session import Session, save
 from tutor.source import MAX_FILE_BYTES, size_problem
@@ -192,16 +193,7 @@ def record_cells(session: Session, text: str, results: list[dict]) -> list[str |
 
 
 def _cell_error(step: str, message: str) -> dict:
-    return {
-        "step": step,
-        "passed": False,
-        "checks": [],
-        "heldout": None,
-        "stdout": "",
-        "notes": [],
-        "figure": None,
-        "error": {"kind": "usage", "message": message, "line": None, "col": None},
-    }
+    return CheckResult.failure(step, {"kind": "usage", "message": message}).to_dict()
 
 
 def _run_all(args: argparse.Namespace, settings: Settings, pack) -> int:

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 
 from tutor.config import Settings
+from tutor.results import CheckResult
 from tutor.sandbox import protocol
 
 # How much longer than the in-worker limit to wait before killing the process: the worker stops
@@ -221,11 +222,8 @@ class Evaluator:
         limit = self.settings.timeout + HARD_KILL_GRACE
         result = self.request("check", {"step": step_id, "code": code, "prior": prior or {}}, limit)
         if "step" not in result:  # the worker died or timed out: shape it like a check result
-            result = {
-                "step": step_id, "passed": False, "device": (self._info or {}).get("device"),
-                "checks": [], "heldout": None, "stdout": "", "notes": [], "figure": None,
-                **result,
-            }
+            result = CheckResult.failure(step_id, result["error"],
+                                         (self._info or {}).get("device")).to_dict()
         return result
 
 

@@ -37,7 +37,7 @@ FIRST_FRAME_MARK = b"Forward pass"  # a panel title that is on the very first fr
 CORRECT = "dlogprobs = torch.zeros_like(logprobs)\ndlogprobs[range(n), Yb] = -1.0/n\n"
 LAUNCH = (
     "from tutor.config import resolve; from tutor.ui.app import run_app; "
-    "raise SystemExit(run_app(resolve(home={home!r}, device='cpu')))"
+    "raise SystemExit(run_app(resolve(home={home!r}, device='cpu'), packs=[]))"
 )
 
 

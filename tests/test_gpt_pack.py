@@ -1,0 +1,237 @@
+"""The gpt pack (exercises/gpt): one transformer block in llm.c's layout, character level.
+
+Every reference solution must pass, every catalogued mistake must be recognised as itself, code
+with the batch size written in must fail the fresh batch, `pack check` must be clean, and a
+short training run on the reference backward pass must learn. Nothing in tutor/ knows this
+network: it is data, like tests/packs/tiny.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from tutor.config import Settings
+from tutor.packs import find_pack, load_pack
+
+ROOT = Path(__file__).resolve().parent.parent
+GPT = ROOT / "exercises" / "gpt"
+PACK = load_pack(GPT)
+KINDS = {"shape", "sign", "scale", "transpose", "partial", "known_mistake"}
+
+REFERENCE_CASES = [pytest.param(s.id, id=s.id) for s in PACK.gradient_steps]
+MISTAKE_CASES = [
+    pytest.param(step.id, i, id=f"{step.id}-{i}-{m.kind}-d{m.tensor or step.checks[0]}")
+    for step in PACK.gradient_steps
+    for i, m in enumerate(step.mistakes)
+]
+
+# Other right answers, as learners write them.
+CORRECT = {
+    "block/logits": """
+onehot = F.one_hot(targets, num_classes=logits.shape[-1]).float()
+dlogits = (F.softmax(logits, dim=2) - onehot) / targets.numel()
+""",
+    "block/lnf": """
+dlnf = dlogits @ wte
+dwte = torch.einsum('ntv,ntc->vc', dlogits, lnf)
+""",
+    "block/x1": """
+xhat = ln2_norm
+g = dln2_norm
+dx1 += ln2_rstd / n_embd * (n_embd * g - g.sum(-1, keepdim=True)
+                            - xhat * (g * xhat).sum(-1, keepdim=True))
+""",
+    "block/x0": """
+dxc = ln1_rstd * dln1_norm
+drstd = (ln1_xc * dln1_norm).sum(-1, keepdim=True)
+dvar = -0.5 * ln1_rstd**3 * drstd
+dxc = dxc + 2 * ln1_xc * dvar / n_embd
+dx0 = dx0 + dxc - dxc.mean(-1, keepdim=True)
+""",
+    "block/lnf_xc": """
+dlnf_xc = dlnf_xc + 2.0 * lnf_xc * dlnf_var.expand_as(lnf_xc) / lnf_xc.shape[-1]
+""",
+    "block/fch": """
+s = math.sqrt(2 / math.pi)
+u = s * (fch + 0.044715 * fch**3)
+th = torch.tanh(u)
+dfch = dfch_gelu * (0.5 * (1 + th) + 0.5 * fch * (1 - th**2) * s * (1 + 0.134145 * fch**2))
+""",
+    "block/preatt_masked": """
+dpreatt_masked = att * datt - att * (att * datt).sum(dim=-1, keepdim=True)
+""",
+    "block/qkv": """
+merged = [t.transpose(1, 2).contiguous().view(n, block_size, n_embd) for t in (dq, dk, dv)]
+dqkv = torch.cat(merged, dim=2)
+""",
+    "block/wte": """
+for i in range(Xb.shape[0]):
+    for t in range(Xb.shape[1]):
+        dwte[Xb[i, t]] += dtok[i, t]
+""",
+    "block/atty": """
+datty = dy.reshape(n, block_size, n_head, head_size).permute(0, 2, 1, 3)
+""",
+}
+
+
+@pytest.fixture(scope="module")
+def engine():
+    from tutor.engine import Engine
+
+    return Engine(Settings(device="cpu", pack=str(GPT)))
+
+
+def _assert_passed(result: dict) -> None:
+    assert result["error"] is None, result["error"]
+    failing = [(c["grad"], c["verdict"], c["diagnosis"]) for c in result["checks"]
+               if c["verdict"] not in ("exact", "approximate") or c["diagnosis"]]
+    assert result["passed"], failing or result.get("heldout")
+
+
+def test_the_pack_is_installed_by_id():
+    assert find_pack("gpt") == GPT
+    assert PACK.id == "gpt" and PACK.data_file is not None and PACK.data_file.is_file()
+
+
+def test_the_sizes_are_in_scope_by_their_names(engine):
+    code = "print(vocab_size, block_size, n_embd, n_head, head_size, n, tuple(Xb.shape))"
+    result = engine.check("block/logits", code)
+    assert result["stdout"].strip() == "27 16 32 4 8 4 (4, 16)"
+
+
+@pytest.mark.parametrize("step_id", REFERENCE_CASES)
+def test_reference_solution_passes(engine, step_id):
+    result = engine.check(step_id, PACK.step(step_id).solution)
+    _assert_passed(result)
+    assert result["heldout"]["batch_size"] == 7
+
+
+@pytest.mark.parametrize("step_id", list(CORRECT))
+def test_another_correct_form_passes(engine, step_id):
+    _assert_passed(engine.check(step_id, CORRECT[step_id].lstrip("\n")))
+
+
+@pytest.mark.parametrize("step_id, index", MISTAKE_CASES)
+def test_mistake_is_recognised_as_itself(engine, step_id, index):
+    step = PACK.step(step_id)
+    mistake = step.mistakes[index]
+    tensor = mistake.tensor or step.checks[0]
+    result = engine.check(step_id, mistake.code)
+    assert result["error"] is None, result["error"]
+    assert not result["passed"]
+    check = next(c for c in result["checks"] if c["tensor"] == tensor)
+    assert check["verdict"] in ("wrong", "shape"), check["verdict"]
+    assert check["diagnosis"] is not None, check["message"]
+    assert check["diagnosis"]["kind"] == mistake.kind, check["diagnosis"]
+    assert check["diagnosis"]["message"] == mistake.message
+    # The other gradients of the step are right, unless the same code is catalogued for them
+    # too (halving a residual's gradient halves both branches).
+    also = {m.tensor or step.checks[0] for m in step.mistakes if m.code == mistake.code}
+    others = [c for c in result["checks"] if c["tensor"] not in also]
+    assert all(c["verdict"] in ("exact", "approximate") for c in others), others
+
+
+def test_the_traps_are_catalogued():
+    """The mistakes the lesson is about, each somewhere in the catalogue."""
+    codes = {s.id: " ".join(m.code for m in s.mistakes) for s in PACK.gradient_steps}
+    assert "dx1 += ln2_rstd * dln2_norm" in codes["block/x1"]      # statistics as constants
+    assert ".mean(0, keepdim=True)" in codes["block/x1"]           # batchnorm habit
+    assert ".sum(0, keepdim=True)" in codes["block/lnf_rstd"]      # batchnorm habit, atomic
+    assert "(n_embd - 1)" in codes["block/lnf_xc"]                 # Bessel's correction
+    assert "n_embd / (n_embd - 1)" in codes["block/x0"]            # Bessel's, in one go
+    assert "att * (1 - att) * datt" in codes["block/preatt_masked"]  # diagonal-only softmax
+    assert "head_size" not in codes["block/qk"].split("\n")[0]      # the dropped scale
+    assert "torch.erf" in codes["block/fch"]                       # the exact GELU
+    assert "dwte[Xb] += dtok" in codes["block/wte"]                # lost repeats
+    assert "torch.zeros_like(wte)" in codes["block/wte"]           # the tied head forgotten
+    assert any(m.kind == "partial" and m.code.strip().startswith("dx1 =")
+               for m in PACK.step("block/x1").mistakes)            # = instead of +=
+    assert any(m.kind == "transpose" and m.tensor == "attprojw"
+               for m in PACK.step("block/attproj").mistakes)       # llm.c's (OC, C) layout
+
+
+@pytest.mark.parametrize("step_id, code", [
+    ("block/logits", "dlogits = F.softmax(logits, -1)\n"
+                     "dlogits -= F.one_hot(targets, vocab_size).float()\n"
+                     "dlogits /= 4 * block_size\n"),
+    ("block/atty", "datty = dy.view(4, block_size, n_head, head_size).transpose(1, 2)\n"),
+    ("block/qkv", "dqkv = torch.cat([t.transpose(1, 2).reshape(4, 16, 32)\n"
+                  "                  for t in (dq, dk, dv)], -1)\n"),
+])
+def test_a_hard_coded_batch_size_fails_the_fresh_batch(engine, step_id, code):
+    result = engine.check(step_id, code)
+    assert not result["passed"]
+    assert result["heldout"]["passed"] is False and result["heldout"]["batch_size"] == 7
+
+
+# --- content ----------------------------------------------------------------------------------
+
+
+def _squash(text: str) -> str:
+    return re.sub(r"\s+", "", text)
+
+
+@pytest.mark.parametrize("step", [pytest.param(s, id=s.id) for s in PACK.steps])
+def test_step_content_rules(step):
+    assert len(set(step.hints)) >= 3
+    lines = [line for line in step.explanation.splitlines() if line.strip()]
+    assert 4 <= len(lines) <= 12, len(lines)
+    texts = [step.explanation, *step.hints] + [m.message for m in step.mistakes]
+    assert all(t and "TODO" not in t for t in texts)
+    if step.is_training:
+        return
+    assert step.mistakes, "every gradient step catalogues at least one mistake"
+    solution = _squash(step.solution)
+    for hint in step.hints:
+        assert solution not in _squash(hint), hint
+    for m in step.mistakes:
+        assert m.kind in KINDS
+        assert (m.tensor or step.checks[0]) in step.checks + step.partials
+        assert _squash(m.code) != solution
+    for name in step.partials:
+        closing = [s for s in PACK.gradient_steps if name in s.checks]
+        assert closing, f"partial {name} is never completed"
+        assert f"d{name} +=" in closing[0].template
+
+
+# --- the pack as a whole ---------------------------------------------------------------------
+
+
+def _cli(*args: str, home: Path, timeout: int = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tutor", "--home", str(home), "--device", "cpu",
+                           *args], capture_output=True, text=True, timeout=timeout)
+
+
+def test_pack_check_is_clean(tmp_path):
+    out = _cli("pack", "check", str(GPT), home=tmp_path, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "ready" in out.stdout
+
+
+def test_the_command_line_teaches_the_pack(tmp_path):
+    listed = _cli("--pack", "gpt", "list", home=tmp_path)
+    assert listed.returncode == 0 and "block/preatt_masked" in listed.stdout
+    checked = _cli("--pack", "gpt", "check", "block/logits", "--code",
+                   PACK.step("block/logits").solution, home=tmp_path)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert (tmp_path / "progress-gpt.sqlite3").is_file()
+
+
+def test_training_on_the_reference_backward_pass_learns(engine):
+    from tutor.training import run_training
+
+    result = run_training(engine, {"steps": 300, "gradcheck_steps": 10}, lambda _: None,
+                          threading.Event())
+    assert result["status"] == "finished", result["error"]
+    assert result["gradcheck"]["passed"]
+    # Chance is log(27) = 3.30 per position; 300 steps of SGD already get far below it.
+    assert result["val_loss"] < 0.6 * math.log(27), result["val_loss"]
+    assert len(result["samples"]) == 20 and all(isinstance(s, str) for s in result["samples"])

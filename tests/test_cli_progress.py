@@ -108,7 +108,11 @@ def test_watch_rechecks_on_save_and_stops_cleanly(home, tmp_path):
         assert _wait_for(proc, "0 of 1 cells passed")
         work.write_text("# %% atomic/logprobs\ndlogprobs = -F.one_hot(Yb, 27).float() / n\n")
         assert _wait_for(proc, "1 of 1 cells passed")
+        # The verdict is printed before it is recorded: give the record a moment to land.
+        deadline = time.monotonic() + 20
         with Store.open(home, PACK) as store:
+            while store.status("atomic/logprobs") != "exact" and time.monotonic() < deadline:
+                time.sleep(0.1)
             assert store.status("atomic/logprobs") == "exact"
     finally:
         proc.send_signal(signal.SIGINT)

@@ -99,7 +99,16 @@ def run_watch(args: argparse.Namespace, settings: Settings) -> int:
         return 1
     regraded = regraded_steps(pack)
 
+    checked: list[bytes | None] = [None]  # the file's bytes as last checked
+
+    def snapshot() -> bytes | None:
+        try:
+            return path.read_bytes()
+        except OSError:
+            return None
+
     def run_once(ev: Evaluator) -> None:
+        checked[0] = snapshot()
         try:
             text = source.read(str(path), source.MAX_FILE_BYTES)
         except (source.SourceError, OSError) as exc:
@@ -126,9 +135,12 @@ def run_watch(args: argparse.Namespace, settings: Settings) -> int:
             # Watch the folder, not the file: editors often save by writing a new file and
             # renaming it over the old one, which a watch on the file itself would lose.
             # raise_interrupt: else watchfiles logs its own "KeyboardInterrupt caught" line.
+            # yield_on_timeout: a save made while a check was running raises no new event,
+            # so every second the file is also compared with what was last checked.
             for _ in watch(path.parent, watch_filter=lambda _c, p: Path(p) == path,
-                           debounce=300, raise_interrupt=True):
-                if path.exists():
+                           debounce=300, raise_interrupt=True, yield_on_timeout=True,
+                           rust_timeout=1000):
+                if path.exists() and snapshot() != checked[0]:
                     run_once(ev)
     except EvaluatorError as exc:
         print(f"backprop-tutor: {exc}", file=sys.stderr)

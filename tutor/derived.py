@@ -493,6 +493,10 @@ def _only_sizes(node: ast.AST) -> bool:
     )
 
 
+_COUNTS = ("Check which count each factor comes from: the mean divides by n, the unbiased "
+           "variance by n - 1.")
+
+
 def _constant_rewrites(tree: ast.Module, ctx: _Context):
     """`n` for `n - 1` and back, an exponent one off, a constant fraction upside down."""
     grad = ctx.grad
@@ -501,9 +505,7 @@ def _constant_rewrites(tree: ast.Module, ctx: _Context):
             yield (
                 _replace(tree, i, lambda _n: ast.BinOp(_name("n"), ast.Sub(), ast.Constant(1))),
                 "derived",
-                f"Your {grad} matches the formula with `n - 1` where `n` belongs. Check which "
-                "count each factor comes from: the mean divides by n, the unbiased variance by "
-                "n - 1.",
+                f"Your {grad} matches the formula with `n - 1` where `n` belongs. {_COUNTS}",
             )
         if (
             isinstance(node, ast.BinOp)
@@ -515,9 +517,7 @@ def _constant_rewrites(tree: ast.Module, ctx: _Context):
             yield (
                 _replace(tree, i, lambda _n: _name("n")),
                 "derived",
-                f"Your {grad} matches the formula with `n` where `n - 1` belongs. Check which "
-                "count each factor comes from: the mean divides by n, the unbiased variance by "
-                "n - 1.",
+                f"Your {grad} matches the formula with `n` where `n - 1` belongs. {_COUNTS}",
             )
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow):
             e = _number(node.right)

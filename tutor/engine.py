@@ -56,7 +56,6 @@ class Run:
 
     namespace: dict
     before: dict
-    stdout: str
 
 
 @dataclass(frozen=True)
@@ -319,7 +318,7 @@ class Engine:
 
     def _run_from(self, record: dict, step: Step, batch: Batch, prior: dict[str, str]) -> Run:
         before = self._remember(record, step, batch, prior)
-        return Run(decode_namespace(record.get("after")), before, "")
+        return Run(decode_namespace(record.get("after")), before)
 
     def _before_key(self, step: Step, batch: Batch, prior: dict[str, str]) -> tuple:
         return (id(batch), step.id, tuple((s.id, prior.get(s.id)) for s in self._earlier(step)))

@@ -107,9 +107,8 @@ def encode_value(value: Any) -> tuple:
     return ("object", type(value).__name__)
 
 
-def encode_namespace(ns: dict, names: set[str] | None = None) -> dict[str, tuple]:
-    return {k: encode_value(v) for k, v in ns.items()
-            if (names is None and isinstance(v, Tensor)) or (names is not None and k in names)}
+def encode_namespace(ns: dict, names: set[str]) -> dict[str, tuple]:
+    return {k: encode_value(v) for k, v in ns.items() if k in names}
 
 
 # -- replay and run --------------------------------------------------------------------------

@@ -61,7 +61,8 @@ _DTYPES = {str(d): d for d in (torch.float16, torch.bfloat16, torch.float32, tor
 
 def encode_tensor(t: torch.Tensor) -> tuple:
     """A plain, dense tensor as plain data. The caller has checked that it is one."""
-    c = t.detach().to("cpu").contiguous().clone()
+    # Read straight from memory: data_ptr() already points at the first element of a view.
+    c = t.detach().to("cpu").contiguous()
     raw = ctypes.string_at(c.data_ptr(), c.numel() * c.element_size()) if c.numel() else b""
     return ("tensor", str(c.dtype), list(c.shape), raw)
 

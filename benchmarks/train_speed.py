@@ -43,6 +43,7 @@ from tutor.training import (  # noqa: E402
     eager_step,
     forward_for,
     init_network,
+    sgd,
     step_function,
     train_steps,
     training_code,
@@ -150,14 +151,14 @@ def timed(setup: Setup, step: Callable, params: dict, batches: Batches, steps: i
 
     The manual variants run in inference mode as exercise 4 does; autograd cannot.
     """
-    leaves = [params[k] for k in setup.s.parameters]
+    update = sgd([params[k] for k in setup.s.parameters], setup.s.lr_at)
     losses: list = []
     with torch.inference_mode() if manual else torch.no_grad():
-        train_steps(step, leaves, batches, setup.s.lr_at, 0, warmup, losses, lambda i: True)
+        train_steps(step, update, batches, 0, warmup, losses, lambda i: True)
         losses.clear()
         sync(setup.device)
         started = time.perf_counter()
-        train_steps(step, leaves, batches, setup.s.lr_at, 0, steps, losses, lambda i: True)
+        train_steps(step, update, batches, 0, steps, losses, lambda i: True)
         sync(setup.device)
         elapsed = time.perf_counter() - started
     return steps / elapsed, float(torch.stack(losses).mean())

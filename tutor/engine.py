@@ -29,11 +29,16 @@ from tutor.config import Settings
 from tutor.execution import (
     BatchPlan,
     CheckSpec,
+    FunctionCheckSpec,
     Replay,
     assigned_names,
+    call_function,
     run_check,
+    run_function_check,
+    run_function_scratch,
     run_scratch,
 )
+from tutor.functions import Case, cases, is_gradient, output_label
 from tutor.grading import Grade, grade, heatmap, rounding_note
 from tutor.lesson import Batch, Lesson, resolve_device
 from tutor.packs import Pack, Step, find_pack, load_pack
@@ -105,6 +110,7 @@ class Engine:
         self._mistake_values: dict[tuple, Tensor | None] = {}
         self._lock = threading.RLock()
         self._spare: isolate.Child | None = None
+        self._cases: dict[str, list[Case]] = {}  # function step -> its cases, lesson's first
 
     # -- the lesson as plain data ------------------------------------------------------------
     def info(self) -> dict:
@@ -122,10 +128,16 @@ class Engine:
 
     # -- running learner code ------------------------------------------------------------------
     def _earlier(self, step: Step) -> list[Step]:
-        if not step.replay:
+        if not step.replay or step.is_function:
             return []
         steps = [s for s in self.pack.gradient_steps if s.exercise == step.exercise]
         return steps[: steps.index(step)]
+
+    def function_cases(self, step: Step) -> list[Case]:
+        """A function step's cases with their expected outputs, built once."""
+        if step.id not in self._cases:
+            self._cases[step.id] = cases(step, self.lesson.main, self.settings.seed, self.device)
+        return self._cases[step.id]
 
     def _plan(self, step: Step, batch: Batch, name: str, prior: dict[str, str]) -> BatchPlan:
         """What the child needs for one batch: its tensors and how to replay earlier steps.
@@ -166,23 +178,36 @@ class Engine:
         for batch in (self.lesson.main, self.lesson.heldout):
             batch.reference.clear()
             batch.reference64.clear()
+            batch.gradients.clear()
+        self._cases.clear()
         for s in self.pack.steps:
             object.__setattr__(s, "solution", "")
             object.__setattr__(s, "mistakes", ())
         self._befores.clear()
         self._mistake_values.clear()
 
-    def _spec(self, step: Step, code: str, prior: dict[str, str]) -> CheckSpec:
+    def _spec(self, step: Step, code: str, prior: dict[str, str]
+              ) -> CheckSpec | FunctionCheckSpec:
+        if step.function is not None:
+            return self._function_spec(step, code)
         return CheckSpec(step.id, code, step.checks + step.partials, [
             self._plan(step, self.lesson.main, "main", prior),
             self._plan(step, self.lesson.heldout, "heldout", prior),
         ], self.settings.timeout)
 
+    def _function_spec(self, step: Step, code: str) -> FunctionCheckSpec:
+        fn = step.function
+        assert fn is not None
+        return FunctionCheckSpec(
+            step.id, code, fn.name, fn.call, fn.arguments, fn.outputs, step.checks,
+            [(c.name, c.inputs) for c in self.function_cases(step)],
+            dict(self.lesson.sizes), self.settings.timeout)
+
     def _in_child(self, request: dict, _send: Callable, _cancel: threading.Event) -> dict:
         """The child's whole life: plan from the lesson, forget the answers, run the code."""
         spec = self._spec(self.pack.step(request["step"]), request["code"], request["prior"])
         self._scrub()
-        return run_scratch(spec) if request.get("scratch") else run_check(spec)
+        return _run_spec(spec, bool(request.get("scratch")))
 
     def _fork(self) -> isolate.Child:
         return isolate.Child(self._in_child, cpu_seconds=self.settings.timeout + 1,
@@ -204,8 +229,7 @@ class Engine:
         """Run the candidate in a confined child (or here, with torch's state put back)."""
         if not self.isolated:
             with TorchState.kept():
-                spec = self._spec(step, code, prior)
-                return run_scratch(spec) if scratch else run_check(spec)
+                return _run_spec(self._spec(step, code, prior), scratch)
         child, self._spare = self._spare, None
         if child is None or not child.alive():
             child = self._fork()
@@ -270,19 +294,12 @@ class Engine:
             return result
         outcome = self.execute(step, code, prior)
         records = outcome.get("records") or {}
-        main = records.get("main")
-        if outcome.get("timeout") and not (main and main.get("error")) and main is None:
-            result["error"] = timeout_error(self.settings.timeout).payload
+        first = self.function_cases(step)[0].name if step.function else "main"
+        main = records.get(first)
+        if not _usable(outcome, main, result, self.settings.timeout):
             return result
-        if main is None:
-            why = clean(outcome.get("crashed") or "it ended without an answer", MAX_MESSAGE)
-            result["error"] = {"kind": "internal", "line": None, "col": None,
-                               "message": f"the sandbox stopped before answering: {why}"}
-            return result
-        result["stdout"] = clean(main.get("stdout", ""))
-        if main.get("error"):
-            result["error"] = _clean_error(main["error"])
-            return result
+        if step.function is not None:
+            return self._grade_function(step, outcome, result)
         batch = self.lesson.main
         try:
             run = self._run_from(main, step, batch, prior)
@@ -315,6 +332,129 @@ class Engine:
         if passed:
             result["figure"] = self._figure(step, run)
         return result
+
+    # -- function steps ------------------------------------------------------------------------
+    def _grade_function(self, step: Step, outcome: dict, result: dict) -> dict:
+        """The lesson's case decides the rows and their diagnoses; the fresh sizes must agree."""
+        lesson, *fresh = self.function_cases(step)
+        records = outcome.get("records") or {}
+        record = records[lesson.name]
+        try:
+            values = decode_namespace(record.get("after"))
+        except Exception:  # noqa: BLE001 - the child's data did not decode: never trust it
+            result["error"] = {"kind": "internal", "line": None, "col": None,
+                               "message": "the sandbox sent back data that does not read as "
+                                          "tensors; the check was not graded"}
+            return result
+        grades = [self._grade_output(step, name, values.get(name), lesson)
+                  for name in step.checks]
+        for name in record.get("changed") or []:
+            if isinstance(name, str):
+                result["notes"].append(
+                    f"your function changed its argument {clean(name, 40)} in place, but the "
+                    "caller may still need it (a backward pass reads its inputs again): compute "
+                    "into new tensors instead.")
+        passed = all(g.accepted and not g.diagnosis for g in grades)
+        if passed:
+            result["heldout"] = self._fresh_verdict(step, lesson, fresh, records,
+                                                    bool(outcome.get("timeout")), grades)
+            passed = result["heldout"]["passed"]
+        result["checks"] = [g.to_dict() for g in grades]
+        result["passed"] = passed
+        return result
+
+    def _grade_output(self, step: Step, name: str, value: Any, case: Case) -> Grade:
+        tensor = output_label(name)
+        ref32, ref64 = case.reference[name], case.reference64[name]
+        if isinstance(value, (OddTensor, Foreign)):
+            return _unusable(tensor, value, ref32, False, name)
+        g = grade(tensor, value, ref32, ref64, label=name)
+        if not isinstance(value, Tensor) or g.accepted:
+            if g.accepted:
+                g.message = rounding_note(g)
+            return g
+        mistakes = [(m, self._function_mistake(step, m, name, case)) for m in step.mistakes
+                    if (m.tensor or step.checks[0]) == name]
+        start = case.inputs.get(name)
+        if g.verdict == "shape":
+            g.diagnosis = dx.matching_mistake(value, mistakes) or (
+                dx.shape_diagnosis(tensor, value, ref32) if is_gradient(name) else
+                dx.diagnosis("shape", f"{name} has shape {g.shape}; it must keep its shape "
+                                      f"{g.expected_shape}"))
+        elif (isinstance(start, Tensor) and start.shape == value.shape
+              and torch.equal(value.to(start.device, start.dtype), start)):
+            g.diagnosis = dx.diagnosis(
+                "unchanged", f"{name} came back unchanged. {step.function.name} returns nothing: "
+                f"it must update {', '.join(step.checks)} in place (`-=`, `+=`, `.mul_()`, "
+                "`.copy_()`); a plain assignment inside the function only renames a local.")
+        elif is_gradient(name):
+            g.diagnosis = dx.value_diagnosis(tensor, value, ref32, _scale_size(case), None,
+                                             mistakes)
+        else:
+            g.diagnosis = dx.matching_mistake(value, mistakes)
+        pattern = dx.where_wrong(value, ref32) if (
+            g.verdict != "shape" and torch.isfinite(value).all()
+            and (g.diagnosis or {}).get("kind") != "unchanged") else ""
+        g.message = (g.diagnosis["message"] if g.diagnosis else f"{name} is wrong") + (
+            f" ({pattern})" if pattern else "")
+        if g.verdict != "shape" and torch.isfinite(value).all():
+            g.heatmap = heatmap(value.to(ref32.dtype) - ref32)
+        return g
+
+    def _function_mistake(self, step: Step, m, name: str, case: Case
+                          ) -> Callable[[], Tensor | None]:
+        """A catalogued wrong function, called on the same inputs (our code, run here)."""
+
+        def evaluate() -> Tensor | None:
+            key = (step.id, case.name, m.code, name)
+            if key not in self._mistake_values:
+                try:
+                    values, _ = call_function(self._function_spec(step, m.code), m.code,
+                                              case.inputs, Output(), None)
+                    value = values.get(name)
+                except Exception:  # noqa: BLE001 - a mistake that cannot run matches nothing
+                    value = None
+                self._mistake_values[key] = value if isinstance(value, Tensor) else None
+            return self._mistake_values[key]
+
+        return evaluate
+
+    def _fresh_verdict(self, step: Step, lesson: Case, fresh: list[Case], records: dict,
+                       timed_out: bool, grades: list[Grade]) -> dict:
+        where = "; ".join(c.describe() for c in fresh)
+        out = {"passed": True, "batch_size": None, "what": f"fresh sizes ({where})",
+               "message": None}
+        for case in fresh:
+            record = records.get(case.name)
+            if record is None:
+                reason = "it ran out of time" if timed_out else "it did not finish"
+            elif record.get("error"):
+                reason = f"it fails: {_clean_error(record['error'])['message']}"
+            else:
+                values = decode_namespace(record.get("after"))
+                failures = []
+                for name in step.checks:
+                    value = values.get(name)
+                    h = grade(output_label(name), value if isinstance(value, Tensor) else None,
+                              case.reference[name], case.reference64[name], label=name)
+                    if h.verdict == "shape":
+                        failures.append(f"{name} has shape {h.shape} where {h.expected_shape} "
+                                        "is needed")
+                    elif not h.accepted:
+                        failures.append(f"{name} is {'missing' if value is None else 'wrong'}")
+                if not failures:
+                    continue
+                reason = ", ".join(failures)
+            out["message"] = (
+                f"right on the lesson's tensors ({lesson.describe()}), but at {case.describe()} "
+                f"{reason}. Does the function use a size of the lesson (a number such as "
+                f"{_lesson_numbers(lesson)}, or a name such as n_embd) instead of reading every "
+                "size off its arguments' shapes?")
+            out["passed"] = False
+            grades[0].diagnosis = dx.diagnosis("heldout", out["message"])
+            grades[0].message = out["message"]
+            break
+        return out
 
     def _run_from(self, record: dict, step: Step, batch: Batch, prior: dict[str, str]) -> Run:
         before = self._remember(record, step, batch, prior)
@@ -567,15 +707,53 @@ class Engine:
         }
 
 
-def _unusable(tensor: str, value: OddTensor | Foreign, ref: Tensor, partial: bool) -> Grade:
+def _usable(outcome: dict, first: dict | None, result: dict, timeout: float) -> bool:
+    """Whether the child answered for the first batch (or case) without an error; if not, the
+    result says why."""
+    if first is None:
+        if outcome.get("timeout"):
+            result["error"] = timeout_error(timeout).payload
+        else:
+            why = clean(outcome.get("crashed") or "it ended without an answer", MAX_MESSAGE)
+            result["error"] = {"kind": "internal", "line": None, "col": None,
+                               "message": f"the sandbox stopped before answering: {why}"}
+        return False
+    result["stdout"] = clean(first.get("stdout", ""))
+    if first.get("error"):
+        result["error"] = _clean_error(first["error"])
+        return False
+    return True
+
+
+def _scale_size(case: Case) -> int:
+    """The count a mean divides by in this case, for the scale diagnosis ("a factor n")."""
+    s = case.sizes
+    if "N" in s:
+        return s["N"]
+    return s.get("B", 1) * s.get("T", 1) if ("B" in s or "T" in s) else 1
+
+
+def _lesson_numbers(case: Case) -> str:
+    numbers = sorted({v for v in case.sizes.values() if v > 1}, reverse=True)[:3]
+    return " or ".join(str(n) for n in numbers) if numbers else "32"
+
+
+def _run_spec(spec: CheckSpec | FunctionCheckSpec, scratch: bool) -> dict:
+    if isinstance(spec, FunctionCheckSpec):
+        return run_function_scratch(spec) if scratch else run_function_check(spec)
+    return run_scratch(spec) if scratch else run_check(spec)
+
+
+def _unusable(tensor: str, value: OddTensor | Foreign, ref: Tensor, partial: bool,
+              label: str | None = None) -> Grade:
     """A verdict for a value that cannot be compared with autograd's at all."""
-    g = Grade(tensor, f"d{tensor}", list(ref.shape), partial=partial)
+    g = Grade(tensor, label or f"d{tensor}", list(ref.shape), partial=partial)
     if isinstance(value, OddTensor):
         g.verdict = "wrong"
-        g.message = f"d{tensor} is {value.why}."
+        g.message = f"{g.grad} is {value.why}."
     else:
-        g.message = (f"d{tensor} is a {value.type_name}, but it must be a tensor of shape "
-                     f"{list(ref.shape)} like {tensor}")
+        g.message = (f"{g.grad} is a {value.type_name}, but it must be a tensor of shape "
+                     f"{list(ref.shape)}" + ("" if label else f" like {tensor}"))
     return g
 
 

@@ -286,3 +286,134 @@ def run_scratch(spec: CheckSpec) -> dict:
         return {"timeout": True}
     finally:
         disarm()
+
+
+# -- function steps --------------------------------------------------------------------------
+# The call is ours, not the learner's: compiled here without the policy, with names the policy
+# keeps learner code from touching.
+_ARGS, _RESULT = "__tutor_args__", "__tutor_result__"
+
+
+@dataclass
+class FunctionCheckSpec:
+    step_id: str
+    code: str
+    function: str  # the name the learner's code must define
+    call: str  # the call as the pack writes it, for messages
+    arguments: tuple[str, ...]
+    outputs: tuple[str, ...]  # what the call assigns; empty when the function updates in place
+    graded: tuple[str, ...]  # the names graded: outputs, or arguments updated in place
+    cases: list[tuple[str, dict]]  # (case name, the call's inputs)
+    sizes: dict  # the lesson's sizes, in scope as in every step
+    timeout: float
+
+
+class CallError(Exception):
+    """The learner's function could not be called the way the step calls it."""
+
+
+def call_function(spec: FunctionCheckSpec, code: str, inputs: dict, out: Output,
+                  deadline: float | None) -> tuple[dict, list[str]]:
+    """Define the learner's function, call it on copies of `inputs`: the graded values, and the
+    arguments it changed in place that it was not meant to."""
+    ns: dict = dict(spec.sizes)
+    execute(cached_compile(code), ns, out, deadline)
+    fn = ns.get(spec.function)
+    if not callable(fn):
+        raise CallError(f"your code does not define the function {spec.function}: the step "
+                        f"calls it as `{spec.call}`")
+    args = copy_namespace(inputs)
+    ns[_ARGS] = [args[a] for a in spec.arguments]
+    execute(compile(f"{_RESULT} = {spec.function}(*{_ARGS})", "<the step's call>", "exec"),
+            ns, out, deadline)
+    result = ns.pop(_RESULT, None)
+    if spec.outputs:
+        values = dict(zip(spec.outputs, _unpack(spec, result), strict=True))
+    else:
+        values = {name: args[name] for name in spec.graded}
+    changed = []
+    for name, before in inputs.items():
+        after = args[name]
+        if name in spec.graded or not isinstance(before, Tensor):
+            continue
+        if not (isinstance(after, Tensor) and after.shape == before.shape
+                and torch.equal(after, before)):
+            changed.append(name)
+    return values, changed
+
+
+def _unpack(spec: FunctionCheckSpec, result: Any) -> tuple:
+    want = len(spec.outputs)
+    if want == 1:
+        return (result,)
+    if isinstance(result, (tuple, list)) and len(result) == want:
+        return tuple(result)
+    got = (f"{len(result)} values" if isinstance(result, (tuple, list)) else
+           "None (is a `return` missing?)" if result is None else f"one {type(result).__name__}")
+    raise CallError(f"{spec.function} returned {got}, but the step unpacks {want}: "
+                    f"`{spec.call}`. Return {', '.join(spec.outputs)}, in that order.")
+
+
+def run_function_case(spec: FunctionCheckSpec, inputs: dict, deadline: float | None) -> dict:
+    out = Output()
+    record: dict = {"error": None}
+    try:
+        values, changed = call_function(spec, spec.code, inputs, out, deadline)
+        record["after"] = encode_namespace(values, set(spec.graded))
+        record["changed"] = changed
+    except CheckTimeout:
+        raise
+    except CodeError as exc:
+        record["error"] = exc.payload
+    except CallError as exc:
+        record["error"] = {"kind": "runtime", "message": str(exc), "line": None, "col": None}
+    except Exception as exc:  # noqa: BLE001 - any failure of learner code is reported
+        error = runtime_error(exc, spec.code, [*spec.sizes, *spec.arguments]).payload
+        if error["line"] is None:
+            error["message"] = (f"calling `{spec.call}` failed: {error['message']} Keep the "
+                                "template's signature.")
+        record["error"] = error
+    record["stdout"] = out.text()
+    return record
+
+
+def run_function_check(spec: FunctionCheckSpec) -> dict:
+    """The learner's function on every case, within one time budget. Plain data only."""
+    deadline = time.monotonic() + spec.timeout
+    records: dict[str, Any] = {}
+    arm(spec.timeout)
+    try:
+        for name, inputs in spec.cases:
+            records[name] = run_function_case(spec, inputs, deadline)
+            if records[name]["error"] and name == spec.cases[0][0]:
+                break  # the lesson's case is reported; the fresh ones have nothing to add
+    except CheckTimeout:
+        return {"timeout": True, "records": records}
+    finally:
+        disarm()
+    return {"timeout": False, "records": records}
+
+
+def run_function_scratch(spec: FunctionCheckSpec) -> dict:
+    """The function on the lesson's case, without grading: its output and what it returned."""
+    deadline = time.monotonic() + spec.timeout
+    arm(spec.timeout)
+    try:
+        out = Output()
+        error, defined = None, []
+        try:
+            values, _ = call_function(spec, spec.code, spec.cases[0][1], out, deadline)
+            defined = [{"name": k, "what": describe(v)} for k, v in values.items()]
+        except CheckTimeout:
+            raise
+        except CodeError as exc:
+            error = exc.payload
+        except CallError as exc:
+            error = {"kind": "runtime", "message": str(exc), "line": None, "col": None}
+        except Exception as exc:  # noqa: BLE001 - any failure of learner code is reported
+            error = runtime_error(exc, spec.code, list(spec.sizes)).payload
+        return {"timeout": False, "stdout": out.text(), "error": error, "defined": defined}
+    except CheckTimeout:
+        return {"timeout": True}
+    finally:
+        disarm()

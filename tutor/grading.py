@@ -73,23 +73,25 @@ def grade(
     ref64: Tensor,
     partial: bool = False,
     parameter: bool = False,
+    label: str | None = None,
 ) -> Grade:
     """Compare a learner's gradient with autograd's; no diagnosis yet, only the facts.
 
     `parameter` says the tensor is trained with `p -= lr * dp`, which decides which shapes other
-    than the exact one can stand.
+    than the exact one can stand. `label` is the name the learner's code gives the value, when
+    it is not `d<tensor>` (a function step's outputs).
     """
-    g = Grade(tensor, f"d{tensor}", list(ref32.shape), partial=partial)
+    g = Grade(tensor, label or f"d{tensor}", list(ref32.shape), partial=partial)
     if value is None:
-        g.message = f"your code does not define d{tensor}"
+        g.message = f"your code does not define {g.grad}"
         return g
     if value is Ellipsis:
-        g.message = f"d{tensor} is still `...`: replace it with your expression"
+        g.message = f"{g.grad} is still `...`: replace it with your expression"
         return g
     if not isinstance(value, Tensor):
         g.message = (
-            f"d{tensor} is a {type(value).__name__}, but it must be a tensor of shape "
-            f"{list(ref32.shape)} like {tensor}"
+            f"{g.grad} is a {type(value).__name__}, but it must be a tensor of shape "
+            f"{list(ref32.shape)}" + ("" if label else f" like {tensor}")
         )
         return g
     g.shape = list(value.shape)

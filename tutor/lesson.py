@@ -101,6 +101,9 @@ class Batch:
     given: dict[tuple[str, str], Tensor]  # (step id, tensor) -> gradient handed to the learner
     lines: list[dict] = field(default_factory=list)  # shape annotation of each forward line
     sizes: dict[str, int] = field(default_factory=dict)  # the lecture's names for the sizes
+    # Autograd's gradient of the loss for every forward tensor (float32): what a function step's
+    # lesson code hands in as an upstream gradient.
+    gradients: dict[str, Tensor] = field(default_factory=dict)
 
     def namespace(self) -> dict:
         # The lecture's size names (vocab_size, n_embd, ...) are in scope as the notebook has
@@ -143,8 +146,10 @@ class Lesson:
 
     def make_batch(self, Xb: Tensor, Yb: Tensor) -> Batch:
         lines = list(self.pack.forward_lines)
-        ns32, refs32, given = self._forward_backward(Xb, Yb, torch.float32, self.device, lines)
-        _, refs64, _ = self._forward_backward(Xb, Yb, torch.float64, torch.device("cpu"), lines)
+        ns32, refs32, given, full = self._forward_backward(Xb, Yb, torch.float32, self.device,
+                                                           lines)
+        _, refs64, _, _ = self._forward_backward(Xb, Yb, torch.float64, torch.device("cpu"),
+                                                 lines)
         values = {k: v.detach() for k, v in ns32.items() if isinstance(v, Tensor)}
         shapes = {k: list(v.shape) for k, v in values.items()}
         return Batch(
@@ -156,6 +161,7 @@ class Lesson:
             given=given,
             lines=[annotate(line, ns32) for line in lines],
             sizes=self.sizes,
+            gradients={k: g.detach() for k, g in full.items()},
         )
 
     @property
@@ -182,11 +188,13 @@ class Lesson:
         given: dict[tuple[str, str], Tensor] = {}
         sources = {line.target: line.source for line in lines}
         for step in self.pack.gradient_steps:
+            if step.is_function:
+                continue  # graded on cases of its own (functions.py)
             for name, grad in _step_references(step, ns, full, self.pack.loss, sources).items():
                 refs[(step.id, name)] = grad.detach()
             for name in step.given:
                 given[(step.id, name)] = full[name].detach()
-        return ns, refs, given
+        return ns, refs, given, full
 
 
 def _step_references(

@@ -46,6 +46,8 @@ def check_pack(root: Path, settings: Settings, progress: Callable[[str], None] =
     try:
         for step in pack.gradient_steps:
             progress(f"checking {step.id}")
+            if step.function:
+                problems += _cases(engine, step)
             problems += _solution(engine, step)
             problems += _mistakes(engine, step)
         if any(s.is_training for s in pack.steps):
@@ -75,9 +77,29 @@ def _content(pack: Pack) -> Iterator[Problem]:
                               f"{exc.lineno})")
         if step.template.strip() == step.solution.strip():
             yield Problem(step.id, "template gives the solution away")
-        for name in step.checks:
-            if f"d{name}" not in step.template:
-                yield Problem(step.id, f"template does not mention d{name}")
+        if step.function and f"def {step.function.name}(" not in step.template:
+            yield Problem(step.id, f"template does not define {step.function.name}")
+        for name in step.graded_names:
+            if name not in step.template:
+                yield Problem(step.id, f"template does not mention {name}")
+
+
+def _cases(engine, step: Step) -> list[Problem]:
+    """A function step's cases must build, and each fresh one must change some size: the point
+    is to catch a function that assumes the lesson's sizes."""
+    try:
+        lesson, *fresh = engine.function_cases(step)
+    except (PackError, KeyError, ValueError) as exc:
+        return [Problem(step.id, f"its cases cannot be built: {exc}")]
+    problems = []
+    if not lesson.sizes:
+        problems.append(Problem(step.id, "the lesson code names no sizes (upper-case ints such "
+                                         "as B, T, C), so messages cannot say where it failed"))
+    for case in fresh:
+        if case.sizes == lesson.sizes:
+            problems.append(Problem(step.id, f"{case.name} has the lesson's own sizes "
+                                             f"({case.describe()}): draw different ones"))
+    return problems
 
 
 def _solution(engine, step: Step) -> list[Problem]:
@@ -108,11 +130,12 @@ def _mistakes(engine, step: Step) -> list[Problem]:
             problems.append(Problem(where, f"does not run: {result['error']['message']}"))
             continue
         tensor = mistake.tensor or step.checks[0]
-        row = next((c for c in result["checks"] if c["tensor"] == tensor), None)
+        label = tensor if step.is_function else f"d{tensor}"
+        row = next((c for c in result["checks"] if c["grad"] == label), None)
         diagnosis = (row or {}).get("diagnosis") or {}
         if row is None or diagnosis.get("message") != mistake.message:
             got = diagnosis.get("kind") or (row or {}).get("verdict") or "no row"
-            problems.append(Problem(where, f"is not recognised as itself on d{tensor} (the "
+            problems.append(Problem(where, f"is not recognised as itself on {label} (the "
                                            f"tutor says: {got})"))
         elif diagnosis.get("kind") != mistake.kind:
             problems.append(Problem(where, f"is recognised, but with kind "

@@ -80,12 +80,44 @@ class Step:
     upstream: str | None = None
     given: tuple[str, ...] = ()
     replay: bool = True
-    kind: str = "gradient"  # or "training"
+    kind: str = "gradient"  # or "function" or "training"
     figure: str | None = None  # a gradient worth showing as a picture once the step is solved
+    function: FunctionSpec | None = None  # for a function step: how it is called and graded
 
     @property
     def is_training(self) -> bool:
         return self.kind == "training"
+
+    @property
+    def is_function(self) -> bool:
+        return self.kind == "function"
+
+    @property
+    def graded_names(self) -> tuple[str, ...]:
+        """The names a check grades, as the learner writes them: `d<tensor>` for a gradient
+        step, the call's own outputs (`dinp`, or `param` updated in place) for a function."""
+        if self.is_function:
+            return self.checks
+        return tuple(f"d{c}" for c in self.checks)
+
+
+@dataclass(frozen=True)
+class FunctionSpec:
+    """A function step: the learner writes a whole function (llm.c's `layernorm_backward`), and
+    it is called on the lesson's tensors and then on inputs of freshly drawn sizes.
+
+    `lesson`, `draw` and `expect` are the pack's trusted code: the first builds the call's inputs
+    from the lesson's batch, the second draws inputs at new sizes from a generator `g`, the third
+    computes the expected outputs from any inputs (with autograd, or torch.optim).
+    """
+
+    name: str  # the function the learner defines
+    call: str  # how it is called: `dinp, dweight, dbias = layernorm_backward(dout, inp, ...)`
+    arguments: tuple[str, ...]
+    outputs: tuple[str, ...]  # the names the call assigns; empty for an in-place update
+    lesson: str
+    draw: str
+    expect: str
 
 
 @dataclass(frozen=True)
@@ -257,6 +289,7 @@ def _load_step(raw: dict, exercise: int, where: str, kind: str) -> Step:
         for m in raw.get("mistakes", [])
     )
     hints = _names(raw, "hints", where)
+    step_kind = raw.get("kind", kind)
     return Step(
         id=sid,
         exercise=exercise,
@@ -275,8 +308,38 @@ def _load_step(raw: dict, exercise: int, where: str, kind: str) -> Step:
         upstream=raw.get("upstream"),
         given=_names(raw, "given", where),
         replay=bool(raw.get("replay", True)),
-        kind=raw.get("kind", kind),
+        kind=step_kind,
         figure=raw.get("figure"),
+        function=_function_spec(raw, where) if step_kind == "function" else None,
+    )
+
+
+def _function_spec(raw: dict, where: str) -> FunctionSpec:
+    call = _text(raw, "call", where)
+    try:
+        stmt = ast.parse(call.strip()).body[0]
+    except (SyntaxError, IndexError) as exc:
+        raise PackError(f"{where}: 'call' is not one Python statement") from exc
+    value = stmt.value if isinstance(stmt, (ast.Assign, ast.Expr)) else None
+    if not (isinstance(value, ast.Call) and isinstance(value.func, ast.Name)
+            and all(isinstance(a, ast.Name) for a in value.args) and not value.keywords):
+        raise PackError(f"{where}: 'call' must call one function with plain names as "
+                        "arguments, like `dx = f(dout, x)`")
+    outputs: tuple[str, ...] = ()
+    if isinstance(stmt, ast.Assign):
+        target = stmt.targets[0]
+        items = target.elts if isinstance(target, ast.Tuple) else [target]
+        if len(stmt.targets) != 1 or not all(isinstance(t, ast.Name) for t in items):
+            raise PackError(f"{where}: 'call' must assign plain names")
+        outputs = tuple(t.id for t in items)  # type: ignore[attr-defined]
+    return FunctionSpec(
+        name=value.func.id,
+        call=call.strip(),
+        arguments=tuple(a.id for a in value.args),  # type: ignore[attr-defined]
+        outputs=outputs,
+        lesson=_text(raw, "lesson", where),
+        draw=_text(raw, "draw", where),
+        expect=_text(raw, "expect", where),
     )
 
 
@@ -295,6 +358,13 @@ def _validate(pack: Pack) -> None:
                 raise PackError(f"step {step.id}: 'checks' is empty")
             if len(step.hints) < 3:
                 raise PackError(f"step {step.id}: needs at least 3 hints")
+        fn = step.function
+        if fn is not None:
+            known = set(fn.outputs) if fn.outputs else set(fn.arguments)
+            for name in step.checks:
+                if name not in known:
+                    raise PackError(f"step {step.id}: checks '{name}', which the call neither "
+                                    "assigns nor passes in to be updated")
 
 
 def installed_packs() -> list[str]:

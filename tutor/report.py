@@ -115,7 +115,8 @@ def format_result(result: dict, position: str | None = None, width: int | None =
     heldout = result.get("heldout")
     if heldout:
         mark = "✓" if heldout["passed"] else "✗"
-        text = f"fresh batch of {heldout['batch_size']}" + (
+        what = heldout.get("what") or f"fresh batch of {heldout.get('batch_size')}"
+        text = what + (
             f": {heldout['message']}" if heldout.get("message") else "")
         lines += wrap(text, f"  {mark} ", "    ", width)
     for note in result.get("notes", []):

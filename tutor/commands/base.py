@@ -53,6 +53,8 @@ def regraded_steps(pack: Pack) -> set[str]:
     seen: set[str] = set()
     regraded = set()
     for step in pack.gradient_steps:
+        if step.is_function:
+            continue  # its outputs are its own, whatever they are called
         if seen.intersection(step.checks):
             regraded.add(step.id)
         seen.update(step.checks)

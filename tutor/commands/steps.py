@@ -16,8 +16,10 @@ def step_entry(pack, step) -> dict:
         "id": step.id,
         "exercise": step.exercise,
         "title": step.title,
+        "kind": step.kind,
         "checks": list(step.checks),
         "forward": [pack.line_for(t).source for t in step.lines],
+        **({"call": step.function.call} if step.function else {}),
     }
 
 
@@ -43,7 +45,7 @@ def run_list(args: argparse.Namespace, settings: Settings) -> int:
 
 def _what(step: Step) -> str:
     """The step's title, and the gradients it grades when the title does not name them."""
-    grads = [f"d{c}" for c in step.checks]
+    grads = list(step.graded_names)
     if all(g in step.title for g in grads):
         return step.title
     return f"{step.title}: {', '.join(grads)}"
@@ -94,6 +96,11 @@ def run_show(args: argparse.Namespace, settings: Settings) -> int:
                              "step that `train` runs (your exercise-4 draft, if there is one).",
                              "", "  ", width)))
     else:
+        if step.function:
+            print()
+            print("\n".join(wrap(f"The tutor calls your function as `{step.function.call}`: "
+                                 "first on the lesson's own tensors, then on inputs of freshly "
+                                 "drawn sizes.", "", "  ", width)))
         print("\nTemplate:\n")
         print("    " + step.template.rstrip().replace("\n", "\n    "))
     if step.hints:

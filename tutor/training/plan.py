@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import ast
 import math
+import textwrap
 from collections.abc import Iterator, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
 from tutor.config import DEFAULT_SEED
@@ -56,6 +57,17 @@ class TrainingSettings:
     loss_line: str
     lecture_train_loss: float | None
     lecture_val_loss: float | None
+    # A pack whose network is assembled from function steps (the GPT's n layers) gives its own
+    # forward pass and a backward driver that calls the learner's functions, instead of a list
+    # of steps whose code is pasted in order.
+    functions: tuple[str, ...] = ()
+    forward_code: str = ""
+    driver: str = ""
+    # The update: plain gradient descent, or the learner's own function (a function step) with
+    # the pack's hyper-parameters, called as f(p, dp, m, v, t, lr, *optimizer_args.values()).
+    optimizer: str = ""
+    optimizer_args: dict = field(default_factory=dict)
+    sizes: dict = field(default_factory=dict)  # sizes the training run changes from the lesson
 
     @classmethod
     def from_pack(
@@ -87,10 +99,21 @@ class TrainingSettings:
             seed=int(seed),
             history_points=int(cfg.get("history_points", 400)),
             cpu_threads=int(cfg.get("cpu_threads", 0)),
-            backward=tuple(cfg.get("backward", [])),
+            backward=tuple(b for b in cfg.get("backward", []) if isinstance(b, str))
+            if not isinstance(cfg.get("backward"), str) else (),
             loss_line=str(cfg.get("loss", f"{pack.loss} = F.cross_entropy(logits, Yb)")),
             lecture_train_loss=cfg.get("lecture_train_loss"),
             lecture_val_loss=cfg.get("lecture_val_loss"),
+            functions=tuple(cfg.get("functions", [])),
+            forward_code=str(cfg.get("forward", "")).strip("\n"),
+            driver=str(cfg["backward"]).strip("\n") if isinstance(cfg.get("backward"), str)
+            else "",
+            optimizer=str(cfg.get("optimizer", "")),
+            optimizer_args=dict(cfg.get(str(cfg.get("optimizer", "")).removesuffix("_update"),
+                                        {})) if cfg.get("optimizer") else {},
+            sizes={**{k: cfg[k] for k in lesson if k in cfg and not isinstance(cfg[k], dict)
+                      and k not in ("batch_size", "heldout_batch_size")},
+                   **cfg.get("sizes", {})},
         )
 
     def lr_at(self, step: int) -> float:
@@ -108,7 +131,13 @@ class TrainingSettings:
     def to_dict(self) -> dict:
         d = asdict(self)
         d["parameters"], d["backward"] = list(self.parameters), list(self.backward)
+        d["functions"] = list(self.functions)
         return d
+
+    @property
+    def assembled(self) -> bool:
+        """Whether the backward pass is the pack's driver calling the learner's functions."""
+        return bool(self.driver)
 
 
 # --- the editor's code ---------------------------------------------------------------------
@@ -130,7 +159,8 @@ def backward_sections(pack: Pack, accepted: Mapping[str, str] | None) -> list[Se
     None means "all references" (the --reference run).
     """
     sections = []
-    for sid in TrainingSettings.from_pack(pack).backward:
+    s = TrainingSettings.from_pack(pack)
+    for sid in s.functions if s.assembled else s.backward:
         step = pack.step(sid)
         code = (accepted or {}).get(step.id)
         yours = code is not None and accepted is not None
@@ -166,12 +196,20 @@ def _spaced(number: int) -> str:
 
 
 def _header(s: TrainingSettings) -> str:
+    if s.optimizer:
+        args = ", ".join(f"{k}={v:g}" for k, v in s.optimizer_args.items())
+        update = [f"# After it: {s.optimizer}(p, dp, m, v, t, lr, {args})",
+                  "#   updates each parameter p (m and v start at zero, t counts from 1),"]
+    else:
+        update = ["# After it: each parameter p moves by -lr * dp,"]
+    grads = ", ".join(s.grad_names)
     return "\n".join([
         f"# One training step, run {_spaced(s.steps)} times, with no autograd anywhere.",
         f"# Before it: a seeded batch Xb, Yb of n = {s.batch_size} examples.",
-        "# After it: each parameter p moves by -lr * dp,",
+        *update,
         f"#   lr = {s.lr:g}, then {s.lr_after_decay:g} from step {_spaced(s.lr_decay_step)}.",
-        f"# Leave loss and {', '.join(s.grad_names)} defined.",
+        *textwrap.wrap(f"Leave loss and {grads} defined.", 96, initial_indent="# ",
+                       subsequent_indent="#   "),
     ])
 
 
@@ -184,6 +222,14 @@ def training_code(pack: Pack, accepted: Mapping[str, str] | None = None,
     """
     s = TrainingSettings.from_pack(pack, steps=steps)
     sections = backward_sections(pack, accepted)
+    if s.assembled:
+        parts = [_header(s), "", "# your functions"]
+        for sec in sections:
+            origin = "your code" if sec.yours else "reference solution"
+            parts += [f"# {sec.step.title} (exercise {sec.step.exercise}, {origin})", sec.code, ""]
+        parts += ["# forward pass", s.forward_code, "", "# backward pass, from your functions",
+                  s.driver]
+        return "\n".join(parts) + "\n"
     backward = "\n".join(sec.code for sec in sections)
     forward = forward_for(pack, backward, s.loss_line)
     parts = [_header(s), "", "# forward pass", *forward, s.loss_line, "", "# backward pass"]
@@ -225,10 +271,23 @@ def assigned_names(node: ast.AST) -> set[str]:
     return out
 
 
+# A loop over these sizes is the network's structure (one pass per layer), not a loop that one
+# tensor operation could replace.
+STRUCTURAL_SIZES = {"n_layer"}
+
+
+def _structural(loop: ast.For | ast.While) -> bool:
+    return isinstance(loop, ast.For) and any(
+        isinstance(n, ast.Name) and n.id in STRUCTURAL_SIZES for n in ast.walk(loop.iter))
+
+
 def _loops(body: list[ast.stmt]) -> Iterator[ast.For | ast.While]:
-    """The outermost loops of a block (a loop inside a loop is reported with its parent)."""
+    """The outermost loops of a block (a loop inside a loop is reported with its parent); a loop
+    over the layers is looked into, not reported."""
     for stmt in body:
-        if isinstance(stmt, (ast.For, ast.While)):
+        if isinstance(stmt, (ast.For, ast.While)) and _structural(stmt):
+            yield from _loops(stmt.body)
+        elif isinstance(stmt, (ast.For, ast.While)):
             yield stmt
         else:
             for child in ast.iter_child_nodes(stmt):

@@ -70,12 +70,22 @@ class Batches:
         return self
 
 
-def training_sizes(pack: Pack, lesson_sizes: dict) -> dict:
-    """The lesson's sizes with the training exercise's own in place (a wider hidden layer)."""
+def training_sizes(pack: Pack, lesson_sizes: dict, fns: dict | None = None) -> dict:
+    """The lesson's sizes with the training exercise's own in place (a wider hidden layer, more
+    layers). Sizes the data derives from the others (the GPT's head_size) are derived again."""
     from tutor.training.plan import training_exercise
 
     cfg = training_exercise(pack).settings
-    return {k: type(v)(cfg.get(k, v)) for k, v in lesson_sizes.items()}
+    sizes = {k: type(v)(cfg.get(k, v)) for k, v in lesson_sizes.items()}
+    extra = cfg.get("sizes") or {}
+    if extra:
+        sizes.update(extra)
+        if fns is not None:
+            from tutor.lesson import Dataset, data_text
+
+            derived = Dataset(fns["make_data"](data_text(pack), sizes)).derived_sizes
+            sizes.update({k: v for k, v in derived.items() if k not in extra})
+    return sizes
 
 
 def init_network(fns: dict, sizes: dict, seed: int, device: Any) -> tuple[dict[str, Tensor], Any]:
@@ -87,12 +97,13 @@ def init_network(fns: dict, sizes: dict, seed: int, device: Any) -> tuple[dict[s
     return {k: v.to(device) for k, v in params.items()}, g
 
 
-def evaluation_namespace(pack: Pack, fns: dict) -> dict:
-    """The pack's [training.eval] functions (calibrate, evaluate, sample), with the setup's."""
+def evaluation_namespace(pack: Pack, fns: dict, sizes: dict | None = None) -> dict:
+    """The pack's [training.eval] functions (calibrate, evaluate, sample), with the setup's and
+    the run's sizes (as `sizes`)."""
     from tutor.training.plan import training_exercise
 
     code = (training_exercise(pack).settings.get("eval") or {}).get("code", "")
-    ns = dict(fns)
+    ns = {**fns, "sizes": dict(sizes or {})}
     exec(compile(code, f"<{pack.id} training eval>", "exec"), ns)
     return ns
 
@@ -144,23 +155,49 @@ def step_function(code_text: str, ns: dict, params: tuple[str, ...], grad_names:
     return ns.pop("training_step")
 
 
-def train_steps(step: Callable, params: list[Tensor], batches: Iterator,
-                lr_at: Callable[[int], float], start: int, stop: int, losses: list,
-                keep_going: Callable[[int], bool]) -> int:
+Update = Callable[[list, int], None]  # (gradients, step index) -> parameters moved in place
+
+
+def sgd(params: list[Tensor], lr_at: Callable[[int], float]) -> Update:
+    """The lecture's `p.data += -lr * grad` for every parameter, in one fused call."""
+    import torch
+
+    def update(grads: list[Tensor], i: int) -> None:
+        torch._foreach_add_(params, grads, alpha=-lr_at(i))
+
+    return update
+
+
+def learner_update(fn: Callable, params: list[Tensor], lr_at: Callable[[int], float],
+                   args: tuple) -> Update:
+    """The learner's own optimiser step (AdamW), called per parameter with its moment buffers,
+    which start at zero; t counts steps from 1, as bias correction expects."""
+    import torch
+
+    m = [torch.zeros_like(p) for p in params]
+    v = [torch.zeros_like(p) for p in params]
+
+    def update(grads: list[Tensor], i: int) -> None:
+        lr = lr_at(i)
+        for p, g, mp, vp in zip(params, grads, m, v, strict=True):
+            fn(p, g, mp, vp, i + 1, lr, *args)
+
+    return update
+
+
+def train_steps(step: Callable, update: Update, batches: Iterator, start: int, stop: int,
+                losses: list, keep_going: Callable[[int], bool]) -> int:
     """The hot loop: run steps start..stop-1, update in place, keep each loss tensor.
 
     `keep_going(i)` is asked every step (cancel, progress messages); returns the steps done.
     Nothing here synchronises with the device: losses stay tensors until they are reported.
     """
-    import torch
-
     for i in range(start, stop):
         if not keep_going(i):
             return i
         Xb, Yb = next(batches)
         loss, grads = step(Xb, Yb)
-        # The lecture's `p.data += -lr * grad` for every parameter, in one fused call.
-        torch._foreach_add_(params, grads, alpha=-lr_at(i))
+        update(grads, i)
         losses.append(loss)
     return stop
 
@@ -320,7 +357,7 @@ class TrainingRun:
     def _setup(self) -> None:
         lesson = self.engine.lesson
         splits = lesson.dataset.splits
-        self.sizes = training_sizes(self.pack, lesson.sizes)
+        self.sizes = training_sizes(self.pack, lesson.sizes, lesson.fns)
         self.params, generator = init_network(lesson.fns, self.sizes, self.s.seed, self.device)
         self.param_list = [self.params[k] for k in self.s.parameters]
         self.result["settings"]["parameters_count"] = sum(p.numel() for p in self.param_list)
@@ -334,6 +371,45 @@ class TrainingRun:
         # notebook (maxdiff ~1e-9, not the larger gap between two ways of computing the loss).
         self.forward = [ln.source for ln in self.pack.forward_lines
                         if ln.exercise == 0 and ln.target != self.pack.loss] + [self.s.loss_line]
+        if self.s.assembled:
+            self.forward = [self.s.forward_code]
+        self.update = self._update()
+
+    def _update(self) -> Update:
+        if not self.s.optimizer:
+            return sgd(self.param_list, self.s.lr_at)
+        ns, name, run = self.ns, self.s.optimizer, self
+
+        def fn(*args: Any) -> None:
+            # Looked up at each call: the learner's code defines it when it first runs.
+            update = ns.get(name)
+            if not callable(update):
+                raise CodeFailure({"kind": "runtime", "line": None, "col": None, "message":
+                                   f"the training code does not define {name}, which updates "
+                                   "the parameters"}, run.steps_done)
+            run._call_learner(update, *args)
+
+        return learner_update(fn, self.param_list, self.s.lr_at,
+                              tuple(self.s.optimizer_args.values()))
+
+    def _call_learner(self, fn: Callable, *args: Any) -> None:
+        """A learner's function called from outside their code, with their code's globals."""
+        from tutor.candidate import CheckTimeout, runtime_error
+
+        try:
+            fn(*args)  # its globals are the training namespace, sandbox and all
+        except CodeFailure:
+            raise
+        except CheckTimeout:
+            raise CodeFailure({"kind": "timeout", "line": None, "col": None, "message":
+                               f"{self.s.optimizer} ran past the time limit of one step and "
+                               "was stopped. Is there a loop that never ends?"},
+                              self.steps_done) from None
+        except Exception as exc:  # noqa: BLE001 - any failure of learner code is reported
+            payload = runtime_error(exc, self.code_text, list(self.ns)).payload
+            payload["message"] = (f"at step {self.steps_done}, in {self.s.optimizer}: "
+                                  f"{payload['message']}")
+            raise CodeFailure(payload, self.steps_done) from None
 
     def _finish(self, started: float) -> dict:
         r = self.result
@@ -411,6 +487,8 @@ class TrainingRun:
 
     def _checked(self) -> list[str]:
         """Parameters, plus every forward tensor whose gradient the code assigns (for tracing)."""
+        if self.s.assembled:
+            return list(self.s.parameters)  # the n-layer pass has its own names per layer
         targets = {line.target for line in self.pack.forward_lines}
         inner = [g[1:] for g in self.gradients.line if g[1:] in targets]
         return list(self.s.parameters) + [t for t in inner if t not in self.s.parameters]
@@ -451,8 +529,7 @@ class TrainingRun:
             if not (isinstance(loss, torch.Tensor) and loss.dim() == 0):
                 raise CodeFailure({"kind": "runtime", "line": None, "col": None, "message":
                                    "loss must be a single number (a 0-dimensional tensor)"}, i)
-            torch._foreach_add_(self.param_list, [self.ns[g] for g in self.s.grad_names],
-                                alpha=-self.s.lr_at(i))
+            self.update([self.ns[g] for g in self.s.grad_names], i)
             self.losses.append(loss)
             self.steps_done = i + 1
             if time.monotonic() >= report_at or i + 1 == self.s.gradcheck_steps:
@@ -533,8 +610,8 @@ class TrainingRun:
                 report_at = time.monotonic() + REPORT_INTERVAL
             return True
 
-        done = train_steps(step, self.param_list, self.batches, self.s.lr_at, start,
-                           self.s.steps, self.losses, keep_going)
+        done = train_steps(step, self.update, self.batches, start, self.s.steps, self.losses,
+                           keep_going)
         self.steps_done = done
         elapsed = time.monotonic() - started
         self.timing["train_s"] = elapsed
@@ -652,7 +729,7 @@ class TrainingRun:
         Xtr, Ytr = (t.to(self.device) for t in splits["train"])
         Xva, Yva = (t.to(self.device) for t in splits["val"])
         # The pack says how its network is evaluated after training (see its [training.eval]).
-        fns = evaluation_namespace(self.pack, self.engine.lesson.fns)
+        fns = evaluation_namespace(self.pack, self.engine.lesson.fns, self.sizes)
         with torch.no_grad():
             state = fns["calibrate"](self.params, Xtr) if "calibrate" in fns else None
             self.result["train_loss"] = fns["evaluate"](self.params, state, Xtr, Ytr)

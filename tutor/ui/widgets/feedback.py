@@ -209,11 +209,11 @@ def result_view(result: dict, unlocked: str | None, revealed: bool = False) -> G
             parts.append(rounding)
     heldout = result.get("heldout")
     if heldout:
-        n = heldout.get("batch_size")
+        what = heldout.get("what") or f"a fresh batch of {heldout.get('batch_size')}"
         if heldout.get("passed"):
-            parts.append(Text(f"✓ Also correct on a fresh batch of {n}.", style="#56b6c2"))
+            parts.append(Text(f"✓ Also correct on {what}.", style="#56b6c2"))
         else:
-            parts.append(Text(f"✗ Fresh batch of {n}: ", style="bold #d19a66") + prose(
+            parts.append(Text(f"✗ On {what}: ", style="bold #d19a66") + prose(
                 heldout.get("message") or "the answer does not hold there.", "#d19a66"))
     for note in result.get("notes") or []:
         parts.append(Text("· ", style=DIM) + prose(note, DIM))

@@ -99,6 +99,9 @@ def export_script(pack: Pack, settings: Settings, accepted: dict[str, str],
             f"d{name} = {name}.grad.clone()  # given\n" for name in step.given
         )
         checks = "\n".join(f"cmp({t!r}, d{t}, {t})" for t in step.checks)
+        if step.function:
+            checks = (f"# The tutor calls it as `{step.function.call}`, on the lesson's "
+                      "tensors and at fresh sizes.")
         parts.append(
             (f"\n# %% [given] {step.id}\n{given}" if given else "")
             + f"\n# %% {step.id}\n# {step.title} ({state})\n{code}\n"

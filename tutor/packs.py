@@ -142,6 +142,7 @@ class Pack:
     forward_code: str
     loss: str
     exercises: tuple[Exercise, ...]
+    description: str = ""  # what the learner will do, for the welcome page (Markdown)
 
     @property
     def steps(self) -> tuple[Step, ...]:
@@ -425,6 +426,7 @@ def load_pack(root: Path | None = None) -> Pack:
         forward_code=_text(meta.get("forward", {}), "code", "pack.toml [forward]"),
         loss=meta.get("forward", {}).get("loss", "loss"),
         exercises=tuple(exercises),
+        description=unwrap(_text(head, "description", "pack.toml [pack]", "")),
     )
     _validate(pack)
     return pack

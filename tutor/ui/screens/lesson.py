@@ -174,7 +174,7 @@ class LessonScreen(Screen[None]):
     def show_welcome(self) -> None:
         from tutor.ui.screens.welcome import WelcomeScreen
 
-        self.app.push_screen(WelcomeScreen(self.store.path, self.pack.exercises[0]),
+        self.app.push_screen(WelcomeScreen(self.store.path, self.pack),
                              self.back_to_editor)
 
     # -- the evaluator, as the app reports it -------------------------------------------------

@@ -15,7 +15,7 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Markdown, Static
 
-from tutor.packs import Exercise
+from tutor.packs import Exercise, Pack
 
 KEYS = """\
 - `ctrl+j` or `F5`: check your code against autograd
@@ -27,15 +27,16 @@ KEYS = """\
 """
 
 
-def welcome_markdown(progress_file: Path, first: Exercise) -> str:
+def welcome_markdown(progress_file: Path, pack: Pack) -> str:
+    first = pack.exercises[0]
+    about = pack.description or (
+        f"You will write the backward pass of *{pack.title}* by hand, one step at a time.")
     return "\n\n".join([
         "# Welcome to backprop-tutor",
-        "You will write the backward pass of a small language model (makemore part 4, "
-        "*Becoming a Backprop Ninja*) by hand, one forward line at a time. Each answer runs "
-        "next to PyTorch's autograd and is graded like the notebook's `cmp`: *exact*, "
-        "*approximate* or wrong, with the largest difference, a diagnosis and a picture of "
-        "where it is off. A right answer opens the next line; at the end your own gradients "
-        "train the network.",
+        about + " Each answer runs next to PyTorch's autograd and is graded like the "
+        "notebook's `cmp`: *exact*, *approximate* or wrong, with the largest difference, a "
+        "diagnosis and a picture of where it is off. A right answer opens the next step; at "
+        "the end your own gradients train the network.",
         "## The keys that matter",
         KEYS,
         "## Your progress",
@@ -72,8 +73,8 @@ class ReadingScreen(ModalScreen[None]):
 
 
 class WelcomeScreen(ReadingScreen):
-    def __init__(self, progress_file: Path, first: Exercise) -> None:
-        super().__init__(welcome_markdown(progress_file, first),
+    def __init__(self, progress_file: Path, pack: Pack) -> None:
+        super().__init__(welcome_markdown(progress_file, pack),
                          "↑↓ to scroll · enter or esc to start")
 
 

@@ -1,8 +1,8 @@
-"""Steps per second of exercise 4's training loop: the manual backward pass against autograd.
+"""Steps per second of a pack's training loop: the manual backward pass against autograd.
 
-Both variants train the same network (n_hidden 200, batch 32) from the same seeded parameters on
-the same batches, in one process, with the same loop and the same parameter update; they differ
-only in where the gradients come from:
+Both variants train the same network (makemore: n_hidden 200, batch 32; `--pack gpt`: the
+n-layer GPT with AdamW) from the same seeded parameters on the same batches, in one process, with
+the same loop and the same parameter update; they differ only in where the gradients come from:
 
     autograd   the training forward pass, then loss.backward()
     manual     the training step of exercise 4 with the reference solutions, in inference mode
@@ -13,7 +13,8 @@ only in where the gradients come from:
 Rounds alternate between the variants so that a busy machine slows them alike; the best round of
 each is reported. Run from the repository root:
 
-    .venv/bin/python benchmarks/train_speed.py [--steps 2000] [--rounds 3] [--compile [--cold]]
+    .venv/bin/python benchmarks/train_speed.py [--pack gpt] [--steps 2000] [--rounds 3]
+        [--compile [--cold]]
 
 The last line is the eager ratio, `manual/autograd steps-per-second ratio: X.XX`.
 """
@@ -35,7 +36,7 @@ import torch  # noqa: E402
 
 from tutor.candidate import compile_candidate  # noqa: E402
 from tutor.lesson import Dataset, resolve_device, setup_namespace  # noqa: E402
-from tutor.packs import load_pack  # noqa: E402
+from tutor.packs import find_pack, load_pack  # noqa: E402
 from tutor.training import (  # noqa: E402
     COMPILE_OPTIONS,
     Batches,
@@ -43,6 +44,7 @@ from tutor.training import (  # noqa: E402
     eager_step,
     forward_for,
     init_network,
+    learner_update,
     sgd,
     step_function,
     train_steps,
@@ -54,8 +56,11 @@ from tutor.training import (  # noqa: E402
 
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--steps", type=int, default=2000, help="timed steps per round (default 2000)")
-    p.add_argument("--warmup", type=int, default=200, help="untimed steps before each round")
+    p.add_argument("--pack", default="makemore", help="installed pack id or folder")
+    p.add_argument("--steps", type=int, default=None,
+                   help="timed steps per round (default 2000; 200 for an assembled network)")
+    p.add_argument("--warmup", type=int, default=None,
+                   help="untimed steps before each round (default a tenth of --steps)")
     p.add_argument("--rounds", type=int, default=3, help="rounds per variant; the best counts")
     p.add_argument("--threads", type=int, default=None,
                    help="CPU threads (default: the pack's cpu_threads setting)")
@@ -71,19 +76,35 @@ def parse_args() -> argparse.Namespace:
 class Setup:
     """The network, its batches and the code of exercise 4, built once."""
 
-    def __init__(self, device: torch.device) -> None:
-        self.pack = load_pack()
+    def __init__(self, device: torch.device, pack: str) -> None:
+        self.pack = load_pack(find_pack(pack))
         self.s = TrainingSettings.from_pack(self.pack)
         self.fns = setup_namespace(self.pack)
         dataset = Dataset.build(self.pack, self.fns)
         self.sizes = training_sizes(self.pack, {**self.pack.sizes,
-                                                **dataset.derived_sizes})
+                                                **dataset.derived_sizes}, self.fns)
         self.X, self.Y = dataset.splits["train"]
         self.device = device
         self.code = training_code(self.pack)
-        backward = self.code.split("# backward pass", 1)[1]
-        self.forward = "\n".join([*forward_for(self.pack, backward, self.s.loss_line),
-                                  self.s.loss_line])
+        if self.s.assembled:
+            self.forward = self.s.forward_code
+        else:
+            backward = self.code.split("# backward pass", 1)[1]
+            self.forward = "\n".join([*forward_for(self.pack, backward, self.s.loss_line),
+                                      self.s.loss_line])
+
+    def update(self, params: dict) -> Callable:
+        """The run's update, the same for every variant: gradient descent, or the reference
+        solution of the pack's optimiser step (AdamW), as the tutor calls it."""
+        leaves = [params[k] for k in self.s.parameters]
+        if not self.s.optimizer:
+            return sgd(leaves, self.s.lr_at)
+        step = next(s for s in self.pack.steps
+                    if s.function and s.function.name == self.s.optimizer)
+        ns = training_namespace(params, self.s.batch_size, None, self.sizes)
+        exec(compile_candidate(step.solution), ns)
+        return learner_update(ns[self.s.optimizer], leaves, self.s.lr_at,
+                              tuple(self.s.optimizer_args.values()))
 
     def network(self) -> tuple[dict[str, torch.Tensor], Batches]:
         params, g = init_network(self.fns, self.sizes, self.s.seed, self.device)
@@ -151,7 +172,7 @@ def timed(setup: Setup, step: Callable, params: dict, batches: Batches, steps: i
 
     The manual variants run in inference mode as exercise 4 does; autograd cannot.
     """
-    update = sgd([params[k] for k in setup.s.parameters], setup.s.lr_at)
+    update = setup.update(params)
     losses: list = []
     with torch.inference_mode() if manual else torch.no_grad():
         train_steps(step, update, batches, 0, warmup, losses, lambda i: True)
@@ -172,7 +193,11 @@ def sync(device: torch.device) -> None:
 def main() -> int:
     args = parse_args()
     device = resolve_device(args.device)
-    setup = Setup(device)
+    setup = Setup(device, args.pack)
+    if args.steps is None:
+        args.steps = 200 if setup.s.assembled else 2000
+    if args.warmup is None:
+        args.warmup = max(1, args.steps // 10)
     threads = args.threads if args.threads is not None else setup.s.cpu_threads
     if device.type == "cpu" and threads > 0:
         torch.set_num_threads(threads)
@@ -188,7 +213,8 @@ def main() -> int:
         except Exception as exc:  # noqa: BLE001 - reported, and the eager comparison goes on
             print(f"torch.compile failed, timing eager only: {str(exc).splitlines()[0][:200]}")
     print(f"torch {torch.__version__} · device {device} · {torch.get_num_threads()} thread(s) · "
-          f"batch {setup.s.batch_size} · n_hidden {setup.s.n_hidden} · "
+          f"pack {setup.pack.id} · batch {setup.s.batch_size} · "
+          + "".join(f"{k} {v} · " for k, v in setup.s.sizes.items()) +
           f"{args.rounds} rounds of {args.steps} steps (+{args.warmup} warm-up)")
     if compile_s is not None:
         print(f"torch.compile of the manual step: {compile_s:.1f} s (not counted below)")

@@ -12,6 +12,7 @@ import copy
 import difflib
 import io
 import signal
+import sys
 import time
 import traceback
 import types
@@ -52,6 +53,21 @@ def _type(obj: Any) -> type:
     return type(obj)
 
 
+def _loaded_import(name: str, globals: Any = None, locals: Any = None, fromlist: Any = (),
+                   level: int = 0) -> Any:
+    """The `__import__` that torch's C++ code calls while learner code runs.
+
+    Some tensor operations import part of torch lazily, the first time they need it (indexing
+    with a Python list looks up `torch.storage`), through the builtins of the running code. So
+    that they work inside the sandbox, a module of torch that is already loaded is handed back;
+    nothing is ever loaded. Learner code cannot name this function (`import` and names with
+    underscores are refused before anything runs).
+    """
+    if level == 0 and (name == "torch" or name.startswith("torch.")) and name in sys.modules:
+        return sys.modules[name] if fromlist else sys.modules[name.partition(".")[0]]
+    raise ImportError(f"{name} cannot be imported in the sandbox")
+
+
 def _format(value: Any, spec: str = "") -> str:
     # format() with a spec cannot walk attributes, unlike str.format's fields.
     return builtins.format(value, spec)
@@ -85,7 +101,7 @@ def sandbox_globals(out: Output) -> dict:
         GUARD_NAME: GUARD,
         "cmp": out.cmp,
         "__builtins__": {**SAFE_BUILTINS, "print": out.print, "type": _type,
-                         "format": _format},
+                         "format": _format, "__import__": _loaded_import},
     }
 
 

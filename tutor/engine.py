@@ -381,7 +381,10 @@ class Engine:
         mistakes = [(m, self._function_mistake(step, m, name, case)) for m in step.mistakes
                     if (m.tensor or step.checks[0]) == name]
         start = case.inputs.get(name)
-        if g.verdict == "shape":
+        known = dx.matching_mistake(value, mistakes) if not is_gradient(name) else None
+        if known:
+            g.diagnosis = known
+        elif g.verdict == "shape":
             g.diagnosis = dx.matching_mistake(value, mistakes) or (
                 dx.shape_diagnosis(tensor, value, ref32) if is_gradient(name) else
                 dx.diagnosis("shape", f"{name} has shape {g.shape}; it must keep its shape "

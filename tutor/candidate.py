@@ -162,8 +162,10 @@ def _offending_line(exc: BaseException) -> int | None:
     return frames[-1].lineno if frames else None
 
 
-def runtime_error(exc: BaseException, code: str, names: list[str] | None = None) -> CodeError:
-    """The learner's failure as one short, clean message; `names` are what was defined."""
+def runtime_error(exc: BaseException, code: str, names: list[str] | None = None,
+                  scope: str | None = None) -> CodeError:
+    """The learner's failure as one short, clean message; `names` are what was defined, and
+    `scope` says in words what is defined, where that is not the lesson's namespace."""
     line = _offending_line(exc)
     try:
         text = str(exc).strip() or type(exc).__name__
@@ -190,12 +192,12 @@ def runtime_error(exc: BaseException, code: str, names: list[str] | None = None)
             "dimensions to agree, so one operand may need .T or the order swapped."
         )
     elif isinstance(exc, NameError):
-        hint = _name_hint(exc, names or [])
+        hint = _name_hint(exc, names or [], scope)
     where = f"line {line}: `{source}`\n" if line else ""
     return CodeError("runtime", f"{where}{type(exc).__name__}: {text}.{hint}", line)
 
 
-def _name_hint(exc: NameError, names: list[str]) -> str:
+def _name_hint(exc: NameError, names: list[str], scope: str | None = None) -> str:
     missing = getattr(exc, "name", None) or ""
     visible = [n for n in names if not n.startswith("_") and n != "cmp"]
     close = difflib.get_close_matches(missing, visible, n=3, cutoff=0.6) if missing else []
@@ -203,9 +205,12 @@ def _name_hint(exc: NameError, names: list[str]) -> str:
     parts = []
     if close:
         parts.append(f" Did you mean {' or '.join(close)}?")
+    if scope:
+        return "".join(parts) + f" {scope}"
+    sizes = [n for n in visible if n.startswith("n_") or n.endswith("_size")]
     parts.append(
         " Defined here: the forward tensors and parameters, n, Xb, Yb, the lecture's sizes "
-        "(vocab_size, n_embd, n_hidden, block_size, batch_size), torch, F and math"
+        f"({', '.join(sizes) or 'none'}), torch, F and math"
     )
     parts.append(f", and these gradients: {', '.join(grads)}." if grads else
                  ". No gradient from an earlier step is defined in this exercise.")

@@ -393,7 +393,7 @@ class Engine:
               and torch.equal(value.to(start.device, start.dtype), start)):
             g.diagnosis = dx.diagnosis(
                 "unchanged", f"{name} came back unchanged. {step.function.name} returns nothing: "
-                f"it must update {', '.join(step.checks)} in place (`-=`, `+=`, `.mul_()`, "
+                f"it must update {' and '.join(step.checks)} in place (`-=`, `+=`, `.mul_()`, "
                 "`.copy_()`); a plain assignment inside the function only renames a local.")
         elif is_gradient(name):
             g.diagnosis = dx.value_diagnosis(tensor, value, ref32, _scale_size(case), None,
@@ -405,7 +405,7 @@ class Engine:
             and (g.diagnosis or {}).get("kind") != "unchanged") else ""
         g.message = (g.diagnosis["message"] if g.diagnosis else f"{name} is wrong") + (
             f" ({pattern})" if pattern else "")
-        if g.verdict != "shape" and torch.isfinite(value).all():
+        if pattern:
             g.heatmap = heatmap(value.to(ref32.dtype) - ref32)
         return g
 
@@ -456,13 +456,20 @@ class Engine:
             out["message"] = (
                 f"right on the lesson's tensors ({lesson.describe()}), but at {case.describe()} "
                 f"{reason}. Does the function use a size of the lesson (a number such as "
-                f"{_lesson_numbers(lesson)}, or a name such as n_embd) instead of reading every "
+                f"{_lesson_numbers(lesson)}{self._size_names(lesson)}) instead of reading every "
                 "size off its arguments' shapes?")
             out["passed"] = False
             grades[0].diagnosis = dx.diagnosis("heldout", out["message"])
             grades[0].message = out["message"]
             break
         return out
+
+    def _size_names(self, lesson: Case) -> str:
+        """The lesson's names for the sizes of its case (C=32 is n_embd), as a learner might
+        have used them."""
+        values = set(lesson.sizes.values())
+        names = [k for k, v in self.lesson.sizes.items() if v in values][:2]
+        return f", or a name such as {' or '.join(names)}" if names else ""
 
     def _run_from(self, record: dict, step: Step, batch: Batch, prior: dict[str, str]) -> Run:
         before = self._remember(record, step, batch, prior)

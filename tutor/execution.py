@@ -354,6 +354,12 @@ def _unpack(spec: FunctionCheckSpec, result: Any) -> tuple:
                     f"`{spec.call}`. Return {', '.join(spec.outputs)}, in that order.")
 
 
+def function_scope(spec: FunctionCheckSpec) -> str:
+    return (f"Inside {spec.function} only its own arguments ({', '.join(spec.arguments)}) and "
+            "what it computes from them are defined, with torch, F and math; the lesson's "
+            "tensors are not.")
+
+
 def run_function_case(spec: FunctionCheckSpec, inputs: dict, deadline: float | None) -> dict:
     out = Output()
     record: dict = {"error": None}
@@ -368,7 +374,8 @@ def run_function_case(spec: FunctionCheckSpec, inputs: dict, deadline: float | N
     except CallError as exc:
         record["error"] = {"kind": "runtime", "message": str(exc), "line": None, "col": None}
     except Exception as exc:  # noqa: BLE001 - any failure of learner code is reported
-        error = runtime_error(exc, spec.code, [*spec.sizes, *spec.arguments]).payload
+        error = runtime_error(exc, spec.code, [*spec.sizes, *spec.arguments],
+                              function_scope(spec)).payload
         if error["line"] is None:
             error["message"] = (f"calling `{spec.call}` failed: {error['message']} Keep the "
                                 "template's signature.")
@@ -411,7 +418,7 @@ def run_function_scratch(spec: FunctionCheckSpec) -> dict:
         except CallError as exc:
             error = {"kind": "runtime", "message": str(exc), "line": None, "col": None}
         except Exception as exc:  # noqa: BLE001 - any failure of learner code is reported
-            error = runtime_error(exc, spec.code, list(spec.sizes)).payload
+            error = runtime_error(exc, spec.code, list(spec.sizes), function_scope(spec)).payload
         return {"timeout": False, "stdout": out.text(), "error": error, "defined": defined}
     except CheckTimeout:
         return {"timeout": True}

@@ -53,6 +53,15 @@ IDLE = Text("Write the gradient in the editor, then press ^j or F5 to compare it
             "F1 gives a hint.", style="#7f8896")
 
 
+def idle_text(step: Step) -> Text:
+    """What the empty feedback panel says before the first check of a step."""
+    if step.function is None:
+        return IDLE
+    return Text(f"Write the function in the editor, then press ^j or F5: the tutor calls it as "
+                f"`{step.function.call}`, on the lesson's tensors and then at freshly drawn "
+                "sizes. F1 gives a hint.", style="#7f8896")
+
+
 class LessonScreen(Screen[None]):
     """One step at a time: write its backward lines and have them checked against autograd."""
 
@@ -316,7 +325,7 @@ class LessonScreen(Screen[None]):
         """A reminder of what to do, until the step has been checked in this session."""
         feedback = self.query_one(Feedback)
         nothing_yet = self.step.id not in self.results and not feedback.has_content
-        feedback.show_status(IDLE if nothing_yet else "")
+        feedback.show_status(idle_text(self.step) if nothing_yet else "")
 
     def _show_progress(self, statuses: dict[str, str] | None = None) -> None:
         """Refresh everything that depends on statuses: sidebar, forward marks, top bar."""

@@ -163,3 +163,21 @@ def test_completion_summary(snap_compare, tmp_path, evaluator):
         await pilot.pause(0.3)
 
     assert snap_compare(app, terminal_size=(80, 24), run_before=run_before)
+
+
+FN = Path(__file__).parent / "packs" / "fn"
+HARD_CODED_FUNCTION = '''def layernorm_backward(dout, inp, rstd):
+    C = 16
+    norm = (inp - inp.mean(1, keepdim=True)) * rstd
+    return rstd / C * (C * dout - dout.sum(1, keepdim=True)
+                       - norm * (dout * norm).sum(1, keepdim=True))
+'''
+
+
+def test_function_step_fails_fresh_sizes(snap_compare, tmp_path):
+    """A function step: right on the lesson's tensors, wrong at a freshly drawn size."""
+    settings = Settings(device="cpu", home=tmp_path / "home", timeout=2.0, pack=str(FN))
+    with Evaluator(settings) as ev:
+        app = TutorApp(settings, evaluator=ev, greet=False)
+        assert snap_compare(app, terminal_size=(100, 32),
+                            run_before=submit(HARD_CODED_FUNCTION))

@@ -111,7 +111,10 @@ def test_the_sizes_are_in_scope_by_their_names(engine):
 def test_reference_solution_passes(engine, step_id):
     result = engine.check(step_id, PACK.step(step_id).solution)
     _assert_passed(result)
-    assert result["heldout"]["batch_size"] == 7
+    if PACK.step(step_id).is_function:
+        assert result["heldout"]["what"].startswith("fresh sizes (")
+    else:
+        assert result["heldout"]["batch_size"] == 7
 
 
 @pytest.mark.parametrize("step_id", list(CORRECT))
@@ -170,6 +173,64 @@ def test_a_hard_coded_batch_size_fails_the_fresh_batch(engine, step_id, code):
     result = engine.check(step_id, code)
     assert not result["passed"]
     assert result["heldout"]["passed"] is False and result["heldout"]["batch_size"] == 7
+
+
+# --- function steps ---------------------------------------------------------------------------
+
+FUNCTION_STEPS = [s for s in PACK.steps if s.is_function]
+
+# Each function's reference with one size read off the lesson instead of off the arguments:
+# (what the reference says, what a learner wrote instead). Every one is right on the lesson's
+# tensors and must fail at the fresh sizes.
+HARD_CODED = [
+    ("functions/encoder_backward", "dout.new_zeros(vocab_size, C)", "dout.new_zeros(27, C)"),
+    ("functions/encoder_backward", "dout.reshape(-1, C)", "dout.reshape(-1, n_embd)"),
+    ("functions/layernorm_backward", "dnorm.mean(-1, keepdim=True)",
+     "dnorm.sum(-1, keepdim=True) / n_embd"),
+    ("functions/matmul_backward", "inp.reshape(-1, C)", "inp.reshape(-1, 32)"),
+    ("functions/attention_backward", "hs = C // n_head", "hs = head_size"),
+    ("functions/attention_backward", "hs = C // n_head", "hs = C // 4"),
+    ("functions/gelu_backward", "return local * dout",
+     "return (local * dout).view(-1, block_size, 4 * n_embd)"),
+    ("functions/crossentropy_softmax_backward", "return dlogits / N",
+     "return dlogits / (4 * block_size)"),
+    ("functions/adamw_update", "1 - beta1**t", "1 - beta1**3"),
+]
+
+
+def test_the_functions_are_llm_cs():
+    names = [s.function.name for s in FUNCTION_STEPS]
+    assert names == ["encoder_backward", "layernorm_backward", "matmul_backward",
+                     "attention_backward", "gelu_backward", "crossentropy_softmax_backward",
+                     "adamw_update"]
+    assert PACK.step("functions/adamw_update").function.outputs == ()
+
+
+@pytest.mark.parametrize("step_id, old, new", [pytest.param(*h, id=f"{h[0]}:{h[2]}")
+                                               for h in HARD_CODED])
+def test_a_hard_coded_dimension_fails_the_fresh_sizes(engine, step_id, old, new):
+    solution = PACK.step(step_id).solution
+    assert old in solution
+    result = engine.check(step_id, solution.replace(old, new, 1))
+    assert all(c["verdict"] in ("exact", "approximate") for c in result["checks"]), result
+    assert result["heldout"]["passed"] is False, result["heldout"]
+    assert "right on the lesson's tensors" in result["heldout"]["message"]
+
+
+@pytest.mark.parametrize("step", [pytest.param(s, id=s.id) for s in FUNCTION_STEPS])
+def test_every_function_step_has_fresh_sizes_unlike_the_lesson(engine, step):
+    lesson, *fresh = engine.function_cases(step)
+    assert lesson.sizes and fresh
+    for case in fresh:
+        differ = {k for k in case.sizes if case.sizes[k] != lesson.sizes.get(k)}
+        assert differ, (case.sizes, lesson.sizes)
+
+
+def test_the_template_of_a_function_runs_and_says_what_is_missing(engine):
+    step = PACK.step("functions/layernorm_backward")
+    result = engine.check(step.id, step.template)
+    assert not result["passed"]
+    assert result["error"] is not None or result["checks"][0]["verdict"] != "exact"
 
 
 # --- content ----------------------------------------------------------------------------------

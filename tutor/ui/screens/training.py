@@ -229,8 +229,10 @@ class TrainingScreen(Screen):
 
     def _title(self) -> str:
         s, ex = self.settings, training_exercise(self.pack)
-        return (f"Exercise {ex.number} — {ex.title} · n_hidden {s.n_hidden} · batch "
-                f"{s.batch_size} · {spaced(s.steps)} steps")
+        sizes = "".join(f" · {k} {v}" for k, v in s.sizes.items())
+        update = f" · {s.optimizer}" if s.optimizer else ""
+        return (f"Exercise {ex.number} — {ex.title}{sizes} · batch {s.batch_size} · "
+                f"{spaced(s.steps)} steps{update}")
 
     def on_mount(self) -> None:
         self.query_one("#train-plot", LossPlot).reset(self.settings.steps,

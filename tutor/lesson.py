@@ -55,10 +55,15 @@ def setup_namespace(pack: Pack) -> dict:
 class Dataset:
     splits: dict  # "train"/"val"/"test" -> (X, Y); plus whatever else make_data returns
 
+    text: str | None = None  # the data file as read, for sizes derived again later
+
     @classmethod
-    def build(cls, pack: Pack, fns: dict | None = None) -> Dataset:
+    def build(cls, pack: Pack, fns: dict | None = None, sizes: dict | None = None,
+              text: str | None = None) -> Dataset:
         fns = fns or setup_namespace(pack)
-        return cls(fns["make_data"](data_text(pack), pack.sizes))
+        # Read here, not in make_data: a confined process may no longer open the file.
+        text = text if text is not None else data_text(pack)
+        return cls(fns["make_data"](text, sizes if sizes is not None else pack.sizes), text)
 
     @property
     def sizes(self) -> dict[str, int]:

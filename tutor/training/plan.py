@@ -84,6 +84,10 @@ class TrainingSettings:
             raise ValueError("a training run needs at least one step")
         if gradcheck_steps is None:
             gradcheck_steps = int(cfg.get("gradcheck_steps", 100))
+        for key, value in (cfg.get("sizes") or {}).items():
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise ValueError(f"[training.sizes] {key} must be a whole number, not "
+                                 f"{type(value).__name__}")
         return cls(
             parameters=tuple(ex.steps[0].checks),
             n_embd=int(cfg.get("n_embd", lesson.get("n_embd", 10))),

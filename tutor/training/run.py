@@ -70,7 +70,8 @@ class Batches:
         return self
 
 
-def training_sizes(pack: Pack, lesson_sizes: dict, fns: dict | None = None) -> dict:
+def training_sizes(pack: Pack, lesson_sizes: dict, fns: dict | None = None,
+                   text: str | None = None) -> dict:
     """The lesson's sizes with the training exercise's own in place (a wider hidden layer, more
     layers). Sizes the data derives from the others (the GPT's head_size) are derived again."""
     from tutor.training.plan import training_exercise
@@ -81,9 +82,9 @@ def training_sizes(pack: Pack, lesson_sizes: dict, fns: dict | None = None) -> d
     if extra:
         sizes.update(extra)
         if fns is not None:
-            from tutor.lesson import Dataset, data_text
+            from tutor.lesson import Dataset
 
-            derived = Dataset(fns["make_data"](data_text(pack), sizes)).derived_sizes
+            derived = Dataset.build(pack, fns, sizes, text).derived_sizes
             sizes.update({k: v for k, v in derived.items() if k not in extra})
     return sizes
 
@@ -357,7 +358,7 @@ class TrainingRun:
     def _setup(self) -> None:
         lesson = self.engine.lesson
         splits = lesson.dataset.splits
-        self.sizes = training_sizes(self.pack, lesson.sizes, lesson.fns)
+        self.sizes = training_sizes(self.pack, lesson.sizes, lesson.fns, lesson.dataset.text)
         self.params, generator = init_network(lesson.fns, self.sizes, self.s.seed, self.device)
         self.param_list = [self.params[k] for k in self.s.parameters]
         self.result["settings"]["parameters_count"] = sum(p.numel() for p in self.param_list)

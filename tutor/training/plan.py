@@ -35,6 +35,14 @@ def training_step(pack: Pack) -> Step:
     return training_exercise(pack).steps[0]
 
 
+def _decay_step(value: int | float, total: int) -> int:
+    """Where the rate drops: a step number, or a fraction of the run (0.75: the last quarter at
+    the lower rate), which then follows `--steps`."""
+    if isinstance(value, float) and 0 < value < 1:
+        return int(value * total)
+    return int(value)
+
+
 @dataclass(frozen=True)
 class TrainingSettings:
     """Everything that decides a run's numbers; stored with the run so it can be repeated."""
@@ -96,7 +104,7 @@ class TrainingSettings:
             batch_size=int(cfg.get("batch_size", lesson.get("batch_size", 32))),
             steps=total,
             lr=float(cfg.get("lr", 0.1)),
-            lr_decay_step=int(cfg.get("lr_decay_step", total)),
+            lr_decay_step=_decay_step(cfg.get("lr_decay_step", total), total),
             lr_after_decay=float(cfg.get("lr_after_decay", cfg.get("lr", 0.1))),
             gradcheck_steps=max(0, min(gradcheck_steps, total)),
             samples=int(cfg.get("samples", 20)),

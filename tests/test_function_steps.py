@@ -1,6 +1,6 @@
 """Function steps: a whole function, graded on the lesson's tensors and then at freshly drawn
-sizes. tests/packs/fn holds two: a layernorm backward (returns a gradient) and an SGD update
-(changes its argument in place)."""
+sizes. tests/packs/fn holds two: a layernorm backward (returns a gradient) and a momentum update
+(changes its arguments in place), and a training run assembled from them."""
 
 import subprocess
 import sys
@@ -14,7 +14,7 @@ from tutor.packs import PackError, load_pack
 FN = Path(__file__).parent / "packs" / "fn"
 PACK = load_pack(FN)
 LN = "fn/layernorm_backward"
-SGD = "fn/sgd_update"
+SGD = "fn/momentum_update"
 
 HARD_CODED = '''
 def layernorm_backward(dout, inp, rstd):
@@ -89,7 +89,8 @@ def test_an_uncatalogued_scale_mistake_is_named(fn_engine):
 
 
 def test_an_update_that_does_not_happen_in_place_is_explained(fn_engine):
-    code = "def sgd_update(param, grad, lr):\n    param = param - lr * grad\n"
+    code = ("def momentum_update(param, grad, m, v, t, lr, beta):\n"
+            "    m = beta * m + grad\n    param = param - lr * m\n")
     check = fn_engine.check(SGD, code)["checks"][0]
     assert check["grad"] == "param"
     assert check["diagnosis"]["kind"] == "unchanged"
@@ -150,6 +151,7 @@ def test_pack_check_passes_and_finds_a_case_without_new_sizes(tmp_path):
     bad = tmp_path / "bad"
     bad.mkdir()
     (bad / "pack.toml").write_text((FN / "pack.toml").read_text())
+    (bad / "02_training.toml").write_text((FN / "02_training.toml").read_text())
     text = (FN / "01_functions.toml").read_text().replace(
         "N = int(torch.randint(3, 9, (1,), generator=g))\nC = int(torch.randint(5, 12, (1,), "
         "generator=g))", "N, C = 24, 16")
@@ -163,6 +165,7 @@ def test_a_call_that_is_not_a_plain_call_is_a_pack_error(tmp_path):
     bad = tmp_path / "bad"
     bad.mkdir()
     (bad / "pack.toml").write_text((FN / "pack.toml").read_text())
+    (bad / "02_training.toml").write_text((FN / "02_training.toml").read_text())
     text = (FN / "01_functions.toml").read_text().replace(
         'call = "dinp = layernorm_backward(dout, inp, rstd)"',
         'call = "dinp = layernorm_backward(dout, inp, rstd=rstd)"')
@@ -185,3 +188,40 @@ def test_the_cli_checks_a_function_step_through_the_worker(tmp_path):
         capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "fresh sizes (" in proc.stdout
+
+
+def test_training_assembles_the_functions_and_uses_the_learners_update(fn_engine):
+    import threading
+
+    from tutor.training import TrainingSettings, run_training, training_code
+
+    s = TrainingSettings.from_pack(PACK)
+    assert s.assembled and s.optimizer == "momentum_update"
+    assert s.optimizer_args == {"beta": 0.9}
+    code = training_code(PACK)
+    assert "def layernorm_backward(" in code and "def momentum_update(" in code
+    result = run_training(fn_engine, {"steps": 120, "gradcheck_steps": 5}, lambda _: None,
+                          threading.Event())
+    assert result["status"] == "finished", result["error"]
+    assert result["gradcheck"]["passed"]
+    assert result["val_loss"] < 0.8, result["val_loss"]  # chance is log(5) = 1.61
+    # Without its decay the momentum runs away: the learner's update is what moves the weights.
+    step = PACK.step(SGD)
+    broken = code.replace(step.solution.strip(), step.mistakes[0].code.strip())
+    assert broken != code
+    other = run_training(fn_engine, {"steps": 120, "gradcheck_steps": 5, "code": broken},
+                         lambda _: None, threading.Event())
+    assert other["last_loss"] != result["last_loss"]
+
+
+def test_a_failing_update_stops_the_run_with_its_line(fn_engine):
+    import threading
+
+    from tutor.training import run_training, training_code
+
+    code = training_code(PACK).replace("    param -= lr * m", "    param -= lr * m.nope()")
+    result = run_training(fn_engine, {"steps": 20, "gradcheck_steps": 2, "code": code},
+                          lambda _: None, threading.Event())
+    assert result["status"] == "error"
+    assert "momentum_update" in result["error"]["message"]
+    assert result["error"]["line"] is not None

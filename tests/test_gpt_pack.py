@@ -136,7 +136,10 @@ def test_mistake_is_recognised_as_itself(engine, step_id, index):
     assert check["diagnosis"]["kind"] == mistake.kind, check["diagnosis"]
     assert check["diagnosis"]["message"] == mistake.message
     # The other gradients of the step are right, unless the same code is catalogued for them
-    # too (halving a residual's gradient halves both branches).
+    # too (halving a residual's gradient halves both branches). An update's outputs are one
+    # computation (param moves by what m and v hold), so a mistake there reaches all three.
+    if step.is_function and not step.function.outputs:
+        return
     also = {m.tensor or step.checks[0] for m in step.mistakes if m.code == mistake.code}
     others = [c for c in result["checks"] if c["tensor"] not in also]
     assert all(c["verdict"] in ("exact", "approximate") for c in others), others

@@ -230,6 +230,12 @@ class Engine:
         if not self.isolated:
             with TorchState.kept():
                 return _run_spec(self._spec(step, code, prior), scratch)
+        if step.function is not None and step.id not in self._cases:
+            # Built here, where the pack's expect code may still do what a confined child
+            # cannot (torch.optim looks for a cache folder the first time it runs); a child
+            # forked before knows nothing of them.
+            self.function_cases(step)
+            self.close()
         child, self._spare = self._spare, None
         if child is None or not child.alive():
             child = self._fork()

@@ -26,6 +26,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/check_latency.py
 	$(BIN)/python benchmarks/startup.py
 	$(BIN)/python benchmarks/train_speed.py
+	$(BIN)/python benchmarks/train_speed.py --pack gpt
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info

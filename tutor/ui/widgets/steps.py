@@ -20,8 +20,14 @@ class StepList(OptionList):
         super().__init__(id=id)
         self._pack = pack
         self.border_title = "Steps"
+        self._shown: tuple | None = None  # what the options were last built from
 
     def show(self, statuses: Mapping[str, str], current: str) -> None:
+        # Rebuilding the options lays the whole list out again; most checks change nothing here.
+        shown = (tuple(sorted((k, str(v)) for k, v in statuses.items())), current)
+        if shown == self._shown:
+            return
+        self._shown = shown
         highlighted = self.highlighted_option.id if self.highlighted_option else current
         options: list[Option | None] = []
         for exercise in self._pack.exercises:

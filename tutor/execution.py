@@ -360,27 +360,34 @@ def function_scope(spec: FunctionCheckSpec) -> str:
             "tensors are not.")
 
 
-def run_function_case(spec: FunctionCheckSpec, inputs: dict, deadline: float | None) -> dict:
-    out = Output()
-    record: dict = {"error": None}
+def _call_case(spec: FunctionCheckSpec, code: str, inputs: dict, out: Output,
+               deadline: float | None) -> tuple[dict, list[str], dict | None]:
+    """call_function, with every failure of the learner's code turned into an error payload."""
     try:
-        values, changed = call_function(spec, spec.code, inputs, out, deadline)
-        record["after"] = encode_namespace(values, set(spec.graded))
-        record["changed"] = changed
+        values, changed = call_function(spec, code, inputs, out, deadline)
+        return values, changed, None
     except CheckTimeout:
         raise
     except CodeError as exc:
-        record["error"] = exc.payload
+        return {}, [], exc.payload
     except CallError as exc:
-        record["error"] = {"kind": "runtime", "message": str(exc), "line": None, "col": None}
+        return {}, [], {"kind": "runtime", "message": str(exc), "line": None, "col": None}
     except Exception as exc:  # noqa: BLE001 - any failure of learner code is reported
-        error = runtime_error(exc, spec.code, [*spec.sizes, *spec.arguments],
+        error = runtime_error(exc, code, [*spec.sizes, *spec.arguments],
                               function_scope(spec)).payload
         if error["line"] is None:
             error["message"] = (f"calling `{spec.call}` failed: {error['message']} Keep the "
                                 "template's signature.")
-        record["error"] = error
-    record["stdout"] = out.text()
+        return {}, [], error
+
+
+def run_function_case(spec: FunctionCheckSpec, inputs: dict, deadline: float | None) -> dict:
+    out = Output()
+    values, changed, error = _call_case(spec, spec.code, inputs, out, deadline)
+    record: dict = {"error": error, "stdout": out.text()}
+    if error is None:
+        record["after"] = encode_namespace(values, set(spec.graded))
+        record["changed"] = changed
     return record
 
 
@@ -407,18 +414,8 @@ def run_function_scratch(spec: FunctionCheckSpec) -> dict:
     arm(spec.timeout)
     try:
         out = Output()
-        error, defined = None, []
-        try:
-            values, _ = call_function(spec, spec.code, spec.cases[0][1], out, deadline)
-            defined = [{"name": k, "what": describe(v)} for k, v in values.items()]
-        except CheckTimeout:
-            raise
-        except CodeError as exc:
-            error = exc.payload
-        except CallError as exc:
-            error = {"kind": "runtime", "message": str(exc), "line": None, "col": None}
-        except Exception as exc:  # noqa: BLE001 - any failure of learner code is reported
-            error = runtime_error(exc, spec.code, list(spec.sizes), function_scope(spec)).payload
+        values, _, error = _call_case(spec, spec.code, spec.cases[0][1], out, deadline)
+        defined = [{"name": k, "what": describe(v)} for k, v in values.items()]
         return {"timeout": False, "stdout": out.text(), "error": error, "defined": defined}
     except CheckTimeout:
         return {"timeout": True}

@@ -398,19 +398,28 @@ class LessonScreen(Screen[None]):
         return True
 
     def action_check(self) -> None:
+        code = self._begin_run("Not checked", f"Checking {self.step.title}…")
+        if code is not None:
+            self.checking = True
+            self.refresh_bindings()
+            self._run_check(self.step.id, code, dict(self.store.accepted_codes()))
+
+    def _begin_run(self, refused: str, status: str) -> str | None:
+        """What a check and a scratch run share before they start: the draft saved, the size
+        limit (refused, never recorded, as on the command line), the old error mark gone and a
+        status line. Returns the code to run, or None when nothing may start."""
         if self.busy:
-            return
+            return None
         self._save_draft()
-        code = self.query_one("#editor", CodeEditor).text
-        if too_big := size_problem(code):  # refused, not recorded, as on the command line
-            return self.notify(too_big, title="Not checked", severity="error")
-        self.checking = True
-        self.refresh_bindings()
-        self.query_one("#editor", CodeEditor).mark_error(None)
+        editor = self.query_one("#editor", CodeEditor)
+        code = editor.text
+        if too_big := size_problem(code):
+            self.notify(too_big, title=refused, severity="error")
+            return None
+        editor.mark_error(None)
         waiting = "" if self.tutor.info else " (waiting for PyTorch to finish loading)"
-        self.query_one(Feedback).show_status(
-            Text(f"Checking {self.step.title}…{waiting}", style="#e5c07b"))
-        self._run_check(self.step.id, code, dict(self.store.accepted_codes()))
+        self.query_one(Feedback).show_status(Text(f"{status}{waiting}", style="#e5c07b"))
+        return code
 
     @work(thread=True, exclusive=True, group="check", exit_on_error=False)
     def _run_check(self, step_id: str, code: str, prior: dict[str, str]) -> None:
@@ -509,19 +518,11 @@ class LessonScreen(Screen[None]):
     # -- a run without grading ------------------------------------------------------------
 
     def action_scratch(self) -> None:
-        if self.busy:
-            return
-        self._save_draft()
-        code = self.query_one("#editor", CodeEditor).text
-        if too_big := size_problem(code):
-            return self.notify(too_big, title="Not run", severity="error")
-        self.scratching = True
-        self.refresh_bindings()
-        self.query_one("#editor", CodeEditor).mark_error(None)
-        waiting = "" if self.tutor.info else " (waiting for PyTorch to finish loading)"
-        self.query_one(Feedback).show_status(
-            Text(f"Running your code without grading…{waiting}", style="#e5c07b"))
-        self._run_scratch(self.step.id, code, dict(self.store.accepted_codes()))
+        code = self._begin_run("Not run", "Running your code without grading…")
+        if code is not None:
+            self.scratching = True
+            self.refresh_bindings()
+            self._run_scratch(self.step.id, code, dict(self.store.accepted_codes()))
 
     @work(thread=True, exclusive=True, group="check", exit_on_error=False)
     def _run_scratch(self, step_id: str, code: str, prior: dict[str, str]) -> None:

@@ -15,8 +15,12 @@ $(STAMP): pyproject.toml constraints.txt
 run: $(STAMP)
 	$(BIN)/backprop-tutor $(ARGS)
 
+# Most tests run on several workers at once; the few that time something need a quiet machine
+# and run afterwards, alone.
+WORKERS ?= 3
 test: $(STAMP)
-	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -n $(WORKERS) -m "not serial" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -m serial $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check tutor tests benchmarks

@@ -505,13 +505,13 @@ MIXED_RESULT = _result([_check("h"), _check("W2", "wrong", message="dW2 is off")
 
 
 def test_cli_rows_agree_with_the_verdict():
-    held = format_result(HELDOUT_RESULT)
+    held = format_result(HELDOUT_RESULT, width=100)
     assert "✓" not in held and "! logprobs" in held
     assert "exact here, but see below" in held
     assert held.count("fresh batch of 17 it fails") == 1
-    aliased = format_result(ALIASING_RESULT)
+    aliased = format_result(ALIASING_RESULT, width=100)
     assert "✓" not in aliased and "! probs" in aliased and "[aliasing] your code" in aliased
-    mixed = format_result(MIXED_RESULT)
+    mixed = format_result(MIXED_RESULT, width=100)
     assert "✓" not in mixed and "! h " in mixed and "✗ W2" in mixed
     passed = format_result(_result([_check("logprobs")], True,
                                    {"passed": True, "batch_size": 17, "message": None}))

@@ -465,6 +465,7 @@ def test_a_right_answer_is_never_explained_away(engine):
     assert derived.explain(PACK, step, "hprebn", ref * (1 + 1e-6), ref, before, batch.n) is None
 
 
+@pytest.mark.serial
 def test_derived_is_quick(engine):
     # Only wrong answers pay for it, and not much: the biggest step, with nothing cached.
     step, batch, before = _fused_batchnorm_namespace(engine)

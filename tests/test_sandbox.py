@@ -20,6 +20,7 @@ def evaluator():
     ev.close()
 
 
+@pytest.mark.serial
 def test_runaway_loop_is_stopped_and_the_next_check_works(evaluator):
     started = time.monotonic()
     result = evaluator.check("atomic/probs", "while True: pass")
@@ -35,6 +36,7 @@ def test_a_loop_that_swallows_the_stop_is_killed(evaluator):
     assert evaluator.check("atomic/probs", SOLUTION)["passed"]
 
 
+@pytest.mark.serial
 def test_one_long_tensor_operation_is_killed_within_the_limit(evaluator):
     started = time.monotonic()
     code = "x = torch.ones(4000, 4000)\nfor _ in range(1):\n    y = x.matrix_power(400)"
@@ -73,6 +75,7 @@ def test_policy_allows_ordinary_tensor_code():
     assert inspect(ast.parse(code)) is None
 
 
+@pytest.mark.serial
 def test_close_wakes_waiters_and_stops_at_once():
     import threading
 
@@ -88,6 +91,7 @@ def test_close_wakes_waiters_and_stops_at_once():
     assert time.monotonic() - started < 2
 
 
+@pytest.mark.serial
 def test_close_during_a_running_check_returns_promptly():
     import threading
 

@@ -4,7 +4,7 @@ The engine holds the lesson and autograd's gradients. Learner code never runs he
 forks a confined child (sandbox/isolate.py) that replays the earlier steps and runs the candidate
 on the main and the fresh batch (execution.py), then sends back plain tensors. Grading, diagnosis
 and the held-out verdict happen here, on that data. Results are plain data (the JSON contract of
-DESIGN.md).
+docs/json.md).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """What a check says, typed once for everything that reads it: the engine's result, the client,
 the progress store, the CLI and the TUI.
 
-The engine still speaks the JSON contract of DESIGN.md across the process boundary; a
+The engine still speaks the JSON contract of docs/json.md across the process boundary; a
 `CheckResult` is that contract read back into types (`from_dict`), and `to_dict` writes it out
 again unchanged. No torch here.
 """

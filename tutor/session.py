@@ -43,7 +43,7 @@ class CheckOutcome:
     """A check and what it changed: the step's status after it, the steps it opened, and why
     it was not saved when it was not."""
 
-    result: dict  # the JSON contract of DESIGN.md, as the evaluator returned it
+    result: dict  # the JSON contract of docs/json.md, as the evaluator returned it
     status: Status | None = None  # None when nothing was recorded
     unlocked: list[str] = field(default_factory=list)
     problem: str | None = None

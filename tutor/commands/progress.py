@@ -30,7 +30,6 @@ def totals(rows: list[dict]) -> dict:
 
 def progress_table(rows: list[dict]) -> str:
     """One line per step and a closing total, as `backprop-tutor progress` prints it."""
-    total = totals(rows)
     # Numbered as `list`, `show` and `check` number the steps, so "step 2" is one step everywhere.
     lines = [f"{'':2} {'#':>3} {'step':<24} {'status':<9} {'attempts':>8} {'hints':>5} "
              f"{'best maxdiff':>13} {'time':>7}"]
@@ -38,10 +37,14 @@ def progress_table(rows: list[dict]) -> str:
         lines.append(f"{Status(r['status']).mark:<2} {number:>2}. {r['id']:<24} "
                      f"{r['status']:<9} {r['attempts']:>8} {r['hints']:>5} "
                      f"{best_maxdiff(r):>13} {duration(r['seconds']):>7}")
-    lines.append(f"\n{total['done']} of {total['steps']} steps done ({total['exact']} exact, "
-                 f"{total['revealed']} revealed), {total['attempts']} attempts, "
-                 f"{total['hints']} hints, {duration(total['seconds'])}")
+    lines.append("\n" + summary_line(totals(rows)))
     return "\n".join(lines)
+
+
+def summary_line(total: dict) -> str:
+    return (f"{total['done']} of {total['steps']} steps done ({total['exact']} exact, "
+            f"{total['revealed']} revealed), {total['attempts']} attempts, "
+            f"{total['hints']} hints, {duration(total['seconds'])}")
 
 
 def best_maxdiff(row: dict) -> str:

@@ -1,0 +1,165 @@
+"""What the notebook shows: a check, hints and progress as HTML, with the terminal's text beside
+it for front ends that do not render HTML. The words and marks are the CLI's (`tutor.report`)."""
+
+from __future__ import annotations
+
+import base64
+import html
+import re
+
+from tutor.commands.progress import (
+    best_maxdiff,
+    duration,
+    progress_table,
+    summary_line,
+    totals,
+)
+from tutor.notebook.png import heatmap_png
+from tutor.report import format_result, row_detail, row_label, row_mark
+from tutor.results import Status
+from tutor.session import CheckOutcome, Hints
+
+Bundle = dict[str, str]  # a display's MIME bundle: "text/plain", "text/html", "image/png"
+
+_CODE = re.compile(r"`([^`]+)`")
+_GOOD, _BAD, _MUTED = "#2e7d32", "#c62828", "#6b7280"
+_STYLE = "font-family: var(--jp-code-font-family, monospace); font-size: 0.9em"
+
+
+def prose(text: str) -> str:
+    """A message as HTML: escaped, with `code` in code type and paragraphs kept."""
+    escaped = _CODE.sub(r"<code>\1</code>", html.escape(text.strip()))
+    return "<br>".join(escaped.splitlines())
+
+
+def _mark(mark: str) -> str:
+    good = mark in ("✓", "≡")
+    return f'<span style="color: {_GOOD if good else _BAD}; font-weight: bold">{mark}</span>'
+
+
+def _bool(value: bool) -> str:
+    return f'<span style="color: {_GOOD if value else _MUTED}">{value}</span>'
+
+
+def check_bundle(outcome: CheckOutcome, position: str, recorded: bool = True) -> Bundle:
+    """`recorded` False: the check of an untouched template, which is not an attempt."""
+    result = outcome.result
+    text = format_result(result, position, width=100) + _after_text(outcome, recorded)
+    return {"text/plain": text, "text/html": _check_html(outcome, position, recorded)}
+
+
+def _after(outcome: CheckOutcome, recorded: bool) -> list[str]:
+    """What the check changed in the learner's progress, and what could not be saved."""
+    lines = [] if recorded else ["the step's template, unchanged: not recorded as an attempt"]
+    if outcome.status is not None:
+        lines.append(f"{outcome.result['step']}: {outcome.status.words}")
+    if outcome.unlocked:
+        lines.append("unlocked: " + ", ".join(outcome.unlocked))
+    if outcome.problem:
+        lines.append(f"not saved to your progress: {outcome.problem}")
+    return lines
+
+
+def _after_text(outcome: CheckOutcome, recorded: bool) -> str:
+    return "".join(f"\n  {line}" for line in _after(outcome, recorded))
+
+
+def _check_html(outcome: CheckOutcome, position: str, recorded: bool) -> str:
+    result = outcome.result
+    passed = bool(result["passed"])
+    parts = [f"<div style=\"{_STYLE}\"><b>{html.escape(result['step'])}</b> "
+             f'<span style="color: {_MUTED}">({html.escape(position)})</span>']
+    error = result.get("error")
+    if error:
+        parts.append(f"<div>{_mark('✗')} {html.escape(error['kind'])} error: "
+                     f"{prose(error['message'])}</div>")
+    if result["checks"]:
+        parts.append('<table style="border-collapse: collapse; margin: 4px 0">'
+                     "<tr><th></th><th style=\"text-align: left\">gradient</th><th>exact</th>"
+                     "<th>approximate</th><th>maxdiff</th></tr>")
+        for check in result["checks"]:
+            maxdiff = check["maxdiff"]
+            diff = "—" if maxdiff is None else f"{maxdiff:.3g}" if maxdiff else "0.0"
+            parts.append(
+                f"<tr><td>{_mark(row_mark(check, passed))}</td>"
+                f"<td style=\"text-align: left\"><code>{html.escape(row_label(check))}</code></td>"
+                f"<td>{_bool(check['exact'])}</td><td>{_bool(check['approximate'])}</td>"
+                f"<td>{diff}</td></tr>")
+            detail = row_detail(check, passed)
+            if detail:
+                parts.append(f'<tr><td></td><td colspan="4" style="text-align: left">'
+                             f"{prose(detail)}</td></tr>")
+        parts.append("</table>")
+    heldout = result.get("heldout")
+    if heldout:
+        what = heldout.get("what") or f"fresh batch of {heldout.get('batch_size')}"
+        message = f": {heldout['message']}" if heldout.get("message") else ""
+        parts.append(f"<div>{_mark('✓' if heldout['passed'] else '✗')} "
+                     f"{prose(what + message)}</div>")
+    parts += [f"<div>note: {prose(note)}</div>" for note in result.get("notes", [])]
+    if result.get("stdout"):
+        parts.append(f"<div>your print output:</div><pre style=\"margin: 2px 0 2px 1em\">"
+                     f"{html.escape(result['stdout'].rstrip())}</pre>")
+    verdict = "PASSED" if passed else "NOT PASSED"
+    parts.append(f'<div style="color: {_GOOD if passed else _BAD}; font-weight: bold">'
+                 f"{verdict}</div>")
+    parts += [f'<div style="color: {_MUTED}">{html.escape(line)}</div>'
+              for line in _after(outcome, recorded)]
+    parts.append("</div>")
+    return "".join(parts)
+
+
+def heatmap_bundles(result: dict) -> list[Bundle]:
+    """One image per gradient whose shape is right and whose numbers are not: where they are
+    wrong, as |yours − autograd| (pooled by the engine to at most 8 x 32 cells)."""
+    bundles = []
+    for check in result.get("checks", []):
+        values = check.get("heatmap")
+        if not values:
+            continue
+        shape = check.get("shape") or []
+        caption = (f"|yours − autograd| for {check['grad']} {list(shape)}: dark is right, "
+                   "brighter is further off (each cell the largest of its block)")
+        png = base64.b64encode(heatmap_png(values)).decode("ascii")
+        bundles.append({"image/png": png, "text/plain": caption})
+    return bundles
+
+
+def hints_bundle(hints: Hints, position: str) -> Bundle:
+    total, shown = hints.total, len(hints.shown)
+    if shown == 0:
+        head = f"{hints.step} ({position}): this step has no hints"
+        return {"text/plain": head, "text/html": f"<div style=\"{_STYLE}\">{head}</div>"}
+    head = f"{hints.step} ({position}): hint {shown} of {total}"
+    tail = ("That was the last hint." if shown == total
+            else f"`%hint {hints.step}` again gives the next one.")
+    lines = [head, f"  {shown}. {hints.shown[-1]}", f"  {tail}"]
+    items = "".join(f"<li>{prose(h)}</li>" for h in hints.shown)
+    page = (f"<div style=\"{_STYLE}\"><b>{html.escape(head)}</b>"
+            f"<ol style=\"margin: 4px 0\">{items}</ol>"
+            f"<div style=\"color: {_MUTED}\">{prose(tail)}</div>")
+    if hints.problem:
+        warning = f"this hint was not counted in your progress: {hints.problem}"
+        lines.append(f"  {warning}")
+        page += f'<div style="color: {_BAD}">{html.escape(warning)}</div>'
+    return {"text/plain": "\n".join(lines), "text/html": page + "</div>"}
+
+
+def progress_bundle(rows: list[dict]) -> Bundle:
+    head = "".join(f"<th style=\"text-align: {a}\">{h}</th>" for h, a in (
+        ("", "left"), ("#", "right"), ("step", "left"), ("status", "left"),
+        ("attempts", "right"), ("hints", "right"), ("best maxdiff", "right"),
+        ("time", "right")))
+    body = "".join(
+        f"<tr><td>{Status(r['status']).mark}</td><td style=\"text-align: right\">{n}.</td>"
+        f"<td style=\"text-align: left\"><code>{html.escape(r['id'])}</code></td>"
+        f"<td style=\"text-align: left\">{r['status']}</td>"
+        f"<td style=\"text-align: right\">{r['attempts']}</td>"
+        f"<td style=\"text-align: right\">{r['hints']}</td>"
+        f"<td style=\"text-align: right\">{best_maxdiff(r)}</td>"
+        f"<td style=\"text-align: right\">{duration(r['seconds'])}</td></tr>"
+        for n, r in enumerate(rows, start=1))
+    summary = summary_line(totals(rows))
+    page = (f"<div style=\"{_STYLE}\"><table style=\"border-collapse: collapse\">"
+            f"<tr>{head}</tr>{body}</table><div>{summary}</div></div>")
+    return {"text/plain": progress_table(rows), "text/html": page}

@@ -126,8 +126,8 @@ def test_the_workbook_runs_on_a_kernel_passes_with_the_reference_and_records_pro
             cell.source = f"%%check {step.id}\n{step.solution}"
             solved.append(cell)
     step, mistake = next((s, s.mistakes[0]) for s in pack.gradient_steps if s.mistakes)
-    extra = [f"%%check {step.id}\n{mistake.code}", f"%hint {step.id}", "%%check no_such_step\nx = 1",
-             f"%%check {step.id}\nd = (", "%progress"]
+    extra = [f"%%check {step.id}\n{mistake.code}", f"%hint {step.id}",
+             "%%check no_such_step\nx = 1", f"%%check {step.id}\nd = (", "%progress"]
     cells = [nbformat.v4.new_code_cell(source) for source in extra]
     nb.cells += cells
     NotebookClient(nb, timeout=300, kernel_name="python3",
@@ -143,6 +143,9 @@ def test_the_workbook_runs_on_a_kernel_passes_with_the_reference_and_records_pro
     assert "NOT PASSED" in mistaken
     assert _words(unwrap(mistake.message))[:60] in _words(mistaken)
     assert f"[{mistake.kind}]" in mistaken
+    # the shape is right and the numbers are not: where they are off, as an image
+    images = [o for o in cells[0].outputs if "image/png" in o.get("data", {})]
+    assert len(images) == 1 and images[0].data["text/plain"].startswith("|yours − autograd|")
     assert _words(unwrap(step.hints[0]))[:60] in _words(hint)
     assert unknown.strip().startswith("backprop-tutor: no step 'no_such_step'")
     assert "syntax error" in broken and "Traceback" not in broken

@@ -6,6 +6,7 @@ import json
 import struct
 import subprocess
 import sys
+import time
 import zlib
 
 import pytest
@@ -160,3 +161,55 @@ def test_the_workbook_runs_on_a_kernel_passes_with_the_reference_and_records_pro
         s.id for s in pack.gradient_steps}
     assert rows[step.id]["attempts"] == 3  # the reference, the mistake, the syntax error
     assert rows[step.id]["hints"] == 1
+
+
+@pytest.mark.slow
+def test_an_interrupted_check_and_a_restarted_kernel_lose_nothing_recorded(tmp_path):
+    from jupyter_client.manager import start_new_kernel
+
+    # A time limit long enough that only the interrupt can stop the endless loop.
+    config = tmp_path / "config" / "backprop-tutor"
+    config.mkdir(parents=True)
+    (config / "config.toml").write_text("timeout = 120\n")
+    pack = load_pack(find_pack("makemore"))
+    first, second = pack.steps[0], pack.steps[1]
+    manager, client = start_new_kernel(kernel_name="python3", cwd=str(tmp_path))
+    try:
+        def run(code: str, timeout: float = 120) -> str:
+            text = []
+
+            def keep(msg):
+                content = msg["content"]
+                if msg["msg_type"] == "stream":
+                    text.append(content["text"])
+                elif msg["msg_type"] in ("display_data", "execute_result"):
+                    text.append(content["data"].get("text/plain", ""))
+                elif msg["msg_type"] == "error":
+                    text.append("\n".join(content["traceback"]))
+
+            client.execute_interactive(code, timeout=timeout, output_hook=keep)
+            return "\n".join(text)
+
+        run("%load_ext tutor")
+        assert "\n  PASSED" in run(f"%%check {first.id}\n{first.solution}")
+        client.execute(f"%%check {second.id}\nwhile True:\n    pass\n")
+        time.sleep(3)  # the loop is running in the sandbox, the kernel waits for its verdict
+        manager.interrupt_kernel()
+        interrupted = []
+        while not any("interrupted" in t for t in interrupted):
+            msg = client.get_iopub_msg(timeout=60)
+            if msg["msg_type"] == "stream":
+                interrupted.append(msg["content"]["text"])
+            assert msg["msg_type"] != "error", msg["content"]
+        assert interrupted[-1].startswith("backprop-tutor: interrupted.")
+        # The next check runs at once, in a fresh sandbox.
+        assert "\n  PASSED" in run(f"%%check {second.id}\n{second.solution}", timeout=60)
+        manager.restart_kernel(now=True)
+        client.wait_for_ready(timeout=60)
+        run("%load_ext tutor")
+        table = run("%progress")
+    finally:
+        client.stop_channels()
+        manager.shutdown_kernel(now=True)
+    assert "2 of 23 steps done" in table
+    assert "Traceback" not in table

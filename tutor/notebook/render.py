@@ -111,7 +111,8 @@ def _check_html(outcome: CheckOutcome, position: str, recorded: bool) -> str:
 
 def heatmap_bundles(result: dict) -> list[Bundle]:
     """One image per gradient whose shape is right and whose numbers are not: where they are
-    wrong, as |yours − autograd| (pooled by the engine to at most 8 x 32 cells)."""
+    wrong, as |yours − autograd| (pooled by the engine to at most 8 x 32 cells); and the step's
+    figure, when it has one."""
     bundles = []
     for check in result.get("checks", []):
         values = check.get("heatmap")
@@ -121,6 +122,13 @@ def heatmap_bundles(result: dict) -> list[Bundle]:
         caption = (f"|yours − autograd| for {check['grad']} {list(shape)}: dark is right, "
                    "brighter is further off (each cell the largest of its block)")
         png = base64.b64encode(heatmap_png(values)).decode("ascii")
+        bundles.append({"image/png": png, "text/plain": caption})
+    figure = result.get("figure")
+    if figure and figure.get("values"):  # a solved step's gradient worth looking at
+        png = base64.b64encode(heatmap_png(figure["values"], signed=True, cell=6)).decode("ascii")
+        caption = (f"{figure.get('title') or 'the gradient'}: one row per example, one column "
+                   "per character; blue pulls a logit up (the correct character), orange pushes "
+                   "it down (every other character)")
         bundles.append({"image/png": png, "text/plain": caption})
     return bundles
 

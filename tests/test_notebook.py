@@ -213,3 +213,27 @@ def test_an_interrupted_check_and_a_restarted_kernel_lose_nothing_recorded(tmp_p
         manager.shutdown_kernel(now=True)
     assert "2 of 23 steps done" in table
     assert "Traceback" not in table
+
+
+def test_the_magics_answer_wrong_input_with_one_line(capsys):
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()
+    shell.run_cell("%load_ext tutor")
+    try:
+        capsys.readouterr()
+        said = {}
+        for cell in ["%%check\nx = 1", "%%check no_such_step\nx = 1", "%%check train/loop\nx = 1",
+                     "%hint", "%progress now", "%tutor pack no_such_pack", "%tutor colour blue"]:
+            shell.run_cell(cell)
+            out = capsys.readouterr()
+            said[cell.split("\n")[0]] = out.err.strip()
+            assert out.out == "" and len(out.err.strip().splitlines()) == 1, (cell, out)
+            assert out.err.startswith("backprop-tutor: ") and "Traceback" not in out.err
+    finally:
+        shell.run_cell("%unload_ext tutor")
+    assert "%%check STEP_ID" in said["%%check"]
+    assert "no step 'no_such_step'" in said["%%check no_such_step"]
+    assert "backprop-tutor train" in said["%%check train/loop"]
+    assert "%tutor pack: no pack 'no_such_pack'" in said["%tutor pack no_such_pack"]
+    assert "%tutor pack ID" in said["%tutor colour blue"]

@@ -82,6 +82,13 @@ class NotebookTutor:
             self._evaluator.start()  # loads torch and builds the lesson in the background
         return self._evaluator
 
+    @one_line
+    def start(self) -> None:
+        """Start the evaluator now, so the first check does not wait for PyTorch to load; a
+        device that is not there is said here, and again at each check until it is changed."""
+        self.evaluator()
+        show(self.describe())
+
     def stop(self) -> None:
         evaluator, self._evaluator = self._evaluator, None
         if evaluator is not None:
@@ -174,8 +181,7 @@ def load(ipython, flags: dict[str, str] | None = None) -> None:
     global _tutor
     try:
         tutor = NotebookTutor(flags)
-        tutor.evaluator()
-    except _EXPECTED as exc:
+    except _EXPECTED as exc:  # a setting that cannot be used: nothing to load
         say(str(exc))
         return
     if _tutor is not None:
@@ -186,7 +192,7 @@ def load(ipython, flags: dict[str, str] | None = None) -> None:
     ipython.register_magic_function(tutor.hint, "line", "hint")
     ipython.register_magic_function(tutor.progress, "line", "progress")
     ipython.register_magic_function(tutor.configure, "line", "tutor")
-    show(tutor.describe())
+    tutor.start()
 
 
 def unload() -> None:

@@ -24,12 +24,21 @@ Bundle = dict[str, str]  # a display's MIME bundle: "text/plain", "text/html", "
 _CODE = re.compile(r"`([^`]+)`")
 _GOOD, _BAD, _MUTED = "#2e7d32", "#c62828", "#6b7280"
 _STYLE = "font-family: var(--jp-code-font-family, monospace); font-size: 0.9em"
+_CELL = "padding: 1px 0.6em; text-align: {}"
+# A diagnosis under a row: wide enough to read, never as wide as a long paragraph.
+_WRAPPED = '<div style="min-width: 60ch; max-width: 90ch">{}</div>'
 
 
 def prose(text: str) -> str:
     """A message as HTML: escaped, with `code` in code type and paragraphs kept."""
     escaped = _CODE.sub(r"<code>\1</code>", html.escape(text.strip()))
     return "<br>".join(escaped.splitlines())
+
+
+def _row(cells, tag: str = "td") -> str:
+    """A table row from (content, alignment) pairs."""
+    return "<tr>" + "".join(f'<{tag} style="{_CELL.format(align)}">{body}</{tag}>'
+                            for body, align in cells) + "</tr>"
 
 
 def _mark(mark: str) -> str:
@@ -74,21 +83,21 @@ def _check_html(outcome: CheckOutcome, position: str, recorded: bool) -> str:
         parts.append(f"<div>{_mark('✗')} {html.escape(error['kind'])} error: "
                      f"{prose(error['message'])}</div>")
     if result["checks"]:
-        parts.append('<table style="border-collapse: collapse; margin: 4px 0">'
-                     "<tr><th></th><th style=\"text-align: left\">gradient</th><th>exact</th>"
-                     "<th>approximate</th><th>maxdiff</th></tr>")
+        head = _row([("", "left"), ("gradient", "left"), ("exact", "left"),
+                     ("approximate", "left"), ("maxdiff", "right")], "th")
+        parts.append(f'<table style="border-collapse: collapse; margin: 4px 0">{head}')
         for check in result["checks"]:
             maxdiff = check["maxdiff"]
             diff = "—" if maxdiff is None else f"{maxdiff:.3g}" if maxdiff else "0.0"
-            parts.append(
-                f"<tr><td>{_mark(row_mark(check, passed))}</td>"
-                f"<td style=\"text-align: left\"><code>{html.escape(row_label(check))}</code></td>"
-                f"<td>{_bool(check['exact'])}</td><td>{_bool(check['approximate'])}</td>"
-                f"<td>{diff}</td></tr>")
+            cells = [(_mark(row_mark(check, passed)), "left"),
+                     (f"<code>{html.escape(row_label(check))}</code>", "left"),
+                     (_bool(check["exact"]), "left"), (_bool(check["approximate"]), "left"),
+                     (diff, "right")]
+            parts.append(_row(cells))
             detail = row_detail(check, passed)
             if detail:
-                parts.append(f'<tr><td></td><td colspan="4" style="text-align: left">'
-                             f"{prose(detail)}</td></tr>")
+                parts.append(f'<tr><td></td><td colspan="4" style="{_CELL.format("left")}">'
+                             f"{_WRAPPED.format(prose(detail))}</td></tr>")
         parts.append("</table>")
     heldout = result.get("heldout")
     if heldout:
@@ -154,20 +163,15 @@ def hints_bundle(hints: Hints, position: str) -> Bundle:
 
 
 def progress_bundle(rows: list[dict]) -> Bundle:
-    head = "".join(f"<th style=\"text-align: {a}\">{h}</th>" for h, a in (
-        ("", "left"), ("#", "right"), ("step", "left"), ("status", "left"),
-        ("attempts", "right"), ("hints", "right"), ("best maxdiff", "right"),
-        ("time", "right")))
-    body = "".join(
-        f"<tr><td>{Status(r['status']).mark}</td><td style=\"text-align: right\">{n}.</td>"
-        f"<td style=\"text-align: left\"><code>{html.escape(r['id'])}</code></td>"
-        f"<td style=\"text-align: left\">{r['status']}</td>"
-        f"<td style=\"text-align: right\">{r['attempts']}</td>"
-        f"<td style=\"text-align: right\">{r['hints']}</td>"
-        f"<td style=\"text-align: right\">{best_maxdiff(r)}</td>"
-        f"<td style=\"text-align: right\">{duration(r['seconds'])}</td></tr>"
-        for n, r in enumerate(rows, start=1))
+    head = _row([("", "left"), ("#", "right"), ("step", "left"), ("status", "left"),
+                 ("attempts", "right"), ("hints", "right"), ("best maxdiff", "right"),
+                 ("time", "right")], "th")
+    body = "".join(_row([
+        (Status(r["status"]).mark, "left"), (f"{n}.", "right"),
+        (f"<code>{html.escape(r['id'])}</code>", "left"), (r["status"], "left"),
+        (r["attempts"], "right"), (r["hints"], "right"), (best_maxdiff(r), "right"),
+        (duration(r["seconds"]), "right")]) for n, r in enumerate(rows, start=1))
     summary = summary_line(totals(rows))
     page = (f"<div style=\"{_STYLE}\"><table style=\"border-collapse: collapse\">"
-            f"<tr>{head}</tr>{body}</table><div>{summary}</div></div>")
+            f"{head}{body}</table><div>{summary}</div></div>")
     return {"text/plain": progress_table(rows), "text/html": page}

@@ -4,12 +4,12 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint bench clean
+.PHONY: run test lint bench clean browser-deps
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	# constraints.txt pins torch to the tested CPU build; without it pip may pull CUDA wheels.
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev,notebook]'
 	touch $(STAMP)
 
 run: $(STAMP)
@@ -31,6 +31,11 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/startup.py
 	$(BIN)/python benchmarks/train_speed.py
 	$(BIN)/python benchmarks/train_speed.py --pack gpt
+
+# The browser test drives the served tutor in the system's Chromium (skipped without one).
+browser-deps: $(STAMP)
+	apt-get install -y chromium || sudo apt-get install -y chromium
+	$(BIN)/python -m pip install --quiet -c constraints.txt playwright
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info

@@ -90,3 +90,28 @@ def test_the_typed_result_round_trips_the_json_contract():
 def test_statuses_print_as_their_words():
     assert f"{Status.LOCKED}" == "locked" and str(Verdict.EXACT) == "exact"
     assert Status.REVEALED.mark == "◇" and Status.REVEALED.done
+
+
+def test_hints_come_one_at_a_time_are_counted_and_stop_at_the_last(tmp_path):
+    step = PACK.step(FIRST)
+    with Store.open(tmp_path, PACK) as store:
+        session = Session(PACK, store, None)
+        seen = [session.next_hint(FIRST) for _ in range(len(step.hints) + 1)]
+        assert [len(h.shown) for h in seen] == [*range(1, len(step.hints) + 1), len(step.hints)]
+        assert [h.new for h in seen] == [True] * len(step.hints) + [False]
+        assert seen[-1].shown == step.hints and store.hints_shown(FIRST) == len(step.hints)
+        # Looking at the hints so far shows no new one.
+        assert session.next_hint(SECOND, count=False).shown == ()
+        assert store.hints_shown(SECOND) == 0
+
+
+def test_without_a_store_a_hint_is_shown_and_says_it_was_not_counted():
+    hints = Session(PACK, None, None, "read-only folder").next_hint(FIRST)
+    assert hints.shown == PACK.step(FIRST).hints[:1] and hints.problem == "read-only folder"
+
+
+def test_the_untouched_template_is_not_an_attempt():
+    session = Session(PACK, None, None)
+    template = PACK.step(FIRST).template
+    assert not session.is_attempt(FIRST, "\n" + template + "\n\n")
+    assert session.is_attempt(FIRST, template.replace("...", "torch.zeros_like(logprobs)"))

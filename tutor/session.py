@@ -39,6 +39,18 @@ def save(write: Callable[[], object], tries: int = 2) -> str | None:
 
 
 @dataclass
+class Hints:
+    """The hints of one step shown so far, after asking for the next: `new` says whether this
+    ask showed one (the last hint stays the last), `problem` why it could not be counted."""
+
+    step: str
+    shown: tuple[str, ...]
+    total: int
+    new: bool
+    problem: str | None = None
+
+
+@dataclass
 class CheckOutcome:
     """A check and what it changed: the step's status after it, the steps it opened, and why
     it was not saved when it was not."""
@@ -99,6 +111,29 @@ class Session:
 
     def check(self, step_id: str, code: str) -> CheckOutcome:
         return self.record(step_id, code, self.evaluate(step_id, code))
+
+    def is_attempt(self, step_id: str, code: str) -> bool:
+        """Whether checking `code` counts as an attempt: the untouched template does not (a
+        workbook or a file run from the top checks every step, solved or not)."""
+        return code.strip() != self.pack.step(step_id).template.strip()
+
+    def hints_shown(self, step_id: str) -> int:
+        return 0 if self.store is None else self.store.hints_shown(step_id)
+
+    def next_hint(self, step_id: str, count: bool = True) -> Hints:
+        """Show the step's next hint and count it; with `count` False, only the hints shown so
+        far. Shown even when it cannot be counted: the learner asked for help, and gets it."""
+        step = self.pack.step(step_id)
+        before = self.hints_shown(step.id)
+        new = count and before < len(step.hints)
+        problem = None
+        if new:
+            if self.store is None:
+                problem = self.problem or "there is no progress store"
+            else:
+                problem = save(lambda: self.store.show_hint(step.id))
+        shown = before + 1 if new else before
+        return Hints(step.id, tuple(step.hints[:shown]), len(step.hints), new, problem)
 
     def record_training_run(self, run: dict) -> tuple[int | None, str | None]:
         """(the run's id, None), or (None, why it was not saved)."""

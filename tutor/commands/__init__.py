@@ -3,9 +3,11 @@
 from tutor.commands.check import CHECK
 from tutor.commands.export import EXPORT, WATCH
 from tutor.commands.hint import HINT
+from tutor.commands.notebook import NOTEBOOK
 from tutor.commands.pack import PACK
 from tutor.commands.progress import PROGRESS, RESET
+from tutor.commands.serve import SERVE
 from tutor.commands.steps import LIST, SHOW
 from tutor.commands.train import TRAIN
 
-COMMANDS = [LIST, SHOW, HINT, CHECK, PROGRESS, RESET, EXPORT, WATCH, TRAIN, PACK]
+COMMANDS = [LIST, SHOW, HINT, CHECK, PROGRESS, RESET, EXPORT, WATCH, TRAIN, PACK, NOTEBOOK, SERVE]

@@ -186,7 +186,7 @@ def record_cells(session: Session, text: str, results: list[dict]) -> list[str |
     for cell, result in zip(parse_cells(text), results, strict=False):
         if (result.get("error") or {}).get("kind") == "usage":
             continue
-        if cell.code.strip() == session.pack.step(result["step"]).template.strip():
+        if not session.is_attempt(result["step"], cell.code):
             continue
         reasons.append(session.record(result["step"], cell.code, result).problem)
     return reasons

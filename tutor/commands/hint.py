@@ -10,7 +10,7 @@ from tutor.commands.base import Command, lesson_pack, open_store, position, step
 from tutor.config import Settings
 from tutor.packs import Step
 from tutor.report import terminal_width, wrap
-from tutor.session import save
+from tutor.session import Session
 
 
 def _args(p: argparse.ArgumentParser) -> None:
@@ -27,19 +27,16 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     if store is None:  # without the count there is no telling which hint is next
         return 1
     with store:
-        before = store.hints_shown(step.id)
-        new = not args.all and before < len(step.hints)
-        # Shown even when it cannot be counted: the learner asked for help, and gets it.
-        problem = save(lambda: store.show_hint(step.id)) if new else None
-    shown = before + 1 if new else before
+        hints = Session(pack, store, None).next_hint(step.id, count=not args.all)
+    shown = len(hints.shown)
     if args.json:
-        print(json.dumps({"step": step.id, "shown": shown, "total": len(step.hints), "new": new,
-                          "hints": list(step.hints[:shown])}, indent=2))
+        print(json.dumps({"step": step.id, "shown": shown, "total": hints.total,
+                          "new": hints.new, "hints": list(hints.shown)}, indent=2))
     else:
         print("\n".join(_text(step, position(pack, step.id), shown, args.all)))
-    if problem:
-        print(f"backprop-tutor: warning: this hint was not counted in your progress: {problem}",
-              file=sys.stderr)
+    if hints.problem:
+        print("backprop-tutor: warning: this hint was not counted in your progress: "
+              f"{hints.problem}", file=sys.stderr)
     return 0
 
 

@@ -15,39 +15,56 @@ def _progress_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print a JSON object")
 
 
-def run_progress(args: argparse.Namespace, settings: Settings) -> int:
-    store = open_store(settings)
-    if store is None:
-        return 1
-    with store:
-        rows = store.summary()
-    done = [r for r in rows if r["status"] in ("passed", "exact", "revealed")]
-    total = {
+def totals(rows: list[dict]) -> dict:
+    """The whole lesson in numbers, from `Store.summary()`'s rows."""
+    return {
         "steps": len(rows),
-        "done": len(done),
+        "done": sum(Status(r["status"]).done for r in rows),
         "exact": sum(r["status"] == "exact" for r in rows),
         "revealed": sum(r["status"] == "revealed" for r in rows),
         "attempts": sum(r["attempts"] for r in rows),
         "hints": sum(r["hints"] for r in rows),
         "seconds": round(sum(r["seconds"] for r in rows), 1),
     }
-    if args.json:
-        print(json.dumps({"steps": rows, "total": total}, indent=2))
-        return 0
+
+
+def progress_table(rows: list[dict]) -> str:
+    """One line per step and a closing total, as `backprop-tutor progress` prints it."""
     # Numbered as `list`, `show` and `check` number the steps, so "step 2" is one step everywhere.
-    print(f"{'':2} {'#':>3} {'step':<24} {'status':<9} {'attempts':>8} {'hints':>5} "
-          f"{'best maxdiff':>13} {'time':>7}")
+    lines = [f"{'':2} {'#':>3} {'step':<24} {'status':<9} {'attempts':>8} {'hints':>5} "
+             f"{'best maxdiff':>13} {'time':>7}"]
     for number, r in enumerate(rows, start=1):
-        best = "—" if r["best_maxdiff"] is None else f"{r['best_maxdiff']:.2g}"
-        print(f"{Status(r['status']).mark:<2} {number:>2}. {r['id']:<24} {r['status']:<9} "
-              f"{r['attempts']:>8} {r['hints']:>5} {best:>13} {_duration(r['seconds']):>7}")
-    print(f"\n{total['done']} of {total['steps']} steps done ({total['exact']} exact, "
-          f"{total['revealed']} revealed), {total['attempts']} attempts, {total['hints']} hints, "
-          f"{_duration(total['seconds'])}")
+        lines.append(f"{Status(r['status']).mark:<2} {number:>2}. {r['id']:<24} "
+                     f"{r['status']:<9} {r['attempts']:>8} {r['hints']:>5} "
+                     f"{best_maxdiff(r):>13} {duration(r['seconds']):>7}")
+    lines.append("\n" + summary_line(totals(rows)))
+    return "\n".join(lines)
+
+
+def summary_line(total: dict) -> str:
+    return (f"{total['done']} of {total['steps']} steps done ({total['exact']} exact, "
+            f"{total['revealed']} revealed), {total['attempts']} attempts, "
+            f"{total['hints']} hints, {duration(total['seconds'])}")
+
+
+def best_maxdiff(row: dict) -> str:
+    return "—" if row["best_maxdiff"] is None else f"{row['best_maxdiff']:.2g}"
+
+
+def run_progress(args: argparse.Namespace, settings: Settings) -> int:
+    store = open_store(settings)
+    if store is None:
+        return 1
+    with store:
+        rows = store.summary()
+    if args.json:
+        print(json.dumps({"steps": rows, "total": totals(rows)}, indent=2))
+    else:
+        print(progress_table(rows))
     return 0
 
 
-def _duration(seconds: float) -> str:
+def duration(seconds: float) -> str:
     minutes, sec = divmod(int(seconds), 60)
     return f"{minutes // 60}h{minutes % 60:02d}" if minutes >= 60 else f"{minutes}m{sec:02d}"
 

@@ -477,14 +477,14 @@ class LessonScreen(Screen[None]):
 
     def action_hint(self) -> None:
         step = self.step
-        total = len(step.hints)
-        if self.store.hints_shown(step.id) >= total:
-            self.notify(f"All {total} hints for this step are shown below.", title="Hints")
-        else:
-            self.store.show_hint(step.id)
-        shown = self.store.hints_shown(step.id)
+        hints = self.tutor.session.next_hint(step.id)
+        if not hints.new:
+            self.notify(f"All {hints.total} hints for this step are shown below.", title="Hints")
+        if hints.problem:
+            self.notify(f"This hint was not counted: {hints.problem}", title="Hints",
+                        severity="warning")
         feedback = self.query_one(Feedback)
-        feedback.show_hints(list(step.hints[:shown]), total)
+        feedback.show_hints(list(hints.shown), hints.total)
         self._fit_to_feedback()
         feedback.scroll_to_part("hints")
 

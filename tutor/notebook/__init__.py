@@ -1,0 +1,1 @@
+"""The tutor in a Jupyter notebook: `%load_ext tutor`, then `%%check STEP_ID` cells."""

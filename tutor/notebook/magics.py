@@ -1,0 +1,202 @@
+"""The tutor inside IPython: `%%check`, `%hint`, `%progress` and `%tutor`.
+
+The learner's code never runs in the kernel: a `%%check` cell's text goes to the same evaluator
+the TUI and the CLI use (a worker process that runs each check in a confined child, against
+autograd), and what comes back is shown. Everything the check changes goes through the session
+(`tutor.session`), into the same progress store: the notebook has no rule of its own.
+
+Every failure is one line on stderr, never a traceback: a kernel is where a learner works, and
+a traceback from the tutor reads as a mistake in their own code.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import sys
+from collections.abc import Callable
+
+from tutor.commands.base import UsageError, lesson_pack, position, step_id, try_open_store
+from tutor.config import ConfigError, Settings, resolve, unavailable_device
+from tutor.notebook import render
+from tutor.packs import Pack, PackError
+from tutor.progress import StoreError
+from tutor.sandbox.client import Evaluator, EvaluatorError
+from tutor.session import CheckOutcome, Session
+from tutor.source import size_problem
+
+_EXPECTED = (UsageError, ConfigError, EvaluatorError, StoreError, PackError, OSError)
+_SETTINGS = ("pack", "device", "home")  # what `%tutor NAME VALUE` may change
+
+
+def say(message: str) -> None:
+    print(f"backprop-tutor: {message}", file=sys.stderr, flush=True)
+
+
+def show(bundle: render.Bundle) -> None:
+    from IPython.display import display
+
+    display(bundle, raw=True)
+
+
+def one_line(method: Callable) -> Callable:
+    """Run a magic so that whatever goes wrong is one line: the tutor's own message for the
+    failures it knows, the exception's name and text for anything else."""
+
+    @functools.wraps(method)
+    def run(self: NotebookTutor, *args) -> None:
+        try:
+            method(self, *args)
+        except _EXPECTED as exc:
+            if isinstance(exc, EvaluatorError):
+                self.stop()  # the next check starts a fresh worker
+            say(str(exc))
+        except KeyboardInterrupt:
+            # The check may still be running in the worker; a fresh one answers the next.
+            self.stop()
+            say("interrupted. What was recorded before stays recorded; the sandbox starts "
+                "again with the next check.")
+        except Exception as exc:  # noqa: BLE001 (a kernel must never see the tutor's traceback)
+            say(f"internal error: {type(exc).__name__}: {exc}")
+
+    return run
+
+
+class NotebookTutor:
+    """One per kernel: the settings, the lesson, and the evaluator, started once and reused."""
+
+    def __init__(self, flags: dict[str, str] | None = None):
+        self.flags = dict(flags or {})
+        self.settings: Settings = resolve(**self.flags)
+        self.pack: Pack = lesson_pack(self.settings)
+        self._evaluator: Evaluator | None = None
+
+    # -- the evaluator ----------------------------------------------------------------------
+    def evaluator(self) -> Evaluator:
+        if self._evaluator is None:
+            problem = unavailable_device(self.settings.device)
+            if problem:
+                raise UsageError(f"device '{self.settings.device}' cannot be used here: "
+                                 f"{problem}. `%tutor device cpu` uses the CPU.")
+            self._evaluator = Evaluator(self.settings)
+            self._evaluator.start()  # loads torch and builds the lesson in the background
+        return self._evaluator
+
+    @one_line
+    def start(self) -> None:
+        """Start the evaluator now, so the first check does not wait for PyTorch to load; a
+        device that is not there is said here, and again at each check until it is changed."""
+        self.evaluator()
+        show(self.describe())
+
+    def stop(self) -> None:
+        evaluator, self._evaluator = self._evaluator, None
+        if evaluator is not None:
+            evaluator.close()
+
+    def session(self) -> Session:
+        """A session over a freshly opened store (closed by the caller), so that a kernel
+        holds no lock on the progress the TUI or the CLI may be writing."""
+        store, problem = try_open_store(self.settings, self.pack)
+        return Session(self.pack, store, self.evaluator(), problem)
+
+    # -- the magics -------------------------------------------------------------------------
+    @one_line
+    def check(self, line: str, cell: str) -> None:
+        if not line.strip():
+            raise UsageError("which step? Start the cell with `%%check STEP_ID`")
+        sid = step_id(self.pack, line.strip())
+        if self.pack.step(sid).is_training:
+            raise UsageError("the training step runs in the tutor or with "
+                             "`backprop-tutor train`, not in a cell")
+        too_big = size_problem(cell, "this cell")
+        if too_big:
+            raise UsageError(too_big)
+        session = self.session()
+        try:
+            result = session.evaluate(sid, cell)
+            recorded = session.is_attempt(sid, cell)
+            outcome = session.record(sid, cell, result) if recorded else CheckOutcome(result)
+        finally:
+            if session.store is not None:
+                session.store.close()
+        show(render.check_bundle(outcome, position(self.pack, sid), recorded))
+        for image in render.heatmap_bundles(result):
+            show(image)
+
+    @one_line
+    def hint(self, line: str) -> None:
+        if not line.strip():
+            raise UsageError("which step? `%hint STEP_ID`")
+        sid = step_id(self.pack, line.strip())
+        store, problem = try_open_store(self.settings, self.pack)
+        if store is None:  # without the count there is no telling which hint is next
+            raise UsageError(problem or "your progress cannot be opened")
+        with store:
+            hints = Session(self.pack, store, None).next_hint(sid)
+        show(render.hints_bundle(hints, position(self.pack, sid)))
+
+    @one_line
+    def progress(self, line: str) -> None:
+        if line.strip():
+            raise UsageError("`%progress` takes no arguments")
+        store, problem = try_open_store(self.settings, self.pack)
+        if store is None:
+            raise UsageError(problem or "your progress cannot be opened")
+        with store:
+            rows = store.summary()
+        show(render.progress_bundle(rows))
+
+    @one_line
+    def configure(self, line: str) -> None:
+        words = line.split(maxsplit=1)
+        if not words:
+            show(self.describe())
+            return
+        if words[0] not in _SETTINGS or len(words) != 2:
+            raise UsageError("`%tutor` shows the settings; `%tutor pack ID`, "
+                             "`%tutor device NAME` or `%tutor home DIR` changes one")
+        flags = {**self.flags, words[0]: words[1].strip()}
+        try:
+            settings = resolve(**flags)
+        except ConfigError as exc:  # it names the flag; here the setting was a magic's word
+            raise UsageError(str(exc).replace(f"--{words[0]}", f"%tutor {words[0]}")) from None
+        pack = lesson_pack(settings)
+        self.stop()
+        self.flags, self.settings, self.pack = flags, settings, pack
+        self.evaluator()
+        show(self.describe())
+
+    def describe(self) -> render.Bundle:
+        s = self.settings
+        text = (f"lesson: {self.pack.title} ({self.pack.id}), {len(self.pack.steps)} steps; "
+                f"device: {s.device}; progress in {s.data_home}")
+        return {"text/plain": text}
+
+
+_tutor: NotebookTutor | None = None
+
+
+def load(ipython, flags: dict[str, str] | None = None) -> None:
+    global _tutor
+    try:
+        tutor = NotebookTutor(flags)
+    except _EXPECTED as exc:  # a setting that cannot be used: nothing to load
+        say(str(exc))
+        return
+    if _tutor is not None:
+        _tutor.stop()
+    _tutor = tutor
+    atexit.register(tutor.stop)
+    ipython.register_magic_function(tutor.check, "cell", "check")
+    ipython.register_magic_function(tutor.hint, "line", "hint")
+    ipython.register_magic_function(tutor.progress, "line", "progress")
+    ipython.register_magic_function(tutor.configure, "line", "tutor")
+    tutor.start()
+
+
+def unload() -> None:
+    global _tutor
+    if _tutor is not None:
+        _tutor.stop()
+        _tutor = None

@@ -1,0 +1,56 @@
+"""Heatmaps as PNG images, written with zlib and struct alone, for front ends that show images.
+
+The colours follow the TUI's heatmap: zero is the background, the largest |difference| the hot
+end, on a square-root scale so that small entries stay visible next to a few large ones.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+import zlib
+from collections.abc import Sequence
+
+Colour = tuple[int, int, int]
+
+COLD: Colour = (40, 44, 52)
+HOT: Colour = (224, 108, 117)
+NEGATIVE: Colour = (97, 175, 239)
+POSITIVE: Colour = (209, 154, 102)
+CELL = 12  # pixels per entry: an 8 x 32 heatmap becomes 96 x 384
+
+
+def colour(value: float, scale: float, signed: bool = False) -> Colour:
+    if scale <= 0 or value == 0 or not math.isfinite(value):
+        return COLD if value == 0 or scale <= 0 else HOT
+    t = 0.15 + 0.85 * math.sqrt(min(1.0, abs(value) / scale))
+    end = (NEGATIVE if value < 0 else POSITIVE) if signed else HOT
+    return tuple(round(a + (b - a) * t) for a, b in zip(COLD, end, strict=True))  # type: ignore[return-value]
+
+
+def heatmap_png(values: Sequence[Sequence[float]], signed: bool = False, cell: int = CELL) -> bytes:
+    """A PNG of `values`, one `cell` x `cell` square per entry (rows of unequal length are
+    padded with the background)."""
+    rows = len(values)
+    cols = max((len(r) for r in values), default=0)
+    if rows == 0 or cols == 0:
+        raise ValueError("nothing to draw")
+    finite = [abs(v) for r in values for v in r if math.isfinite(v)]
+    scale = max(finite, default=0.0)
+    lines = []
+    for r in values:
+        pixels = b"".join(bytes(colour(float(v), scale, signed)) * cell for v in r)
+        pixels += bytes(COLD) * cell * (cols - len(r))
+        lines += [b"\x00" + pixels] * cell  # filter byte 0: the row as it is
+    return encode_png(cols * cell, rows * cell, b"".join(lines))
+
+
+def encode_png(width: int, height: int, raw_rows: bytes) -> bytes:
+    """A PNG file of 8-bit RGB pixels; `raw_rows` is every row with its filter byte first."""
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        body = kind + data
+        return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header)
+            + chunk(b"IDAT", zlib.compress(raw_rows, 9)) + chunk(b"IEND", b""))

@@ -1,0 +1,177 @@
+"""What the notebook shows: a check, hints and progress as HTML, with the terminal's text beside
+it for front ends that do not render HTML. The words and marks are the CLI's (`tutor.report`)."""
+
+from __future__ import annotations
+
+import base64
+import html
+import re
+
+from tutor.commands.progress import (
+    best_maxdiff,
+    duration,
+    progress_table,
+    summary_line,
+    totals,
+)
+from tutor.notebook.png import heatmap_png
+from tutor.report import format_result, row_detail, row_label, row_mark
+from tutor.results import Status
+from tutor.session import CheckOutcome, Hints
+
+Bundle = dict[str, str]  # a display's MIME bundle: "text/plain", "text/html", "image/png"
+
+_CODE = re.compile(r"`([^`]+)`")
+_GOOD, _BAD, _MUTED = "#2e7d32", "#c62828", "#6b7280"
+_STYLE = "font-family: var(--jp-code-font-family, monospace); font-size: 0.9em"
+_CELL = "padding: 1px 0.6em; text-align: {}"
+# A diagnosis under a row: wide enough to read, never as wide as a long paragraph.
+_WRAPPED = '<div style="min-width: 60ch; max-width: 90ch">{}</div>'
+
+
+def prose(text: str) -> str:
+    """A message as HTML: escaped, with `code` in code type and paragraphs kept."""
+    escaped = _CODE.sub(r"<code>\1</code>", html.escape(text.strip()))
+    return "<br>".join(escaped.splitlines())
+
+
+def _row(cells, tag: str = "td") -> str:
+    """A table row from (content, alignment) pairs."""
+    return "<tr>" + "".join(f'<{tag} style="{_CELL.format(align)}">{body}</{tag}>'
+                            for body, align in cells) + "</tr>"
+
+
+def _mark(mark: str) -> str:
+    good = mark in ("✓", "≡")
+    return f'<span style="color: {_GOOD if good else _BAD}; font-weight: bold">{mark}</span>'
+
+
+def _bool(value: bool) -> str:
+    return f'<span style="color: {_GOOD if value else _MUTED}">{value}</span>'
+
+
+def check_bundle(outcome: CheckOutcome, position: str, recorded: bool = True) -> Bundle:
+    """`recorded` False: the check of an untouched template, which is not an attempt."""
+    result = outcome.result
+    text = format_result(result, position, width=100) + _after_text(outcome, recorded)
+    return {"text/plain": text, "text/html": _check_html(outcome, position, recorded)}
+
+
+def _after(outcome: CheckOutcome, recorded: bool) -> list[str]:
+    """What the check changed in the learner's progress, and what could not be saved."""
+    lines = [] if recorded else ["the step's template, unchanged: not recorded as an attempt"]
+    if outcome.status is not None:
+        lines.append(f"{outcome.result['step']}: {outcome.status.words}")
+    if outcome.unlocked:
+        lines.append("unlocked: " + ", ".join(outcome.unlocked))
+    if outcome.problem:
+        lines.append(f"not saved to your progress: {outcome.problem}")
+    return lines
+
+
+def _after_text(outcome: CheckOutcome, recorded: bool) -> str:
+    return "".join(f"\n  {line}" for line in _after(outcome, recorded))
+
+
+def _check_html(outcome: CheckOutcome, position: str, recorded: bool) -> str:
+    result = outcome.result
+    passed = bool(result["passed"])
+    parts = [f"<div style=\"{_STYLE}\"><b>{html.escape(result['step'])}</b> "
+             f'<span style="color: {_MUTED}">({html.escape(position)})</span>']
+    error = result.get("error")
+    if error:
+        parts.append(f"<div>{_mark('✗')} {html.escape(error['kind'])} error: "
+                     f"{prose(error['message'])}</div>")
+    if result["checks"]:
+        head = _row([("", "left"), ("gradient", "left"), ("exact", "left"),
+                     ("approximate", "left"), ("maxdiff", "right")], "th")
+        parts.append(f'<table style="border-collapse: collapse; margin: 4px 0">{head}')
+        for check in result["checks"]:
+            maxdiff = check["maxdiff"]
+            diff = "—" if maxdiff is None else f"{maxdiff:.3g}" if maxdiff else "0.0"
+            cells = [(_mark(row_mark(check, passed)), "left"),
+                     (f"<code>{html.escape(row_label(check))}</code>", "left"),
+                     (_bool(check["exact"]), "left"), (_bool(check["approximate"]), "left"),
+                     (diff, "right")]
+            parts.append(_row(cells))
+            detail = row_detail(check, passed)
+            if detail:
+                parts.append(f'<tr><td></td><td colspan="4" style="{_CELL.format("left")}">'
+                             f"{_WRAPPED.format(prose(detail))}</td></tr>")
+        parts.append("</table>")
+    heldout = result.get("heldout")
+    if heldout:
+        what = heldout.get("what") or f"fresh batch of {heldout.get('batch_size')}"
+        message = f": {heldout['message']}" if heldout.get("message") else ""
+        parts.append(f"<div>{_mark('✓' if heldout['passed'] else '✗')} "
+                     f"{prose(what + message)}</div>")
+    parts += [f"<div>note: {prose(note)}</div>" for note in result.get("notes", [])]
+    if result.get("stdout"):
+        parts.append(f"<div>your print output:</div><pre style=\"margin: 2px 0 2px 1em\">"
+                     f"{html.escape(result['stdout'].rstrip())}</pre>")
+    verdict = "PASSED" if passed else "NOT PASSED"
+    parts.append(f'<div style="color: {_GOOD if passed else _BAD}; font-weight: bold">'
+                 f"{verdict}</div>")
+    parts += [f'<div style="color: {_MUTED}">{html.escape(line)}</div>'
+              for line in _after(outcome, recorded)]
+    parts.append("</div>")
+    return "".join(parts)
+
+
+def heatmap_bundles(result: dict) -> list[Bundle]:
+    """One image per gradient whose shape is right and whose numbers are not: where they are
+    wrong, as |yours − autograd| (pooled by the engine to at most 8 x 32 cells); and the step's
+    figure, when it has one."""
+    bundles = []
+    for check in result.get("checks", []):
+        values = check.get("heatmap")
+        if not values:
+            continue
+        shape = check.get("shape") or []
+        caption = (f"|yours − autograd| for {check['grad']} {list(shape)}: dark is right, "
+                   "brighter is further off (each cell the largest of its block)")
+        png = base64.b64encode(heatmap_png(values)).decode("ascii")
+        bundles.append({"image/png": png, "text/plain": caption})
+    figure = result.get("figure")
+    if figure and figure.get("values"):  # a solved step's gradient worth looking at
+        png = base64.b64encode(heatmap_png(figure["values"], signed=True, cell=6)).decode("ascii")
+        caption = (f"{figure.get('title') or 'the gradient'}: one row per example, one column "
+                   "per character; blue pulls a logit up (the correct character), orange pushes "
+                   "it down (every other character)")
+        bundles.append({"image/png": png, "text/plain": caption})
+    return bundles
+
+
+def hints_bundle(hints: Hints, position: str) -> Bundle:
+    total, shown = hints.total, len(hints.shown)
+    if shown == 0:
+        head = f"{hints.step} ({position}): this step has no hints"
+        return {"text/plain": head, "text/html": f"<div style=\"{_STYLE}\">{head}</div>"}
+    head = f"{hints.step} ({position}): hint {shown} of {total}"
+    tail = ("That was the last hint." if shown == total
+            else f"`%hint {hints.step}` again gives the next one.")
+    lines = [head, f"  {shown}. {hints.shown[-1]}", f"  {tail}"]
+    items = "".join(f"<li>{prose(h)}</li>" for h in hints.shown)
+    page = (f"<div style=\"{_STYLE}\"><b>{html.escape(head)}</b>"
+            f"<ol style=\"margin: 4px 0\">{items}</ol>"
+            f"<div style=\"color: {_MUTED}\">{prose(tail)}</div>")
+    if hints.problem:
+        warning = f"this hint was not counted in your progress: {hints.problem}"
+        lines.append(f"  {warning}")
+        page += f'<div style="color: {_BAD}">{html.escape(warning)}</div>'
+    return {"text/plain": "\n".join(lines), "text/html": page + "</div>"}
+
+
+def progress_bundle(rows: list[dict]) -> Bundle:
+    head = _row([("", "left"), ("#", "right"), ("step", "left"), ("status", "left"),
+                 ("attempts", "right"), ("hints", "right"), ("best maxdiff", "right"),
+                 ("time", "right")], "th")
+    body = "".join(_row([
+        (Status(r["status"]).mark, "left"), (f"{n}.", "right"),
+        (f"<code>{html.escape(r['id'])}</code>", "left"), (r["status"], "left"),
+        (r["attempts"], "right"), (r["hints"], "right"), (best_maxdiff(r), "right"),
+        (duration(r["seconds"]), "right")]) for n, r in enumerate(rows, start=1))
+    summary = summary_line(totals(rows))
+    page = (f"<div style=\"{_STYLE}\"><table style=\"border-collapse: collapse\">"
+            f"{head}{body}</table><div>{summary}</div></div>")
+    return {"text/plain": progress_table(rows), "text/html": page}

@@ -147,6 +147,10 @@ def tensor_allows(name: str) -> bool:
     return name in TENSOR or (name.endswith("_") and name[:-1] in TENSOR)
 
 
+# Underscore names that answer only a string (the guard checks): `type(x).__name__` in a print.
+READABLE_DUNDERS = frozenset({"__name__"})
+
+
 # -- why the likely others are closed ------------------------------------------------------------
 _AUTOGRAD = "the point is to compute the gradient yourself, so autograd's machinery is closed"
 _FILES = "the sandbox has no files: nothing is read from or written to disk"

@@ -48,7 +48,7 @@ def legacy_tensor(*args: Any, **kw: Any) -> torch.Tensor:
     device = kw.get("device")
     dtype = torch.get_default_dtype()
     if _is_sizes(args):
-        return torch.zeros(*args, dtype=dtype, device=device)
+        return torch.zeros(*(args or (0,)), dtype=dtype, device=device)
     if len(args) == 1 and isinstance(args[0], (list, tuple)):
         return torch.tensor(args[0], dtype=dtype, device=device)
     if len(args) == 1 and type(args[0]) is torch.Tensor and args[0].dtype == dtype:

@@ -996,6 +996,10 @@ CLASS_ATTEMPTS: list[Attempt] = [
         print(type(print).__name__, type(torch).__name__, F.relu.__name__, cmp.__name__)
         print(type(probs).__name__, type(probs.max(1)).__name__)
         """, CONTAINED),
+    _a("class-the-type-builtin-itself", "classes", """
+        print(type, type.__name__, type(type), type(type).__name__)
+        type(type)(probs)
+        """, REFUSED, ("calling type(",)),
     _a("class-name-that-is-not-a-string", "classes", """
         print(probs.__name__)
         """, CONTAINED),
@@ -1025,6 +1029,21 @@ CLASS_ATTEMPTS: list[Attempt] = [
     _a("class-format-walks-class", "classes", """
         print("{0.__class__.__mro__}".format(probs))
         """, REFUSED, FORMAT),
+    _a("class-index-add-out-of-bounds", "classes", """
+        x = torch.zeros(4)
+        x = x.index_add(0, torch.tensor([10**6]), torch.ones(1))""" + NONZERO, CONTAINED,
+        leaks=UNINIT),
+    _a("class-embedding-out-of-bounds", "classes", """
+        x = F.embedding(torch.tensor([10**6, -5]), torch.zeros(3, 2))""" + NONZERO, CONTAINED,
+        leaks=UNINIT),
+    _a("class-put-out-of-bounds", "classes", """
+        x = torch.zeros(3)
+        x.put_(torch.tensor([2**40]), torch.ones(1))""" + NONZERO, CONTAINED, leaks=UNINIT),
+    _a("class-unfold-past-the-end", "classes", """
+        x = torch.zeros(3).unfold(0, 2, 10**9)""" + NONZERO, CONTAINED, leaks=UNINIT),
+    _a("class-dtype-view-past-the-end", "classes", """
+        x = torch.zeros(3)[1:].view(torch.uint8)[4:].view(torch.float64)""" + NONZERO,
+        CONTAINED, leaks=UNINIT),
     _a("class-isinstance-helpers", "classes", """
         K = type(probs)
         dprobs = K(32, 27) if isinstance(probs, K) and issubclass(K, torch.Tensor) else None

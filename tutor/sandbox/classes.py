@@ -106,9 +106,14 @@ class TypeOf:
     """The `type` builtin of the sandbox: `TypeOf(classes)(obj)`, where `classes` are those the
     sandbox already hands out and so may come back as they are."""
 
+    __name__ = "type"
+
+    def __repr__(self) -> str:
+        return "<class 'type'>"  # as the builtin prints; not where the tutor keeps this one
+
     def __init__(self, classes: Iterable[type]) -> None:
-        self.open = _PLAIN | frozenset(c for c in classes if c is not Tensor)
-        self.stand_ins: dict[type, type] = {}
+        self._open = _PLAIN | frozenset(c for c in classes if c is not Tensor)
+        self._stand_ins: dict[type, type] = {}
 
     def __call__(self, obj: Any) -> type:
         if isinstance(obj, type):
@@ -117,15 +122,15 @@ class TypeOf:
         if isinstance(obj, torch.Tensor):
             return Tensor
         real = type(obj)
-        if real in self.open or _handed_out(real):
+        if real in self._open or _handed_out(real):
             return real
-        stand_in = self.stand_ins.get(real)
+        stand_in = self._stand_ins.get(real)
         if stand_in is None:
             stand_in = _StandInMeta(real.__name__, (), {
                 "__module__": _module_name(real), "__qualname__": real.__qualname__,
                 "__doc__": None})
             _REAL[stand_in] = real
-            self.stand_ins[real] = stand_in
+            self._stand_ins[real] = stand_in
         return stand_in
 
 

@@ -1062,4 +1062,16 @@ CONTROLS = [
     ("lambda-and-comprehension", "f = lambda t: t * 2\nprint([f(i) for i in range(3)])\n",
      "[0, 2, 4]\n"),
     ("correct-answer", "dprobs = (1.0 / probs) * dlogprobs\n", ""),
+    ("type-of-a-tensor", "print(type(probs), type(probs) is torch.Tensor)\n",
+     "<class 'torch.Tensor'> True\n"),
+    ("type-name-and-isinstance",
+     "print(type(probs).__name__, isinstance(probs, type(dlogprobs)), type(3).__name__)\n",
+     "Tensor True int\n"),
+    ("types-of-results", "r = probs.max(1, keepdim=True)\nprint(type(r.values), type(r), "
+     "type(probs.shape), type(probs.dtype))\n",
+     "<class 'torch.Tensor'> <class 'torch.return_types.max'> <class 'torch.Size'> "
+     "<class 'torch.dtype'>\n"),
+    ("zeros-from-every-constructor", "print(torch.Tensor(2).tolist(), type(probs)(1, 2).tolist(), "
+     "torch.Tensor.new_empty(probs, 2).tolist(), torch.Tensor([1, 2]).tolist())\n",
+     "[0.0, 0.0] [[0.0, 0.0]] [0.0, 0.0] [1.0, 2.0]\n"),
 ]

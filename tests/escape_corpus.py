@@ -836,7 +836,8 @@ CLASS_ATTEMPTS: list[Attempt] = [
         print(type(probs)(3, dtype=torch.float64))
         """, REFUSED, ("dtype",)),
     _a("class-unbound-new-empty", "classes", """
-        x = torch.Tensor.new_empty(logprobs, 32, 27)""" + NONZERO, CONTAINED, leaks=UNINIT),
+        x = torch.Tensor.new_empty(logprobs, 32, 27)""" + NONZERO, CONTAINED, leaks=UNINIT,
+        worker=True),
     _a("class-type-new-empty-strided", "classes", """
         x = type(logprobs).new_empty_strided(logprobs, (32, 27), (27, 1))""" + NONZERO,
         CONTAINED, leaks=UNINIT),
@@ -900,7 +901,7 @@ CLASS_ATTEMPTS: list[Attempt] = [
         t = torch.asarray(b"abcdefgh", dtype=torch.uint8)
         t.fill_(0)
         print(b"abcdefgh")
-        """, REFUSED, ("asarray",)),
+        """, REFUSED, ("asarray",), worker=True),
     _a("class-asarray-bytes-float", "classes", """
         print(torch.asarray(b"\\x01" * 64))
         """, REFUSED, ("asarray",)),
@@ -933,7 +934,7 @@ CLASS_ATTEMPTS: list[Attempt] = [
     _a("class-of-a-module-called", "classes", """
         m = type(torch)("torch")
         print(m)
-        """, REFUSED, ("calling type(",)),
+        """, REFUSED, ("calling type(",), worker=True),
     _a("class-of-a-generator-called", "classes", """
         def g():
             yield 1

@@ -803,6 +803,259 @@ ATTEMPTS: list[Attempt] = [
         """, REFUSED, ("enable_grad", "backward", "grad")),
 ]
 
+# Every route to a class object: what a class hands out when called, read on, or compared. An
+# attempt that reads memory it did not write prints UNINIT when it finds anything but zeros.
+UNINIT = ("UNINIT",)
+NONZERO = '\n        print("UNINIT" if bool((x != 0).any()) else "zeros")\n'
+
+CLASS_ATTEMPTS: list[Attempt] = [
+    _a("class-type-legacy-sizes", "classes", """
+        x = type(logprobs)(32, 27)""" + NONZERO, CONTAINED, leaks=UNINIT),
+    _a("class-type-legacy-size-object", "classes", """
+        x = type(logprobs)(logprobs.shape)""" + NONZERO, CONTAINED, leaks=UNINIT),
+    _a("class-type-legacy-big-sizes", "classes", """
+        x = type(probs)(1000, 1000)""" + NONZERO, CONTAINED, leaks=UNINIT, worker=True),
+    _a("class-torch-tensor-legacy-sizes", "classes", """
+        x = torch.Tensor(64, 64)""" + NONZERO, CONTAINED, leaks=UNINIT),
+    _a("class-type-cdata", "classes", """
+        x = type(logprobs)(cdata=12345)
+        print(x)
+        """, REFUSED, ("cdata",), worker=True,
+        why="the legacy constructor wraps whatever address it is given: SIGSEGV"),
+    _a("class-torch-tensor-cdata", "classes", """
+        print(torch.Tensor(cdata=140000000000))
+        """, REFUSED, ("cdata",), worker=True),
+    _a("class-type-cdata-with-sizes", "classes", """
+        print(type(dlogprobs)(3, cdata=4096))
+        """, REFUSED, ("cdata",)),
+    _a("class-type-cdata-through-dict-splat", "classes", """
+        kw = {"cd" + "ata": 8}
+        print(type(probs)(**kw))
+        """, REFUSED, ("cdata",)),
+    _a("class-type-unknown-keyword", "classes", """
+        print(type(probs)(3, dtype=torch.float64))
+        """, REFUSED, ("dtype",)),
+    _a("class-unbound-new-empty", "classes", """
+        x = torch.Tensor.new_empty(logprobs, 32, 27)""" + NONZERO, CONTAINED, leaks=UNINIT,
+        worker=True),
+    _a("class-type-new-empty-strided", "classes", """
+        x = type(logprobs).new_empty_strided(logprobs, (32, 27), (27, 1))""" + NONZERO,
+        CONTAINED, leaks=UNINIT),
+    _a("class-type-new-empty-keywords", "classes", """
+        x = type(probs).new_empty(probs, (500, 500), dtype=torch.float64)""" + NONZERO,
+        CONTAINED, leaks=UNINIT),
+    _a("class-unbound-new-empty-on-a-list", "classes", """
+        x = torch.Tensor.new_empty([1, 2], 3)
+        """, CONTAINED),
+    _a("class-strided-gaps", "classes", """
+        x = probs.new_empty_strided((4,), (1000,))
+        y = x.unfold(0, 2, 1)
+        x = torch.cat([x, y.flatten()])""" + NONZERO, CONTAINED, leaks=UNINIT),
+    _a("class-empty-strided-overlap", "classes", """
+        x = torch.empty_strided((64, 64), (0, 1))""" + NONZERO, CONTAINED, leaks=UNINIT),
+    _a("class-legacy-new-on-class", "classes", """
+        x = torch.Tensor.new(logprobs, 32, 27)""" + NONZERO, REFUSED, ("new",), leaks=UNINIT),
+    _a("class-legacy-new-on-type", "classes", """
+        x = type(probs).new(probs, 1000)""" + NONZERO, REFUSED, ("new",), leaks=UNINIT),
+    _a("class-legacy-new-on-instance", "classes", """
+        x = probs.new(32, 27)""" + NONZERO, REFUSED, ("new",), leaks=UNINIT),
+    _a("class-legacy-from-untyped-storage", "classes", """
+        x = type(probs)(dlogprobs.untyped_storage())
+        """, REFUSED, ("untyped_storage",)),
+    _a("class-unbound-untyped-storage", "classes", """
+        s = torch.Tensor.untyped_storage(dlogprobs)
+        s.resize_(0)
+        """, REFUSED, ("untyped_storage",), worker=True),
+    _a("class-unbound-storage", "classes", """
+        print(type(probs).storage(probs).data_ptr())
+        """, REFUSED, ("storage",)),
+    _a("class-unbound-data-ptr", "classes", """
+        print(type(probs).data_ptr(probs), torch.Tensor.const_data_ptr(probs))
+        """, REFUSED, ("data_ptr",)),
+    _a("class-unbound-set", "classes", """
+        t = torch.zeros(1)
+        type(t).set_(t, dlogprobs)
+        """, REFUSED, ("set_",)),
+    _a("class-unbound-resize", "classes", """
+        x = torch.zeros(1)
+        type(x).resize_(x, 10**6)""" + NONZERO, REFUSED, ("resize_",), leaks=UNINIT),
+    _a("class-unbound-as-strided", "classes", """
+        x = type(probs).as_strided(probs, (10**4,), (1,))""" + NONZERO, REFUSED,
+        ("as_strided",), leaks=UNINIT),
+    _a("class-unbound-as-subclass", "classes", """
+        print(type(probs).as_subclass(probs, type(probs)))
+        """, REFUSED, ("as_subclass",)),
+    _a("class-make-subclass", "classes", """
+        dprobs = type(probs)._make_subclass(type(probs), probs)
+        """, REFUSED, ("_make_subclass",)),
+    _a("class-share-memory-on-class", "classes", """
+        type(probs).share_memory_(probs)
+        """, REFUSED, ("share_memory_",)),
+    _a("class-is-set-to", "classes", """
+        print(probs.is_set_to(probs))
+        """, REFUSED, ("is_set_to",)),
+    _a("class-legacy-from-bytes", "classes", """
+        x = torch.Tensor(b"\\x00" * 64)
+        """, REFUSED, ("torch.Tensor",)),
+    _a("class-asarray-bytes-writes-a-constant", "classes", """
+        t = torch.asarray(b"abcdefgh", dtype=torch.uint8)
+        t.fill_(0)
+        print(b"abcdefgh")
+        """, REFUSED, ("asarray",), worker=True),
+    _a("class-asarray-bytes-float", "classes", """
+        print(torch.asarray(b"\\x01" * 64))
+        """, REFUSED, ("asarray",)),
+    _a("class-frombuffer", "classes", """
+        print(torch.frombuffer(b"abcd", dtype=torch.uint8))
+        """, REFUSED, ("frombuffer",)),
+    _a("class-from-dlpack", "classes", """
+        print(torch.from_dlpack(probs))
+        """, REFUSED, ("from_dlpack",)),
+    _a("class-of-a-class", "classes", """
+        K = type(type(probs))
+        print(K("T", (type(probs),), {}))
+        """, REFUSED, ("type() of a class",)),
+    _a("class-of-a-class-via-torch-tensor", "classes", """
+        print(type(torch.Tensor))
+        """, REFUSED, ("type() of a class",)),
+    _a("class-dunder-class", "classes", """
+        print(probs.__class__(32, 27))
+        """, REFUSED, ("__class__",)),
+    _a("class-of-a-function-called", "classes", """
+        f = type(F.relu)
+        print(f(None, {}))
+        """, REFUSED, ("calling type(",)),
+    _a("class-of-print-called", "classes", """
+        print(type(print)(sum, probs))
+        """, REFUSED, ("calling type(",)),
+    _a("class-of-a-lambda-called", "classes", """
+        print(type(lambda: 0)(None, {}))
+        """, REFUSED, ("calling type(",)),
+    _a("class-of-a-module-called", "classes", """
+        m = type(torch)("torch")
+        print(m)
+        """, REFUSED, ("calling type(",), worker=True),
+    _a("class-of-a-generator-called", "classes", """
+        def g():
+            yield 1
+        print(type(g())())
+        """, REFUSED, ("calling type(",)),
+    _a("class-of-a-builtin-called", "classes", """
+        print(type(torch.zeros)(1))
+        """, REFUSED, ("calling type(",)),
+    _a("class-of-a-method-descriptor-called", "classes", """
+        print(type(torch.Tensor.add)(1))
+        """, REFUSED, ("calling type(",)),
+    _a("class-of-an-iterator-called", "classes", """
+        print(type(iter([probs]))([]))
+        """, REFUSED, ("calling type(",)),
+    _a("class-of-a-refusal-called", "classes", """
+        try:
+            probs.data_ptr()
+        except Exception as e:
+            K = type(e)
+        print(K, K.__name__)
+        K("raised by learner code")
+        """, REFUSED, ("calling type(",), leaks=("tutor",)),
+    _a("class-of-a-bound-tensor-method", "classes", """
+        print(type(probs.add)(probs, 1))
+        """, REFUSED, ("calling type(",)),
+    _a("class-return-types-rebuilt", "classes", """
+        r = probs.max(1)
+        R = type(r)
+        print(R, R((probs, probs)).values.shape, type(probs.max(1, keepdim=True)) is R)
+        """, CONTAINED),
+    _a("class-return-types-mro", "classes", """
+        print(type(probs.max(1)).mro())
+        """, REFUSED, ("mro",)),
+    _a("class-dtype-called", "classes", """
+        print(type(probs.dtype)())
+        """, CONTAINED),
+    _a("class-finfo-and-size-called", "classes", """
+        print(type(torch.finfo(probs.dtype))(torch.float64).eps, type(probs.shape)([2, 3]))
+        """, CONTAINED),
+    _a("class-device-called", "classes", """
+        dprobs = torch.zeros(32, 27, device=type(probs.device)("meta"))
+        """, CONTAINED),
+    _a("class-generator-bad-state", "classes", """
+        g = type(torch.Generator())()
+        g.set_state(torch.zeros(7, dtype=torch.uint8))
+        """, CONTAINED),
+    _a("class-exception-rebuilt", "classes", """
+        try:
+            torch.zeros(2) @ torch.zeros(3)
+        except Exception as e:
+            print(type(e).__name__, type(e)("again"), e.args[:1])
+        """, CONTAINED),
+    _a("class-exception-traceback", "classes", """
+        try:
+            1 / 0
+        except Exception as e:
+            print(e.with_traceback(None).__traceback__.tb_frame)
+        """, REFUSED, ("__traceback__", "tb_frame")),
+    _a("class-name-of-everything", "classes", """
+        print(type(print).__name__, type(torch).__name__, F.relu.__name__, cmp.__name__)
+        print(type(probs).__name__, type(probs.max(1)).__name__)
+        """, CONTAINED),
+    _a("class-the-type-builtin-itself", "classes", """
+        print(type, type.__name__, type(type), type(type).__name__)
+        type(type)(probs)
+        """, REFUSED, ("calling type(",)),
+    _a("class-name-that-is-not-a-string", "classes", """
+        print(probs.__name__)
+        """, CONTAINED),
+    _a("class-nn-parameter", "classes", """
+        p = torch.nn.Parameter(probs)
+        """, REFUSED, ("Parameter",)),
+    _a("class-nn-module-class", "classes", """
+        m = torch.nn.Linear(27, 27)
+        """, REFUSED, ("Linear",)),
+    _a("class-storage-classes", "classes", """
+        s = torch.UntypedStorage(64)
+        print(torch.FloatStorage(8).tolist())
+        """, REFUSED, ("UntypedStorage",)),
+    _a("class-vars-of-a-class", "classes", """
+        print(vars(type(probs))["new_empty"])
+        """, REFUSED, ("vars",)),
+    _a("class-getattr-by-string", "classes", """
+        print(getattr(type(probs), "new_" + "empty")(probs, 3))
+        """, REFUSED, ("getattr",)),
+    _a("class-super", "classes", """
+        print(super(type(probs), probs).new_empty(3))
+        """, REFUSED, ("super",)),
+    _a("class-reduce", "classes", """
+        f, args = probs.__reduce__()[:2]
+        print(f(*args))
+        """, REFUSED, ("__reduce__",)),
+    _a("class-format-walks-class", "classes", """
+        print("{0.__class__.__mro__}".format(probs))
+        """, REFUSED, FORMAT),
+    _a("class-index-add-out-of-bounds", "classes", """
+        x = torch.zeros(4)
+        x = x.index_add(0, torch.tensor([10**6]), torch.ones(1))""" + NONZERO, CONTAINED,
+        leaks=UNINIT),
+    _a("class-embedding-out-of-bounds", "classes", """
+        x = F.embedding(torch.tensor([10**6, -5]), torch.zeros(3, 2))""" + NONZERO, CONTAINED,
+        leaks=UNINIT),
+    _a("class-put-out-of-bounds", "classes", """
+        x = torch.zeros(3)
+        x.put_(torch.tensor([2**40]), torch.ones(1))""" + NONZERO, CONTAINED, leaks=UNINIT),
+    _a("class-unfold-past-the-end", "classes", """
+        x = torch.zeros(3).unfold(0, 2, 10**9)""" + NONZERO, CONTAINED, leaks=UNINIT),
+    _a("class-dtype-view-past-the-end", "classes", """
+        x = torch.zeros(3)[1:].view(torch.uint8)[4:].view(torch.float64)""" + NONZERO,
+        CONTAINED, leaks=UNINIT),
+    _a("class-isinstance-helpers", "classes", """
+        K = type(probs)
+        dprobs = K(32, 27) if isinstance(probs, K) and issubclass(K, torch.Tensor) else None
+        """, CONTAINED),
+    _a("class-type-is-compared", "classes", """
+        print(type(probs) is torch.Tensor, type(probs) == type(dlogprobs), type(3) is int)
+        dprobs = type(probs)((1.0 / probs).tolist()) * 0
+        """, CONTAINED),
+]
+ATTEMPTS += CLASS_ATTEMPTS
+
 # Ordinary code that must keep working, with what it prints (not counted as attempts).
 CONTROLS = [
     ("percent-formatting", 'print("%s and %d" % ("a", 3))\n', "a and 3\n"),
@@ -810,4 +1063,16 @@ CONTROLS = [
     ("lambda-and-comprehension", "f = lambda t: t * 2\nprint([f(i) for i in range(3)])\n",
      "[0, 2, 4]\n"),
     ("correct-answer", "dprobs = (1.0 / probs) * dlogprobs\n", ""),
+    ("type-of-a-tensor", "print(type(probs), type(probs) is torch.Tensor)\n",
+     "<class 'torch.Tensor'> True\n"),
+    ("type-name-and-isinstance",
+     "print(type(probs).__name__, isinstance(probs, type(dlogprobs)), type(3).__name__)\n",
+     "Tensor True int\n"),
+    ("types-of-results", "r = probs.max(1, keepdim=True)\nprint(type(r.values), type(r), "
+     "type(probs.shape), type(probs.dtype))\n",
+     "<class 'torch.Tensor'> <class 'torch.return_types.max'> <class 'torch.Size'> "
+     "<class 'torch.dtype'>\n"),
+    ("zeros-from-every-constructor", "print(torch.Tensor(2).tolist(), type(probs)(1, 2).tolist(), "
+     "torch.Tensor.new_empty(probs, 2).tolist(), torch.Tensor([1, 2]).tolist())\n",
+     "[0.0, 0.0] [[0.0, 0.0]] [0.0, 0.0] [1.0, 2.0]\n"),
 ]

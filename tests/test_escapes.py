@@ -287,7 +287,9 @@ def test_the_corpus_has_at_least_80_distinct_attempts_on_every_route():
     assert len({a.id for a in ATTEMPTS}) == len(ATTEMPTS)
     assert len({a.code for a in ATTEMPTS}) == len(ATTEMPTS)
     routes = Counter(a.route for a in ATTEMPTS)
-    assert set(routes) == {"match", "format", "frames", "torch", "builtins", "answers"}
+    assert set(routes) == {"match", "format", "frames", "torch", "builtins", "answers",
+                           "classes"}
+    assert routes["classes"] >= 40, "every route to a class object, and variations"
     assert min(routes.values()) >= 5, routes
     assert all(a.expect in (REFUSED, CONTAINED, TIMEOUT) for a in ATTEMPTS)
     for a in ATTEMPTS:
@@ -806,6 +808,82 @@ def test_the_check_command_prints_no_terminal_escapes(tmp_path):
     assert not any(c in out.stdout + out.stderr for c in TERMINAL_CONTROL), out.stdout[-300:]
 
 
+# --- what a child sends back is capped, with a message that says what is too large ----------
+
+
+KEEPS_BIG = "\nbig = torch.zeros(16 * 2**20)  # 64 MB, kept for the steps after this one\n"
+LATER = ["atomic/probs", "atomic/counts_sum_inv"]
+
+
+def _kept_too_large(result: dict) -> list[str]:
+    error = result.get("error") or {}
+    message = str(error.get("message") or "")
+    problems = []
+    if result.get("passed") or error.get("kind") != "memory":
+        problems.append(f"not a memory error: {error}")
+    for words in ("64 MB tensor `big` between steps", "the limit is 16 MB", "del big"):
+        if words not in message:
+            problems.append(f"the message does not say {words!r}: {message!r}")
+    return problems
+
+
+def test_a_namespace_too_large_to_send_is_named_and_later_checks_still_get_verdicts(evaluator):
+    prior = {"atomic/logprobs": PACK.step("atomic/logprobs").solution + KEEPS_BIG}
+    first = evaluator.check("atomic/logprobs", prior["atomic/logprobs"])
+    assert first["passed"], first["error"]  # its own check sends only its gradient
+    problems = []
+    for step in LATER:
+        result = evaluator.check(step, PACK.step(step).solution, prior)
+        problems += [f"{step}: {p}" for p in _kept_too_large(result)]
+    for step, code in CORRECT:  # without the big tensor, or in another exercise: graded as ever
+        result = evaluator.check(step, code)
+        if not result["passed"]:
+            problems.append(f"{step} no longer passes: {result['error']}")
+    assert not problems, "\n".join(problems)
+
+
+def test_many_tensors_kept_together_are_named_by_the_largest(engine_ready):
+    code = PACK.step("atomic/logprobs").solution + (
+        "\na = torch.zeros(2 * 2**20)\nb = torch.zeros(3 * 2**20)\nview = b[:2]\n"
+        "c = torch.zeros(2 * 2**20)\nnote = 'x' * 10**7\n")
+    result = engine_ready.check("atomic/probs", SOLUTION, {"atomic/logprobs": code})
+    message = (result["error"] or {}).get("message", "")
+    assert result["error"]["kind"] == "memory", result["error"]
+    assert "of tensors between steps, the largest a 12 MB tensor `b`" in message, message
+    assert "the limit is 16 MB" in message
+    # A long string kept between steps is not sent back at all: it does not stop the check.
+    small = PACK.step("atomic/logprobs").solution + "\nnote = 'x' * 10**8\n"
+    assert engine_ready.check("atomic/probs", SOLUTION, {"atomic/logprobs": small})["passed"]
+
+
+def test_an_answer_too_large_to_send_is_a_clear_error(engine_ready):
+    flood = SOLUTION + "for i in range(40):\n    cmp(f'x{i}', torch.zeros(4_000_000), None)\n"
+    assert engine_ready.check("atomic/probs", flood)["passed"]  # past the budget: not compared
+    # Three gradients of 31 MB each: more than one answer may carry, each within its own cap.
+    huge = "dh = torch.zeros(4_000_000, dtype=torch.float64)\ndW2 = dh + 1\ndb2 = dh + 2\n"
+    error = engine_ready.check("atomic/h", huge)["error"] or {}
+    assert error.get("kind") == "memory", error
+    assert re.search(r"comes to 9\d MB \(`d\w+` alone is 31 MB\); the limit is 60 MB",
+                     error["message"]), error["message"]
+
+
+@pytest.mark.slow
+def test_check_all_names_the_kept_tensor_and_grades_the_other_cells(tmp_path):
+    cells = tmp_path / "cells.py"
+    cells.write_text(
+        "# %% atomic/logprobs\n" + PACK.step("atomic/logprobs").solution + KEEPS_BIG
+        + "".join(f"# %% {s}\n{PACK.step(s).solution}\n" for s in LATER)
+        + f"# %% fused/cross_entropy\n{PACK.step('fused/cross_entropy').solution}\n")
+    out = _cli("--home", str(tmp_path / "home"), "--device", "cpu", "check", "--all", str(cells),
+               "--json", "--no-record")
+    results = json.loads(out.stdout)
+    by_step = {r["step"]: r for r in results}
+    assert by_step["atomic/logprobs"]["passed"], by_step["atomic/logprobs"]["error"]
+    problems = [f"{s}: {p}" for s in LATER for p in _kept_too_large(by_step[s])]
+    assert by_step["fused/cross_entropy"]["passed"], by_step["fused/cross_entropy"]["error"]
+    assert not problems, "\n".join(problems)
+
+
 # --- last: after everything above, the engine and the worker still grade honestly ------------
 
 
@@ -815,3 +893,4 @@ def test_zz_still_grading_after_the_whole_corpus(engine_ready, evaluator):
         assert evaluator.check(step, code)["passed"], step
     assert not engine_ready.check("atomic/probs", "dprobs = probs\n")["passed"]
     assert not evaluator.check("atomic/probs", "dprobs = probs\n")["passed"]
+

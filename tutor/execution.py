@@ -27,7 +27,14 @@ from tutor.candidate import (
     runtime_error,
     shares_memory,
 )
-from tutor.sandbox.isolate import encode_shared, encode_tensor
+from tutor.sandbox.isolate import (
+    MAX_KEPT,
+    MAX_MESSAGE,
+    TooLarge,
+    encode_shared,
+    encode_tensor,
+    megabytes,
+)
 
 Tensor = torch.Tensor
 
@@ -197,6 +204,35 @@ def _plain_before(base: dict, given: dict) -> tuple[dict[str, Tensor], bool]:
     return plain, not extra and all(k in plain for k, v in base.items() if isinstance(v, Tensor))
 
 
+# A scalar that travels back with the namespace: lesson sizes and short labels, not a learner's
+# megabyte string (which stays in the child; the step is then replayed instead of cached).
+_MAX_SCALAR_CHARS = 1_000
+
+
+def _short_scalars(base: dict) -> tuple[dict, bool]:
+    """The scalars the candidate started from, and whether that is all of them."""
+    scalars = {k: v for k, v in base.items() if _is_scalar(v)}
+    short = {k: v for k, v in scalars.items()
+             if not (isinstance(v, str) and len(v) > _MAX_SCALAR_CHARS)
+             and not (type(v) is int and v.bit_length() > 4 * _MAX_SCALAR_CHARS)}
+    return short, len(short) == len(scalars)
+
+
+def _encode_cmp(out: Output) -> list[tuple]:
+    """The tensors handed to cmp(...), within MAX_KEPT together: the engine answers a name's
+    first call only, and a call past the budget has nothing to compare."""
+    calls, seen, room = [], set(), MAX_KEPT
+    for pos, name, dt in out.cmp_calls:
+        if not isinstance(dt, Tensor) or name in seen:
+            continue
+        seen.add(name)
+        size = dt.numel() * dt.element_size()
+        encoded = encode_value(dt) if size <= room else ("odd", "too large to compare")
+        room -= size
+        calls.append((pos, name, encoded))
+    return calls
+
+
 def run_batch(spec: CheckSpec, plan: BatchPlan, deadline: float) -> dict:
     base, notes = _replay(plan, deadline)
     after = copy_namespace(base)
@@ -211,18 +247,67 @@ def run_batch(spec: CheckSpec, plan: BatchPlan, deadline: float) -> dict:
     except Exception as exc:  # noqa: BLE001 - any failure of learner code is reported
         record["error"] = runtime_error(exc, spec.code, list(after)).payload
     record["stdout"] = out.text()
-    record["cmp"] = [(pos, name, encode_value(dt)) for pos, name, dt in out.cmp_calls
-                     if isinstance(dt, Tensor)]
+    record["cmp"] = _encode_cmp(out)
     if record["error"]:
         return record
     record["after"] = encode_namespace(after, {f"d{t}" for t in spec.graded})
     record["mutations"] = _mutations(base, after, spec.graded)
     if not plan.known:
         plain, cacheable = _plain_before(base, plan.namespace)
-        record["before"] = encode_shared(plain)
-        record["scalars"] = {k: v for k, v in base.items() if _is_scalar(v)}
-        record["cacheable"] = cacheable
+        try:
+            record["before"] = encode_shared(plain)
+        except TooLarge as exc:
+            return {**_without_values(record), "error": CodeError("memory", str(exc)).payload}
+        record["scalars"], complete = _short_scalars(base)
+        record["cacheable"] = cacheable and complete
     return record
+
+
+def _without_values(record: dict) -> dict:
+    return {k: v for k, v in record.items() if k in ("notes", "stdout", "error")}
+
+
+# All that one check sends back: two batches' namespaces (each within MAX_KEPT), their gradients,
+# cmp's tensors and the printed text, with room to spare under the pipe's own limit.
+MAX_RESULT = MAX_MESSAGE - 4 * 2**20
+
+
+def _size(value: Any) -> int:
+    """About how many bytes `value` (plain data) takes on the pipe."""
+    if isinstance(value, bytes):
+        return len(value)
+    if isinstance(value, str):
+        return len(value) if value.isascii() else 4 * len(value)
+    if isinstance(value, dict):
+        return 8 + sum(_size(k) + _size(v) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return 8 + sum(_size(v) for v in value)
+    if type(value) is int:
+        return 8 + value.bit_length() // 8
+    return 8
+
+
+def _largest(record: dict) -> str:
+    """The biggest value in a record, named for the learner."""
+    named = [(_size(v), f"`{k}`") for k, v in (record.get("after") or {}).items()]
+    named += [(_size(c[2]), f"the tensor given to cmp('{c[1]}', ...)")
+              for c in record.get("cmp") or []]
+    named.append((_size(record.get("before")), "the tensors the step starts from"))
+    size, what = max(named)
+    return f"{what} alone is {megabytes(size)}"
+
+
+def _fit(records: dict[str, Any], name: str) -> None:
+    """Keep the check's answer within MAX_RESULT: a batch that would pass it is replaced by an
+    error that says what is so large (a message over the pipe's limit is no answer at all)."""
+    total = sum(_size(r) for r in records.values())
+    if total <= MAX_RESULT:
+        return
+    record = records[name]
+    message = (f"what your code hands back to be graded comes to {megabytes(total)} "
+               f"({_largest(record)}); the limit is {megabytes(MAX_RESULT)}. The gradients here "
+               "are small tensors; check the sizes you are creating")
+    records[name] = {**_without_values(record), "error": CodeError("memory", message).payload}
 
 
 def run_check(spec: CheckSpec) -> dict:
@@ -233,6 +318,7 @@ def run_check(spec: CheckSpec) -> dict:
     try:
         for plan in spec.batches:
             records[plan.name] = run_batch(spec, plan, deadline)
+            _fit(records, plan.name)
             if records[plan.name]["error"]:
                 break
     except CheckTimeout:
@@ -399,6 +485,7 @@ def run_function_check(spec: FunctionCheckSpec) -> dict:
     try:
         for name, inputs in spec.cases:
             records[name] = run_function_case(spec, inputs, deadline)
+            _fit(records, name)
             if records[name]["error"] and name == spec.cases[0][0]:
                 break  # the lesson's case is reported; the fresh ones have nothing to add
     except CheckTimeout:

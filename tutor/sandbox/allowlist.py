@@ -147,12 +147,18 @@ def tensor_allows(name: str) -> bool:
     return name in TENSOR or (name.endswith("_") and name[:-1] in TENSOR)
 
 
+# Underscore names that answer only a string (the guard checks): `type(x).__name__` in a print.
+READABLE_DUNDERS = frozenset({"__name__"})
+
+
 # -- why the likely others are closed ------------------------------------------------------------
 _AUTOGRAD = "the point is to compute the gradient yourself, so autograd's machinery is closed"
 _FILES = "the sandbox has no files: nothing is read from or written to disk"
 _GLOBAL = ("it changes torch's global settings, which would carry over into later checks; the "
            "tutor keeps them as the lesson needs them")
 _STORAGE = "storages and raw memory reach below the tensor; index and reshape the tensor instead"
+_UNINITIALISED = ("it gives uninitialised memory; use torch.zeros(sizes), x.new_zeros(sizes) or "
+                  "x.new_tensor(data)")
 _SCRIPT = "compiling or scripting code is outside what a backward pass needs"
 
 REASONS: dict[str, str] = {
@@ -170,6 +176,11 @@ REASONS: dict[str, str] = {
     "as_strided_": _STORAGE, "frombuffer": _STORAGE, "from_numpy": _STORAGE,
     "from_dlpack": _STORAGE, "to_dlpack": _STORAGE, "as_subclass": _STORAGE,
     "UntypedStorage": _STORAGE, "TypedStorage": _STORAGE, "Storage": _STORAGE,
+    "new": _UNINITIALISED, "empty_permuted": _UNINITIALISED,
+    "cdata": _STORAGE, "resize": _STORAGE, "resize_as": _STORAGE, "storage_type": _STORAGE,
+    "is_set_to": _STORAGE, "as_strided_scatter": _STORAGE, "is_shared": _STORAGE,
+    "is_pinned": _STORAGE, "sparse_resize_": _STORAGE, "sparse_resize_and_clear_": _STORAGE,
+    "resize_as_sparse_": _STORAGE, "to_mkldnn": _STORAGE,
     "jit": _SCRIPT, "compile": _SCRIPT, "CompilationUnit": _SCRIPT, "import_ir_module": _SCRIPT,
     "import_ir_module_from_buffer": _SCRIPT, "ScriptModule": _SCRIPT, "fx": _SCRIPT,
     "manual_seed": "reseeding would change the lesson's random state",

@@ -86,7 +86,24 @@ class Guard:
                               f"{allowlist.reason(name)}")
         return self._slow(obj, name)
 
+    def _unbound(self, name: str) -> Any:
+        wrapper = self.wrapped[name]
+
+        def method(t: Any, *args: Any, **kw: Any) -> Any:
+            if not isinstance(t, self.tensor_type):
+                raise TypeError(f"torch.Tensor.{name} needs a tensor as its first argument, "
+                                f"not a {type(t).__name__}")
+            return wrapper(t)(*args, **kw)
+
+        method.__name__ = name
+        return method
+
     def _slow(self, obj: Any, name: str) -> Any:
+        if name in allowlist.READABLE_DUNDERS:
+            value = getattr(obj, name)
+            if type(value) is str:
+                return value
+            raise _refuse(obj, name, "only a name given as a string can be read")
         if name.startswith("_"):
             raise _refuse(obj, name, "names starting with an underscore reach into Python's "
                                      "internals")
@@ -102,7 +119,9 @@ class Guard:
             if not allowlist.tensor_allows(name):
                 raise Refused(f"the tensor attribute .{name} is not available in the sandbox: "
                               f"{allowlist.reason(name)}")
-            if name in self.wrapped and not isinstance(obj, type):
+            if name in self.wrapped:
+                if isinstance(obj, type):  # torch.Tensor.new_empty(x, ...): the same wrapper
+                    return self._unbound(name)
                 return self.wrapped[name](obj)
             return getattr(obj, name)
         if isinstance(obj, types.ModuleType):

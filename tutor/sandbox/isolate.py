@@ -38,6 +38,18 @@ from tutor.sandbox import confine
 
 _HEADER = struct.Struct("!Q")
 MAX_MESSAGE = 64 * 2**20  # a lesson's tensors are a few hundred kB; anything near this is hostile
+# The tensors one batch's run starts from travel back to the engine (see encode_shared): a
+# lesson's forward pass is well under a megabyte, so this leaves room for learners' own tensors
+# while two batches and their gradients stay far below MAX_MESSAGE.
+MAX_KEPT = 16 * 2**20
+
+
+class TooLarge(Exception):
+    """A message from the child would pass its limit; the text says what, in the learner's terms."""
+
+
+def megabytes(size: int) -> str:
+    return f"{size / 2**20:.1f} MB" if size < 10 * 2**20 else f"{size / 2**20:.0f} MB"
 
 
 def can_fork(device: torch.device) -> bool:
@@ -76,9 +88,14 @@ def decode_tensor(item: tuple) -> torch.Tensor:
     return flat.reshape(shape).clone()
 
 
-def encode_shared(tensors: dict[str, torch.Tensor]) -> dict:
+def encode_shared(tensors: dict[str, torch.Tensor], limit: int = MAX_KEPT) -> dict:
     """Plain, dense tensors that may share memory, as plain data that keeps the sharing: each
-    block of memory travels once, each tensor as its place in one (offset, shape, stride)."""
+    block of memory travels once, each tensor as its place in one (offset, shape, stride).
+
+    Raises TooLarge, naming the largest tensor, when the blocks come to more than `limit` bytes;
+    nothing is copied before that is known.
+    """
+    _check_kept(tensors, limit)
     blocks: dict[int, int] = {}
     memory: list[tuple] = []
     places = {}
@@ -97,6 +114,27 @@ def encode_shared(tensors: dict[str, torch.Tensor]) -> dict:
             continue
         places[name] = (index, list(t.shape), list(t.stride()), t.storage_offset())
     return {"memory": memory, "places": places}
+
+
+def _check_kept(tensors: dict[str, torch.Tensor], limit: int) -> None:
+    sizes: dict[int, tuple[int, str, int]] = {}  # block -> (bytes, largest tensor, its own bytes)
+    for name, t in tensors.items():
+        storage = t.untyped_storage()
+        own = t.numel() * t.element_size()
+        known = sizes.get(storage.data_ptr())
+        if known is None or own > known[2]:
+            sizes[storage.data_ptr()] = (storage.nbytes(), name, own)
+    total = sum(size for size, _, _ in sizes.values())
+    if total <= limit:
+        return
+    size, name, own = max(sizes.values())
+    what = (f"a {megabytes(size)} tensor `{name}`" if own >= size else
+            f"`{name}`, a view into {megabytes(size)} of memory")
+    kept = (f"{what} between steps" if size > limit else
+            f"{megabytes(total)} of tensors between steps, the largest {what}")
+    raise TooLarge(f"your code keeps {kept}; the limit is {megabytes(limit)}. Delete what the "
+                   f"later steps do not need (`del {name}` at the end of the step that makes it) "
+                   "or keep it smaller")
 
 
 def decode_shared(data: dict) -> dict[str, torch.Tensor]:
@@ -121,6 +159,9 @@ class Outcome:
 
 def _send(fd: int, message: Any) -> None:
     data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    if len(data) > MAX_MESSAGE:  # said here, where it is known, rather than refused by the reader
+        raise TooLarge(f"the sandbox's answer came to {megabytes(len(data))}; the limit is "
+                       f"{megabytes(MAX_MESSAGE)}")
     view = memoryview(_HEADER.pack(len(data)) + data)
     while view:
         written = os.write(fd, view)

@@ -16,7 +16,8 @@ import torch
 import torch.nn.functional as F
 
 from tutor.sandbox import allowlist
-from tutor.sandbox.guard import Guard
+from tutor.sandbox.classes import Tensor
+from tutor.sandbox.guard import Guard, Refused
 
 
 def _zeros_like_empty() -> dict[str, Any]:
@@ -34,6 +35,22 @@ def _zeros_like_empty() -> dict[str, Any]:
     return {"empty": empty, "empty_like": empty_like, "empty_strided": empty_strided}
 
 
+_BYTES = (bytes, bytearray, memoryview)
+
+
+def _bytes_refusing_asarray() -> dict[str, Any]:
+    """torch.asarray reads an object that offers its buffer in place: on a bytes literal it gives
+    a tensor whose writes land in memory Python holds as immutable, so bytes are refused."""
+
+    def asarray(obj: Any, *args: Any, **kw: Any) -> torch.Tensor:
+        if isinstance(obj, _BYTES):
+            raise Refused("torch.asarray of bytes is not available in the sandbox: it reads the "
+                          "object's raw memory; use torch.tensor(list(data))")
+        return torch.asarray(obj, *args, **kw)
+
+    return {"asarray": asarray}
+
+
 def _tensor_wrappers() -> dict[str, Any]:
     """Tensor methods whose result must not carry uninitialised memory, bound per tensor."""
 
@@ -44,27 +61,6 @@ def _tensor_wrappers() -> dict[str, Any]:
         return lambda size, stride, **kw: t.new_empty_strided(size, stride, **kw).zero_()
 
     return {"new_empty": new_empty, "new_empty_strided": new_empty_strided}
-
-
-class _TensorMeta(type):
-    """`torch.Tensor` for learner code: isinstance and issubclass work as usual; calling it with
-    sizes gives zeros, where the real legacy constructor gives uninitialised memory."""
-
-    def __instancecheck__(cls, obj: object) -> bool:
-        return isinstance(obj, torch.Tensor)
-
-    def __subclasscheck__(cls, sub: type) -> bool:
-        return isinstance(sub, type) and issubclass(sub, torch.Tensor)
-
-    def __call__(cls, *args: Any, **kw: Any) -> torch.Tensor:
-        t = torch.Tensor(*args, **kw)
-        sizes_only = all(isinstance(a, int) for a in args) or (
-            len(args) == 1 and isinstance(args[0], torch.Size))
-        return t.zero_() if sizes_only else t
-
-
-class Tensor(metaclass=_TensorMeta):
-    """Stands for torch.Tensor in learner code (see _TensorMeta)."""
 
 
 def _table(module_name: str, real: types.ModuleType, stand_ins: dict[str, types.ModuleType]
@@ -78,6 +74,7 @@ def _table(module_name: str, real: types.ModuleType, stand_ins: dict[str, types.
             values[name] = getattr(real, name)
     if module_name == "torch":
         values.update(_zeros_like_empty())
+        values.update(_bytes_refusing_asarray())
         values["Tensor"] = Tensor
     return values
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
+from tutor.sandbox.allowlist import READABLE_DUNDERS
+
 # Attributes that would hand the answer over (autograd) or reach outside the exercise.
 _AUTOGRAD_WHY = "the point is to compute the gradient yourself, so autograd's machinery is closed"
 REFUSED_ATTRIBUTES = {
@@ -127,7 +129,7 @@ def inspect(tree: ast.AST) -> Refusal | None:
                     node, f"the attribute .{node.attr}",
                     "frames, code objects and tracebacks lead outside the sandbox",
                 )
-            if node.attr.startswith("_"):
+            if node.attr.startswith("_") and node.attr not in READABLE_DUNDERS:
                 return _refusal(
                     node, f"the attribute .{node.attr}",
                     "names starting with an underscore reach into Python's internals",

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from tutor import diagnosis as dx
+from tutor import probe
 from tutor.candidate import (
     CodeError,
     Output,
@@ -111,6 +112,7 @@ class Engine:
         self._lock = threading.RLock()
         self._spare: isolate.Child | None = None
         self._cases: dict[str, list[Case]] = {}  # function step -> its cases, lesson's first
+        self._graph: probe.Graph | None = None  # the main batch under autograd, for the probe
 
     # -- the lesson as plain data ------------------------------------------------------------
     def info(self) -> dict:
@@ -190,10 +192,14 @@ class Engine:
               ) -> CheckSpec | FunctionCheckSpec:
         if step.function is not None:
             return self._function_spec(step, code)
+        main = self.lesson.main
+        replay = lambda s: Replay(s.id, prior.get(s.id), s.solution,  # noqa: E731
+                                  {p: main.reference[(s.id, p)] for p in s.partials})
         return CheckSpec(step.id, code, step.checks + step.partials, [
-            self._plan(step, self.lesson.main, "main", prior),
+            self._plan(step, main, "main", prior),
             self._plan(step, self.lesson.heldout, "heldout", prior),
-        ], self.settings.timeout)
+        ], self.settings.timeout,
+            probe.spec_for(self.pack, step, self._earlier(step), self.settings.seed, replay))
 
     def _function_spec(self, step: Step, code: str) -> FunctionCheckSpec:
         fn = step.function
@@ -330,6 +336,8 @@ class Engine:
                     "significant digits; compute gradients in float32, like the forward pass")
         passed = all(g.accepted and not g.diagnosis for g in grades)
         if passed:
+            passed = self._rule_probe(step, run, main.get("probe"), grades)
+        if passed:
             result["heldout"] = self._heldout(step, records.get("heldout"),
                                               bool(outcome.get("timeout")), grades)
             passed = result["heldout"]["passed"]
@@ -338,6 +346,21 @@ class Engine:
         if passed:
             result["figure"] = self._figure(step, run)
         return result
+
+    def _rule_probe(self, step: Step, run: Run, record: Any, grades: list[Grade]) -> bool:
+        """The verdict on the rule (tutor/probe.py): False when it refused a gradient."""
+        spec = probe.spec_for(self.pack, step, self._earlier(step), self.settings.seed)
+        if spec is None or not isinstance(record, dict):
+            return True
+        if self._graph is None:
+            self._graph = probe.Graph.of(self.lesson, self.lesson.main)
+        try:
+            line, fork = (decode_namespace(record.get(k)) if record.get(k) else None
+                          for k in ("line", "fork"))
+        except Exception:  # noqa: BLE001 - undecodable probe data: the real runs decide alone
+            return True
+        return probe.apply(self.pack, step, self._graph, spec, run.before, run.namespace, line,
+                           fork, grades, self.lesson.main.n)
 
     # -- function steps ------------------------------------------------------------------------
     def _grade_function(self, step: Step, outcome: dict, result: dict) -> dict:

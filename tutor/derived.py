@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
+from tutor import rewrites
 from tutor.diagnosis import _close as close
 from tutor.diagnosis import diagnosis
 from tutor.packs import Pack, Step
@@ -243,6 +244,7 @@ def candidates(pack: Pack, step: Step, tensor: str, scope: dict) -> Iterator[Can
         _constant_rewrites,
         _term_rewrites,
         _statement_rewrites,
+        _family_rewrites,
         _other_swaps,
     ]
     for make in makers:
@@ -252,6 +254,57 @@ def candidates(pack: Pack, step: Step, tensor: str, scope: dict) -> Iterator[Can
             seen.add(source)
             # Its own writes, not the solution's: no rewrite may change a tensor it did not copy.
             yield Candidate(kind, message, source, ctx.grad, _writes(ast.parse(source)))
+
+
+def _family_rewrites(tree: ast.Module, ctx: _Context):
+    """Axes, indices, constants, roots and order (tutor/rewrites.py)."""
+    yield from rewrites.axis_rewrites(tree, ctx.grad)
+    yield from rewrites.swap_rewrites(tree, ctx.grad, ctx.scope)
+    yield from rewrites.constant_rewrites(tree, ctx.grad, ctx.scope)
+    yield from rewrites.root_rewrites(tree, ctx.grad)
+    yield from rewrites.order_rewrites(tree, ctx.grad)
+
+
+def explain_function(step: Step, name: str, value: Tensor, ref: Tensor, inputs: dict,
+                     call: Callable[[str], dict | None]) -> dict | None:
+    """A function step's wrong output, matched against rewrites of its reference function.
+
+    `call(source)` defines the rewritten function and calls it on copies of the case's inputs
+    (the engine's way, behind the guard); `inputs` are those inputs, for the rewrites that need
+    to know which names hold tensors and counts.
+    """
+    if value.shape != ref.shape or not torch.isfinite(value).all():
+        return None
+    try:
+        tree = ast.parse(step.solution)
+    except SyntaxError:
+        return None
+    scope = {k: v for k, v in inputs.items() if isinstance(v, (Tensor, int))}
+    off = _distance(value, ref)
+    makers = [
+        rewrites.constant_rewrites(tree, name, scope),
+        rewrites.root_rewrites(tree, name),
+        rewrites.order_rewrites(tree, name),
+        rewrites.axis_rewrites(tree, name),
+        rewrites.swap_rewrites(tree, name, scope),
+    ]
+    seen = {ast.unparse(tree)}
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for family in makers:
+            for source, kind, message in family:
+                if source in seen:
+                    continue
+                seen.add(source)
+                produced = (call(source) or {}).get(name)
+                if (isinstance(produced, Tensor) and produced.shape == ref.shape
+                        and produced.isfinite().all() and close(value, produced)
+                        and _distance(value, produced, ref) < off / 10):
+                    return diagnosis(kind, message)
+    finally:
+        torch.set_num_threads(threads)
+    return None
 
 
 def _accumulates(tree: ast.Module, grad: str) -> bool:

@@ -40,7 +40,7 @@ from tutor.execution import (
     run_scratch,
 )
 from tutor.functions import Case, cases, is_gradient, output_label
-from tutor.grading import Grade, grade, heatmap, rounding_note
+from tutor.grading import APPROXIMATE_WHY, Grade, grade, heatmap, rounding_note
 from tutor.lesson import Batch, Lesson, resolve_device
 from tutor.packs import Pack, Step, find_pack, load_pack
 from tutor.results import CheckResult
@@ -549,7 +549,9 @@ class Engine:
             row = (f"cmp {name:<15} exact {str(g.exact):<5}  approximate {str(g.approximate):<5}"
                    f"  maxdiff {g.maxdiff if g.maxdiff is not None else '-'}"
                    + ("" if g.shape == g.expected_shape else
-                      f"  (shape {g.shape}, expected {g.expected_shape})") + "\n")
+                      f"  (shape {g.shape}, expected {g.expected_shape})")
+                   + (f"\n    ({APPROXIMATE_WHY})" if g.accepted and not g.approximate else "")
+                   + "\n")
             pos = max(last, min(pos, len(stdout)))
             pieces += [stdout[last:pos], row]
             last = pos
@@ -620,6 +622,7 @@ class Engine:
             batch.n,
             earlier if isinstance(earlier, Tensor) else None,
             mistakes,
+            "\n".join(self.pack.line_for(t).source for t in step.lines),
         )
         if g.diagnosis is None and torch.isfinite(value).all():
             # Nobody catalogued this one: compare with wrong answers derived from the step.

@@ -225,8 +225,15 @@ def rounding_note(g: Grade) -> str:
         return (
             "correct: it differs from autograd only by float32 rounding "
             f"(maxdiff {g.maxdiff:.1e}; both are that close to the float64 gradient)"
+            + (f". {APPROXIMATE_WHY}" if not g.approximate else "")
         )
     return ""
+
+
+# Said wherever a row shows `approximate False` beside a verdict that accepts it.
+APPROXIMATE_WHY = ("approximate is False because torch.allclose's default tolerance (rtol 1e-5, "
+                   "atol 1e-8) is tighter than float32 rounding for gradients this small; the "
+                   "verdict compares with the float64 gradient instead")
 
 
 def heatmap(diff: Tensor, max_rows: int = 8, max_cols: int = 32) -> list[list[float]]:

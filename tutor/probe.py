@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from tutor.grading import grade
+from tutor.grading import as_graded, grade
 from tutor.packs import Pack, Step
 
 Tensor = torch.Tensor
@@ -153,6 +153,13 @@ class Graph:
                 wrt = target
             keep = [(o, c) for o, c in zip(outs, cots, strict=True)
                     if isinstance(o, Tensor) and o.requires_grad]
+            try:
+                # A gradient of a shape that broadcasts ([64] for [1, 64]) stands for its
+                # broadcast, as where it was accepted.
+                keep = [(o, c if c.shape == o.shape else c.broadcast_to(o.shape))
+                        for o, c in keep]
+            except RuntimeError:
+                return None
             if not keep or not wrt.requires_grad:
                 return torch.zeros_like(target.detach())
             (grad,) = torch.autograd.grad([o for o, _ in keep], [wrt],
@@ -188,8 +195,6 @@ def judge(pack: Pack, step: Step, graph: Graph, before: dict, real: dict, probe:
     ours_real, ours_probe = real.get(grad), (probe or {}).get(grad)
     if not isinstance(ours_real, Tensor) or not isinstance(ours_probe, Tensor):
         return None
-    if ours_probe.shape != ours_real.shape:
-        return Outcome(tensor, False)
     if fork:
         assert spec.fork is not None
         first = pack.step(spec.fork.step_id)
@@ -212,15 +217,14 @@ def judge(pack: Pack, step: Step, graph: Graph, before: dict, real: dict, probe:
     if want32 is None or want64 is None:
         return None
     change = ours_probe.detach().double().cpu() - ours_real.detach().double().cpu()
-    want64 = want64.expand(change.shape) if want64.shape != change.shape else want64
-    want32 = want32.expand(change.shape) if want32.shape != change.shape else want32
-    if change.shape != want64.shape:
-        return Outcome(tensor, False)
-    g = grade(tensor, change, want32.float(), want64)
+    g = grade(tensor, change, want32.float(), want64)  # a shape that fits is graded as it fits
     scale = float(want64.abs().max()) or 1.0
     nothing = float(change.abs().max()) <= 1e-6 * scale
-    expected = ours_real.detach().to(want32.device, torch.float32) + want32 if not fork else None
-    return Outcome(tensor, g.accepted, nothing, ours_probe if not fork else None, expected)
+    if fork or not g.accepted and g.verdict == "shape":
+        return Outcome(tensor, g.accepted, nothing)
+    value = as_graded(ours_probe.detach().to(want32.device, torch.float32), want32)
+    expected = as_graded(ours_real.detach().to(want32.device, torch.float32), want32) + want32
+    return Outcome(tensor, g.accepted, nothing, value, expected)
 
 
 def why_it_looked_right(step: Step, before: dict, tensor_value: Tensor) -> str:
@@ -281,6 +285,15 @@ def apply(pack: Pack, step: Step, graph: Graph, spec: ProbeSpec, before: dict, r
         if not g.accepted or g.diagnosis:
             continue
         closing = g.reference_step is not None
+        value = real.get(g.grad)
+        if isinstance(value, Tensor) and value.numel() and not bool(value.any()):
+            # All zeros, and accepted: the true gradient is zero up to rounding whatever the
+            # numbers, a fact worked out rather than a branch left out (`dlogit_maxes = 0`).
+            g.note = (f"{g.grad} is 0 here up to rounding for any gradient this network can "
+                      f"send back, and your code writes that zero directly. The line's own "
+                      f"rule gives it too; writing the rule keeps the code right if the lines "
+                      f"above it change.")
+            continue
         out = judge(pack, step, graph, before, real, line, spec, g.tensor, g.partial, closing)
         if out is None or out.passed:
             continue

@@ -262,11 +262,13 @@ def _family_rewrites(tree: ast.Module, ctx: _Context):
     yield from rewrites.swap_rewrites(tree, ctx.grad, ctx.scope)
     yield from rewrites.constant_rewrites(tree, ctx.grad, ctx.scope)
     yield from rewrites.root_rewrites(tree, ctx.grad)
+    yield from rewrites.correction_rewrites(tree, ctx.grad)
     yield from rewrites.order_rewrites(tree, ctx.grad)
 
 
 def explain_function(step: Step, name: str, value: Tensor, ref: Tensor, inputs: dict,
-                     call: Callable[[str], dict | None]) -> dict | None:
+                     call: Callable[[str], dict | None], start: Tensor | None = None
+                     ) -> dict | None:
     """A function step's wrong output, matched against rewrites of its reference function.
 
     `call(source)` defines the rewritten function and calls it on copies of the case's inputs
@@ -280,10 +282,19 @@ def explain_function(step: Step, name: str, value: Tensor, ref: Tensor, inputs: 
     except SyntaxError:
         return None
     scope = {k: v for k, v in inputs.items() if isinstance(v, (Tensor, int))}
+    if start is not None and start.shape == value.shape:
+        # An update is compared by how it moved the tensor: a step far smaller than the
+        # tensor itself must still be told apart.
+        base = start.detach().to(value.device, torch.float64)
+        moved = lambda t: t.detach().to(value.device, torch.float64) - base  # noqa: E731
+    else:
+        moved = lambda t: t  # noqa: E731
+    value, ref = moved(value), moved(ref)
     off = _distance(value, ref)
     makers = [
         rewrites.constant_rewrites(tree, name, scope),
         rewrites.root_rewrites(tree, name),
+        rewrites.correction_rewrites(tree, name),
         rewrites.order_rewrites(tree, name),
         rewrites.axis_rewrites(tree, name),
         rewrites.swap_rewrites(tree, name, scope),
@@ -298,13 +309,39 @@ def explain_function(step: Step, name: str, value: Tensor, ref: Tensor, inputs: 
                     continue
                 seen.add(source)
                 produced = (call(source) or {}).get(name)
-                if (isinstance(produced, Tensor) and produced.shape == ref.shape
-                        and produced.isfinite().all() and close(value, produced)
+                if not isinstance(produced, Tensor) or produced.shape != ref.shape:
+                    continue
+                produced = moved(produced)
+                if (produced.isfinite().all() and close(value, produced)
                         and _distance(value, produced, ref) < off / 10):
                     return diagnosis(kind, message)
     finally:
         torch.set_num_threads(threads)
     return None
+
+
+def call_function(step: Step, source: str, inputs: dict, sizes: dict) -> dict | None:
+    """Define a rewrite of the reference function and call it on copies of a case's inputs:
+    its outputs (or the arguments it updates in place) by name; None if it fails. Trusted code
+    (a rewrite of the pack's own solution), so a plain exec, as for the per-line rewrites."""
+    spec = step.function
+    if spec is None:
+        return None
+    ns: dict = {"torch": torch, "F": F, "math": math, **sizes}
+    args = {k: v.clone() if isinstance(v, Tensor) else v for k, v in inputs.items()}
+    try:
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            exec(_compiled(source), ns)
+            result = ns[spec.name](*[args[a] for a in spec.arguments])
+    except Exception:  # noqa: BLE001 - a rewrite that cannot run here is no candidate
+        return None
+    if not spec.outputs:
+        return {name: args[name] for name in step.checks}
+    result = result if len(spec.outputs) > 1 else (result,)
+    if not isinstance(result, (tuple, list)) or len(result) != len(spec.outputs):
+        return None
+    return dict(zip(spec.outputs, result, strict=True))
 
 
 def _accumulates(tree: ast.Module, grad: str) -> bool:

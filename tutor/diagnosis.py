@@ -118,12 +118,22 @@ def _same(value: Tensor, produced: Tensor) -> bool:
 
 
 def matching_mistake(
-    value: Tensor, mistakes: list[tuple[Mistake, Callable[[], Tensor | None]]]
+    value: Tensor, mistakes: list[tuple[Mistake, Callable[[], Tensor | None]]],
+    start: Tensor | None = None,
 ) -> dict | None:
-    """The catalogued mistake whose result the learner's tensor reproduces, if any."""
+    """The catalogued mistake whose result the learner's tensor reproduces, if any. With
+    `start` (a tensor updated in place), what is compared is the change from it."""
     for mistake, evaluate in mistakes:
         produced = evaluate()
-        if produced is not None and _same(value, produced):
+        if produced is None:
+            continue
+        if start is not None and start.shape == value.shape == produced.shape:
+            base = start.detach().to("cpu", torch.float64)
+            same = _same(value.detach().to("cpu", torch.float64) - base,
+                         produced.detach().to("cpu", torch.float64) - base)
+        else:
+            same = _same(value, produced)
+        if same:
             return diagnosis(mistake.kind, mistake.message)
     return None
 

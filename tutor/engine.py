@@ -39,7 +39,7 @@ from tutor.execution import (
     run_function_scratch,
     run_scratch,
 )
-from tutor.functions import Case, cases, is_gradient, output_label
+from tutor.functions import SAME_SIZES, Case, cases, is_gradient, output_label, same_sizes_case
 from tutor.grading import APPROXIMATE_WHY, Grade, grade, heatmap, rounding_note
 from tutor.lesson import Batch, Lesson, resolve_device
 from tutor.packs import Pack, Step, find_pack, load_pack
@@ -141,6 +141,16 @@ class Engine:
             self._cases[step.id] = cases(step, self.lesson.main, self.settings.seed, self.device)
         return self._cases[step.id]
 
+    def _same_sizes(self, step: Step) -> Case | None:
+        """Fresh values at the lesson's sizes, run with the cases: whether a fresh case failed
+        because of its sizes (functions.same_sizes_case)."""
+        key = f"{step.id} {SAME_SIZES}"
+        if key not in self._cases:
+            same = same_sizes_case(step, self.function_cases(step)[0], self.settings.seed,
+                                   self.device)
+            self._cases[key] = [same] if same else []
+        return next(iter(self._cases[key]), None)
+
     def _plan(self, step: Step, batch: Batch, name: str, prior: dict[str, str]) -> BatchPlan:
         """What the child needs for one batch: its tensors and how to replay earlier steps.
 
@@ -206,7 +216,8 @@ class Engine:
         assert fn is not None
         return FunctionCheckSpec(
             step.id, code, fn.name, fn.call, fn.arguments, fn.outputs, step.checks,
-            [(c.name, c.inputs) for c in self.function_cases(step)],
+            [(c.name, c.inputs) for c in [*self.function_cases(step),
+                                          *filter(None, [self._same_sizes(step)])]],
             dict(self.lesson.sizes), self.settings.timeout)
 
     def _in_child(self, request: dict, _send: Callable, _cancel: threading.Event) -> dict:
@@ -410,7 +421,11 @@ class Engine:
         mistakes = [(m, self._function_mistake(step, m, name, case)) for m in step.mistakes
                     if (m.tensor or step.checks[0]) == name]
         start = case.inputs.get(name)
-        known = dx.matching_mistake(value, mistakes) if not is_gradient(name) else None
+        known = None
+        if not is_gradient(name):
+            # An update is recognised by how it moved the tensor, not by where it ended up
+            # (a step a tenth too small is no update left out).
+            known = dx.matching_mistake(value, mistakes, start)
         if known:
             g.diagnosis = known
         elif g.verdict == "shape":
@@ -427,8 +442,8 @@ class Engine:
         elif is_gradient(name):
             g.diagnosis = dx.value_diagnosis(tensor, value, ref32, _scale_size(case), None,
                                              mistakes)
-        else:
-            g.diagnosis = dx.matching_mistake(value, mistakes)
+        if g.diagnosis is None and g.verdict != "shape":
+            g.diagnosis = self._derived_output(step, name, value, ref32, case)
         pattern = dx.where_wrong(value, ref32) if (
             g.verdict != "shape" and torch.isfinite(value).all()
             and (g.diagnosis or {}).get("kind") != "unchanged") else ""
@@ -437,6 +452,24 @@ class Engine:
         if pattern:
             g.heatmap = heatmap(value.to(ref32.dtype) - ref32)
         return g
+
+    def _derived_output(self, step: Step, name: str, value: Tensor, ref: Tensor, case: Case
+                        ) -> dict | None:
+        """Nobody catalogued this one: rewrites of the reference function, then the state's
+        own patterns (tutor/derived.py, tutor/rewrites.py)."""
+        from tutor import derived
+        from tutor.rewrites import state_patterns
+
+        def call(source: str) -> dict | None:
+            return derived.call_function(step, source, case.inputs, self.lesson.sizes)
+
+        start = case.inputs.get(name)
+        start = start if isinstance(start, Tensor) and not is_gradient(name) else None
+        found = derived.explain_function(step, name, value, ref, case.inputs, call, start)
+        if found is None and not is_gradient(name):
+            why = state_patterns(name, value, ref, start)
+            found = dx.diagnosis("derived", why) if why else None
+        return found
 
     def _function_mistake(self, step: Step, m, name: str, case: Case
                           ) -> Callable[[], Tensor | None]:
@@ -482,16 +515,57 @@ class Engine:
                 if not failures:
                     continue
                 reason = ", ".join(failures)
-            out["message"] = (
-                f"right on the lesson's tensors ({lesson.describe()}), but at {case.describe()} "
-                f"{reason}. Does the function use a size of the lesson (a number such as "
-                f"{_lesson_numbers(lesson)}{self._size_names(lesson)}) instead of reading every "
-                "size off its arguments' shapes?")
+            same = self._same_sizes(step)
+            if same is not None and self._fails(step, same, records.get(same.name)):
+                # Wrong at the lesson's own sizes too: the values made the difference.
+                found = self._explain_case(step, same, records[same.name])
+                out["message"] = (
+                    f"right on the lesson's tensors ({lesson.describe()}), but at "
+                    f"{case.describe()} {reason}, and it is also wrong for fresh values at the "
+                    f"lesson's own sizes: no size is to blame. It is right only for these "
+                    f"particular values: check the parts whose effect is tiny here (a term "
+                    f"scaled by a small constant, the order of two updates)."
+                    + (f" {found['message']}" if found else ""))
+            else:
+                out["message"] = (
+                    f"right on the lesson's tensors ({lesson.describe()}), but at "
+                    f"{case.describe()} {reason}. Does the function use a size of the lesson (a "
+                    f"number such as {_lesson_numbers(lesson)}{self._size_names(lesson)}) "
+                    "instead of reading every size off its arguments' shapes?")
             out["passed"] = False
             grades[0].diagnosis = dx.diagnosis("heldout", out["message"])
             grades[0].message = out["message"]
             break
         return out
+
+    def _explain_case(self, step: Step, case: Case, record: dict) -> dict | None:
+        """The derived diagnosis of the first wrong output of a case, if any."""
+        if record.get("error"):
+            return None
+        values = decode_namespace(record.get("after"))
+        for name in step.checks:
+            value = values.get(name)
+            if not isinstance(value, Tensor) or value.shape != case.reference[name].shape:
+                continue
+            if not grade(output_label(name), value, case.reference[name],
+                         case.reference64[name], label=name).accepted:
+                return self._derived_output(step, name, value, case.reference[name], case)
+        return None
+
+    def _fails(self, step: Step, case: Case, record: dict | None) -> bool:
+        """Whether the learner's function got this case wrong (a failure to run counts)."""
+        if record is None:
+            return False
+        if record.get("error"):
+            return True
+        values = decode_namespace(record.get("after"))
+        for name in step.checks:
+            value = values.get(name)
+            h = grade(output_label(name), value if isinstance(value, Tensor) else None,
+                      case.reference[name], case.reference64[name], label=name)
+            if not h.accepted:
+                return True
+        return False
 
     def _size_names(self, lesson: Case) -> str:
         """The lesson's names for the sizes of its case (C=32 is n_embd), as a learner might

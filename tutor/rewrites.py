@@ -39,16 +39,28 @@ def _nth(tree: ast.Module, index: int) -> ast.AST:
 
 def _variants(tree: ast.Module, match, make) -> Iterator[tuple[ast.AST, str]]:
     """For every node `match` accepts, the source with it replaced by each of make(node)."""
-    count = len(list(ast.walk(tree)))
-    for i in range(count):
-        node = _nth(tree, i)
+    for i, node in enumerate(list(ast.walk(tree))):
         if not match(node):
             continue
         for variant, what in make(node):
             new = copy.deepcopy(tree)
-            target = _nth(new, i)
-            _swap_in(new, target, variant)
+            _swap_in(new, _nth(new, i), variant)
             yield new, what
+
+
+def _everywhere(tree: ast.Module, match, make) -> Iterator[tuple[ast.AST, str]]:
+    """The same change made at every node `match` accepts at once (`t + 1` in both
+    corrections), for each kind of change make(node) offers; only where there are several."""
+    count = len([n for n in ast.walk(tree) if match(n)])
+    if count < 2:
+        return
+    first = next(n for n in ast.walk(tree) if match(n))
+    for k, (_, what) in enumerate(make(first)):
+        new = copy.deepcopy(tree)
+        for node in [n for n in ast.walk(new) if match(n)]:
+            variant = list(make(node))[k][0]
+            _swap_in(new, node, variant)
+        yield new, what
 
 
 def _swap_in(tree: ast.AST, old: ast.AST, new: ast.AST) -> None:
@@ -205,7 +217,8 @@ def constant_rewrites(tree: ast.Module, grad: str, scope: dict) -> Iterator[Rewr
         for op, word in ((ast.Add(), "+ 1"), (ast.Sub(), "- 1")):
             yield ast.BinOp(_name(node.id), op, ast.Constant(1)), f"`{node.id} {word}`"
 
-    for new, what in _variants(tree, is_count, shifted):
+    for new, what in [*_everywhere(tree, is_count, shifted),
+                      *_variants(tree, is_count, shifted)]:
         yield (_src(new), "derived",
                f"Your {grad} matches the formula with {what} where `{_first_count(what)}` "
                "belongs: a count one off. Check where the count starts (t = 1 at the first "
@@ -220,7 +233,8 @@ def constant_rewrites(tree: ast.Module, grad: str, scope: dict) -> Iterator[Rewr
         yield (ast.BinOp(ast.BinOp(node.left, ast.Sub(), power.left), ast.Pow(), power.right),
                "the power applied to the whole difference")  # type: ignore[attr-defined]
 
-    for new, what in _variants(tree, is_power_in_difference, grouped):
+    for new, what in [*_everywhere(tree, is_power_in_difference, grouped),
+                      *_variants(tree, is_power_in_difference, grouped)]:
         yield (_src(new), "derived",
                f"Your {grad} matches the formula with {what}: `(a - b)**t` where only `b` is "
                "raised to the power. Check what the exponent applies to.")
@@ -278,6 +292,33 @@ def root_rewrites(tree: ast.Module, grad: str) -> Iterator[Rewrite]:
                    "line (or the method) puts it.")
 
 
+def correction_rewrites(tree: ast.Module, grad: str) -> Iterator[Rewrite]:
+    """A division meant for a value applied after its square root: `x = a / b` then
+    `x.sqrt()` written as `a.sqrt() / b`."""
+    quotients = {}
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Assign) and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Name) and isinstance(node.value, ast.BinOp)
+                and isinstance(node.value.op, ast.Div)):
+            quotients[node.targets[0].id] = node.value
+
+    def root_of_quotient(node: ast.AST) -> bool:
+        return (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "sqrt" and isinstance(node.func.value, ast.Name)
+                and node.func.value.id in quotients)
+
+    def after(node: ast.Call):
+        q = quotients[node.func.value.id]  # type: ignore[attr-defined]
+        root = ast.Call(ast.Attribute(copy.deepcopy(q.left), "sqrt", ast.Load()), [], [])
+        yield ast.BinOp(root, ast.Div(), copy.deepcopy(q.right)), ast.unparse(q.right)
+
+    for new, what in _variants(tree, root_of_quotient, after):
+        yield (_src(new), "derived",
+               f"Your {grad} matches the computation with the division by `{what}` applied "
+               "after the square root instead of before it: the correction belongs to the "
+               "value whose root is taken, so its root is what divides.")
+
+
 def _bodies(tree: ast.AST) -> Iterator[list[ast.stmt]]:
     for node in ast.walk(tree):
         if isinstance(node, (ast.Module, ast.FunctionDef)):
@@ -298,6 +339,18 @@ def order_rewrites(tree: ast.Module, grad: str) -> Iterator[Rewrite]:
                        f"Your {grad} matches the computation with two consecutive updates in "
                        f"the other order ({_writes_of(body[i])} and {_writes_of(body[i + 1])}). "
                        "Each update reads what the one before it left: check the order.")
+            for where, place in ((len(body) - 1, "last"), (0, "first")):
+                if where == i or abs(where - i) == 1:
+                    continue  # no move, or the swap above
+                moved = body.pop(i)
+                body.insert(where, moved)
+                text = _src(tree)
+                body.pop(where)
+                body.insert(i, moved)
+                yield (text, "derived",
+                       f"Your {grad} matches the computation with the update of "
+                       f"{_writes_of(moved)} done {place} instead of where it belongs. Each "
+                       "update reads what the ones before it left: check the order.")
             if len(body) > 1:
                 kept = body.pop(i)
                 dropped = _src(tree)

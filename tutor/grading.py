@@ -23,7 +23,14 @@ import torch
 Tensor = torch.Tensor
 
 RTOL, ATOL = 1e-5, 1e-8  # torch.allclose defaults, as in cmp
-ROUNDING_HEADROOM = 16.0  # how many times autograd's own float32 error an answer may have
+# How many times autograd's own float32 error an answer may have. Measured on every correct
+# answer we keep (benchmarks/headroom.py): correct answers reach 4.9 times, GELU written with
+# 0.04472 for 0.044715 reaches 9.2 on the lesson's batch; 6.5 lies between, nearer the bottom.
+ROUNDING_HEADROOM = 6.5
+# The rule probe grades the change between two runs, which carries the rounding of both and is
+# judged against one float32 VJP: correct answers reach 7.2 times there. It looks for wrong
+# rules, which are far off; near misses are the values' job.
+PROBE_HEADROOM = 32.0
 RELATIVE_FLOOR = 1e-6  # errors below this fraction of the gradient's size are rounding
 
 
@@ -74,6 +81,7 @@ def grade(
     partial: bool = False,
     parameter: bool = False,
     label: str | None = None,
+    headroom: float | None = None,
 ) -> Grade:
     """Compare a learner's gradient with autograd's; no diagnosis yet, only the facts.
 
@@ -100,7 +108,7 @@ def grade(
             g.verdict = "shape"
             return g
         # A shape that only stands if its values are right: compare what it broadcasts to.
-        _measure(g, as_graded(value, ref32), ref32, ref64)
+        _measure(g, as_graded(value, ref32), ref32, ref64, headroom)
         if not g.accepted and value.numel() != ref32.numel():
             # [1, 64] for [n, 64] is a shape mistake unless every row of the truth is the same.
             g.exact = g.approximate = False
@@ -110,11 +118,12 @@ def grade(
         if g.accepted:
             g.note = shape_note(tensor, g.shape, g.expected_shape, parameter)
         return g
-    _measure(g, value, ref32, ref64)
+    _measure(g, value, ref32, ref64, headroom)
     return g
 
 
-def _measure(g: Grade, value: Tensor, ref32: Tensor, ref64: Tensor) -> None:
+def _measure(g: Grade, value: Tensor, ref32: Tensor, ref64: Tensor,
+             headroom: float | None = None) -> None:
     """exact / approximate / maxdiff against float32, acceptance against float64."""
     if not value.is_floating_point():
         value = value.to(ref32.dtype)
@@ -126,7 +135,8 @@ def _measure(g: Grade, value: Tensor, ref32: Tensor, ref64: Tensor) -> None:
     if not torch.isfinite(ours).all():
         g.verdict = "wrong"
         return
-    g.accepted = g.exact or accepts(ours, ref32, ref64)
+    g.accepted = g.exact or (accepts(ours, ref32, ref64) if headroom is None else
+                             accepts(ours, ref32, ref64, headroom))
     g.verdict = "exact" if g.exact else "approximate" if g.accepted else "wrong"
 
 
@@ -206,7 +216,8 @@ def closing_grade(g: Grade, value, full32: Tensor, full64: Tensor, closing: str)
     return full
 
 
-def accepts(ours64: Tensor, ref32: Tensor, ref64: Tensor) -> bool:
+def accepts(ours64: Tensor, ref32: Tensor, ref64: Tensor,
+            headroom: float = ROUNDING_HEADROOM) -> bool:
     """Is this answer as accurate as autograd's own float32 gradient, give or take rounding?"""
     if ours64.numel() == 0:
         return True
@@ -214,7 +225,7 @@ def accepts(ours64: Tensor, ref32: Tensor, ref64: Tensor) -> bool:
         return True
     autograd_error = float((ref32.detach().to("cpu", torch.float64) - ref64).abs().max())
     scale = float(ref64.abs().max())
-    tolerance = max(ROUNDING_HEADROOM * autograd_error, RELATIVE_FLOOR * scale)
+    tolerance = max(headroom * autograd_error, RELATIVE_FLOOR * scale)
     return float((ours64 - ref64).abs().max()) <= tolerance
 
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from tutor.grading import as_graded, grade
+from tutor.grading import PROBE_HEADROOM, as_graded, grade
 from tutor.packs import Pack, Step
 
 Tensor = torch.Tensor
@@ -217,7 +217,8 @@ def judge(pack: Pack, step: Step, graph: Graph, before: dict, real: dict, probe:
     if want32 is None or want64 is None:
         return None
     change = ours_probe.detach().double().cpu() - ours_real.detach().double().cpu()
-    g = grade(tensor, change, want32.float(), want64)  # a shape that fits is graded as it fits
+    # A shape that fits is graded as it fits.
+    g = grade(tensor, change, want32.float(), want64, headroom=PROBE_HEADROOM)
     scale = float(want64.abs().max()) or 1.0
     nothing = float(change.abs().max()) <= 1e-6 * scale
     if fork or not g.accepted and g.verdict == "shape":

@@ -59,7 +59,8 @@ class ProbeSpec:
 def arriving(step: Step) -> list[tuple[str, str]]:
     """(gradient name in the namespace, forward tensor it is the gradient of) for every gradient
     arriving at the step's lines from above."""
-    pairs = [(f"d{t}", t) for t in step.lines if t not in step.checks]
+    # The scalar the gradients are of has no gradient arriving: there is nothing to vary.
+    pairs = [(f"d{t}", t) for t in step.lines if t not in step.checks and t != step.target]
     if step.upstream:
         pairs.append((f"d{step.upstream}", step.target or step.upstream))
     return pairs
@@ -298,6 +299,11 @@ def apply(pack: Pack, step: Step, graph: Graph, spec: ProbeSpec, before: dict, r
         out = judge(pack, step, graph, before, real, line, spec, g.tensor, g.partial, closing)
         if out is None or out.passed:
             continue
+        if g.partial and not closing:
+            # Both branches typed at the first one: the complete gradient's rule is right too.
+            whole = judge(pack, step, graph, before, real, line, spec, g.tensor, True, True)
+            if whole is None or whole.passed:
+                continue
         if spec.fork is not None and not g.partial:
             again = judge(pack, step, graph, before, real, fork, spec, g.tensor, False, False,
                           fork=True)

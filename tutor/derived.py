@@ -190,6 +190,7 @@ class _Context:
     related: list[str]  # tensors on the line, then their neighbours: tried first as swaps
     forward: list[str]  # every float tensor that is not a gradient
     unary: dict[str, ast.expr]  # output of a one-operand line -> the line's expression of it
+    pack_lines: tuple = ()  # every forward line of the pack
 
     def is_grad(self, name: str) -> bool:
         return name.startswith("d") and name[1:] in self.scope and name in self.scope
@@ -256,8 +257,45 @@ def candidates(pack: Pack, step: Step, tensor: str, scope: dict) -> Iterator[Can
             yield Candidate(kind, message, source, ctx.grad, _writes(ast.parse(source)))
 
 
+def _skipped_line_rewrites(tree: ast.Module, ctx: _Context):
+    """A line's output recomputed from the input of the line before it (a softmax of the scores
+    before the mask): `att` as `F.softmax(preatt, ...)` where `att = F.softmax(preatt_masked)`
+    and `preatt_masked` masks `preatt`."""
+    lines = {line.target: line for line in ctx.pack_lines}
+    for i, node in _loads(tree):
+        line = lines.get(node.id)
+        if line is None:
+            continue
+        inputs = [t for t in line.operands if isinstance(ctx.scope.get(t), Tensor)]
+        if len(inputs) != 1 or inputs[0] not in lines:
+            continue
+        before = [t for t in lines[inputs[0]].operands
+                  if isinstance(ctx.scope.get(t), Tensor)
+                  and ctx.scope[t].shape == ctx.scope[inputs[0]].shape]
+        for skipped in before:
+            again = _substitute_name(_expr(line.source), inputs[0], skipped)
+            everywhere = ast.parse(ast.unparse(tree))
+            for sub in ast.walk(everywhere):
+                for field, value in ast.iter_fields(sub):
+                    if (isinstance(value, ast.Name) and value.id == node.id
+                            and isinstance(value.ctx, ast.Load)):
+                        setattr(sub, field, copy.deepcopy(again))
+            message = (
+                f"Your {ctx.grad} matches the formula with `{node.id}` recomputed from "
+                f"`{skipped}`, skipping the line that makes `{inputs[0]}` "
+                f"(`{lines[inputs[0]].source}`). Use the tensor the forward pass actually "
+                "computed.")
+            yield ast.unparse(everywhere), "derived", message
+            yield (_replace(tree, i, lambda _n, e=again: copy.deepcopy(e)), "derived",
+                   f"Your {ctx.grad} matches the formula with `{node.id}` recomputed from "
+                   f"`{skipped}`, skipping the line that makes `{inputs[0]}` "
+                   f"(`{lines[inputs[0]].source}`). Use the tensor the forward pass actually "
+                   "computed.")
+
+
 def _family_rewrites(tree: ast.Module, ctx: _Context):
     """Axes, indices, constants, roots and order (tutor/rewrites.py)."""
+    yield from _skipped_line_rewrites(tree, ctx)
     yield from rewrites.axis_rewrites(tree, ctx.grad)
     yield from rewrites.swap_rewrites(tree, ctx.grad, ctx.scope)
     yield from rewrites.constant_rewrites(tree, ctx.grad, ctx.scope)
@@ -378,7 +416,8 @@ def _context(pack: Pack, step: Step, tensor: str, scope: dict) -> _Context:
         inputs = [t for t in line.operands if t in tensors]
         if len(inputs) == 1:
             unary[line.target] = _substitute_name(_expr(line.source), inputs[0], line.target)
-    return _Context(f"d{tensor}", scope, upstream & tensors, related, forward, unary)
+    return _Context(f"d{tensor}", scope, upstream & tensors, related, forward, unary,
+                    tuple(pack.forward_lines))
 
 
 def _expr(source: str) -> ast.expr:

@@ -442,8 +442,10 @@ class Engine:
         elif is_gradient(name):
             g.diagnosis = dx.value_diagnosis(tensor, value, ref32, _scale_size(case), None,
                                              mistakes)
-        if g.diagnosis is None and g.verdict != "shape":
-            g.diagnosis = self._derived_output(step, name, value, ref32, case)
+        if g.verdict != "shape" and (g.diagnosis is None or (
+                g.diagnosis["kind"] == "scale" and "constant factors" in g.diagnosis["message"])):
+            # A factor no count explains may still be a rewrite (a size for another).
+            g.diagnosis = self._derived_output(step, name, value, ref32, case) or g.diagnosis
         pattern = dx.where_wrong(value, ref32) if (
             g.verdict != "shape" and torch.isfinite(value).all()
             and (g.diagnosis or {}).get("kind") != "unchanged") else ""

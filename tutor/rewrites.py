@@ -107,7 +107,15 @@ def axis_rewrites(tree: ast.Module, grad: str) -> Iterator[Rewrite]:
             _set_dim(new, slot, dim)
             yield new, f"`.{node.func.attr}` over dim {dim} instead of {current}"
 
-    for new, what in _variants(tree, is_reduction, other_dims):
+    def one_slice(node: ast.Call):
+        # The sum over a broadcast dimension replaced by one of its slices (`dout[0]`).
+        slot, current = _dim_slot(node)  # type: ignore[misc]
+        if node.func.attr == "sum" and current == 0:  # type: ignore[attr-defined]
+            sub = ast.Subscript(node.func.value, ast.Constant(0), ast.Load())  # type: ignore[attr-defined]
+            yield sub, "one slice `[0]` in place of the sum over dim 0"
+
+    for new, what in [*_variants(tree, is_reduction, other_dims),
+                      *_variants(tree, is_reduction, one_slice)]:
         yield (_src(new), "derived",
                f"Your {grad} matches the computation with a reduction over another axis: "
                f"{what}. Check which dimension each sum or mean runs along: the one the "
@@ -127,6 +135,17 @@ def axis_rewrites(tree: ast.Module, grad: str) -> Iterator[Rewrite]:
                 new.args = [_literal(pair[0]), _literal(pair[1])]
                 yield new, f"`.transpose{pair}` in its place"
 
+    def is_mask(node: ast.AST) -> bool:
+        return (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("masked_fill", "tril", "triu"))
+
+    def unmasked(node: ast.Call):
+        yield node.func.value, f"without the `.{node.func.attr}(...)`"  # type: ignore[attr-defined]
+
+    for new, what in _variants(tree, is_mask, unmasked):
+        yield (_src(new), "derived",
+               f"Your {grad} matches the computation {what}: gradient reaches the positions "
+               "the mask shut off. Where the forward pass masked, nothing flows back.")
     for new, what in _variants(tree, is_permutation, without):
         yield (_src(new), "derived",
                f"Your {grad} matches the computation {what}: the axes come out in another "
@@ -172,6 +191,7 @@ def swap_rewrites(tree: ast.Module, grad: str, scope: dict) -> Iterator[Rewrite]
                    f"Your {grad} matches the computation with `{a}` and `{b}` swapped. They "
                    "have the same shape, so nothing fails: check which one each part of the "
                    "formula needs.")
+    yield from _sibling_swaps(tree, grad)
     ints = [k for k, v in scope.items() if isinstance(v, Tensor) and not v.is_floating_point()
             and v.dim() > 0]
     for a in seen:
@@ -188,6 +208,31 @@ def swap_rewrites(tree: ast.Module, grad: str, scope: dict) -> Iterator[Rewrite]
                    f"Your {grad} matches the computation with the indices `{b}` where `{a}` "
                    "belongs: a wrong index picks other entries. Check which tensor holds the "
                    "positions this line used.")
+
+
+def _sibling_swaps(tree: ast.Module, grad: str) -> Iterator[Rewrite]:
+    """One use of a name swapped for a sibling unpacked with it (`q, k, v = ...`; `N, V =
+    x.shape`): a function's own q and k, or two of its sizes, mixed up."""
+    groups = [[e.id for e in node.targets[0].elts if isinstance(e, ast.Name)]
+              for node in ast.walk(tree) if isinstance(node, ast.Assign)
+              and isinstance(node.targets[0], ast.Tuple)]
+    for group in groups:
+        members = set(group)
+
+        def is_member(node: ast.AST, members=members) -> bool:
+            return (isinstance(node, ast.Name) and node.id in members
+                    and isinstance(node.ctx, ast.Load))
+
+        def others(node: ast.Name, group=group):
+            for other in group:
+                if other != node.id:
+                    yield _name(other), (node.id, other)
+
+        for new, (was, now) in _variants(tree, is_member, others):
+            yield (_src(new), "derived",
+                   f"Your {grad} matches the computation with `{now}` in one place where "
+                   f"`{was}` belongs. They come from the same line and look alike: check which "
+                   "one each part of the formula needs.")
 
 
 def constant_rewrites(tree: ast.Module, grad: str, scope: dict) -> Iterator[Rewrite]:
@@ -209,6 +254,10 @@ def constant_rewrites(tree: ast.Module, grad: str, scope: dict) -> Iterator[Rewr
                f"Your {grad} matches the formula with {what}. A constant of the forward line, "
                "however small, keeps its exact value in the derivative.")
     counts = [k for k, v in scope.items() if type(v) is int and k not in ("n",)]
+    for node in ast.walk(tree):  # sizes a function reads off a shape: `B, T, C = inp.shape`
+        if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Attribute)
+                and node.value.attr == "shape" and isinstance(node.targets[0], ast.Tuple)):
+            counts += [e.id for e in node.targets[0].elts if isinstance(e, ast.Name)]
 
     def is_count(node: ast.AST) -> bool:
         return isinstance(node, ast.Name) and node.id in counts and isinstance(node.ctx, ast.Load)
@@ -337,8 +386,8 @@ def order_rewrites(tree: ast.Module, grad: str) -> Iterator[Rewrite]:
                 body[i], body[i + 1] = body[i + 1], body[i]
                 yield (swapped, "derived",
                        f"Your {grad} matches the computation with two consecutive updates in "
-                       f"the other order ({_writes_of(body[i])} and {_writes_of(body[i + 1])}). "
-                       "Each update reads what the one before it left: check the order.")
+                       f"the other order ({_pair(body[i], body[i + 1])}). Each update reads "
+                       "what the one before it left: check the order.")
             for where, place in ((len(body) - 1, "last"), (0, "first")):
                 if where == i or abs(where - i) == 1:
                     continue  # no move, or the swap above
@@ -358,6 +407,11 @@ def order_rewrites(tree: ast.Module, grad: str) -> Iterator[Rewrite]:
                 yield (dropped, "partial",
                        f"Your {grad} matches the computation with one of its updates left "
                        f"out: the one that changes {_writes_of(kept)}.")
+
+
+def _pair(a: ast.stmt, b: ast.stmt) -> str:
+    first, second = _writes_of(a), _writes_of(b)
+    return f"two updates of {first}" if first == second else f"{first} and {second}"
 
 
 def _writes_of(stmt: ast.stmt) -> str:

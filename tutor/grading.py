@@ -221,8 +221,8 @@ def accepts(ours64: Tensor, ref32: Tensor, ref64: Tensor,
     """Is this answer as accurate as autograd's own float32 gradient, give or take rounding?"""
     if ours64.numel() == 0:
         return True
-    if torch.allclose(ours64, ref64, rtol=RTOL, atol=ATOL):
-        return True
+    # No allclose shortcut: its absolute 1e-8 is looser than float32 rounding for gradients
+    # of size 1e-3, and let a rounded constant through (benchmarks/headroom.py).
     autograd_error = float((ref32.detach().to("cpu", torch.float64) - ref64).abs().max())
     scale = float(ref64.abs().max())
     tolerance = max(headroom * autograd_error, RELATIVE_FLOOR * scale)

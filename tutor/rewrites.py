@@ -51,10 +51,10 @@ def _variants(tree: ast.Module, match, make) -> Iterator[tuple[ast.AST, str]]:
 def _everywhere(tree: ast.Module, match, make) -> Iterator[tuple[ast.AST, str]]:
     """The same change made at every node `match` accepts at once (`t + 1` in both
     corrections), for each kind of change make(node) offers; only where there are several."""
-    count = len([n for n in ast.walk(tree) if match(n)])
-    if count < 2:
+    matched = [n for n in ast.walk(tree) if match(n)]
+    if len(matched) < 2:
         return
-    first = next(n for n in ast.walk(tree) if match(n))
+    first = matched[0]
     for k, (_, what) in enumerate(make(first)):
         new = copy.deepcopy(tree)
         for node in [n for n in ast.walk(new) if match(n)]:
@@ -100,12 +100,17 @@ def axis_rewrites(tree: ast.Module, grad: str) -> Iterator[Rewrite]:
 
     def other_dims(node: ast.Call):
         slot, current = _dim_slot(node)  # type: ignore[misc]
+        kept = any(kw.arg == "keepdim" for kw in node.keywords)
         for dim in _DIM_CHOICES:
             if dim == current:
                 continue
             new = copy.deepcopy(node)
             _set_dim(new, slot, dim)
             yield new, f"`.{node.func.attr}` over dim {dim} instead of {current}"
+            if not kept:  # the other axis with its dimension kept, so that it broadcasts
+                new = copy.deepcopy(new)
+                new.keywords.append(ast.keyword("keepdim", ast.Constant(True)))
+                yield new, f"`.{node.func.attr}` over dim {dim} instead of {current}"
 
     def one_slice(node: ast.Call):
         # The sum over a broadcast dimension replaced by one of its slices (`dout[0]`).
@@ -197,6 +202,18 @@ def swap_rewrites(tree: ast.Module, grad: str, scope: dict) -> Iterator[Rewrite]
     for a in seen:
         if a not in ints:
             continue
+        if scope[a].dim() == 2:
+            new = copy.deepcopy(tree)
+            for node in ast.walk(new):
+                for field, value in ast.iter_fields(node):
+                    if isinstance(value, ast.Name) and value.id == a:
+                        transposed = ast.Attribute(_name(a), "T", ast.Load())
+                        setattr(node, field, ast.Call(
+                            ast.Attribute(transposed, "contiguous", ast.Load()), [], []))
+            yield (_src(new), "derived",
+                   f"Your {grad} matches the computation with `{a}` transposed: its entries "
+                   "are read in another order, so each gradient goes to another row. Follow "
+                   "the order in which the forward line laid them out.")
         for b in ints:
             if b == a or scope[b].shape != scope[a].shape:
                 continue
@@ -249,6 +266,22 @@ def constant_rewrites(tree: ast.Module, grad: str, scope: dict) -> Iterator[Rewr
             if abs(other - c) > 1e-12 * abs(c):
                 yield ast.Constant(other), f"{other:g} for the constant {c:g}"
 
+    def is_precise(node: ast.AST) -> bool:
+        return (isinstance(node, ast.Constant) and isinstance(node.value, float)
+                and len(f"{abs(node.value):.10g}".replace(".", "").lstrip("0")) > 3)
+
+    def rounded(node: ast.Constant):
+        c = node.value
+        for digits in (4, 3, 2):
+            near = float(f"{c:.{digits - 1}e}")
+            if near != c:
+                yield ast.Constant(near), f"{near:g} for the constant {c:g}"
+
+    yield from ((_src(new), "derived",
+                 f"Your {grad} matches the formula with {what}: a constant rounded. The "
+                 "derivative needs the constant exactly as the forward line has it.")
+                for new, what in [*_everywhere(tree, is_precise, rounded),
+                                  *_variants(tree, is_precise, rounded)])
     for new, what in _variants(tree, is_small, changed):
         yield (_src(new), "derived",
                f"Your {grad} matches the formula with {what}. A constant of the forward line, "

@@ -76,7 +76,8 @@ WRONG = {
         "gpt", "block/wpe", "wpe", "dtok = dx0.clone()\ndwpe = dx0[0]", "axis", "derived"),
     "gpt-x1-mean-over-time": (
         "gpt", "block/x1", None,
-        _sol(GPT, "block/x1", "dln2_norm.mean(-1, keepdim=True)", "dln2_norm.mean(1, keepdim=True)"),
+        _sol(GPT, "block/x1", "dln2_norm.mean(-1, keepdim=True)",
+             "dln2_norm.mean(1, keepdim=True)"),
         "axis", "derived"),
     "gpt-lnfb-summed-over-batch-only": (
         "gpt", "block/lnf_affine", "lnfb",
@@ -135,10 +136,12 @@ WRONG = {
         _fn(ADAMW, "vhat = v / (1 - beta2**t)", "vhat = v.sqrt_() / (1 - beta2**t)**0.5").replace(
             "vhat.sqrt()", "vhat"), "state", "derived"),
     "gpt-adamw-m-corrected-in-place": (
-        "gpt", ADAMW, "m", _fn(ADAMW, "mhat = m / (1 - beta1**t)", "m /= 1 - beta1**t\n    mhat = m"),
+        "gpt", ADAMW, "m",
+        _fn(ADAMW, "mhat = m / (1 - beta1**t)", "m /= 1 - beta1**t\n    mhat = m"),
         "state", "known_mistake"),
     "gpt-adamw-v-scaled-in-place": (
-        "gpt", ADAMW, "v", _fn(ADAMW, "vhat = v / (1 - beta2**t)", "v /= 1 - beta2**t\n    vhat = v"),
+        "gpt", ADAMW, "v",
+        _fn(ADAMW, "vhat = v / (1 - beta2**t)", "v /= 1 - beta2**t\n    vhat = v"),
         "state", "derived"),
     # --- the order of an update's operations ---------------------------------------------
     "gpt-adamw-v-decayed-after-the-gradient": (

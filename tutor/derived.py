@@ -276,10 +276,10 @@ def _skipped_line_rewrites(tree: ast.Module, ctx: _Context):
             again = _substitute_name(_expr(line.source), inputs[0], skipped)
             everywhere = ast.parse(ast.unparse(tree))
             for sub in ast.walk(everywhere):
-                for field, value in ast.iter_fields(sub):
+                for slot, value in ast.iter_fields(sub):
                     if (isinstance(value, ast.Name) and value.id == node.id
                             and isinstance(value.ctx, ast.Load)):
-                        setattr(sub, field, copy.deepcopy(again))
+                        setattr(sub, slot, copy.deepcopy(again))
             message = (
                 f"Your {ctx.grad} matches the formula with `{node.id}` recomputed from "
                 f"`{skipped}`, skipping the line that makes `{inputs[0]}` "

@@ -26,7 +26,7 @@ Tensor = torch.Tensor
 
 FRESH_CASES = 2  # cases at new sizes, after the lesson's own
 LESSON_CASE = "lesson"
-SAME_SIZES = "lesson sizes"  # fresh values at the lesson's sizes: did the sizes make the difference?
+SAME_SIZES = "lesson sizes"  # fresh values at the lesson's sizes: did sizes make the difference?
 
 
 @dataclass

@@ -19,7 +19,8 @@ Two probes, because a learner may compute the arriving gradient's effect from fu
   the learner's earlier code did (both branches typed at once there, nothing left to add here).
 
 An answer is refused only if every probe that applies refuses it: a right rule passes at least
-one of them, while a missing or broken branch passes neither (docs/architecture.md, a check).
+one of them, while a missing or broken branch passes neither (docs/architecture.md, the rule
+probe).
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ from __future__ import annotations
 import ast
 import copy
 from collections.abc import Iterator
+from decimal import ROUND_HALF_UP, Decimal
 
 import torch
 
@@ -273,7 +274,10 @@ def constant_rewrites(tree: ast.Module, grad: str, scope: dict) -> Iterator[Rewr
     def rounded(node: ast.Constant):
         c = node.value
         for digits in (4, 3, 2):
-            near = float(f"{c:.{digits - 1}e}")
+            # As a person rounds the written number: half up, on its decimal digits.
+            exact = Decimal(repr(c))
+            step = Decimal(1).scaleb(exact.adjusted() - digits + 1)
+            near = float(exact.quantize(step, rounding=ROUND_HALF_UP))
             if near != c:
                 yield ast.Constant(near), f"{near:g} for the constant {c:g}"
 

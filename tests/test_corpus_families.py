@@ -256,5 +256,18 @@ def test_an_approximate_false_row_under_a_pass_says_why(engines):
     assert result["passed"]
     w2 = _graded(result, "W2")
     if not w2["approximate"]:
-        assert "tighter than float32 rounding" in w2["message"]
+        assert "tighter than float32 rounding" in w2["note"]
         assert "tighter than float32 rounding" in result["stdout"]
+
+
+def test_every_accepted_row_with_approximate_false_carries_its_why():
+    import torch
+
+    from tutor.grading import grade
+
+    # autograd's float32 result is 1.5e-8 off the float64 gradient, the answer as much on the
+    # other side: as close as autograd, yet 3e-8 from its result, outside allclose's 2e-8.
+    ref64 = torch.full((3, 3), 1e-3, dtype=torch.float64)
+    g = grade("x", (ref64 - 1.5e-8).float(), (ref64 + 1.5e-8).float(), ref64)
+    assert g.accepted and not g.approximate
+    assert "tighter than float32 rounding" in g.note

@@ -271,3 +271,14 @@ def test_every_accepted_row_with_approximate_false_carries_its_why():
     g = grade("x", (ref64 - 1.5e-8).float(), (ref64 + 1.5e-8).float(), ref64)
     assert g.accepted and not g.approximate
     assert "tighter than float32 rounding" in g.note
+
+
+def test_a_fresh_batch_blames_the_size_only_where_one_is_written(engines):
+    engine = engines["makemore"]
+    sized = engine.check("atomic/probs", "dprobs = (1.0 / probs) * dlogprobs * 32 / n")
+    assert "batch size written in" in sized["heldout"]["message"]
+    from tutor.engine import _writes_the_batch_size
+
+    assert _writes_the_batch_size("x = 1 / 32", 32, {})
+    assert _writes_the_batch_size("x = y * 31", 32, {})
+    assert not _writes_the_batch_size("x = y / n + 0.5", 32, {"n_hidden": 64})

@@ -350,7 +350,7 @@ class Engine:
             passed = self._rule_probe(step, run, main.get("probe"), grades)
         if passed:
             result["heldout"] = self._heldout(step, records.get("heldout"),
-                                              bool(outcome.get("timeout")), grades)
+                                              bool(outcome.get("timeout")), grades, code)
             passed = result["heldout"]["passed"]
         result["checks"] = [g.to_dict() for g in grades]
         result["passed"] = passed
@@ -780,10 +780,17 @@ class Engine:
                 )
 
     def _heldout(self, step: Step, record: dict | None, timed_out: bool,
-                 grades: list[Grade]) -> dict:
+                 grades: list[Grade], code: str = "") -> dict:
         batch = self.lesson.heldout
         out = {"passed": True, "batch_size": batch.n, "message": None}
         advice = "Is a batch size written in as a number? Use n or a tensor's .shape instead."
+        if (code and record is not None and not record.get("error")
+                and not _writes_the_batch_size(code, self.lesson.main.n, self.lesson.sizes)):
+            # Only the batch changes between the two batches, and nothing in the code reads as
+            # its size: the values made the difference, not a size.
+            advice = ("Nothing in your code reads as the batch size written in, so the size is "
+                      "not to blame: the rule holds for this batch's values only. Check the "
+                      "parts whose effect is tiny here.")
         if record is None or record.get("error"):
             if record is None:
                 reason = ("it ran out of time" if timed_out else "it did not finish")
@@ -846,6 +853,25 @@ def _usable(outcome: dict, first: dict | None, result: dict, timeout: float) -> 
         result["error"] = _clean_error(first["error"])
         return False
     return True
+
+
+def _writes_the_batch_size(code: str, n: int, sizes: dict) -> bool:
+    """Whether a number in the code could be the lesson's batch size, or a count made from it
+    (n - 1, 1/n, n times a size): the one thing the fresh batch changes besides the values."""
+    import ast
+
+    counts = {n, n - 1, n + 1} | {n * v for v in sizes.values() if isinstance(v, int) and v > 1}
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return True
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) \
+                and not isinstance(node.value, bool) and node.value:
+            value = float(node.value)
+            if any(abs(value - c) < 1e-9 or abs(value * c - 1) < 1e-6 for c in counts):
+                return True
+    return False
 
 
 def _scale_size(case: Case) -> int:

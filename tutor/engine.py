@@ -347,7 +347,7 @@ class Engine:
                     "significant digits; compute gradients in float32, like the forward pass")
         passed = all(g.accepted and not g.diagnosis for g in grades)
         if passed:
-            passed = self._rule_probe(step, run, main.get("probe"), grades)
+            passed = self._rule_probe(step, run, main.get("probe"), grades, code)
         if passed:
             result["heldout"] = self._heldout(step, records.get("heldout"),
                                               bool(outcome.get("timeout")), grades, code)
@@ -358,7 +358,8 @@ class Engine:
             result["figure"] = self._figure(step, run)
         return result
 
-    def _rule_probe(self, step: Step, run: Run, record: Any, grades: list[Grade]) -> bool:
+    def _rule_probe(self, step: Step, run: Run, record: Any, grades: list[Grade],
+                    code: str) -> bool:
         """The verdict on the rule (tutor/probe.py): False when it refused a gradient."""
         spec = probe.spec_for(self.pack, step, self._earlier(step), self.settings.seed)
         if spec is None or not isinstance(record, dict):
@@ -371,7 +372,7 @@ class Engine:
         except Exception:  # noqa: BLE001 - undecodable probe data: the real runs decide alone
             return True
         return probe.apply(self.pack, step, self._graph, spec, run.before, run.namespace, line,
-                           fork, grades, self.lesson.main.n)
+                           fork, grades, self.lesson.main.n, code)
 
     # -- function steps ------------------------------------------------------------------------
     def _grade_function(self, step: Step, outcome: dict, result: dict) -> dict:

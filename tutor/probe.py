@@ -256,6 +256,13 @@ def message(step: Step, grad: str, before: dict, value: Tensor, detail: str) -> 
             f"is not the line's derivative yet. {detail}").strip()
 
 
+def _reads(code: str) -> set[str]:
+    try:
+        return {node.id for node in ast.walk(ast.parse(code)) if isinstance(node, ast.Name)}
+    except SyntaxError:
+        return set()
+
+
 def _explained(pack: Pack, step: Step, tensor: str, value: Tensor, expected: Tensor,
                scope: dict, n: int) -> dict | None:
     """The catalogued mistake or derived rewrite the answer matches under the probe, if any."""
@@ -281,9 +288,10 @@ def _explained(pack: Pack, step: Step, tensor: str, value: Tensor, expected: Ten
 
 
 def apply(pack: Pack, step: Step, graph: Graph, spec: ProbeSpec, before: dict, real: dict,
-          line: dict | None, fork: dict | None, grades: list, n: int) -> bool:
+          line: dict | None, fork: dict | None, grades: list, n: int, code: str = "") -> bool:
     """Refuse every accepted gradient whose rule the probes refuse; True when all still stand."""
     standing = True
+    unread = [u for u in spec.upstream if u in before and u not in _reads(code)]
     for g in grades:
         if not g.accepted or g.diagnosis:
             continue
@@ -312,7 +320,19 @@ def apply(pack: Pack, step: Step, graph: Graph, spec: ProbeSpec, before: dict, r
                 continue  # right from where the branch began: the rule holds
         lines = ", ".join(f"`{t}`" for t in step.lines)
         found = None
-        if out.added_nothing:
+        started = isinstance(before.get(g.grad), Tensor)  # a branch to add to was there
+        if out.added_nothing and started:
+            found = {"kind": "partial", "message": (
+                f"Your code adds nothing to {g.grad} for {lines}: that branch is missing, "
+                "however small its numbers are for this batch.")}
+        elif unread and len(unread) == len([u for u in spec.upstream if u in before]):
+            names = " and ".join(f"`{u}`" for u in unread)
+            found = {"kind": "partial" if out.added_nothing else "derived", "message": (
+                f"Your code never reads {names}, the gradient arriving at {lines}: whatever "
+                f"it computes cannot follow a change in it, so it is right for this batch's "
+                f"numbers only. The chain rule takes the gradient from above and applies the "
+                f"line's local derivative to it.")}
+        elif out.added_nothing:
             found = {"kind": "partial", "message": (
                 f"Your code adds nothing to {g.grad} for {lines}: that branch is missing, "
                 "however small its numbers are for this batch.")}
@@ -322,6 +342,12 @@ def apply(pack: Pack, step: Step, graph: Graph, spec: ProbeSpec, before: dict, r
             found = _explained(pack, step, g.tensor, out.value, out.expected, scope, n)
         kind = found["kind"] if found else "rule"
         detail = found["message"] if found else ""
+        if out.value is not None and out.expected is not None:
+            from tutor.diagnosis import where_wrong
+
+            # Where a random arriving gradient shows the difference: one entry per row for a
+            # max, the kept positions of a mask, ...
+            detail += f" With a random one, {where_wrong(out.value, out.expected)}."
         g.accepted = False
         g.verdict = "wrong"
         g.diagnosis = {"kind": kind,

@@ -172,3 +172,11 @@ def test_cotangents_keep_structure_and_scale():
     assert bool((r[real == 0] == 0).all())  # zero exactly where the real one is
     assert float(r.abs().max()) > 1e-3  # the size of the gradients around it, not of 1e-9
     assert torch.equal(r, probe.cotangents(ns, ("du",), 7, ("x",))["du"])
+
+
+def test_a_gradient_from_further_up_is_varied_with_the_line(engine):
+    # The fused batchnorm formula typed at the per-line step: it reads dhpreact, three steps up,
+    # instead of dbnmeani. The fork varies dhpreact and replays the steps in between.
+    fused = MAKEMORE.step("fused/batchnorm").solution
+    assert engine.check("atomic/hprebn", fused.replace("dhprebn =", "dhprebn = 0 * dhprebn +"))[
+        "passed"]

@@ -209,7 +209,8 @@ class Engine:
             self._plan(step, main, "main", prior),
             self._plan(step, self.lesson.heldout, "heldout", prior),
         ], self.settings.timeout,
-            probe.spec_for(self.pack, step, self._earlier(step), self.settings.seed, replay))
+            probe.spec_for(self.pack, step, self._earlier(step), self.settings.seed, replay,
+                           code))
 
     def _function_spec(self, step: Step, code: str) -> FunctionCheckSpec:
         fn = step.function
@@ -361,7 +362,8 @@ class Engine:
     def _rule_probe(self, step: Step, run: Run, record: Any, grades: list[Grade],
                     code: str) -> bool:
         """The verdict on the rule (tutor/probe.py): False when it refused a gradient."""
-        spec = probe.spec_for(self.pack, step, self._earlier(step), self.settings.seed)
+        spec = probe.spec_for(self.pack, step, self._earlier(step), self.settings.seed,
+                              code=code)
         if spec is None or not isinstance(record, dict):
             return True
         if self._graph is None:

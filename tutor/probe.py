@@ -41,13 +41,17 @@ NEARLY_ZERO = 1e-4  # an arriving gradient this small next to the answer's size 
 
 @dataclass(frozen=True)
 class Fork:
-    """Where a gradient this step completes was started: the gradients arriving there, and the
-    steps (learner's code or ours) that lead from there to this step."""
+    """Further up than this step's lines: the gradients varied there, as (gradient name,
+    forward tensor) pairs, and the steps (learner's code or ours) that lead from there to this
+    step, replayed on them."""
 
-    step_id: str
-    upstream: tuple[str, ...]
-    replays: list = field(default_factory=list)  # execution.Replay, E up to this step
+    pairs: tuple[tuple[str, str], ...]
+    replays: list = field(default_factory=list)  # execution.Replay, from there up to this step
     seed: int = 0
+
+    @property
+    def upstream(self) -> tuple[str, ...]:
+        return tuple(name for name, _ in self.pairs)
 
 
 @dataclass(frozen=True)
@@ -67,22 +71,35 @@ def arriving(step: Step) -> list[tuple[str, str]]:
     return pairs
 
 
-def spec_for(pack: Pack, step: Step, earlier: list[Step], seed: int, replay=None
-             ) -> ProbeSpec | None:
-    """The probes of a per-line step, or None for a step without arriving gradients."""
+def spec_for(pack: Pack, step: Step, earlier: list[Step], seed: int, replay=None,
+             code: str = "") -> ProbeSpec | None:
+    """The probes of a per-line step, or None for a step without arriving gradients.
+
+    The fork starts at the earliest of: the step where a gradient this step completes was
+    started (its arriving gradients are varied), and the step after the one that produced a
+    gradient from further up that the code reads instead of this line's (that gradient is
+    varied), so that everything the code reads changes together.
+    """
     if step.is_function or step.is_training:
         return None
     upstream = tuple(name for name, _ in arriving(step))
     if not upstream:
         return None
     base = seed * 1_000_003 + pack.index(step.id) * 7919
-    fork = None
+    starts: list[tuple[int, list[tuple[str, str]]]] = []
     started = [s for s in earlier if set(s.partials) & set(step.checks)]
     if started:
-        first = started[0]
-        at = earlier.index(first)
-        fork = Fork(first.id, tuple(name for name, _ in arriving(first)),
-                    [replay(s) for s in earlier[at:]] if replay else [], base + 1)
+        starts.append((earlier.index(started[0]), arriving(started[0])))
+    reads = _reads(code)
+    for i, s in enumerate(earlier):
+        for t in s.checks:
+            if f"d{t}" in reads and f"d{t}" not in upstream and t not in step.checks:
+                starts.append((i + 1, [(f"d{t}", t)]))
+    fork = None
+    if starts:
+        at = min(i for i, _ in starts)
+        pairs = tuple(dict.fromkeys(p for i, ps in starts if i == at for p in ps))
+        fork = Fork(pairs, [replay(s) for s in earlier[at:]] if replay else [], base + 1)
     return ProbeSpec(upstream, base, fork)
 
 
@@ -199,12 +216,9 @@ def judge(pack: Pack, step: Step, graph: Graph, before: dict, real: dict, probe:
         return None
     if fork:
         assert spec.fork is not None
-        first = pack.step(spec.fork.step_id)
-        pairs = arriving(first)
-        names = spec.fork.upstream
-        seed = spec.fork.seed
+        pairs, names, seed = list(spec.fork.pairs), spec.fork.upstream, spec.fork.seed
     else:
-        first, pairs, names, seed = step, arriving(step), spec.upstream, spec.seed
+        pairs, names, seed = arriving(step), spec.upstream, spec.seed
     cots = cotangents(before, names, seed, step.checks + step.partials)
     pairs = [(n, o) for n, o in pairs if n in cots]
     if not pairs:

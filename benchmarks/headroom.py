@@ -113,9 +113,15 @@ def main() -> None:
             def kept(rows, probe=probe):
                 return [r for r, s in rows if s.endswith(" probe") == probe]
             largest = max(kept(worst))
-            refused = max(kept(misses), default=float("nan"))
+            # Each near miss is refused by its largest ratio; the closest call is the smallest.
+            per_miss: dict[str, float] = {}
+            for r, s in misses:
+                if s.endswith(" probe") == probe:
+                    step = s.split(" ")[0]
+                    per_miss[step] = max(per_miss.get(step, 0.0), r)
+            closest = min(per_miss.values(), default=float("nan"))
             print(f"{'rule probe' if probe else 'values'}: largest correct ratio {largest:.2f}; "
-                  f"a near miss reaches {refused:.2f}; headroom {headroom}")
+                  f"the closest near miss reaches {closest:.2f}; headroom {headroom}")
     finally:
         grading.accepts = _accepts
 

@@ -270,6 +270,21 @@ def message(step: Step, grad: str, before: dict, value: Tensor, detail: str) -> 
             f"is not the line's derivative yet. {detail}").strip()
 
 
+def _route(out: Outcome) -> str:
+    """Where the line sends a gradient, when that is a telling few entries (a max: one per
+    row), as the end of a sentence."""
+    if out.value is None or out.expected is None:
+        return ""
+    change = (out.expected - out.value).detach().abs().cpu()
+    if change.dim() != 2 or not change.numel():
+        return ""
+    live = change > 1e-6 * float(change.max())
+    rows = live.any(1)
+    if bool(rows.any()) and bool((live.sum(1)[rows] == 1).all()):
+        return ": the line sends the gradient to one entry per row"
+    return ""
+
+
 def _reads(code: str) -> set[str]:
     try:
         return {node.id for node in ast.walk(ast.parse(code)) if isinstance(node, ast.Name)}
@@ -338,7 +353,7 @@ def apply(pack: Pack, step: Step, graph: Graph, spec: ProbeSpec, before: dict, r
         if out.added_nothing and started:
             found = {"kind": "partial", "message": (
                 f"Your code adds nothing to {g.grad} for {lines}: that branch is missing, "
-                "however small its numbers are for this batch.")}
+                f"however small its numbers are for this batch{_route(out)}.")}
         elif unread and len(unread) == len([u for u in spec.upstream if u in before]):
             names = " and ".join(f"`{u}`" for u in unread)
             found = {"kind": "partial" if out.added_nothing else "derived", "message": (

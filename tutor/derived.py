@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
+from tutor import rewrites
 from tutor.diagnosis import _close as close
 from tutor.diagnosis import diagnosis
 from tutor.packs import Pack, Step
@@ -189,6 +190,7 @@ class _Context:
     related: list[str]  # tensors on the line, then their neighbours: tried first as swaps
     forward: list[str]  # every float tensor that is not a gradient
     unary: dict[str, ast.expr]  # output of a one-operand line -> the line's expression of it
+    pack_lines: tuple = ()  # every forward line of the pack
 
     def is_grad(self, name: str) -> bool:
         return name.startswith("d") and name[1:] in self.scope and name in self.scope
@@ -243,6 +245,7 @@ def candidates(pack: Pack, step: Step, tensor: str, scope: dict) -> Iterator[Can
         _constant_rewrites,
         _term_rewrites,
         _statement_rewrites,
+        _family_rewrites,
         _other_swaps,
     ]
     for make in makers:
@@ -252,6 +255,131 @@ def candidates(pack: Pack, step: Step, tensor: str, scope: dict) -> Iterator[Can
             seen.add(source)
             # Its own writes, not the solution's: no rewrite may change a tensor it did not copy.
             yield Candidate(kind, message, source, ctx.grad, _writes(ast.parse(source)))
+
+
+def _skipped_line_rewrites(tree: ast.Module, ctx: _Context):
+    """A line's output recomputed from the input of the line before it (a softmax of the scores
+    before the mask): `att` as `F.softmax(preatt, ...)` where `att = F.softmax(preatt_masked)`
+    and `preatt_masked` masks `preatt`."""
+    lines = {line.target: line for line in ctx.pack_lines}
+    for i, node in _loads(tree):
+        line = lines.get(node.id)
+        if line is None:
+            continue
+        inputs = [t for t in line.operands if isinstance(ctx.scope.get(t), Tensor)]
+        if len(inputs) != 1 or inputs[0] not in lines:
+            continue
+        before = [t for t in lines[inputs[0]].operands
+                  if isinstance(ctx.scope.get(t), Tensor)
+                  and ctx.scope[t].shape == ctx.scope[inputs[0]].shape]
+        for skipped in before:
+            again = _substitute_name(_expr(line.source), inputs[0], skipped)
+            everywhere = ast.parse(ast.unparse(tree))
+            for sub in ast.walk(everywhere):
+                for slot, value in ast.iter_fields(sub):
+                    if (isinstance(value, ast.Name) and value.id == node.id
+                            and isinstance(value.ctx, ast.Load)):
+                        setattr(sub, slot, copy.deepcopy(again))
+            message = (
+                f"Your {ctx.grad} matches the formula with `{node.id}` recomputed from "
+                f"`{skipped}`, skipping the line that makes `{inputs[0]}` "
+                f"(`{lines[inputs[0]].source}`). Use the tensor the forward pass actually "
+                "computed.")
+            yield ast.unparse(everywhere), "derived", message
+            yield (_replace(tree, i, lambda _n, e=again: copy.deepcopy(e)), "derived",
+                   f"Your {ctx.grad} matches the formula with `{node.id}` recomputed from "
+                   f"`{skipped}`, skipping the line that makes `{inputs[0]}` "
+                   f"(`{lines[inputs[0]].source}`). Use the tensor the forward pass actually "
+                   "computed.")
+
+
+def _family_rewrites(tree: ast.Module, ctx: _Context):
+    """Axes, indices, constants, roots and order (tutor/rewrites.py)."""
+    yield from _skipped_line_rewrites(tree, ctx)
+    yield from rewrites.axis_rewrites(tree, ctx.grad)
+    yield from rewrites.swap_rewrites(tree, ctx.grad, ctx.scope)
+    yield from rewrites.constant_rewrites(tree, ctx.grad, ctx.scope)
+    yield from rewrites.root_rewrites(tree, ctx.grad)
+    yield from rewrites.correction_rewrites(tree, ctx.grad)
+    yield from rewrites.order_rewrites(tree, ctx.grad)
+
+
+def explain_function(step: Step, name: str, value: Tensor, ref: Tensor, inputs: dict,
+                     call: Callable[[str], dict | None], start: Tensor | None = None
+                     ) -> dict | None:
+    """A function step's wrong output, matched against rewrites of its reference function.
+
+    `call(source)` defines the rewritten function and calls it on copies of the case's inputs
+    (the engine's way, behind the guard); `inputs` are those inputs, for the rewrites that need
+    to know which names hold tensors and counts.
+    """
+    if value.shape != ref.shape or not torch.isfinite(value).all():
+        return None
+    try:
+        tree = ast.parse(step.solution)
+    except SyntaxError:
+        return None
+    scope = {k: v for k, v in inputs.items() if isinstance(v, (Tensor, int))}
+    if start is not None and start.shape == value.shape:
+        # An update is compared by how it moved the tensor: a step far smaller than the
+        # tensor itself must still be told apart.
+        base = start.detach().to(value.device, torch.float64)
+        moved = lambda t: t.detach().to(value.device, torch.float64) - base  # noqa: E731
+    else:
+        moved = lambda t: t  # noqa: E731
+    value, ref = moved(value), moved(ref)
+    off = _distance(value, ref)
+    makers = [
+        rewrites.constant_rewrites(tree, name, scope),
+        rewrites.root_rewrites(tree, name),
+        rewrites.correction_rewrites(tree, name),
+        rewrites.order_rewrites(tree, name),
+        rewrites.axis_rewrites(tree, name),
+        rewrites.swap_rewrites(tree, name, scope),
+    ]
+    seen = {ast.unparse(tree)}
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for family in makers:
+            for source, kind, message in family:
+                if source in seen:
+                    continue
+                seen.add(source)
+                produced = (call(source) or {}).get(name)
+                if not isinstance(produced, Tensor) or produced.shape != ref.shape:
+                    continue
+                produced = moved(produced)
+                if (produced.isfinite().all() and close(value, produced)
+                        and _distance(value, produced, ref) < off / 10):
+                    return diagnosis(kind, message)
+    finally:
+        torch.set_num_threads(threads)
+    return None
+
+
+def call_function(step: Step, source: str, inputs: dict, sizes: dict) -> dict | None:
+    """Define a rewrite of the reference function and call it on copies of a case's inputs:
+    its outputs (or the arguments it updates in place) by name; None if it fails. Trusted code
+    (a rewrite of the pack's own solution), so a plain exec, as for the per-line rewrites."""
+    spec = step.function
+    if spec is None:
+        return None
+    ns: dict = {"torch": torch, "F": F, "math": math, **sizes}
+    args = {k: v.clone() if isinstance(v, Tensor) else v for k, v in inputs.items()}
+    try:
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            exec(_compiled(source), ns)
+            result = ns[spec.name](*[args[a] for a in spec.arguments])
+    except Exception:  # noqa: BLE001 - a rewrite that cannot run here is no candidate
+        return None
+    if not spec.outputs:
+        return {name: args[name] for name in step.checks}
+    result = result if len(spec.outputs) > 1 else (result,)
+    if not isinstance(result, (tuple, list)) or len(result) != len(spec.outputs):
+        return None
+    return dict(zip(spec.outputs, result, strict=True))
 
 
 def _accumulates(tree: ast.Module, grad: str) -> bool:
@@ -288,7 +416,8 @@ def _context(pack: Pack, step: Step, tensor: str, scope: dict) -> _Context:
         inputs = [t for t in line.operands if t in tensors]
         if len(inputs) == 1:
             unary[line.target] = _substitute_name(_expr(line.source), inputs[0], line.target)
-    return _Context(f"d{tensor}", scope, upstream & tensors, related, forward, unary)
+    return _Context(f"d{tensor}", scope, upstream & tensors, related, forward, unary,
+                    tuple(pack.forward_lines))
 
 
 def _expr(source: str) -> ast.expr:

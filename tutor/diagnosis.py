@@ -59,11 +59,13 @@ def explain_shape(name: str, got: list[int], want: list[int]) -> str:
             f"along dim {', '.join(dims)}, keeping the dimension."
         )
     if len(got) > len(want) and got[len(got) - len(want) :] == want:
-        lead = len(got) - len(want)
+        lead = got[: len(got) - len(want)]
+        which = "it" if len(lead) == 1 else "them"
         return (
-            f"{head}. {name} was broadcast over the leading dimension"
-            f"{'s' if lead > 1 else ''} (the batch) in the forward pass: sum over "
-            f"{'them' if lead > 1 else 'it'} to get one gradient per entry of {name}."
+            f"{head}. {name} was broadcast over every leading dimension of the tensor it was "
+            f"added to (the batch, and time where there is one) in the forward pass, and your "
+            f"d{name} still has {_shape(lead)} of {which} left: sum over every dimension "
+            f"{name} was broadcast along, to get one gradient per entry of {name}."
         )
     if sorted(got) == sorted(want) and len(got) == 2:
         return f"{head}. The dimensions are swapped: check which operand needs a transpose."
@@ -81,7 +83,7 @@ def shape_diagnosis(name: str, value: Tensor, ref: Tensor) -> dict:
     return diagnosis("shape", explain_shape(name, list(value.shape), list(ref.shape)))
 
 
-def _scale_message(name: str, c: float, n: int) -> str:
+def _scale_message(name: str, c: float, n: int, source: str = "") -> str:
     near = lambda x: abs(c - x) <= 1e-3 * max(1.0, abs(x))  # noqa: E731
     if near(n):
         why = "a factor n too large: the loss averages over the batch"
@@ -91,20 +93,47 @@ def _scale_message(name: str, c: float, n: int) -> str:
         why = "that is n squared (or its inverse): the batch size is applied the wrong way round"
     elif near(n / (n - 1)) or near((n - 1) / n):
         why = "that is n/(n-1) or its inverse: check 1/n against 1/(n-1) (Bessel's correction)"
-    elif near(2) or near(0.5):
+    elif (near(2) or near(0.5)) and "**2" in source.replace(" ", ""):
         why = "a factor of 2: check the derivative of the square"
+    elif near(2) or near(0.5):
+        why = ("a factor of 2: check each constant of the local derivative, and whether a "
+               "contribution was counted twice (or halved)")
     else:
         why = "check the constant factors of the local derivative"
     return f"d{name} is {c:.4g} times autograd's gradient, everywhere: {why}."
 
 
+def _same(value: Tensor, produced: Tensor) -> bool:
+    """Close where both are finite, and NaN or infinite at the same entries: a catalogued
+    mistake whose value is NaN (a log of a negative number) is still recognised."""
+    a, b = value.detach().cpu(), produced.detach().cpu()
+    if a.shape != b.shape:
+        return False
+    bad_a, bad_b = ~torch.isfinite(a), ~torch.isfinite(b)
+    if not bad_a.any() and not bad_b.any():
+        return _close(a, b)
+    if not torch.equal(bad_a, bad_b):
+        return False
+    return bool(bad_a.all()) or _close(a[~bad_a], b[~bad_b])
+
+
 def matching_mistake(
-    value: Tensor, mistakes: list[tuple[Mistake, Callable[[], Tensor | None]]]
+    value: Tensor, mistakes: list[tuple[Mistake, Callable[[], Tensor | None]]],
+    start: Tensor | None = None,
 ) -> dict | None:
-    """The catalogued mistake whose result the learner's tensor reproduces, if any."""
+    """The catalogued mistake whose result the learner's tensor reproduces, if any. With
+    `start` (a tensor updated in place), what is compared is the change from it."""
     for mistake, evaluate in mistakes:
         produced = evaluate()
-        if produced is not None and _close(value, produced):
+        if produced is None:
+            continue
+        if start is not None and start.shape == value.shape == produced.shape:
+            base = start.detach().to("cpu", torch.float64)
+            same = _same(value.detach().to("cpu", torch.float64) - base,
+                         produced.detach().to("cpu", torch.float64) - base)
+        else:
+            same = _same(value, produced)
+        if same:
             return diagnosis(mistake.kind, mistake.message)
     return None
 
@@ -116,8 +145,13 @@ def value_diagnosis(
     n: int,
     prior: Tensor | None,
     mistakes: list[tuple[Mistake, Callable[[], Tensor | None]]],
+    source: str = "",
 ) -> dict | None:
-    """The most specific explanation for a same-shape wrong answer, or None."""
+    """The most specific explanation for a same-shape wrong answer, or None. `source` is the
+    forward code of the step's lines, for messages that depend on what is on them."""
+    known = matching_mistake(value, mistakes)  # first: a catalogued mistake may well be NaN
+    if known:
+        return known
     if not torch.isfinite(value).all():
         bad = int((~torch.isfinite(value)).sum())
         return diagnosis(
@@ -125,9 +159,6 @@ def value_diagnosis(
             f"d{name} has {bad} entries that are NaN or infinite. Look for a division by zero, "
             "a log of zero or a power of a negative number.",
         )
-    known = matching_mistake(value, mistakes)
-    if known:
-        return known
     if value.numel() and not bool(value.any()) and bool(ref.any()):
         return diagnosis(
             "scale",
@@ -156,7 +187,7 @@ def value_diagnosis(
         if abs(c - 1) > 1e-3 and _close(value, c * ref):
             if abs(c + 1) <= 1e-3:
                 return diagnosis("sign", f"d{name} has the right size but the wrong sign.")
-            return diagnosis("scale", _scale_message(name, c, n))
+            return diagnosis("scale", _scale_message(name, c, n, source))
     if value.dim() == 2 and value.shape[0] == value.shape[1] and _close(value.T, ref):
         return diagnosis("transpose", f"d{name} is the transpose of the right answer.")
     return None

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from tutor import diagnosis as dx
+from tutor import probe
 from tutor.candidate import (
     CodeError,
     Output,
@@ -38,8 +39,8 @@ from tutor.execution import (
     run_function_scratch,
     run_scratch,
 )
-from tutor.functions import Case, cases, is_gradient, output_label
-from tutor.grading import Grade, grade, heatmap, rounding_note
+from tutor.functions import SAME_SIZES, Case, cases, is_gradient, output_label, same_sizes_case
+from tutor.grading import APPROXIMATE_WHY, Grade, grade, heatmap, rounding_note
 from tutor.lesson import Batch, Lesson, resolve_device
 from tutor.packs import Pack, Step, find_pack, load_pack
 from tutor.results import CheckResult
@@ -111,6 +112,7 @@ class Engine:
         self._lock = threading.RLock()
         self._spare: isolate.Child | None = None
         self._cases: dict[str, list[Case]] = {}  # function step -> its cases, lesson's first
+        self._graph: probe.Graph | None = None  # the main batch under autograd, for the probe
 
     # -- the lesson as plain data ------------------------------------------------------------
     def info(self) -> dict:
@@ -138,6 +140,16 @@ class Engine:
         if step.id not in self._cases:
             self._cases[step.id] = cases(step, self.lesson.main, self.settings.seed, self.device)
         return self._cases[step.id]
+
+    def _same_sizes(self, step: Step) -> Case | None:
+        """Fresh values at the lesson's sizes, run with the cases: whether a fresh case failed
+        because of its sizes (functions.same_sizes_case)."""
+        key = f"{step.id} {SAME_SIZES}"
+        if key not in self._cases:
+            same = same_sizes_case(step, self.function_cases(step)[0], self.settings.seed,
+                                   self.device)
+            self._cases[key] = [same] if same else []
+        return next(iter(self._cases[key]), None)
 
     def _plan(self, step: Step, batch: Batch, name: str, prior: dict[str, str]) -> BatchPlan:
         """What the child needs for one batch: its tensors and how to replay earlier steps.
@@ -190,17 +202,23 @@ class Engine:
               ) -> CheckSpec | FunctionCheckSpec:
         if step.function is not None:
             return self._function_spec(step, code)
+        main = self.lesson.main
+        replay = lambda s: Replay(s.id, prior.get(s.id), s.solution,  # noqa: E731
+                                  {p: main.reference[(s.id, p)] for p in s.partials})
         return CheckSpec(step.id, code, step.checks + step.partials, [
-            self._plan(step, self.lesson.main, "main", prior),
+            self._plan(step, main, "main", prior),
             self._plan(step, self.lesson.heldout, "heldout", prior),
-        ], self.settings.timeout)
+        ], self.settings.timeout,
+            probe.spec_for(self.pack, step, self._earlier(step), self.settings.seed, replay,
+                           code))
 
     def _function_spec(self, step: Step, code: str) -> FunctionCheckSpec:
         fn = step.function
         assert fn is not None
         return FunctionCheckSpec(
             step.id, code, fn.name, fn.call, fn.arguments, fn.outputs, step.checks,
-            [(c.name, c.inputs) for c in self.function_cases(step)],
+            [(c.name, c.inputs) for c in [*self.function_cases(step),
+                                          *filter(None, [self._same_sizes(step)])]],
             dict(self.lesson.sizes), self.settings.timeout)
 
     def _in_child(self, request: dict, _send: Callable, _cancel: threading.Event) -> dict:
@@ -330,14 +348,33 @@ class Engine:
                     "significant digits; compute gradients in float32, like the forward pass")
         passed = all(g.accepted and not g.diagnosis for g in grades)
         if passed:
+            passed = self._rule_probe(step, run, main.get("probe"), grades, code)
+        if passed:
             result["heldout"] = self._heldout(step, records.get("heldout"),
-                                              bool(outcome.get("timeout")), grades)
+                                              bool(outcome.get("timeout")), grades, code)
             passed = result["heldout"]["passed"]
         result["checks"] = [g.to_dict() for g in grades]
         result["passed"] = passed
         if passed:
             result["figure"] = self._figure(step, run)
         return result
+
+    def _rule_probe(self, step: Step, run: Run, record: Any, grades: list[Grade],
+                    code: str) -> bool:
+        """The verdict on the rule (tutor/probe.py): False when it refused a gradient."""
+        spec = probe.spec_for(self.pack, step, self._earlier(step), self.settings.seed,
+                              code=code)
+        if spec is None or not isinstance(record, dict):
+            return True
+        if self._graph is None:
+            self._graph = probe.Graph.of(self.lesson, self.lesson.main)
+        try:
+            line, fork = (decode_namespace(record.get(k)) if record.get(k) else None
+                          for k in ("line", "fork"))
+        except Exception:  # noqa: BLE001 - undecodable probe data: the real runs decide alone
+            return True
+        return probe.apply(self.pack, step, self._graph, spec, run.before, run.namespace, line,
+                           fork, grades, self.lesson.main.n, code)
 
     # -- function steps ------------------------------------------------------------------------
     def _grade_function(self, step: Step, outcome: dict, result: dict) -> dict:
@@ -387,7 +424,11 @@ class Engine:
         mistakes = [(m, self._function_mistake(step, m, name, case)) for m in step.mistakes
                     if (m.tensor or step.checks[0]) == name]
         start = case.inputs.get(name)
-        known = dx.matching_mistake(value, mistakes) if not is_gradient(name) else None
+        known = None
+        if not is_gradient(name):
+            # An update is recognised by how it moved the tensor, not by where it ended up
+            # (a step a tenth too small is no update left out).
+            known = dx.matching_mistake(value, mistakes, start)
         if known:
             g.diagnosis = known
         elif g.verdict == "shape":
@@ -404,8 +445,10 @@ class Engine:
         elif is_gradient(name):
             g.diagnosis = dx.value_diagnosis(tensor, value, ref32, _scale_size(case), None,
                                              mistakes)
-        else:
-            g.diagnosis = dx.matching_mistake(value, mistakes)
+        if g.verdict != "shape" and (g.diagnosis is None or (
+                g.diagnosis["kind"] == "scale" and "constant factors" in g.diagnosis["message"])):
+            # A factor no count explains may still be a rewrite (a size for another).
+            g.diagnosis = self._derived_output(step, name, value, ref32, case) or g.diagnosis
         pattern = dx.where_wrong(value, ref32) if (
             g.verdict != "shape" and torch.isfinite(value).all()
             and (g.diagnosis or {}).get("kind") != "unchanged") else ""
@@ -414,6 +457,24 @@ class Engine:
         if pattern:
             g.heatmap = heatmap(value.to(ref32.dtype) - ref32)
         return g
+
+    def _derived_output(self, step: Step, name: str, value: Tensor, ref: Tensor, case: Case
+                        ) -> dict | None:
+        """Nobody catalogued this one: rewrites of the reference function, then the state's
+        own patterns (tutor/derived.py, tutor/rewrites.py)."""
+        from tutor import derived
+        from tutor.rewrites import state_patterns
+
+        def call(source: str) -> dict | None:
+            return derived.call_function(step, source, case.inputs, self.lesson.sizes)
+
+        start = case.inputs.get(name)
+        start = start if isinstance(start, Tensor) and not is_gradient(name) else None
+        found = derived.explain_function(step, name, value, ref, case.inputs, call, start)
+        if found is None and not is_gradient(name):
+            why = state_patterns(name, value, ref, start)
+            found = dx.diagnosis("derived", why) if why else None
+        return found
 
     def _function_mistake(self, step: Step, m, name: str, case: Case
                           ) -> Callable[[], Tensor | None]:
@@ -459,16 +520,57 @@ class Engine:
                 if not failures:
                     continue
                 reason = ", ".join(failures)
-            out["message"] = (
-                f"right on the lesson's tensors ({lesson.describe()}), but at {case.describe()} "
-                f"{reason}. Does the function use a size of the lesson (a number such as "
-                f"{_lesson_numbers(lesson)}{self._size_names(lesson)}) instead of reading every "
-                "size off its arguments' shapes?")
+            same = self._same_sizes(step)
+            if same is not None and self._fails(step, same, records.get(same.name)):
+                # Wrong at the lesson's own sizes too: the values made the difference.
+                found = self._explain_case(step, same, records[same.name])
+                out["message"] = (
+                    f"right on the lesson's tensors ({lesson.describe()}), but at "
+                    f"{case.describe()} {reason}, and it is also wrong for fresh values at the "
+                    f"lesson's own sizes: no size is to blame. It is right only for these "
+                    f"particular values: check the parts whose effect is tiny here (a term "
+                    f"scaled by a small constant, the order of two updates)."
+                    + (f" {found['message']}" if found else ""))
+            else:
+                out["message"] = (
+                    f"right on the lesson's tensors ({lesson.describe()}), but at "
+                    f"{case.describe()} {reason}. Does the function use a size of the lesson (a "
+                    f"number such as {_lesson_numbers(lesson)}{self._size_names(lesson)}) "
+                    "instead of reading every size off its arguments' shapes?")
             out["passed"] = False
             grades[0].diagnosis = dx.diagnosis("heldout", out["message"])
             grades[0].message = out["message"]
             break
         return out
+
+    def _explain_case(self, step: Step, case: Case, record: dict) -> dict | None:
+        """The derived diagnosis of the first wrong output of a case, if any."""
+        if record.get("error"):
+            return None
+        values = decode_namespace(record.get("after"))
+        for name in step.checks:
+            value = values.get(name)
+            if not isinstance(value, Tensor) or value.shape != case.reference[name].shape:
+                continue
+            if not grade(output_label(name), value, case.reference[name],
+                         case.reference64[name], label=name).accepted:
+                return self._derived_output(step, name, value, case.reference[name], case)
+        return None
+
+    def _fails(self, step: Step, case: Case, record: dict | None) -> bool:
+        """Whether the learner's function got this case wrong (a failure to run counts)."""
+        if record is None:
+            return False
+        if record.get("error"):
+            return True
+        values = decode_namespace(record.get("after"))
+        for name in step.checks:
+            value = values.get(name)
+            h = grade(output_label(name), value if isinstance(value, Tensor) else None,
+                      case.reference[name], case.reference64[name], label=name)
+            if not h.accepted:
+                return True
+        return False
 
     def _size_names(self, lesson: Case) -> str:
         """The lesson's names for the sizes of its case (C=32 is n_embd), as a learner might
@@ -526,7 +628,9 @@ class Engine:
             row = (f"cmp {name:<15} exact {str(g.exact):<5}  approximate {str(g.approximate):<5}"
                    f"  maxdiff {g.maxdiff if g.maxdiff is not None else '-'}"
                    + ("" if g.shape == g.expected_shape else
-                      f"  (shape {g.shape}, expected {g.expected_shape})") + "\n")
+                      f"  (shape {g.shape}, expected {g.expected_shape})")
+                   + (f"\n    ({APPROXIMATE_WHY})" if g.accepted and not g.approximate else "")
+                   + "\n")
             pos = max(last, min(pos, len(stdout)))
             pieces += [stdout[last:pos], row]
             last = pos
@@ -597,6 +701,7 @@ class Engine:
             batch.n,
             earlier if isinstance(earlier, Tensor) else None,
             mistakes,
+            "\n".join(self.pack.line_for(t).source for t in step.lines),
         )
         if g.diagnosis is None and torch.isfinite(value).all():
             # Nobody catalogued this one: compare with wrong answers derived from the step.
@@ -678,10 +783,17 @@ class Engine:
                 )
 
     def _heldout(self, step: Step, record: dict | None, timed_out: bool,
-                 grades: list[Grade]) -> dict:
+                 grades: list[Grade], code: str = "") -> dict:
         batch = self.lesson.heldout
         out = {"passed": True, "batch_size": batch.n, "message": None}
         advice = "Is a batch size written in as a number? Use n or a tensor's .shape instead."
+        if (code and record is not None and not record.get("error")
+                and not _writes_the_batch_size(code, self.lesson.main.n, self.lesson.sizes)):
+            # Only the batch changes between the two batches, and nothing in the code reads as
+            # its size: the values made the difference, not a size.
+            advice = ("Nothing in your code reads as the batch size written in, so the size is "
+                      "not to blame: the rule holds for this batch's values only. Check the "
+                      "parts whose effect is tiny here.")
         if record is None or record.get("error"):
             if record is None:
                 reason = ("it ran out of time" if timed_out else "it did not finish")
@@ -744,6 +856,25 @@ def _usable(outcome: dict, first: dict | None, result: dict, timeout: float) -> 
         result["error"] = _clean_error(first["error"])
         return False
     return True
+
+
+def _writes_the_batch_size(code: str, n: int, sizes: dict) -> bool:
+    """Whether a number in the code could be the lesson's batch size, or a count made from it
+    (n - 1, 1/n, n times a size): the one thing the fresh batch changes besides the values."""
+    import ast
+
+    counts = {n, n - 1, n + 1} | {n * v for v in sizes.values() if isinstance(v, int) and v > 1}
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return True
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) \
+                and not isinstance(node.value, bool) and node.value:
+            value = float(node.value)
+            if any(abs(value - c) < 1e-9 or abs(value * c - 1) < 1e-6 for c in counts):
+                return True
+    return False
 
 
 def _scale_size(case: Case) -> int:

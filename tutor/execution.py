@@ -8,6 +8,7 @@ the candidate; autograd's gradients stay with the engine, which grades the plain
 from __future__ import annotations
 
 import ast
+import contextlib
 import time
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -27,6 +28,7 @@ from tutor.candidate import (
     runtime_error,
     shares_memory,
 )
+from tutor.probe import ProbeSpec, cotangents
 from tutor.sandbox.isolate import (
     MAX_KEPT,
     MAX_MESSAGE,
@@ -68,6 +70,7 @@ class CheckSpec:
     graded: tuple[str, ...]  # the tensors whose gradients are graded (checks, then partials)
     batches: list[BatchPlan]
     timeout: float
+    probe: ProbeSpec | None = None  # the rule probe, run on the first batch (tutor/probe.py)
 
 
 # -- values as plain data --------------------------------------------------------------------
@@ -233,8 +236,11 @@ def _encode_cmp(out: Output) -> list[tuple]:
     return calls
 
 
-def run_batch(spec: CheckSpec, plan: BatchPlan, deadline: float) -> dict:
+def run_batch(spec: CheckSpec, plan: BatchPlan, deadline: float,
+              bases: dict | None = None) -> dict:
     base, notes = _replay(plan, deadline)
+    if bases is not None:
+        bases[plan.name] = base
     after = copy_namespace(base)
     out = Output()
     record: dict = {"error": None, "notes": notes}
@@ -314,18 +320,72 @@ def run_check(spec: CheckSpec) -> dict:
     """Every batch of the plan, within one time budget. Plain data only."""
     deadline = time.monotonic() + spec.timeout
     records: dict[str, Any] = {}
+    bases: dict[str, dict] = {}
     arm(spec.timeout)  # stops Python loops; the parent kills what a signal cannot stop
     try:
         for plan in spec.batches:
-            records[plan.name] = run_batch(spec, plan, deadline)
+            records[plan.name] = run_batch(spec, plan, deadline, bases)
             _fit(records, plan.name)
             if records[plan.name]["error"]:
                 break
+        first = spec.batches[0].name
+        if spec.probe is not None and not records[first]["error"]:
+            # Without time left for the probe, the real runs decide alone.
+            with contextlib.suppress(CheckTimeout):
+                records[first]["probe"] = run_probe(spec, spec.probe, bases[first], deadline)
+                _fit(records, first)
     except CheckTimeout:
         return {"timeout": True, "records": records}
     finally:
         disarm()
     return {"timeout": False, "records": records}
+
+
+def run_probe(spec: CheckSpec, probe: ProbeSpec, base: dict, deadline: float) -> dict:
+    """The candidate once more, from the same namespace, with random arriving gradients (the
+    line probe) and, for a step that completes a gradient started earlier, with random gradients
+    where it was started and the steps in between replayed (the fork probe). See tutor/probe.py."""
+    names = {f"d{t}" for t in spec.graded}
+    ns = copy_namespace(base)
+    ns.update(cotangents(base, probe.upstream, probe.seed, spec.graded))
+    out = {"line": _quiet(spec.code, ns, names, deadline), "fork": None}
+    fork = probe.fork
+    if fork is not None:
+        ns = copy_namespace(base)
+        cots = cotangents(base, fork.upstream, fork.seed, spec.graded)
+        for r in fork.replays:
+            for code in (r.code, r.solution):
+                # What the steps in between compute is computed again, from the new gradients.
+                for name in _names_or_none(code):
+                    if name.startswith("d") and name not in cots:
+                        ns.pop(name, None)
+        ns.update(cots)
+        try:
+            replayed, _ = _replay(BatchPlan("probe", ns, fork.replays), deadline)
+        except CheckTimeout:
+            raise
+        except Exception:  # noqa: BLE001 - the steps in between do not run this way: no fork probe
+            return out
+        out["fork"] = _quiet(spec.code, replayed, names, deadline)
+    return out
+
+
+def _names_or_none(code: str | None) -> set[str]:
+    try:
+        return assigned_names(code) if code else set()
+    except SyntaxError:
+        return set()
+
+
+def _quiet(code: str, ns: dict, names: set[str], deadline: float) -> dict | None:
+    """Run code for the probe: its values, or None if it fails (the probe then says nothing)."""
+    try:
+        execute(cached_compile(code), ns, Output(), deadline)
+    except CheckTimeout:
+        raise
+    except Exception:  # noqa: BLE001 - a failure here is the real run's to report, not ours
+        return None
+    return encode_namespace(ns, names)
 
 
 def assigned_names(code: str) -> set[str]:

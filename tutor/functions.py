@@ -11,6 +11,7 @@ code computes them (for the notebook's exact / approximate / maxdiff), and in fl
 
 from __future__ import annotations
 
+import ast
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +26,7 @@ Tensor = torch.Tensor
 
 FRESH_CASES = 2  # cases at new sizes, after the lesson's own
 LESSON_CASE = "lesson"
+SAME_SIZES = "lesson sizes"  # fresh values at the lesson's sizes: did sizes make the difference?
 
 
 @dataclass
@@ -73,6 +75,33 @@ def fresh_case(step: Step, seed: int, index: int, device: torch.device) -> Case:
     ns = {**_scope(), "g": torch.Generator().manual_seed(seed * 7919 + 104729 * (index + 1))}
     _run(spec.draw, ns, f"<{step.id} draw>")
     return _case(f"fresh {index + 1}", step, ns, device)
+
+
+def same_sizes_case(step: Step, lesson: Case, seed: int, device: torch.device) -> Case | None:
+    """Fresh values drawn as for a fresh case, but at the lesson's sizes: the pack's `draw` with
+    every size it picks pinned to the lesson's. A function right on the lesson's case and wrong
+    on this one is wrong for other values, whatever its sizes; None where the sizes cannot be
+    pinned (a size drawn in a way this does not recognise)."""
+    spec = _spec(step)
+    tree = ast.parse(spec.draw)
+    for node in tree.body:
+        if not isinstance(node, ast.Assign) or len(node.targets) != 1:
+            continue
+        target = node.targets[0]
+        if isinstance(target, ast.Name) and target.id in lesson.sizes:
+            node.value = ast.Constant(lesson.sizes[target.id])
+        elif (isinstance(target, ast.Tuple) and isinstance(node.value, ast.Tuple)
+              and len(target.elts) == len(node.value.elts)):
+            for k, elt in enumerate(target.elts):
+                if isinstance(elt, ast.Name) and elt.id in lesson.sizes:
+                    node.value.elts[k] = ast.Constant(lesson.sizes[elt.id])
+    ns = {**_scope(), "g": torch.Generator().manual_seed(seed * 7919 + 104729 * 99)}
+    try:
+        _run(ast.unparse(tree), ns, f"<{step.id} draw at the lesson's sizes>")
+        case = _case(SAME_SIZES, step, ns, device)
+    except PackError:
+        return None
+    return case if case.sizes == lesson.sizes else None
 
 
 def _case(name: str, step: Step, ns: dict, device: torch.device) -> Case:

@@ -23,7 +23,14 @@ import torch
 Tensor = torch.Tensor
 
 RTOL, ATOL = 1e-5, 1e-8  # torch.allclose defaults, as in cmp
-ROUNDING_HEADROOM = 16.0  # how many times autograd's own float32 error an answer may have
+# How many times autograd's own float32 error an answer may have. Measured on every correct
+# answer we keep (benchmarks/headroom.py): correct answers reach 3.0 to 3.4 times, GELU with
+# 0.04472 for 0.044715 reaches 9.2 on the lesson's batch; 5.5 is the geometric middle.
+ROUNDING_HEADROOM = 5.5
+# The rule probe grades the change between two runs, which carries the rounding of both and is
+# judged against one float32 VJP: correct answers reach 15 times there. It looks for wrong
+# rules, which are thousands of times off; near misses are the values' job.
+PROBE_HEADROOM = 64.0
 RELATIVE_FLOOR = 1e-6  # errors below this fraction of the gradient's size are rounding
 
 
@@ -74,6 +81,7 @@ def grade(
     partial: bool = False,
     parameter: bool = False,
     label: str | None = None,
+    headroom: float | None = None,
 ) -> Grade:
     """Compare a learner's gradient with autograd's; no diagnosis yet, only the facts.
 
@@ -100,7 +108,7 @@ def grade(
             g.verdict = "shape"
             return g
         # A shape that only stands if its values are right: compare what it broadcasts to.
-        _measure(g, as_graded(value, ref32), ref32, ref64)
+        _measure(g, as_graded(value, ref32), ref32, ref64, headroom)
         if not g.accepted and value.numel() != ref32.numel():
             # [1, 64] for [n, 64] is a shape mistake unless every row of the truth is the same.
             g.exact = g.approximate = False
@@ -110,11 +118,12 @@ def grade(
         if g.accepted:
             g.note = shape_note(tensor, g.shape, g.expected_shape, parameter)
         return g
-    _measure(g, value, ref32, ref64)
+    _measure(g, value, ref32, ref64, headroom)
     return g
 
 
-def _measure(g: Grade, value: Tensor, ref32: Tensor, ref64: Tensor) -> None:
+def _measure(g: Grade, value: Tensor, ref32: Tensor, ref64: Tensor,
+             headroom: float | None = None) -> None:
     """exact / approximate / maxdiff against float32, acceptance against float64."""
     if not value.is_floating_point():
         value = value.to(ref32.dtype)
@@ -126,8 +135,11 @@ def _measure(g: Grade, value: Tensor, ref32: Tensor, ref64: Tensor) -> None:
     if not torch.isfinite(ours).all():
         g.verdict = "wrong"
         return
-    g.accepted = g.exact or accepts(ours, ref32, ref64)
+    g.accepted = g.exact or (accepts(ours, ref32, ref64) if headroom is None else
+                             accepts(ours, ref32, ref64, headroom))
     g.verdict = "exact" if g.exact else "approximate" if g.accepted else "wrong"
+    if g.accepted and not g.approximate:
+        g.note = APPROXIMATE_WHY  # the row says False under a pass: say why, once
 
 
 def fits(shape, target, parameter: bool = False) -> bool:
@@ -206,15 +218,16 @@ def closing_grade(g: Grade, value, full32: Tensor, full64: Tensor, closing: str)
     return full
 
 
-def accepts(ours64: Tensor, ref32: Tensor, ref64: Tensor) -> bool:
+def accepts(ours64: Tensor, ref32: Tensor, ref64: Tensor,
+            headroom: float = ROUNDING_HEADROOM) -> bool:
     """Is this answer as accurate as autograd's own float32 gradient, give or take rounding?"""
     if ours64.numel() == 0:
         return True
-    if torch.allclose(ours64, ref64, rtol=RTOL, atol=ATOL):
-        return True
+    # No allclose shortcut: its absolute 1e-8 is looser than float32 rounding for gradients
+    # of size 1e-3, and let a rounded constant through (benchmarks/headroom.py).
     autograd_error = float((ref32.detach().to("cpu", torch.float64) - ref64).abs().max())
     scale = float(ref64.abs().max())
-    tolerance = max(ROUNDING_HEADROOM * autograd_error, RELATIVE_FLOOR * scale)
+    tolerance = max(headroom * autograd_error, RELATIVE_FLOOR * scale)
     return float((ours64 - ref64).abs().max()) <= tolerance
 
 
@@ -227,6 +240,12 @@ def rounding_note(g: Grade) -> str:
             f"(maxdiff {g.maxdiff:.1e}; both are that close to the float64 gradient)"
         )
     return ""
+
+
+# Said wherever a row shows `approximate False` beside a verdict that accepts it.
+APPROXIMATE_WHY = ("approximate is False because torch.allclose's default tolerance (rtol 1e-5, "
+                   "atol 1e-8) is tighter than float32 rounding for these values; the verdict "
+                   "compares with the float64 gradient instead")
 
 
 def heatmap(diff: Tensor, max_rows: int = 8, max_cols: int = 32) -> list[list[float]]:

@@ -1,0 +1,387 @@
+"""The rule probe: a step's code graded on its rule, not only on the numbers it happened to give.
+
+A backward step maps the gradient arriving at its line(s) to the gradients of the line's inputs,
+and that map is linear. Where the arriving gradient is nearly zero (the softmax's `dlogit_maxes`),
+zero on part of its entries, or symmetric, a wrong map can give the right numbers: `pass` at the
+second branch of `dlogits` is "equal to autograd". So the step's code runs a second time, in the
+same child and within the same time budget, from the same namespace, with the arriving gradients
+replaced by random tensors of the same shapes (seeded, so a verdict never changes between runs).
+The answer's change between the two runs must equal autograd's vector-Jacobian product of the
+step's line(s) for the change of cotangent. Linearity is what makes this exact: a first branch
+started earlier, a stand-in, a learner's own prior code all cancel out of the difference.
+
+Two probes, because a learner may compute the arriving gradient's effect from further up:
+
+- the *line* probe replaces only the gradients arriving at this step's lines;
+- the *fork* probe, for a step that completes a gradient started at an earlier step (the second
+  branch of `dlogits`, of `dx1`), replaces the gradients arriving where that first branch began
+  and replays the steps in between, so both branches see the same random cotangent, whatever
+  the learner's earlier code did (both branches typed at once there, nothing left to add here).
+
+An answer is refused only if every probe that applies refuses it: a right rule passes at least
+one of them, while a missing or broken branch passes neither (docs/architecture.md, the rule
+probe).
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+from tutor.grading import PROBE_HEADROOM, as_graded, grade
+from tutor.packs import Pack, Step
+
+Tensor = torch.Tensor
+
+NEARLY_ZERO = 1e-4  # an arriving gradient this small next to the answer's size tells no rule apart
+
+
+@dataclass(frozen=True)
+class Fork:
+    """Further up than this step's lines: the gradients varied there, as (gradient name,
+    forward tensor) pairs, and the steps (learner's code or ours) that lead from there to this
+    step, replayed on them."""
+
+    pairs: tuple[tuple[str, str], ...]
+    replays: list = field(default_factory=list)  # execution.Replay, from there up to this step
+    seed: int = 0
+
+    @property
+    def upstream(self) -> tuple[str, ...]:
+        return tuple(name for name, _ in self.pairs)
+
+
+@dataclass(frozen=True)
+class ProbeSpec:
+    upstream: tuple[str, ...]  # the gradient names replaced by random cotangents
+    seed: int
+    fork: Fork | None = None
+
+
+def arriving(step: Step) -> list[tuple[str, str]]:
+    """(gradient name in the namespace, forward tensor it is the gradient of) for every gradient
+    arriving at the step's lines from above."""
+    # The scalar the gradients are of has no gradient arriving: there is nothing to vary.
+    pairs = [(f"d{t}", t) for t in step.lines if t not in step.checks and t != step.target]
+    if step.upstream:
+        pairs.append((f"d{step.upstream}", step.target or step.upstream))
+    return pairs
+
+
+def spec_for(pack: Pack, step: Step, earlier: list[Step], seed: int, replay=None,
+             code: str = "") -> ProbeSpec | None:
+    """The probes of a per-line step, or None for a step without arriving gradients.
+
+    The fork starts at the earliest of: the step where a gradient this step completes was
+    started (its arriving gradients are varied), and the step after the one that produced a
+    gradient from further up that the code reads instead of this line's (that gradient is
+    varied), so that everything the code reads changes together.
+    """
+    if step.is_function or step.is_training:
+        return None
+    upstream = tuple(name for name, _ in arriving(step))
+    if not upstream:
+        return None
+    base = seed * 1_000_003 + pack.index(step.id) * 7919
+    starts: list[tuple[int, list[tuple[str, str]]]] = []
+    started = [s for s in earlier if set(s.partials) & set(step.checks)]
+    if started:
+        starts.append((earlier.index(started[0]), arriving(started[0])))
+    reads = _reads(code)
+    for i, s in enumerate(earlier):
+        for t in s.checks:
+            if f"d{t}" in reads and f"d{t}" not in upstream and t not in step.checks:
+                starts.append((i + 1, [(f"d{t}", t)]))
+    fork = None
+    if starts:
+        at = min(i for i, _ in starts)
+        pairs = tuple(dict.fromkeys(p for i, ps in starts if i == at for p in ps))
+        fork = Fork(pairs, [replay(s) for s in earlier[at:]] if replay else [], base + 1)
+    return ProbeSpec(upstream, base, fork)
+
+
+def cotangents(namespace: dict, names: tuple[str, ...], seed: int,
+               graded: tuple[str, ...] = ()) -> dict[str, Tensor]:
+    """Random stand-ins for the arriving gradients: the same shapes, zero exactly where the real
+    one is zero (a causal mask, the classes a loss does not pick: structure no rule should have
+    to reproduce), and of the size of the gradients around them, so that a branch that adds
+    nearly nothing with the real values adds something now."""
+    present = [(n, namespace[n]) for n in names
+               if isinstance(namespace.get(n), Tensor) and namespace[n].is_floating_point()]
+    sizes = [_rms(t) for _, t in present]
+    sizes += [_rms(namespace[f"d{g}"]) for g in graded
+              if isinstance(namespace.get(f"d{g}"), Tensor)
+              and namespace[f"d{g}"].is_floating_point()]
+    scale = max([s for s in sizes if math.isfinite(s)] or [1.0]) or 1.0
+    g = torch.Generator().manual_seed(seed)
+    out = {}
+    for name, real in present:
+        r = torch.randn(tuple(real.shape), generator=g, dtype=torch.float32) * scale
+        r = r * (real.detach().cpu() != 0)
+        out[name] = r.to(device=real.device, dtype=real.dtype)
+    return out
+
+
+def _rms(t: Tensor) -> float:
+    return float(t.detach().double().pow(2).mean().sqrt()) if t.numel() else 0.0
+
+
+# --- the engine's side: what the change must be -----------------------------------------------
+
+
+class Graph:
+    """The lesson's forward pass with autograd on, in float32 and float64, for VJPs of any line."""
+
+    def __init__(self, ns32: dict, ns64: dict):
+        self.ns = {torch.float32: ns32, torch.float64: ns64}
+
+    @classmethod
+    def of(cls, lesson, batch) -> Graph:
+        from tutor.lesson import forward_namespace
+
+        sources = [line.source for line in lesson.pack.forward_lines]
+        Xb, Yb = batch.values["Xb"], batch.values["Yb"]
+        return cls(*(forward_namespace(lesson.pack, lesson.params, Xb, Yb, dtype, device,
+                                       sources, lesson.sizes)
+                     for dtype, device in ((torch.float32, lesson.device),
+                                           (torch.float64, torch.device("cpu")))))
+
+    def vjp(self, outputs: list[str], cots: list[Tensor], tensor: str, dtype: torch.dtype,
+            local: bool = False, sources: dict[str, str] | None = None) -> Tensor | None:
+        ns = self.ns[dtype]
+        target = ns.get(tensor)
+        if not isinstance(target, Tensor):
+            return None
+        device = target.device
+        cots = [c.detach().to(device=device, dtype=dtype) for c in cots]
+        with torch.enable_grad():
+            if local:
+                # What reaches the tensor through these lines alone (a first branch): the lines
+                # re-run with every other operand detached.
+                leaf = target.detach().requires_grad_(True)
+                scope = {k: (v.detach() if isinstance(v, Tensor) else v) for k, v in ns.items()}
+                scope[tensor] = leaf
+                outs = [eval(compile(ast.Expression(_value(sources[o])), "<probe>", "eval"),
+                             scope) for o in outputs]  # trusted pack code
+                wrt = leaf
+            else:
+                outs = [ns[o] for o in outputs]
+                wrt = target
+            keep = [(o, c) for o, c in zip(outs, cots, strict=True)
+                    if isinstance(o, Tensor) and o.requires_grad]
+            try:
+                # A gradient of a shape that broadcasts ([64] for [1, 64]) stands for its
+                # broadcast, as where it was accepted.
+                keep = [(o, c if c.shape == o.shape else c.broadcast_to(o.shape))
+                        for o, c in keep]
+            except RuntimeError:
+                return None
+            if not keep or not wrt.requires_grad:
+                return torch.zeros_like(target.detach())
+            (grad,) = torch.autograd.grad([o for o, _ in keep], [wrt],
+                                          grad_outputs=[c for _, c in keep],
+                                          retain_graph=True, allow_unused=True)
+        return torch.zeros_like(target.detach()) if grad is None else grad.detach()
+
+
+def _value(source: str) -> ast.expr:
+    return ast.parse(source).body[0].value  # type: ignore[attr-defined]
+
+
+@dataclass
+class Outcome:
+    """One tensor's probe: refused or not, and what to tell the learner."""
+
+    tensor: str
+    passed: bool
+    added_nothing: bool = False
+    value: Tensor | None = None  # the learner's answer in the line probe
+    expected: Tensor | None = None  # what it should have been there
+
+
+def judge(pack: Pack, step: Step, graph: Graph, before: dict, real: dict, probe: dict | None,
+          spec: ProbeSpec, tensor: str, partial: bool, closing: bool, fork: bool = False
+          ) -> Outcome | None:
+    """Whether the answer's change under the probe is the line's VJP of the cotangents' change.
+
+    `real` and `probe` map gradient names to the learner's values in the real and the probe run.
+    None when the probe says nothing (it did not run, the value is missing).
+    """
+    grad = f"d{tensor}"
+    ours_real, ours_probe = real.get(grad), (probe or {}).get(grad)
+    if not isinstance(ours_real, Tensor) or not isinstance(ours_probe, Tensor):
+        return None
+    if fork:
+        assert spec.fork is not None
+        pairs, names, seed = list(spec.fork.pairs), spec.fork.upstream, spec.fork.seed
+    else:
+        pairs, names, seed = arriving(step), spec.upstream, spec.seed
+    cots = cotangents(before, names, seed, step.checks + step.partials)
+    pairs = [(n, o) for n, o in pairs if n in cots]
+    if not pairs:
+        return None
+    outputs = [o for _, o in pairs]
+    sources = {line.target: line.source for line in pack.forward_lines}
+    local = partial and not closing
+    d32 = [cots[n].float() - before[n].float() for n, _ in pairs]
+    d64 = [cots[n].double().cpu() - before[n].double().cpu() for n, _ in pairs]
+    want32 = graph.vjp(outputs, d32, tensor, torch.float32, local, sources)
+    want64 = graph.vjp(outputs, d64, tensor, torch.float64, local, sources)
+    if want32 is None or want64 is None:
+        return None
+    change = ours_probe.detach().double().cpu() - ours_real.detach().double().cpu()
+    # A shape that fits is graded as it fits.
+    g = grade(tensor, change, want32.float(), want64, headroom=PROBE_HEADROOM)
+    scale = float(want64.abs().max()) or 1.0
+    nothing = float(change.abs().max()) <= 1e-6 * scale
+    if fork or not g.accepted and g.verdict == "shape":
+        return Outcome(tensor, g.accepted, nothing)
+    value = as_graded(ours_probe.detach().to(want32.device, torch.float32), want32)
+    expected = as_graded(ours_real.detach().to(want32.device, torch.float32), want32) + want32
+    return Outcome(tensor, g.accepted, nothing, value, expected)
+
+
+def why_it_looked_right(step: Step, before: dict, tensor_value: Tensor) -> str:
+    """What made the real arriving gradient unable to tell the rules apart, in a few words."""
+    parts = []
+    size = float(tensor_value.detach().abs().max()) or 1.0
+    for name, _ in arriving(step):
+        u = before.get(name)
+        if not isinstance(u, Tensor) or not u.is_floating_point() or not u.numel():
+            continue
+        top = float(u.detach().abs().max())
+        zero = float((u == 0).double().mean())
+        if top <= NEARLY_ZERO * size:
+            parts.append(f"`{name}`, which is nearly 0 (at most {top:.1e})")
+        elif zero > 0:
+            parts.append(f"`{name}`, which is 0 at {zero:.0%} of its entries")
+        else:
+            parts.append(f"`{name}`")
+    return " and ".join(parts) or "the real upstream gradient"
+
+
+def message(step: Step, grad: str, before: dict, value: Tensor, detail: str) -> str:
+    lines = ", ".join(f"`{t}`" for t in step.lines)
+    return (f"With the real {why_it_looked_right(step, before, value)}, your {grad} matches "
+            f"autograd's; with any other gradient arriving at {lines} it does not, so the rule "
+            f"is not the line's derivative yet. {detail}").strip()
+
+
+def _route(out: Outcome) -> str:
+    """Where the line sends a gradient, when that is a telling few entries (a max: one per
+    row), as the end of a sentence."""
+    if out.value is None or out.expected is None:
+        return ""
+    change = (out.expected - out.value).detach().abs().cpu()
+    if change.dim() != 2 or not change.numel():
+        return ""
+    live = change > 1e-6 * float(change.max())
+    rows = live.any(1)
+    if bool(rows.any()) and bool((live.sum(1)[rows] == 1).all()):
+        return ": the line sends the gradient to one entry per row"
+    return ""
+
+
+def _reads(code: str) -> set[str]:
+    try:
+        return {node.id for node in ast.walk(ast.parse(code)) if isinstance(node, ast.Name)}
+    except SyntaxError:
+        return set()
+
+
+def _explained(pack: Pack, step: Step, tensor: str, value: Tensor, expected: Tensor,
+               scope: dict, n: int) -> dict | None:
+    """The catalogued mistake or derived rewrite the answer matches under the probe, if any."""
+    from tutor import derived
+    from tutor.candidate import Output, compile_candidate, copy_namespace, execute
+    from tutor.diagnosis import _close
+
+    for m in step.mistakes:
+        if (m.tensor or step.checks[0]) != tensor:
+            continue
+        ns = copy_namespace(scope)
+        try:
+            execute(compile_candidate(m.code), ns, Output())  # our code, on plain tensors
+        except Exception:  # noqa: BLE001 - a mistake that cannot run matches nothing
+            continue
+        produced = ns.get(f"d{tensor}")
+        if isinstance(produced, Tensor) and produced.shape == value.shape and _close(value,
+                                                                                     produced):
+            return {"kind": m.kind, "message": m.message.strip()}
+    if value.shape != expected.shape or not torch.isfinite(value).all():
+        return None
+    return derived.explain(pack, step, tensor, value.to(expected.device), expected, scope, n)
+
+
+def apply(pack: Pack, step: Step, graph: Graph, spec: ProbeSpec, before: dict, real: dict,
+          line: dict | None, fork: dict | None, grades: list, n: int, code: str = "") -> bool:
+    """Refuse every accepted gradient whose rule the probes refuse; True when all still stand."""
+    standing = True
+    unread = [u for u in spec.upstream if u in before and u not in _reads(code)]
+    for g in grades:
+        if not g.accepted or g.diagnosis:
+            continue
+        closing = g.reference_step is not None
+        value = real.get(g.grad)
+        if isinstance(value, Tensor) and value.numel() and not bool(value.any()):
+            # All zeros, and accepted: the true gradient is zero up to rounding whatever the
+            # numbers, a fact worked out rather than a branch left out (`dlogit_maxes = 0`).
+            g.note = (f"{g.grad} is 0 here up to rounding for any gradient this network can "
+                      f"send back, and your code writes that zero directly. The line's own "
+                      f"rule gives it too; writing the rule keeps the code right if the lines "
+                      f"above it change.")
+            continue
+        out = judge(pack, step, graph, before, real, line, spec, g.tensor, g.partial, closing)
+        if out is None or out.passed:
+            continue
+        if g.partial and not closing:
+            # Both branches typed at the first one: the complete gradient's rule is right too.
+            whole = judge(pack, step, graph, before, real, line, spec, g.tensor, True, True)
+            if whole is None or whole.passed:
+                continue
+        if spec.fork is not None and not g.partial:
+            again = judge(pack, step, graph, before, real, fork, spec, g.tensor, False, False,
+                          fork=True)
+            if again is None or again.passed:
+                continue  # right from where the branch began: the rule holds
+        lines = ", ".join(f"`{t}`" for t in step.lines)
+        found = None
+        started = isinstance(before.get(g.grad), Tensor)  # a branch to add to was there
+        if out.added_nothing and started:
+            found = {"kind": "partial", "message": (
+                f"Your code adds nothing to {g.grad} for {lines}: that branch is missing, "
+                f"however small its numbers are for this batch{_route(out)}.")}
+        elif unread and len(unread) == len([u for u in spec.upstream if u in before]):
+            names = " and ".join(f"`{u}`" for u in unread)
+            found = {"kind": "partial" if out.added_nothing else "derived", "message": (
+                f"Your code never reads {names}, the gradient arriving at {lines}: whatever "
+                f"it computes cannot follow a change in it, so it is right for this batch's "
+                f"numbers only. The chain rule takes the gradient from above and applies the "
+                f"line's local derivative to it.")}
+        elif out.added_nothing:
+            found = {"kind": "partial", "message": (
+                f"Your code adds nothing to {g.grad} for {lines}: that branch is missing, "
+                "however small its numbers are for this batch.")}
+        elif out.value is not None and out.expected is not None:
+            scope = {**before, **cotangents(before, spec.upstream, spec.seed,
+                                            step.checks + step.partials)}
+            found = _explained(pack, step, g.tensor, out.value, out.expected, scope, n)
+        kind = found["kind"] if found else "rule"
+        detail = found["message"] if found else ""
+        if out.value is not None and out.expected is not None:
+            from tutor.diagnosis import where_wrong
+
+            # Where a random arriving gradient shows the difference: one entry per row for a
+            # max, the kept positions of a mask, ...
+            detail += f" With a random one, {where_wrong(out.value, out.expected)}."
+        g.accepted = False
+        g.verdict = "wrong"
+        g.diagnosis = {"kind": kind,
+                       "message": message(step, g.grad, before, real[g.grad], detail)}
+        g.message = g.diagnosis["message"]
+        g.note = None
+        standing = False
+    return standing

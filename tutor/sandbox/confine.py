@@ -78,8 +78,10 @@ def die_with_parent(libc: ctypes.CDLL | None, parent: int) -> bool:
 
 
 def limit_cpu(seconds: float) -> None:
-    """SIGXCPU (which kills) once this process has used `seconds` of CPU time."""
-    soft = max(1, int(seconds + 0.999))
+    """SIGXCPU (which kills) once this process has used `seconds` more of CPU time (a spawned
+    child has already spent some loading torch)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    soft = max(1, int(usage.ru_utime + usage.ru_stime + seconds + 0.999))
     _, hard = resource.getrlimit(resource.RLIMIT_CPU)
     if hard != resource.RLIM_INFINITY:
         soft = min(soft, hard)
@@ -118,7 +120,21 @@ def readable_roots() -> tuple[str, ...]:
     return tuple(sorted(p for p in paths if p and os.path.exists(p)))
 
 
-def landlock(libc: ctypes.CDLL | None) -> str | None:
+# What a GPU's libraries may read after the device was initialised (before confinement, so the
+# driver's device files are already open; seccomp refuses opening any file for writing): the
+# system's libraries, which CUDA loads lazily (cuBLAS on the first matrix product), and what
+# the driver reads about the machine.
+_DEVICE_READS = {
+    "cuda": ("/usr/lib", "/usr/lib64", "/usr/local/cuda", "/etc/ld.so.cache",
+             "/proc/driver/nvidia", "/sys/bus/pci", "/sys/devices"),
+}
+
+
+def device_reads(device: str) -> tuple[str, ...]:
+    return tuple(p for p in _DEVICE_READS.get(device, ()) if os.path.exists(p))
+
+
+def landlock(libc: ctypes.CDLL | None, device: str = "cpu") -> str | None:
     """Restrict this process with Landlock; the ABI version applied, or None."""
     if libc is None or not sys.platform.startswith("linux"):
         return None
@@ -141,7 +157,7 @@ def landlock(libc: ctypes.CDLL | None) -> str | None:
         return None
     try:
         read = _FS_READ_FILE | _FS_READ_DIR | _FS_EXECUTE
-        for root in readable_roots():
+        for root in (*readable_roots(), *device_reads(device)):
             try:
                 parent = os.open(root, os.O_PATH | os.O_CLOEXEC)
             except OSError:
@@ -253,9 +269,10 @@ def seccomp() -> bool:
         lib.seccomp_release(ctx)
 
 
-def confine(parent: int, cpu_seconds: float, os_layers: bool = True) -> Confinement:
+def confine(parent: int, cpu_seconds: float, os_layers: bool = True,
+            device: str = "cpu") -> Confinement:
     """Apply every layer this system offers to the current process (Landlock and seccomp only
-    with `os_layers`)."""
+    with `os_layers`); `device` names the accelerator whose driver files stay reachable."""
     report = Confinement()
     libc = _libc()
     (report.applied if die_with_parent(libc, parent) else report.missing).append(
@@ -268,7 +285,7 @@ def confine(parent: int, cpu_seconds: float, os_layers: bool = True) -> Confinem
     if not os_layers:
         report.missing += ["Landlock", "seccomp"]
         return report
-    ruleset = landlock(libc)
+    ruleset = landlock(libc, device)
     (report.applied if ruleset else report.missing).append(ruleset or "Landlock")
     (report.applied if seccomp() else report.missing).append("seccomp")
     return report

@@ -92,7 +92,8 @@ def _prepare(setup: dict) -> Any:
     host = Host(pack, settings, device, Lesson(pack, device, settings.seed))
 
     def train(request: dict, send: Any, cancel: threading.Event) -> dict:
-        return run_training(host, request, send, cancel)  # type: ignore[arg-type]
+        return run_training(host, request, send, cancel,  # type: ignore[arg-type]
+                            lambda w: send({"window": w}))
 
     return train, device
 

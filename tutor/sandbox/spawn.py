@@ -37,7 +37,7 @@ import torch
 
 from tutor.sandbox.isolate import _HEADER, MAX_MESSAGE, Outcome, loads_plain
 
-CHILD_MODULE = "tutor.sandbox.child"
+CHILD_COMMAND = (sys.executable, "-m", "tutor.sandbox.child")
 # Loading torch in a new interpreter takes about a second on an idle machine; on a busy one, or a
 # GPU's first initialisation, much longer. Past this the child is taken for broken.
 START_LIMIT = 120.0
@@ -123,7 +123,7 @@ class Spawned:
     def __init__(self, kind: str, setup: dict) -> None:
         env = dict(os.environ, PYTHONWARNINGS="ignore")
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", CHILD_MODULE], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            list(CHILD_COMMAND), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=None, env=env, close_fds=True, bufsize=0)
         self.pid = self._proc.pid
         self._messages: queue.Queue = queue.Queue()

@@ -1,0 +1,228 @@
+"""Both ways of keeping learner code apart from the evaluator: a forked child (the CPU path) and a
+freshly started interpreter (the GPU and Windows path, forced on a CPU with
+BACKPROP_TUTOR_ISOLATION=spawn). Checks get the same verdicts either way; a crash or a hang in
+learner code only ever ends a child; training runs stop at a wall-clock limit the worker keeps.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from tutor.config import ConfigError, Settings, resolve
+from tutor.packs import load_pack
+from tutor.sandbox import spawn
+from tutor.sandbox.client import Evaluator
+from tutor.training import training_code
+
+PACK = load_pack()
+FN = Path(__file__).parent / "packs" / "fn"
+FN_PACK = load_pack(FN)
+PATHS = ["fork", "spawn"]
+SOLUTION = "dprobs = (1.0 / probs) * dlogprobs"
+# A step that catches the alarm meant to stop it, at every iteration (a bare except around a
+# tensor operation), and so runs on unless something outside the child ends it.
+SWALLOWS_THE_STOP = ("for i in range(10**9):\n    try:\n        x = torch.ones(10).sum()\n"
+                     "    except:\n        pass\n")
+ALIASED = {"atomic/logit_maxes": "dlogits = dnorm_logits\n"
+                                 "dlogit_maxes = (-dnorm_logits).sum(1, keepdim=True)"}
+# (pack, step, code, prior): right, wrong in catalogued and derived ways, aliased, fit only to
+# the lesson's batch, failing, printing and comparing, a function step right and wrong.
+CASES = [
+    ("makemore", "atomic/probs", SOLUTION, {}),
+    ("makemore", "atomic/h", PACK.step("atomic/h").solution, {}),
+    ("makemore", "fused/cross_entropy", PACK.step("fused/cross_entropy").solution, {}),
+    ("makemore", "atomic/h", "dh = dlogits @ W2.T\ndW2 = dlogits.T @ h\ndb2 = dlogits.sum(0)", {}),
+    ("makemore", "atomic/logits",
+     "dlogits += F.one_hot(logits.max(1).indices, num_classes=27) * dlogit_maxes", ALIASED),
+    ("makemore", "atomic/logprobs",
+     "dlogprobs = torch.zeros((32, 27))\ndlogprobs[range(n), Yb] = -1.0 / 32", {}),
+    ("makemore", "atomic/probs", "print(probs.shape)\ndprobs = dlogprobs / probs\n"
+     "cmp('probs', dprobs, probs)\nx = undefined_name", {}),
+    ("makemore", "atomic/probs", "probs.zero_()\ndprobs = dlogprobs", {}),
+    ("fn", "fn/layernorm_backward", FN_PACK.step("fn/layernorm_backward").solution, {}),
+    ("fn", "fn/layernorm_backward",
+     FN_PACK.step("fn/layernorm_backward").solution.replace("return dinp", "return 2 * dinp"),
+     {}),
+]
+
+
+def _engine(isolation: str, pack: str = "makemore", **settings):
+    from tutor.engine import Engine
+
+    engine = Engine(Settings(device="cpu", isolation=isolation,
+                             pack=str(FN) if pack == "fn" else pack, **settings))
+    engine.prepare()
+    return engine
+
+
+@pytest.fixture(scope="module")
+def engines():
+    made = {(path, pack): _engine(path, pack) for path in PATHS for pack in ("makemore", "fn")}
+    yield made
+    for engine in made.values():
+        engine.close()
+
+
+# --- the switch -----------------------------------------------------------------------------
+
+
+def test_the_switch_is_read_from_the_environment_and_checked(monkeypatch, tmp_path):
+    assert resolve(config_path=tmp_path / "none.toml").isolation == "auto"
+    monkeypatch.setenv("BACKPROP_TUTOR_ISOLATION", "spawn")
+    assert resolve(config_path=tmp_path / "none.toml").isolation == "spawn"
+    monkeypatch.setenv("BACKPROP_TUTOR_ISOLATION", "thread")
+    with pytest.raises(ConfigError, match="BACKPROP_TUTOR_ISOLATION must be one of auto, fork"):
+        resolve(config_path=tmp_path / "none.toml")
+
+
+def test_auto_forks_on_a_cpu_and_starts_children_for_a_gpu():
+    from tutor.engine import isolation_for
+    from tutor.lesson import DeviceError
+
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert isolation_for("auto", cpu) == ("fork" if hasattr(os, "fork") else "spawn")
+    assert isolation_for("auto", cuda) == "spawn"
+    assert isolation_for("spawn", cpu) == "spawn"
+    with pytest.raises(DeviceError, match="cannot serve the cuda device"):
+        isolation_for("fork", cuda)
+
+
+def test_the_plan_crosses_to_a_child_with_its_shared_memory():
+    base = torch.arange(24, dtype=torch.float32).reshape(4, 6)
+    plan = {"base": base, "view": base[1:, ::2], "same": base, "ints": torch.arange(3),
+            "leaf": torch.ones(2, requires_grad=True), "empty": torch.zeros(0, 5), "n": 4}
+    back = spawn.unpack_plan(spawn.pack_plan(plan), torch.device("cpu"))
+    assert torch.equal(back["view"], base[1:, ::2]) and back["view"].stride() == (6, 2)
+    back["base"][1, 0] = -1.0  # one block of memory, as in the worker
+    assert back["view"][0, 0] == -1.0 and back["same"][1, 0] == -1.0
+    assert back["ints"].dtype == torch.int64 and back["leaf"].requires_grad
+    assert back["empty"].shape == (0, 5) and back["n"] == 4
+
+
+def test_the_child_accepts_no_class_outside_the_request():
+    import pickle
+
+    data = spawn.pack_plan({"ok": 1})
+    memory, tensors, _ = pickle.loads(data)
+    forged = pickle.dumps((memory, tensors, pickle.dumps(os.system)))
+    with pytest.raises(pickle.UnpicklingError, match="may not hold"):
+        spawn.unpack_plan(forged, torch.device("cpu"))
+
+
+# --- the same verdicts on both paths --------------------------------------------------------
+
+
+def _comparable(result: dict) -> dict:
+    return {k: v for k, v in result.items() if k not in ("timing", "elapsed_ms")}
+
+
+@pytest.mark.parametrize("pack, step, code, prior", CASES,
+                         ids=[f"{c[1]}-{i}" for i, c in enumerate(CASES)])
+def test_a_started_child_gives_the_verdict_a_forked_one_gives(engines, pack, step, code, prior):
+    forked = engines[("fork", pack)].check(step, code, prior)
+    started = engines[("spawn", pack)].check(step, code, prior)
+    assert _comparable(started) == _comparable(forked)
+
+
+def test_scratch_runs_match_too(engines):
+    code = "print(probs.shape)\nx = probs.sum()"
+    assert (engines[("spawn", "makemore")].scratch("atomic/probs", code)
+            == engines[("fork", "makemore")].scratch("atomic/probs", code))
+
+
+def test_a_check_waits_for_a_child_still_starting():
+    engine = _engine("spawn")
+    try:
+        engine.close()  # no child ready: this check starts its own
+        waited = []
+        engine.on_wait = waited.append
+        assert engine.check("atomic/probs", SOLUTION)["passed"]
+        assert waited == [spawn.START_LIMIT]
+    finally:
+        engine.close()
+
+
+# --- a crash or a hang ends a child, never the evaluator ------------------------------------
+
+
+def _crash_in_child(monkeypatch, engine) -> None:
+    """A stand-in for learner code that crashes the interpreter (the guard refuses every real
+    route it knows): the child's run dies of SIGSEGV, on either path."""
+    if engine.isolation == "fork":
+        monkeypatch.setattr("tutor.engine.run_spec",
+                            lambda *a: os.kill(os.getpid(), signal.SIGSEGV))
+    else:
+        monkeypatch.setattr(spawn, "CHILD_COMMAND", (
+            sys.executable, "-c",
+            "import os, signal, tutor.execution as e\n"
+            "e.run_spec = lambda *a: os.kill(os.getpid(), signal.SIGSEGV)\n"
+            "from tutor.sandbox.child import main\nmain()\n"))
+    engine.close()  # children started before the stand-in do not have it
+
+
+@pytest.mark.parametrize("isolation", PATHS)
+def test_a_crashed_child_is_reported_and_the_next_check_gets_a_verdict(isolation, monkeypatch):
+    engine = _engine(isolation)
+    try:
+        _crash_in_child(monkeypatch, engine)
+        result = engine.check("atomic/probs", SOLUTION)
+        assert result["error"]["kind"] == "internal"
+        assert "SIGSEGV" in result["error"]["message"]
+        monkeypatch.undo()
+        engine.close()
+        assert engine.check("atomic/probs", SOLUTION)["passed"]
+    finally:
+        engine.close()
+
+
+@pytest.fixture(scope="module", params=PATHS)
+def evaluator(request):
+    ev = Evaluator(Settings(device="cpu", timeout=1.0, isolation=request.param))
+    assert ev.info()["isolation"] == request.param
+    yield ev
+    ev.close()
+
+
+def test_a_hang_that_swallows_the_stop_ends_only_its_child(evaluator):
+    started = time.monotonic()
+    result = evaluator.check("atomic/probs", SWALLOWS_THE_STOP)
+    assert result["error"]["kind"] == "timeout"
+    # A started child may still have been loading torch when the check came: that is not
+    # counted in the limit, so only a bound is asserted here.
+    assert time.monotonic() - started < 1.0 + 1.5 + 30
+    assert evaluator.check("atomic/probs", SOLUTION)["passed"]
+
+
+def test_a_training_step_that_swallows_the_stop_is_stopped_from_outside(evaluator):
+    code = training_code(PACK).replace("dh = dlogits @ W2.T",
+                                       "dh = dlogits @ W2.T\n" + SWALLOWS_THE_STOP)
+    started = time.monotonic()
+    result = evaluator.request("train", {"code": code, "steps": 1000}, None)
+    from tutor.sandbox.worker import STEP_GRACE
+
+    assert result["status"] == "error" and result["error"]["kind"] == "timeout"
+    assert "stopped from outside" in result["error"]["message"]
+    assert time.monotonic() - started < 1.0 + STEP_GRACE + 10  # + starting a child
+    assert evaluator.check("atomic/probs", SOLUTION)["passed"]
+
+
+def test_the_train_command_says_why_the_run_stopped(tmp_path):
+    code = training_code(PACK).replace("dh = dlogits @ W2.T",
+                                       "dh = dlogits @ W2.T\n" + SWALLOWS_THE_STOP)
+    (tmp_path / "step.py").write_text(code)
+    env = dict(os.environ, BACKPROP_TUTOR_ISOLATION="spawn", BACKPROP_TUTOR_HOME=str(tmp_path))
+    out = subprocess.run(
+        [sys.executable, "-m", "tutor", "train", "--file", str(tmp_path / "step.py"),
+         "--device", "cpu", "--timeout", "1", "--steps", "500"],
+        capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 1
+    assert "timeout error: a training step ran past the time limit of 1 s" in out.stdout
+    assert "stopped from outside" in out.stdout

@@ -257,17 +257,30 @@ def violations(attempt, code: str, result: dict | None, target: Path | None, fil
     return [f"{where}: {p}" for p in problems]
 
 
-@pytest.fixture(scope="module")
-def engine_ready(engine):
-    """The session's engine, warmed up (both batches built) before anything attacks it."""
-    assert engine.check("atomic/probs", SOLUTION)["passed"]
-    return engine
+@pytest.fixture(scope="module", params=["fork", "spawn"])
+def isolation(request):
+    """Every attempt runs in a forked child (the CPU path) and in a started one (the path of a
+    GPU or Windows, forced here on the CPU)."""
+    return request.param
 
 
 @pytest.fixture(scope="module")
-def evaluator():
-    ev = Evaluator(Settings(device="cpu", timeout=WORKER_TIMEOUT))
-    ev.info()
+def engine_ready(engine, isolation):
+    """An engine with that isolation, warmed up (both batches built) before anything attacks
+    it: the session's own for the fork path."""
+    from tutor.engine import Engine
+
+    ready = engine if isolation == "fork" else Engine(Settings(device="cpu", isolation=isolation))
+    assert ready.check("atomic/probs", SOLUTION)["passed"]
+    yield ready
+    if ready is not engine:
+        ready.close()
+
+
+@pytest.fixture(scope="module")
+def evaluator(isolation):
+    ev = Evaluator(Settings(device="cpu", timeout=WORKER_TIMEOUT, isolation=isolation))
+    assert ev.info()["isolation"] == isolation
     yield ev
     ev.close()
 
@@ -620,12 +633,13 @@ def _assert_tree_dies_with(client: subprocess.Popen, tree: set[int]) -> None:
 
 
 @pytest.mark.slow
-def test_the_worker_dies_with_an_evaluator_killed_mid_check():
+@pytest.mark.parametrize("isolation", ["fork", "spawn"])
+def test_the_worker_dies_with_an_evaluator_killed_mid_check(isolation):
     script = textwrap.dedent(f"""
         import sys
         from tutor.config import Settings
         from tutor.sandbox.client import Evaluator
-        ev = Evaluator(Settings(device="cpu", timeout=60))
+        ev = Evaluator(Settings(device="cpu", timeout=60, isolation={isolation!r}))
         ev.info()
         print("READY", flush=True)
         ev.check("atomic/probs", {SWALLOW!r})

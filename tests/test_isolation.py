@@ -201,6 +201,13 @@ def test_a_hang_that_swallows_the_stop_ends_only_its_child(evaluator):
     assert evaluator.check("atomic/probs", SOLUTION)["passed"]
 
 
+def test_one_long_tensor_operation_and_a_huge_allocation_end_only_their_child(evaluator):
+    code = "x = torch.ones(4000, 4000)\nfor _ in range(1):\n    y = x.matrix_power(400)"
+    assert evaluator.check("atomic/probs", code)["error"]["kind"] == "timeout"
+    assert evaluator.check("atomic/probs", "x = torch.ones(2**31)")["error"]["kind"] == "memory"
+    assert evaluator.check("atomic/probs", SOLUTION)["passed"]
+
+
 def test_a_training_step_that_swallows_the_stop_is_stopped_from_outside(evaluator):
     code = training_code(PACK).replace("dh = dlogits @ W2.T",
                                        "dh = dlogits @ W2.T\n" + SWALLOWS_THE_STOP)
@@ -226,3 +233,56 @@ def test_the_train_command_says_why_the_run_stopped(tmp_path):
     assert out.returncode == 1
     assert "timeout error: a training step ran past the time limit of 1 s" in out.stdout
     assert "stopped from outside" in out.stdout
+
+
+# --- what a confined child may do -------------------------------------------------------------
+
+
+PROBE = """
+import os, socket, subprocess, sys
+from tutor.sandbox import confine
+confine.prepare()
+report = confine.confine(os.getppid(), 60, workshop=None if sys.argv[1] == "-" else sys.argv[1])
+if "Landlock" in report.missing:
+    print("NO-LANDLOCK"); sys.exit(0)
+
+def tried(what, action):
+    try:
+        action()
+        print(what, "allowed")
+    except (OSError, subprocess.SubprocessError):
+        print(what, "refused")
+
+tried("write outside", lambda: open(os.path.join(sys.argv[2], "outside.txt"), "w").close())
+if sys.argv[1] != "-":
+    tried("write inside", lambda: open(os.path.join(sys.argv[1], "inside.txt"), "w").close())
+tried("run a program", lambda: subprocess.run(["true"], check=True))
+tried("open a socket", lambda: socket.socket().close())
+"""
+
+
+def _probe(tmp_path, workshop: str | None) -> str:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    out = subprocess.run([sys.executable, "-c", PROBE, workshop or "-", str(outside)],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    if "NO-LANDLOCK" in out.stdout:
+        pytest.skip("this kernel has no Landlock")
+    assert not (outside / "outside.txt").exists()
+    return out.stdout
+
+
+def test_a_confined_child_writes_nothing_and_starts_nothing(tmp_path):
+    out = _probe(tmp_path, None)
+    assert "write outside refused" in out and "run a program refused" in out
+    assert "open a socket refused" in out
+
+
+def test_the_compilers_child_writes_only_in_its_workshop(tmp_path):
+    workshop = tmp_path / "workshop"
+    workshop.mkdir()
+    out = _probe(tmp_path, str(workshop))
+    assert "write outside refused" in out and "write inside allowed" in out
+    assert "run a program allowed" in out and "open a socket refused" in out
+    assert (workshop / "inside.txt").exists()

@@ -242,6 +242,12 @@ class Engine:
             elif self._spare is None or not self._spare.alive():
                 self._spare = self._fork()
 
+    def ready(self) -> bool:
+        """Whether the next check finds its child waiting (forked, or started and ready)."""
+        if self.isolation == "spawn":
+            return bool(self._spawned) and all(c.ready() for c in self._spawned)
+        return self._spare is not None and self._spare.alive()
+
     def close(self) -> None:
         if self._spare is not None:
             self._spare.discard()

@@ -128,8 +128,8 @@ def main() -> None:
         if setup.get("memory_gb") is not None and device.type == "cpu":
             # A GPU's driver reserves far more address space than it uses: no cap there.
             confine.limit_memory(setup["memory_gb"])
-        confine.confine(setup["parent"], setup["cpu_seconds"], setup.get("os_layers", True),
-                        device.type)
+        confine.confine(setup["parent"], setup["cpu_seconds"], device=device.type,
+                        workshop=setup.get("workshop"))
         _send(results, {"type": "ready"})
         request = unpack_plan(_read_frame(0), device)
         cancel = threading.Event()

@@ -120,8 +120,8 @@ class Spawned:
     """A confined child started now, which will run one request of its `kind` ("check" or
     "train"). Starting returns at once; the child loads torch while the learner reads."""
 
-    def __init__(self, kind: str, setup: dict) -> None:
-        env = dict(os.environ, PYTHONWARNINGS="ignore")
+    def __init__(self, kind: str, setup: dict, env: dict[str, str] | None = None) -> None:
+        env = dict(os.environ, PYTHONWARNINGS="ignore", **(env or {}))
         self._proc = subprocess.Popen(
             list(CHILD_COMMAND), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=None, env=env, close_fds=True, bufsize=0)

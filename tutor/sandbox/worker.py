@@ -155,8 +155,8 @@ class Worker:
         def quiet() -> float:
             return windows[now["window"]]
 
-        # torch.compile runs a C++ compiler and writes its cache, which a child that confines
-        # itself fully cannot do: a started child, without the file-system layers, runs it.
+        # torch.compile runs a C++ compiler and writes its cache: a started child whose
+        # Landlock rules allow the system's programs and one folder to write in (its workshop).
         compile_ = bool(request.get("compile"))
         if engine.isolation == "fork" and not compile_:
             outcome = isolate.run(
@@ -166,15 +166,25 @@ class Worker:
                 memory_gb=engine.settings.memory_limit_gb, on_message=message,
                 cancel=self.cancel, quiet=quiet)
         else:
+            workshop = compile_workshop(engine.settings) if compile_ else None
+            env = {"TORCHINDUCTOR_CACHE_DIR": workshop, "TMPDIR": workshop} if workshop else {}
             child = spawn.Spawned("train", {
                 "device": str(engine.device), "settings": engine.settings.to_dict(),
-                "cpu_seconds": TRAINING_CPU_SECONDS, "os_layers": not compile_,
-                "memory_gb": engine.settings.memory_limit_gb})
+                "cpu_seconds": TRAINING_CPU_SECONDS, "workshop": workshop,
+                "memory_gb": engine.settings.memory_limit_gb}, env)
             outcome = child.run(request, timeout=TRAINING_WALL_SECONDS, on_message=message,
                                 cancel=self.cancel, quiet=quiet)
         if outcome.status == "done" and isinstance(outcome.result, dict):
             return outcome.result
         return stopped(outcome, now["window"], now["step"], timeout)
+
+
+def compile_workshop(settings) -> str:
+    """The folder torch.compile's child may write in: its cache, kept between runs so that a
+    second run of the same code compiles in seconds."""
+    folder = settings.data_home / "compile-cache"
+    folder.mkdir(parents=True, exist_ok=True)
+    return str(folder.resolve())
 
 
 def stopped(outcome, window: str, step: int, timeout: float) -> dict:

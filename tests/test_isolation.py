@@ -286,3 +286,10 @@ def test_the_compilers_child_writes_only_in_its_workshop(tmp_path):
     assert "write outside refused" in out and "write inside allowed" in out
     assert "run a program allowed" in out and "open a socket refused" in out
     assert (workshop / "inside.txt").exists()
+
+
+def test_a_child_that_cannot_start_is_reported_at_once(monkeypatch):
+    monkeypatch.setattr(spawn, "CHILD_COMMAND", (sys.executable, "-c", "raise SystemExit(3)"))
+    started = time.monotonic()
+    outcome = spawn.Spawned("check", {"device": "cpu", "cpu_seconds": 5}).run(None, timeout=5)
+    assert outcome.status == "died" and time.monotonic() - started < 10

@@ -189,9 +189,11 @@ class Spawned:
             raise RuntimeError("a child runs one request")
         self._used = True
         try:
-            if not self._ready.wait(max(0.0, START_LIMIT - (time.monotonic() - self.started))):
-                early = self._early_end()
-                return early or Outcome("died", why="it did not start in time")
+            deadline = self.started + START_LIMIT
+            while not self._ready.wait(0.05):
+                # A child that failed while starting has said why, or at least ended.
+                if not self._messages.empty() or time.monotonic() >= deadline:
+                    return self._early_end() or Outcome("died", why="it did not start in time")
             if not self._write(pack_plan(request)):
                 return Outcome("died", why="it had ended before the request")
             return self._collect(timeout, on_message, cancel, quiet)

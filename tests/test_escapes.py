@@ -2,9 +2,10 @@
 
 The attempts themselves are data (tests/escape_corpus.py). Each runs through the real in-process
 engine, a representative subset through the real worker process, and a few through the command
-line. Whatever the route, an attempt must be refused or contained: never a pass, never a file
-created, never a secret or the tutor's internals in the output, never torch's global state
-changed for the checks that follow.
+line. The engine and the worker are each tried on both isolation paths: a forked child per check
+and a started one (the GPU path, forced on the CPU). Whatever the route, an attempt must be
+refused or contained: never a pass, never a file created, never a secret or the tutor's
+internals in the output, never torch's global state changed for the checks that follow.
 
 Separately: global settings changed in one check must not reach the next check; the worker must
 die with its client; odd tensor kinds returned as the gradient get a verdict, not a crash; and

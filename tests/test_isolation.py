@@ -47,6 +47,7 @@ CASES = [
     ("makemore", "atomic/probs", "print(probs.shape)\ndprobs = dlogprobs / probs\n"
      "cmp('probs', dprobs, probs)\nx = undefined_name", {}),
     ("makemore", "atomic/probs", "probs.zero_()\ndprobs = dlogprobs", {}),
+    ("makemore", "atomic/probs", "print(torch.rand(3).tolist())\n" + SOLUTION, {}),
     ("fn", "fn/layernorm_backward", FN_PACK.step("fn/layernorm_backward").solution, {}),
     ("fn", "fn/layernorm_backward",
      FN_PACK.step("fn/layernorm_backward").solution.replace("return dinp", "return 2 * dinp"),

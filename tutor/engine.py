@@ -285,7 +285,12 @@ class Engine:
             self._spawned.remove(child)
         if not child.ready() and self.on_wait is not None:
             self.on_wait(spawn.START_LIMIT)
-        outcome = child.run({"spec": spec, "scratch": scratch},
+        # The random state goes along: a forked child inherits the worker's, and code that
+        # draws random numbers must see the same ones on either path, check after check.
+        rng = {"cpu": torch.get_rng_state()}
+        if self.device.type == "cuda":
+            rng["cuda"] = torch.cuda.get_rng_state(self.device)
+        outcome = child.run({"spec": spec, "scratch": scratch, "rng": rng},
                             timeout=self.settings.timeout + KILL_GRACE)
         return _answer(outcome)
 

@@ -93,7 +93,7 @@ def main() -> None:
         ev.info()
         fork_worker = summary("fork: worker + pipe + child", measure(ev.check))
     starts, checks = cold_start()
-    pause = 2 * max(starts)  # the learner reads at least this long: two children are ready
+    pause = max(starts)  # the learner reads at least this long: a started child is ready
     with Evaluator(Settings(device="cpu", isolation="spawn")) as ev:
         ev.info()
         spawn_worker = summary("spawn: worker + pipe + child",

@@ -11,6 +11,7 @@ contract of DESIGN.md).
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -61,7 +62,7 @@ def isolation_for(asked: str, device: torch.device) -> str:
     if asked == "auto":
         return "fork" if isolate.can_fork(device) else "spawn"
     if asked == "fork" and not isolate.can_fork(device):
-        where = "Windows" if not hasattr(isolate.os, "fork") else f"the {device.type} device"
+        where = "Windows" if not hasattr(os, "fork") else f"the {device.type} device"
         raise DeviceError(f"isolation 'fork' cannot serve {where} (a forked child cannot use "
                           "it); use 'auto' or 'spawn'")
     return asked

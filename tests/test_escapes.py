@@ -361,10 +361,11 @@ CLI_CASES = [
 ]
 
 
-def _cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+def _cli(*args: str, timeout: float = 120, isolation: str = "auto"
+         ) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "tutor", *args], capture_output=True, text=True, cwd=ROOT,
-        timeout=timeout,
+        timeout=timeout, env=dict(os.environ, BACKPROP_TUTOR_ISOLATION=isolation),
     )
 
 
@@ -401,8 +402,10 @@ def _database(path: Path) -> dict:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("cli_isolation", ["fork", "spawn"])
 @pytest.mark.parametrize("attempt_id, target_kind", CLI_CASES, ids=[c[0] for c in CLI_CASES])
-def test_attempt_through_the_command_line(attempt_id, target_kind, seeded_home, files, tmp_path):
+def test_attempt_through_the_command_line(attempt_id, target_kind, cli_isolation, seeded_home,
+                                          files, tmp_path):
     import shutil
 
     attempt = BY_ID[attempt_id]
@@ -413,7 +416,7 @@ def test_attempt_through_the_command_line(attempt_id, target_kind, seeded_home, 
     code = files.fill(attempt.code, target)
     before = _database(db)
     out = _cli("--home", str(home), "--device", "cpu", "check", attempt.step, "--code", code,
-               "--json", "--timeout", "5")
+               "--json", "--timeout", "5", isolation=cli_isolation)
     problems = []
     try:
         result = json.loads(out.stdout)

@@ -27,10 +27,11 @@ FN = Path(__file__).parent / "packs" / "fn"
 FN_PACK = load_pack(FN)
 PATHS = ["fork", "spawn"]
 SOLUTION = "dprobs = (1.0 / probs) * dlogprobs"
-# A step that catches the alarm meant to stop it, at every iteration (a bare except around a
-# tensor operation), and so runs on unless something outside the child ends it.
-SWALLOWS_THE_STOP = ("for i in range(10**9):\n    try:\n        x = torch.ones(10).sum()\n"
-                     "    except:\n        pass\n")
+# Code that catches the alarm meant to stop it wherever it lands (bare excepts around a tensor
+# operation and around the loop itself), and so runs on unless something outside the child ends it.
+SWALLOWS_THE_STOP = ("while True:\n    try:\n        while True:\n            try:\n"
+                     "                x = torch.ones(10).sum()\n            except:\n"
+                     "                pass\n    except:\n        pass\n")
 ALIASED = {"atomic/logit_maxes": "dlogits = dnorm_logits\n"
                                  "dlogit_maxes = (-dnorm_logits).sum(1, keepdim=True)"}
 # (pack, step, code, prior): right, wrong in catalogued and derived ways, aliased, fit only to
@@ -220,6 +221,17 @@ def test_a_training_step_that_swallows_the_stop_is_stopped_from_outside(evaluato
     assert "stopped from outside" in result["error"]["message"]
     assert time.monotonic() - started < 1.0 + STEP_GRACE + 10  # + starting a child
     assert evaluator.check("atomic/probs", SOLUTION)["passed"]
+
+
+def test_cancel_reaches_the_training_child(evaluator):
+    def progress(p: dict) -> None:
+        if p.get("phase") == "train" and p["step"] >= 150:
+            evaluator.cancel()
+
+    result = evaluator.request("train", {"code": training_code(PACK), "steps": 200_000}, None,
+                               progress)
+    assert result["status"] == "cancelled", result.get("error")
+    assert 150 <= result["steps_done"] < 200_000
 
 
 def test_the_train_command_says_why_the_run_stopped(tmp_path):

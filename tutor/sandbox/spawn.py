@@ -217,6 +217,9 @@ class Spawned:
         heard = now
         cancelled = False
         while True:
+            if cancel is not None and cancel.is_set() and not cancelled:
+                cancelled = True
+                self._write(pickle.dumps({"type": "cancel"}))
             now = time.monotonic()
             limits = [0.1]
             if deadline is not None:
@@ -232,9 +235,6 @@ class Spawned:
                     return Outcome("timeout", why="deadline")
                 if silence is not None and now >= heard + silence:
                     return Outcome("timeout", why="quiet")
-                if cancel is not None and cancel.is_set() and not cancelled:
-                    cancelled = True
-                    self._write(pickle.dumps({"type": "cancel"}))
                 continue
             heard = time.monotonic()
             kind = message.get("type") if isinstance(message, dict) else None

@@ -152,6 +152,17 @@ def test_a_check_waits_for_a_child_still_starting():
         engine.close()
 
 
+def test_the_client_waits_for_a_child_still_starting(tmp_path, monkeypatch):
+    # Every started child here takes 4 s to start, twice the client's limit for this check: the
+    # worker says it is waiting for one, and the client waits instead of restarting it.
+    (tmp_path / "sitecustomize.py").write_text(
+        "import sys, time\nif 'tutor.sandbox.child' in sys.orig_argv:\n    time.sleep(4)\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    with Evaluator(Settings(device="cpu", timeout=0.5, isolation="spawn")) as ev:
+        ev.info()
+        assert ev.check("atomic/probs", SOLUTION)["passed"]
+
+
 # --- a crash or a hang ends a child, never the evaluator ------------------------------------
 
 

@@ -280,6 +280,7 @@ def tried(what, action):
 tried("write outside", lambda: open(os.path.join(sys.argv[2], "outside.txt"), "w").close())
 if sys.argv[1] != "-":
     tried("write inside", lambda: open(os.path.join(sys.argv[1], "inside.txt"), "w").close())
+tried("chmod outside", lambda: os.chmod(sys.argv[2], 0o777))
 tried("run a program", lambda: subprocess.run(["true"], check=True))
 tried("open a socket", lambda: socket.socket().close())
 """
@@ -300,6 +301,7 @@ def _probe(tmp_path, workshop: str | None) -> str:
 def test_a_confined_child_writes_nothing_and_starts_nothing(tmp_path):
     out = _probe(tmp_path, None)
     assert "write outside refused" in out and "run a program refused" in out
+    assert "chmod outside refused" in out
     assert "open a socket refused" in out
 
 
@@ -308,6 +310,7 @@ def test_the_compilers_child_writes_only_in_its_workshop(tmp_path):
     workshop.mkdir()
     out = _probe(tmp_path, str(workshop))
     assert "write outside refused" in out and "write inside allowed" in out
+    assert "chmod outside refused" in out
     assert "run a program allowed" in out and "open a socket refused" in out
     assert (workshop / "inside.txt").exists()
 

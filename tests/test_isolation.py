@@ -109,6 +109,20 @@ def test_the_plan_crosses_to_a_child_with_its_shared_memory():
     assert back["empty"].shape == (0, 5) and back["n"] == 4
 
 
+def test_tensors_sent_back_move_to_the_lessons_device_in_their_layout():
+    # The meta device stands in for a GPU here: the layout must survive the move.
+    base = torch.arange(24, dtype=torch.float32).reshape(4, 6)
+    sent = {"base": base, "view": base[1:, ::2], "ints": torch.arange(3),
+            "empty": torch.zeros(0, 5)}
+    moved = spawn.to_device(sent, torch.device("meta"))
+    for name, t in sent.items():
+        m = moved[name]
+        assert m.device.type == "meta" and m.dtype == t.dtype
+        assert (m.shape, m.stride(), m.storage_offset()) == (t.shape, t.stride(),
+                                                              t.storage_offset())
+    assert spawn.to_device(sent, torch.device("cpu")) is sent
+
+
 def test_the_child_accepts_no_class_outside_the_request():
     import pickle
 

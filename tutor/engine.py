@@ -180,7 +180,9 @@ class Engine:
             return self._befores[key][0]
         before = {**batch.namespace(), **{k: v for k, v in (record.get("scalars") or {}).items()
                                           if v is None or type(v) in (int, float, bool, str)}}
-        before.update(isolate.decode_shared(record["before"]))
+        # On a GPU the child's tensors come back to the CPU: diagnosis runs the catalogued
+        # mistakes on them next to the lesson's own, so they go back to the device.
+        before.update(spawn.to_device(isolate.decode_shared(record["before"]), self.device))
         notes = [clean(n, MAX_MESSAGE) for n in record.get("notes", [])]
         if len(self._befores) > 256:
             self._befores.clear()

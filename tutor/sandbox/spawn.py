@@ -111,6 +111,24 @@ def unpack_plan(data: bytes, device: torch.device) -> Any:
     return _PlanUnpickler(body, tensors).load()
 
 
+def to_device(tensors: dict[str, torch.Tensor], device: torch.device
+              ) -> dict[str, torch.Tensor]:
+    """Tensors a child sent back (on the CPU) on the lesson's device, each block of memory moved
+    once, so that tensors that shared memory still do."""
+    if device.type == "cpu":
+        return tensors
+    blocks: dict[int, torch.Tensor] = {}
+    out = {}
+    for name, t in tensors.items():
+        storage = t.untyped_storage()
+        key = storage.data_ptr()
+        if key not in blocks:
+            blocks[key] = torch.empty(0, dtype=torch.uint8).set_(storage).to(device)
+        out[name] = blocks[key].view(t.dtype).as_strided(t.shape, t.stride(),
+                                                          t.storage_offset())
+    return out
+
+
 # -- the parent's side --------------------------------------------------------------------------
 def _frame(data: bytes) -> bytes:
     return _HEADER.pack(len(data)) + data

@@ -248,17 +248,19 @@ def test_a_first_branch_not_started_early_is_not_required(engine):
 
 
 def test_without_fork_a_held_mode_does_not_outlive_its_check():
-    # The cuda/mps/Windows path runs learner code in the worker itself: a generator left
-    # suspended inside a mode must not carry the mode into the next check.
+    # The cuda/mps/Windows path starts a child per check: a generator left suspended inside a
+    # mode must not carry the mode into the next check, nor into the engine.
     import torch
 
     from tutor.config import Settings
     from tutor.engine import Engine
 
-    engine = Engine(Settings(device="cpu"))
-    engine.isolated = False
+    engine = Engine(Settings(device="cpu", isolation="spawn"))
     held = ("def g():\n    with torch.no_grad():\n        yield 1\n"
             "it = g()\nnext(it)\ndprobs = (1.0 / probs) * dlogprobs")
-    engine.check("atomic/probs", held)
-    assert torch.is_grad_enabled()
-    assert engine.check("atomic/probs", PACK.step("atomic/probs").solution)["passed"]
+    try:
+        engine.check("atomic/probs", held)
+        assert torch.is_grad_enabled()
+        assert engine.check("atomic/probs", PACK.step("atomic/probs").solution)["passed"]
+    finally:
+        engine.close()

@@ -2,9 +2,10 @@
 
 The attempts themselves are data (tests/escape_corpus.py). Each runs through the real in-process
 engine, a representative subset through the real worker process, and a few through the command
-line. Whatever the route, an attempt must be refused or contained: never a pass, never a file
-created, never a secret or the tutor's internals in the output, never torch's global state
-changed for the checks that follow.
+line. The engine and the worker are each tried on both isolation paths: a forked child per check
+and a started one (the GPU path, forced on the CPU). Whatever the route, an attempt must be
+refused or contained: never a pass, never a file created, never a secret or the tutor's
+internals in the output, never torch's global state changed for the checks that follow.
 
 Separately: global settings changed in one check must not reach the next check; the worker must
 die with its client; odd tensor kinds returned as the gradient get a verdict, not a crash; and
@@ -257,17 +258,30 @@ def violations(attempt, code: str, result: dict | None, target: Path | None, fil
     return [f"{where}: {p}" for p in problems]
 
 
-@pytest.fixture(scope="module")
-def engine_ready(engine):
-    """The session's engine, warmed up (both batches built) before anything attacks it."""
-    assert engine.check("atomic/probs", SOLUTION)["passed"]
-    return engine
+@pytest.fixture(scope="module", params=["fork", "spawn"])
+def isolation(request):
+    """Every attempt runs in a forked child (the CPU path) and in a started one (the path of a
+    GPU or Windows, forced here on the CPU)."""
+    return request.param
 
 
 @pytest.fixture(scope="module")
-def evaluator():
-    ev = Evaluator(Settings(device="cpu", timeout=WORKER_TIMEOUT))
-    ev.info()
+def engine_ready(engine, isolation):
+    """An engine with that isolation, warmed up (both batches built) before anything attacks
+    it: the session's own for the fork path."""
+    from tutor.engine import Engine
+
+    ready = engine if isolation == "fork" else Engine(Settings(device="cpu", isolation=isolation))
+    assert ready.check("atomic/probs", SOLUTION)["passed"]
+    yield ready
+    if ready is not engine:
+        ready.close()
+
+
+@pytest.fixture(scope="module")
+def evaluator(isolation):
+    ev = Evaluator(Settings(device="cpu", timeout=WORKER_TIMEOUT, isolation=isolation))
+    assert ev.info()["isolation"] == isolation
     yield ev
     ev.close()
 
@@ -349,10 +363,11 @@ CLI_CASES = [
 ]
 
 
-def _cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+def _cli(*args: str, timeout: float = 120, isolation: str = "auto"
+         ) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "tutor", *args], capture_output=True, text=True, cwd=ROOT,
-        timeout=timeout,
+        timeout=timeout, env=dict(os.environ, BACKPROP_TUTOR_ISOLATION=isolation),
     )
 
 
@@ -389,8 +404,10 @@ def _database(path: Path) -> dict:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("cli_isolation", ["fork", "spawn"])
 @pytest.mark.parametrize("attempt_id, target_kind", CLI_CASES, ids=[c[0] for c in CLI_CASES])
-def test_attempt_through_the_command_line(attempt_id, target_kind, seeded_home, files, tmp_path):
+def test_attempt_through_the_command_line(attempt_id, target_kind, cli_isolation, seeded_home,
+                                          files, tmp_path):
     import shutil
 
     attempt = BY_ID[attempt_id]
@@ -401,7 +418,7 @@ def test_attempt_through_the_command_line(attempt_id, target_kind, seeded_home, 
     code = files.fill(attempt.code, target)
     before = _database(db)
     out = _cli("--home", str(home), "--device", "cpu", "check", attempt.step, "--code", code,
-               "--json", "--timeout", "5")
+               "--json", "--timeout", "5", isolation=cli_isolation)
     problems = []
     try:
         result = json.loads(out.stdout)
@@ -622,12 +639,13 @@ def _assert_tree_dies_with(client: subprocess.Popen, tree: set[int]) -> None:
 
 
 @pytest.mark.slow
-def test_the_worker_dies_with_an_evaluator_killed_mid_check():
+@pytest.mark.parametrize("isolation", ["fork", "spawn"])
+def test_the_worker_dies_with_an_evaluator_killed_mid_check(isolation):
     script = textwrap.dedent(f"""
         import sys
         from tutor.config import Settings
         from tutor.sandbox.client import Evaluator
-        ev = Evaluator(Settings(device="cpu", timeout=60))
+        ev = Evaluator(Settings(device="cpu", timeout=60, isolation={isolation!r}))
         ev.info()
         print("READY", flush=True)
         ev.check("atomic/probs", {SWALLOW!r})

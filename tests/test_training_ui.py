@@ -145,6 +145,25 @@ async def test_run_streams_progress_then_shows_results():
 
 
 @sync
+async def test_a_run_stopped_from_outside_says_why():
+    from types import SimpleNamespace
+
+    from tutor.sandbox.worker import stopped
+
+    class Stopping(MadeUpEvaluator):
+        def request(self, op, payload, limit, on_progress=None) -> dict:
+            return stopped(SimpleNamespace(status="timeout", why="quiet"), "step", 120, 5.0)
+
+    screen = screen_for(Stopping())
+    async with Host(screen).run_test(size=(140, 45)) as pilot:
+        await pilot.press("f5")
+        await until(pilot, lambda: not screen.running)
+        phase = str(screen.query_one("#train-phase").content)
+        assert phase.startswith("timeout: a training step ran past the time limit of 5 s")
+        assert "stopped from outside" in phase and "at step 120" in phase
+
+
+@sync
 async def test_cancel_key_stops_the_run_and_keeps_it():
     ev = MadeUpEvaluator(delay=0.05, until_cancelled=True)
     screen = screen_for(ev)

@@ -24,6 +24,9 @@ else:  # pragma: no cover
 
 APP_NAME = "backprop-tutor"
 DEVICES = ("auto", "cpu", "cuda", "mps")
+# How learner code is kept apart from the evaluator (see docs/architecture.md): a child forked
+# from it, a freshly started interpreter, or whichever of the two serves the device.
+ISOLATIONS = ("auto", "fork", "spawn")
 DEFAULT_SEED = 2147483647  # the generator seed of the lecture
 DEFAULT_TIMEOUT = 5.0
 # The checks run in milliseconds: under 0.1 s even a right answer could be cut off, and more
@@ -44,6 +47,7 @@ class Settings:
     timeout: float = DEFAULT_TIMEOUT
     memory_limit_gb: float = 2.0  # address-space cap for the sandbox worker on CPU
     pack: str = "makemore"  # an installed pack's id, or the folder of a pack
+    isolation: str = "auto"  # one of ISOLATIONS
 
     @property
     def data_home(self) -> Path:
@@ -171,7 +175,17 @@ def resolve(
         home=_home(*_pick(home, "--home", "BACKPROP_TUTOR_HOME", "home", cfg, path)),
         timeout=_timeout(*_pick(timeout, "--timeout", None, "timeout", cfg, path)),
         pack=_pack(*_pick(pack, "--pack", "BACKPROP_TUTOR_PACK", "pack", cfg, path)),
+        isolation=_isolation(*_pick(None, "", "BACKPROP_TUTOR_ISOLATION", "isolation", cfg,
+                                    path)),
     )
+
+
+def _isolation(value: object, source: str) -> str:
+    if value is None:
+        return "auto"
+    if value not in ISOLATIONS:
+        raise ConfigError(f"{source} must be one of {', '.join(ISOLATIONS)}, not {value!r}")
+    return str(value)
 
 
 def _pack(value: object, source: str) -> str:

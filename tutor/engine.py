@@ -1,14 +1,17 @@
 """The check of one candidate: run it on the lesson's batches, grade it, diagnose it.
 
 The engine holds the lesson and autograd's gradients. Learner code never runs here: each check
-forks a confined child (sandbox/isolate.py) that replays the earlier steps and runs the candidate
-on the main and the fresh batch (execution.py), then sends back plain tensors. Grading, diagnosis
-and the held-out verdict happen here, on that data. Results are plain data (the JSON contract of
-docs/json.md).
+goes to a confined child that replays the earlier steps and runs the candidate on the main and
+the fresh batch (execution.py), then sends back plain tensors. The child is forked from this
+process (sandbox/isolate.py) where that serves, or else a freshly started interpreter that gets
+the plan without answers (sandbox/spawn.py): on a GPU, on Windows, or when asked for. Grading,
+diagnosis and the held-out verdict happen here, on that data. Results are plain data (the JSON
+contract of docs/json.md).
 """
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -34,26 +37,36 @@ from tutor.execution import (
     Replay,
     assigned_names,
     call_function,
-    run_check,
-    run_function_check,
-    run_function_scratch,
-    run_scratch,
+    run_spec,
 )
 from tutor.functions import SAME_SIZES, Case, cases, is_gradient, output_label, same_sizes_case
 from tutor.grading import APPROXIMATE_WHY, Grade, grade, heatmap, rounding_note
-from tutor.lesson import Batch, Lesson, resolve_device
+from tutor.lesson import Batch, DeviceError, Lesson, resolve_device
 from tutor.packs import Pack, Step, find_pack, load_pack
 from tutor.results import CheckResult
-from tutor.sandbox import isolate
+from tutor.sandbox import isolate, spawn
 from tutor.sandbox.clean import MAX_MESSAGE, clean
 from tutor.sandbox.confine import prepare
-from tutor.torchstate import TorchState
 
 Tensor = torch.Tensor
 
 # How long past its time limit a child that ignores the alarm (a swallowed stop, one long tensor
 # operation) may run before it is killed.
 KILL_GRACE = 0.5
+# Started children kept waiting for the next checks: two, so that `check --all` and a quick
+# re-check after a fix rarely wait for an interpreter to load torch.
+SPARES = 2
+
+
+def isolation_for(asked: str, device: torch.device) -> str:
+    """How checks are kept apart on this device: "fork" or "spawn" (see sandbox/spawn.py)."""
+    if asked == "auto":
+        return "fork" if isolate.can_fork(device) else "spawn"
+    if asked == "fork" and not isolate.can_fork(device):
+        where = "Windows" if not hasattr(os, "fork") else f"the {device.type} device"
+        raise DeviceError(f"isolation 'fork' cannot serve {where} (a forked child cannot use "
+                          "it); use 'auto' or 'spawn'")
+    return asked
 
 
 @dataclass
@@ -101,16 +114,18 @@ class Engine:
         self.pack = pack or load_pack(find_pack(self.settings.pack))
         self.device = resolve_device(self.settings.device)
         self.lesson = Lesson(self.pack, self.device, self.settings.seed)
-        self.isolated = isolate.can_fork(self.device)
-        if self.isolated:
-            prepare()
-            # Built once here, not again in every child (the batches are cached properties).
-            _ = self.lesson.main, self.lesson.heldout
+        self.isolation = isolation_for(self.settings.isolation, self.device)
+        prepare()
+        # Built once here, not again in every child (the batches are cached properties).
+        _ = self.lesson.main, self.lesson.heldout
         # (batch, step, earlier code) -> (namespace before the candidate, notes, reusable)
         self._befores: dict[tuple, tuple[dict, list[str], bool]] = {}
         self._mistake_values: dict[tuple, Tensor | None] = {}
         self._lock = threading.RLock()
         self._spare: isolate.Child | None = None
+        self._spawned: list[spawn.Spawned] = []
+        # Told how long a check may wait for its child to start (the worker tells its client).
+        self.on_wait: Callable[[float], None] | None = None
         self._cases: dict[str, list[Case]] = {}  # function step -> its cases, lesson's first
         self._graph: probe.Graph | None = None  # the main batch under autograd, for the probe
 
@@ -125,7 +140,7 @@ class Engine:
             "parameters": self.lesson.n_params,
             "dataset": self.lesson.dataset.sizes,
             "lines": batch.lines,
-            "isolation": "process" if self.isolated else "in-process",
+            "isolation": self.isolation,
         }
 
     # -- running learner code ------------------------------------------------------------------
@@ -177,7 +192,9 @@ class Engine:
             return self._befores[key][0]
         before = {**batch.namespace(), **{k: v for k, v in (record.get("scalars") or {}).items()
                                           if v is None or type(v) in (int, float, bool, str)}}
-        before.update(isolate.decode_shared(record["before"]))
+        # On a GPU the child's tensors come back to the CPU: diagnosis runs the catalogued
+        # mistakes on them next to the lesson's own, so they go back to the device.
+        before.update(spawn.to_device(isolate.decode_shared(record["before"]), self.device))
         notes = [clean(n, MAX_MESSAGE) for n in record.get("notes", [])]
         if len(self._befores) > 256:
             self._befores.clear()
@@ -225,29 +242,46 @@ class Engine:
         """The child's whole life: plan from the lesson, forget the answers, run the code."""
         spec = self._spec(self.pack.step(request["step"]), request["code"], request["prior"])
         self._scrub()
-        return _run_spec(spec, bool(request.get("scratch")))
+        return run_spec(spec, bool(request.get("scratch")))
 
     def _fork(self) -> isolate.Child:
         return isolate.Child(self._in_child, cpu_seconds=self.settings.timeout + 1,
                              memory_gb=self.settings.memory_limit_gb)
 
+    def _start(self) -> spawn.Spawned:
+        return spawn.Spawned("check", {
+            "device": str(self.device), "cpu_seconds": self.settings.timeout + 1,
+            "memory_gb": self.settings.memory_limit_gb})
+
     def prepare(self) -> None:
-        """Fork the next check's child now, while nobody waits for it."""
-        if self.isolated and (self._spare is None or not self._spare.alive()):
-            with self._lock:
+        """Start the next checks' children now, while nobody waits for them."""
+        with self._lock:
+            if self.isolation == "spawn":
+                self._spawned = [c for c in self._spawned if c.alive()]
+                while len(self._spawned) < SPARES:
+                    self._spawned.append(self._start())
+            elif self._spare is None or not self._spare.alive():
                 self._spare = self._fork()
+
+    def ready(self) -> bool:
+        """Whether the next check finds its child waiting (forked, or started and ready)."""
+        if self.isolation == "spawn":
+            return bool(self._spawned) and all(c.ready() for c in self._spawned)
+        return self._spare is not None and self._spare.alive()
 
     def close(self) -> None:
         if self._spare is not None:
             self._spare.discard()
             self._spare = None
+        for child in self._spawned:
+            child.discard()
+        self._spawned = []
 
     def execute(self, step: Step, code: str, prior: dict[str, str], scratch: bool = False
                 ) -> dict:
-        """Run the candidate in a confined child (or here, with torch's state put back)."""
-        if not self.isolated:
-            with TorchState.kept():
-                return _run_spec(self._spec(step, code, prior), scratch)
+        """Run the candidate in a confined child, forked or started for it."""
+        if self.isolation == "spawn":
+            return self._execute_spawned(self._spec(step, code, prior), scratch)
         if step.function is not None and step.id not in self._cases:
             # Built here, where the pack's expect code may still do what a confined child
             # cannot (torch.optim looks for a cache folder the first time it runs); a child
@@ -259,11 +293,27 @@ class Engine:
             child = self._fork()
         outcome = child.run({"step": step.id, "code": code, "prior": prior, "scratch": scratch},
                             timeout=self.settings.timeout + KILL_GRACE)
-        if outcome.status == "done" and isinstance(outcome.result, dict):
-            return outcome.result
-        if outcome.status == "timeout" or outcome.why in ("cpu", "killed"):
-            return {"timeout": True, "records": {}}
-        return {"timeout": False, "records": {}, "crashed": outcome.why}
+        return _answer(outcome)
+
+    def _execute_spawned(self, spec: CheckSpec | FunctionCheckSpec, scratch: bool) -> dict:
+        """The plan, built here without answers, run by a started child (a ready one first)."""
+        self._spawned = [c for c in self._spawned if c.alive()]
+        ready = [c for c in self._spawned if c.ready()]
+        child = (ready or self._spawned or [None])[0]
+        if child is None:
+            child = self._start()
+        else:
+            self._spawned.remove(child)
+        if not child.ready() and self.on_wait is not None:
+            self.on_wait(spawn.START_LIMIT)
+        # The random state goes along: a forked child inherits the worker's, and code that
+        # draws random numbers must see the same ones on either path, check after check.
+        rng = {"cpu": torch.get_rng_state()}
+        if self.device.type == "cuda":
+            rng["cuda"] = torch.cuda.get_rng_state(self.device)
+        outcome = child.run({"spec": spec, "scratch": scratch, "rng": rng},
+                            timeout=self.settings.timeout + KILL_GRACE)
+        return _answer(outcome)
 
     # -- the check -----------------------------------------------------------------------------
     def check(self, step_id: str, code: str, prior: dict[str, str] | None = None) -> dict:
@@ -840,6 +890,15 @@ class Engine:
         }
 
 
+def _answer(outcome: isolate.Outcome) -> dict:
+    """What a child's end means for the check: its answer, a timeout, or why it has none."""
+    if outcome.status == "done" and isinstance(outcome.result, dict):
+        return outcome.result
+    if outcome.status == "timeout" or outcome.why in ("cpu", "killed"):
+        return {"timeout": True, "records": {}}
+    return {"timeout": False, "records": {}, "crashed": outcome.why}
+
+
 def _usable(outcome: dict, first: dict | None, result: dict, timeout: float) -> bool:
     """Whether the child answered for the first batch (or case) without an error; if not, the
     result says why."""
@@ -888,12 +947,6 @@ def _scale_size(case: Case) -> int:
 def _lesson_numbers(case: Case) -> str:
     numbers = sorted({v for v in case.sizes.values() if v > 1}, reverse=True)[:3]
     return " or ".join(str(n) for n in numbers) if numbers else "32"
-
-
-def _run_spec(spec: CheckSpec | FunctionCheckSpec, scratch: bool) -> dict:
-    if isinstance(spec, FunctionCheckSpec):
-        return run_function_scratch(spec) if scratch else run_function_check(spec)
-    return run_scratch(spec) if scratch else run_check(spec)
 
 
 def _unusable(tensor: str, value: OddTensor | Foreign, ref: Tensor, partial: bool,

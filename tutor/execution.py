@@ -568,3 +568,10 @@ def run_function_scratch(spec: FunctionCheckSpec) -> dict:
         return {"timeout": True}
     finally:
         disarm()
+
+
+def run_spec(spec: CheckSpec | FunctionCheckSpec, scratch: bool) -> dict:
+    """A check (or a scratch run) of either kind of step, as the child runs it."""
+    if isinstance(spec, FunctionCheckSpec):
+        return run_function_scratch(spec) if scratch else run_function_check(spec)
+    return run_scratch(spec) if scratch else run_check(spec)

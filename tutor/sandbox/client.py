@@ -24,6 +24,9 @@ from tutor.sandbox import protocol
 # How much longer than the in-worker limit to wait before killing the process: the worker stops
 # Python loops itself at the limit; only a single long-running tensor op needs the hard stop.
 HARD_KILL_GRACE = 1.5
+# The most one request may wait for the worker to start a child (a fresh interpreter loading torch
+# on a busy machine); the worker kills a child that takes longer.
+MAX_EXTENSION = 150.0
 
 
 class EvaluatorError(RuntimeError):
@@ -202,6 +205,10 @@ class Evaluator:
                         + "; it has been restarted.",
                     )
                 if message.get("id") != rid:
+                    continue
+                if message["type"] == "extend":  # the check waits for its child to start
+                    if deadline is not None:
+                        deadline += min(float(message.get("seconds") or 0), MAX_EXTENSION)
                     continue
                 if message["type"] == "progress":
                     if on_progress:

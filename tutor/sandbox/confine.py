@@ -21,11 +21,15 @@ import ctypes.util
 import errno
 import functools
 import os
-import resource
 import signal
 import sys
 import sysconfig
 from dataclasses import dataclass, field
+
+try:
+    import resource
+except ImportError:  # Windows: no resource limits; the worker's clock still kills the child
+    resource = None  # type: ignore[assignment]
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_NO_NEW_PRIVS = 38
@@ -78,8 +82,10 @@ def die_with_parent(libc: ctypes.CDLL | None, parent: int) -> bool:
 
 
 def limit_cpu(seconds: float) -> None:
-    """SIGXCPU (which kills) once this process has used `seconds` of CPU time."""
-    soft = max(1, int(seconds + 0.999))
+    """SIGXCPU (which kills) once this process has used `seconds` more of CPU time (a spawned
+    child has already spent some loading torch)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    soft = max(1, int(usage.ru_utime + usage.ru_stime + seconds + 0.999))
     _, hard = resource.getrlimit(resource.RLIMIT_CPU)
     if hard != resource.RLIM_INFINITY:
         soft = min(soft, hard)
@@ -96,6 +102,8 @@ def limit_memory(extra_gb: float) -> None:
             current = int(fh.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError):
         return  # not Linux: the time limit still protects the learner
+    if resource is None:
+        return
     limit = current + int(extra_gb * 2**30)
     _, hard = resource.getrlimit(resource.RLIMIT_AS)
     if hard == resource.RLIM_INFINITY or limit < hard:
@@ -118,8 +126,32 @@ def readable_roots() -> tuple[str, ...]:
     return tuple(sorted(p for p in paths if p and os.path.exists(p)))
 
 
-def landlock(libc: ctypes.CDLL | None) -> str | None:
-    """Restrict this process with Landlock; the ABI version applied, or None."""
+# What a GPU's libraries may read after the device was initialised (before confinement, so the
+# driver's device files are already open; seccomp refuses opening any file for writing): the
+# system's libraries, which CUDA loads lazily (cuBLAS on the first matrix product), and what
+# the driver reads about the machine.
+_DEVICE_READS = {
+    "cuda": ("/usr/lib", "/usr/lib64", "/usr/local/cuda", "/etc/ld.so.cache",
+             "/proc/driver/nvidia", "/sys/bus/pci", "/sys/devices"),
+}
+
+
+def device_reads(device: str) -> tuple[str, ...]:
+    return tuple(p for p in _DEVICE_READS.get(device, ()) if os.path.exists(p))
+
+
+# torch.compile runs the system's C++ compiler, which reads its headers and libraries and runs
+# its own programs from these; it writes only in the folder it is given (`workshop`).
+_COMPILER_READS = ("/usr", "/lib", "/lib64", "/bin", "/etc", "/proc/self",
+                   "/sys/devices/system/cpu")
+_FS_WRITE_FILE = 1 << 1
+
+
+def landlock(libc: ctypes.CDLL | None, device: str = "cpu", workshop: str | None = None
+             ) -> str | None:
+    """Restrict this process with Landlock; the ABI version applied, or None. With a
+    `workshop` folder, also what a compiler needs: running the system's programs, and every
+    right beneath that folder (and writing to /dev/null)."""
     if libc is None or not sys.platform.startswith("linux"):
         return None
     syscall = libc.syscall
@@ -141,14 +173,19 @@ def landlock(libc: ctypes.CDLL | None) -> str | None:
         return None
     try:
         read = _FS_READ_FILE | _FS_READ_DIR | _FS_EXECUTE
-        for root in readable_roots():
+        rules = [(root, read) for root in (*readable_roots(), *device_reads(device))]
+        if workshop is not None:
+            rules += [(p, read) for p in _COMPILER_READS if os.path.exists(p)]
+            rules += [(workshop, fs_all), (os.devnull, _FS_READ_FILE | _FS_WRITE_FILE)]
+        for root, granted in rules:
             try:
                 parent = os.open(root, os.O_PATH | os.O_CLOEXEC)
             except OSError:
                 continue
             try:
                 # A rule on a single file may only grant rights that apply to files.
-                rights = read if os.path.isdir(root) else _FS_READ_FILE
+                rights = granted if os.path.isdir(root) else granted & (
+                    _FS_READ_FILE | _FS_WRITE_FILE)
                 rule = _PathBeneath(rights, parent)
                 syscall(_SYS_LANDLOCK["add_rule"], ctypes.c_int(fd),
                         ctypes.c_int(_LANDLOCK_RULE_PATH_BENEATH), ctypes.byref(rule),
@@ -211,8 +248,18 @@ def prepare() -> None:
     readable_roots()
 
 
-def seccomp() -> bool:
-    """Load a seccomp filter through libseccomp; False when the library is not installed."""
+# What a compiler does that the usual filter refuses: Landlock confines its files instead. Not
+# changing a file's mode or times by path (Landlock does not cover those), nor truncating by path
+# (older Landlock does not).
+_COMPILER_CALLS = frozenset(
+    "execve execveat fork vfork creat ftruncate unlink unlinkat rename renameat renameat2 mkdir "
+    "mkdirat rmdir link linkat symlink symlinkat fchmod".split())
+
+
+def seccomp(compiler: bool = False) -> bool:
+    """Load a seccomp filter through libseccomp; False when the library is not installed.
+    `compiler` lets the process start programs and change files (to be paired with Landlock's
+    workshop, which says where); sockets, tracing and the rest stay refused."""
     lib = _libseccomp()
     if lib is None:
         return False
@@ -231,8 +278,12 @@ def seccomp() -> bool:
 
         eperm = _scmp_errno(errno.EPERM)
         for call in _SECCOMP_DENY:
+            if compiler and call in _COMPILER_CALLS:
+                continue
             if nr(call) >= 0 and add(ctx, eperm, nr(call), 0, None) != 0:
                 return False
+        if compiler:
+            return lib.seccomp_load(ctx) == 0
         # Threads are fine (clone with CLONE_THREAD); new processes are not.
         no_thread = (_ArgCmp * 1)(_ArgCmp(0, _SCMP_CMP_MASKED_EQ, _CLONE_THREAD, 0))
         if add(ctx, eperm, nr("clone"), 1, no_thread) != 0:
@@ -253,9 +304,14 @@ def seccomp() -> bool:
         lib.seccomp_release(ctx)
 
 
-def confine(parent: int, cpu_seconds: float, os_layers: bool = True) -> Confinement:
+def confine(parent: int, cpu_seconds: float, os_layers: bool = True,
+            device: str = "cpu", workshop: str | None = None) -> Confinement:
     """Apply every layer this system offers to the current process (Landlock and seccomp only
-    with `os_layers`)."""
+    with `os_layers`); `device` names the accelerator whose driver files stay reachable.
+
+    With a `workshop` folder (torch.compile's cache), the process may also run the system's
+    compiler and write beneath that folder, and nowhere else: that takes Landlock, so without
+    it the usual seccomp filter applies (and compiling fails, the run goes on eagerly)."""
     report = Confinement()
     libc = _libc()
     (report.applied if die_with_parent(libc, parent) else report.missing).append(
@@ -263,12 +319,14 @@ def confine(parent: int, cpu_seconds: float, os_layers: bool = True) -> Confinem
     try:
         limit_cpu(cpu_seconds)
         report.applied.append(f"CPU limit {cpu_seconds:g} s")
-    except (ValueError, OSError):
+    except (ValueError, OSError, AttributeError):  # AttributeError: no resource module
         report.missing.append("CPU limit")
     if not os_layers:
         report.missing += ["Landlock", "seccomp"]
         return report
-    ruleset = landlock(libc)
+    ruleset = landlock(libc, device, workshop)
     (report.applied if ruleset else report.missing).append(ruleset or "Landlock")
-    (report.applied if seccomp() else report.missing).append("seccomp")
+    compiler = workshop is not None and ruleset is not None
+    (report.applied if seccomp(compiler) else report.missing).append(
+        "seccomp" + (" (compiler allowed)" if compiler else ""))
     return report

@@ -259,8 +259,10 @@ class Child:
 
     def run(self, request: Any, *, timeout: float | None,
             on_message: Callable[[dict], None] | None = None,
-            cancel: threading.Event | None = None) -> Outcome:
-        """Hand the child its request and wait for its answer; the child is gone afterwards."""
+            cancel: threading.Event | None = None,
+            quiet: Callable[[], float | None] | None = None) -> Outcome:
+        """Hand the child its request and wait for its answer; the child is gone afterwards.
+        `quiet()` is the longest the child may now go without a message."""
         if self._used:
             raise RuntimeError("a child runs one request")
         self._used = True
@@ -269,7 +271,7 @@ class Child:
                 _send(self._requests, request)
             except OSError:
                 return Outcome("died", why="it had ended before the request")
-            return _collect(self.pid, self._results, timeout, on_message, cancel)
+            return _collect(self.pid, self._results, timeout, on_message, cancel, quiet)
         finally:
             self.discard()
 
@@ -284,15 +286,17 @@ class Child:
 def run(work: Callable[[Callable[[dict], None], threading.Event], Any], *,
         timeout: float | None, cpu_seconds: float, memory_gb: float | None = None,
         on_message: Callable[[dict], None] | None = None,
-        cancel: threading.Event | None = None, os_layers: bool = True) -> Outcome:
+        cancel: threading.Event | None = None, os_layers: bool = True,
+        quiet: Callable[[], float | None] | None = None) -> Outcome:
     """Run `work(send, cancel)` in a new confined child and return what it returned.
 
-    `timeout` is wall-clock: past it the child is killed. `cancel` set in the parent is passed on
+    `timeout` is wall-clock: past it the child is killed; so it is when it stays silent for
+    longer than `quiet()` allows. `cancel` set in the parent is passed on
     as SIGUSR1, which sets the child's own event. Messages the child sends go to `on_message`.
     """
     child = Child(lambda _request, send, cancel_: work(send, cancel_), cpu_seconds=cpu_seconds,
                   memory_gb=memory_gb, os_layers=os_layers)
-    return child.run(None, timeout=timeout, on_message=on_message, cancel=cancel)
+    return child.run(None, timeout=timeout, on_message=on_message, cancel=cancel, quiet=quiet)
 
 
 def _reap(pid: int) -> None:
@@ -309,12 +313,17 @@ def _wait(pid: int) -> None:
 
 
 def _collect(pid: int, fd: int, timeout: float | None, on_message: Callable | None,
-             cancel: threading.Event | None) -> Outcome:
+             cancel: threading.Event | None,
+             quiet: Callable[[], float | None] | None = None) -> Outcome:
     deadline = None if timeout is None else time.monotonic() + timeout
+    heard = time.monotonic()
     buffer = bytearray()
     cancelled = False
     while True:
         wait = 0.1 if deadline is None else max(0.0, min(0.1, deadline - time.monotonic()))
+        silence = quiet() if quiet is not None else None
+        if silence is not None and time.monotonic() >= heard + silence:
+            return Outcome("timeout", why="quiet")
         ready, _, _ = select.select([fd], [], [], wait)
         if cancel is not None and cancel.is_set() and not cancelled:
             cancelled = True
@@ -322,11 +331,12 @@ def _collect(pid: int, fd: int, timeout: float | None, on_message: Callable | No
                 os.kill(pid, signal.SIGUSR1)
         if not ready:
             if deadline is not None and time.monotonic() >= deadline:
-                return Outcome("timeout")
+                return Outcome("timeout", why="deadline")
             continue
         chunk = os.read(fd, 1 << 20)
         if not chunk:
             return Outcome("died", why=_exit_reason(pid))
+        heard = time.monotonic()
         buffer += chunk
         while len(buffer) >= _HEADER.size:
             (size,) = _HEADER.unpack_from(buffer)

@@ -4,9 +4,10 @@ Started by `tutor.sandbox.client.Evaluator` as `python -m tutor.sandbox.worker`.
 requests from stdin and answers on the original stdout; anything else that writes to stdout
 (warnings, learner prints are captured anyway) is sent to stderr so it cannot corrupt the pipe.
 
-The worker never runs learner code itself: checks and training runs each get a forked, confined
-child (isolate.py). It also never opens the progress store. When its client goes away (the pipe
-closes, however the client ended), it exits at once, and its children die with it.
+The worker never runs learner code itself: checks and training runs each get a confined child,
+forked (isolate.py) or freshly started (spawn.py), which it kills at its wall-clock deadline. It
+also never opens the progress store. When its client goes away (the pipe closes, however the
+client ended), it exits at once, and its children die with it.
 """
 
 from __future__ import annotations
@@ -24,8 +25,16 @@ from tutor.sandbox import protocol
 warnings.filterwarnings("ignore", message=".*NumPy.*")
 
 
-# A full run is about two minutes of CPU; this only stops a runaway one.
+# A full run is about two minutes of CPU; this only stops a runaway one, as the wall clock does.
 TRAINING_CPU_SECONDS = 3 * 3600
+TRAINING_WALL_SECONDS = 3 * 3600
+# The longest a training child may stay silent, by what it said comes next. Between steps it
+# reports ten times a second, so a step's silence is the step itself (the per-step limit) and the
+# tutor's own work around it (autograd's gradients in phase 1); compiling and the results phase
+# run the tutor's code only, and take longer on a slow machine.
+STEP_GRACE = 2.0
+COMPILE_SECONDS = 900.0
+RESULTS_SECONDS = 900.0
 
 
 class Worker:
@@ -105,6 +114,9 @@ class Worker:
 
     def handle(self, request: dict, rid) -> dict:
         op = request["op"]
+        # A check that must wait for its child to start says so, and the client waits longer.
+        self.engine.on_wait = lambda seconds: self.send(
+            {"type": "extend", "id": rid, "seconds": seconds})
         if op == "check":
             return self.engine.check(request["step"], request["code"], request.get("prior"))
         if op == "scratch":
@@ -117,35 +129,90 @@ class Worker:
 
 
     def train(self, request: dict, rid: object) -> dict:
-        """A training run in its own confined child; progress is passed on as it comes."""
-        from tutor.sandbox import isolate
+        """A training run in its own confined child; progress is passed on as it comes, and the
+        child is killed when it stays silent longer than its window or runs past the run's
+        limit (its own per-step alarm can be caught by the code it stops; this cannot)."""
+        from tutor.sandbox import isolate, spawn
         from tutor.training import run_training
 
-        def progress(payload: dict) -> None:
+        engine = self.engine
+        timeout = engine.settings.timeout
+        windows = {"step": timeout + STEP_GRACE, "compile": COMPILE_SECONDS,
+                   "results": RESULTS_SECONDS}
+        now = {"window": "step", "step": 0}
+
+        def message(payload: dict) -> None:
+            if not isinstance(payload, dict):
+                return
+            if "window" in payload:  # for the clock here, not for the learner
+                now["window"] = payload["window"] if payload["window"] in windows else "step"
+                return
+            now["window"] = "results" if payload.get("phase") == "results" else "step"
+            if isinstance(payload.get("step"), int):
+                now["step"] = payload["step"]
             self.send({"type": "progress", "id": rid, "payload": payload})
 
-        engine = self.engine
-        if not engine.isolated:
-            from tutor.torchstate import TorchState
+        def quiet() -> float:
+            return windows[now["window"]]
 
-            with TorchState.kept():
-                return run_training(engine, request, progress, self.cancel)
-        outcome = isolate.run(
-            lambda send, cancel: run_training(engine, request, send, cancel),
-            timeout=None,
-            cpu_seconds=TRAINING_CPU_SECONDS,
-            memory_gb=engine.settings.memory_limit_gb,
-            on_message=progress,
-            cancel=self.cancel,
-            # torch.compile runs a C++ compiler and writes its cache: that child keeps the
-            # guard, the CPU limit and death with its parent, but not the file-system layers.
-            os_layers=not request.get("compile"),
-        )
+        # torch.compile runs a C++ compiler and writes its cache: a started child whose
+        # Landlock rules allow the system's programs and one folder to write in (its workshop).
+        compile_ = bool(request.get("compile"))
+        if engine.isolation == "fork" and not compile_:
+            outcome = isolate.run(
+                lambda send, cancel: run_training(
+                    engine, request, send, cancel, lambda w: send({"window": w})),
+                timeout=TRAINING_WALL_SECONDS, cpu_seconds=TRAINING_CPU_SECONDS,
+                memory_gb=engine.settings.memory_limit_gb, on_message=message,
+                cancel=self.cancel, quiet=quiet)
+        else:
+            workshop = compile_workshop(engine.settings) if compile_ else None
+            env = {"TORCHINDUCTOR_CACHE_DIR": workshop, "TMPDIR": workshop} if workshop else {}
+            child = spawn.Spawned("train", {
+                "device": str(engine.device), "settings": engine.settings.to_dict(),
+                "cpu_seconds": TRAINING_CPU_SECONDS, "workshop": workshop,
+                "memory_gb": engine.settings.memory_limit_gb}, env)
+            outcome = child.run(request, timeout=TRAINING_WALL_SECONDS, on_message=message,
+                                cancel=self.cancel, quiet=quiet)
         if outcome.status == "done" and isinstance(outcome.result, dict):
             return outcome.result
-        why = "it used up its CPU time" if outcome.why == "cpu" else outcome.why
-        return {"error": {"kind": "internal", "line": None, "col": None,
-                          "message": f"the training run stopped unexpectedly ({why})"}}
+        return stopped(outcome, now["window"], now["step"], timeout)
+
+
+def compile_workshop(settings) -> str:
+    """The folder torch.compile's child may write in: its cache, kept between runs so that a
+    second run of the same code compiles in seconds."""
+    folder = settings.data_home / "compile-cache"
+    folder.mkdir(parents=True, exist_ok=True)
+    return str(folder.resolve())
+
+
+def stopped(outcome, window: str, step: int, timeout: float) -> dict:
+    """A run whose child was killed or died, shaped as a run that ended with an error."""
+    if outcome.status == "timeout" and outcome.why == "quiet":
+        kind, message = "timeout", {
+            "step": f"a training step ran past the time limit of {timeout:g} s and did not "
+                    "stop when asked, so the run was stopped from outside. Is there a loop "
+                    "that never ends, perhaps inside a try/except that catches the stop?",
+            "compile": f"compiling the training step took more than {COMPILE_SECONDS:g} s, so "
+                       "the run was stopped. Run without --compile.",
+            "results": f"the results phase took more than {RESULTS_SECONDS:g} s, so the run "
+                       "was stopped",
+        }[window]
+    elif outcome.status == "timeout":
+        kind = "timeout"
+        message = (f"the run went on for more than {TRAINING_WALL_SECONDS / 3600:g} hours, the "
+                   "limit of one run, and was stopped")
+    elif outcome.why == "cpu":
+        kind, message = "timeout", "the run used up its CPU time and was stopped"
+    elif outcome.why == "killed":
+        kind, message = "memory", "the run was killed (probably out of memory)"
+    else:
+        kind, message = "internal", f"the training run stopped unexpectedly ({outcome.why})"
+    return {"status": "error", "step": step, "steps_done": 0, "gradcheck": None,
+            "history": None, "samples": [], "notes": [],
+            "error": {"kind": kind, "line": None, "col": None,
+                      "message": f"{message} (at step {step})"}}
 
 
 def main() -> None:

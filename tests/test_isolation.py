@@ -1,0 +1,336 @@
+"""Both ways of keeping learner code apart from the evaluator: a forked child (the CPU path) and a
+freshly started interpreter (the GPU and Windows path, forced on a CPU with
+BACKPROP_TUTOR_ISOLATION=spawn). Checks get the same verdicts either way; a crash or a hang in
+learner code only ever ends a child; training runs stop at a wall-clock limit the worker keeps.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from tutor.config import ConfigError, Settings, resolve
+from tutor.packs import load_pack
+from tutor.sandbox import spawn
+from tutor.sandbox.client import Evaluator
+from tutor.training import training_code
+
+PACK = load_pack()
+FN = Path(__file__).parent / "packs" / "fn"
+FN_PACK = load_pack(FN)
+PATHS = ["fork", "spawn"]
+SOLUTION = "dprobs = (1.0 / probs) * dlogprobs"
+# Code that catches the alarm meant to stop it wherever it lands (bare excepts around a tensor
+# operation and around the loop itself), and so runs on unless something outside the child ends it.
+SWALLOWS_THE_STOP = ("while True:\n    try:\n        while True:\n            try:\n"
+                     "                x = torch.ones(10).sum()\n            except:\n"
+                     "                pass\n    except:\n        pass\n")
+ALIASED = {"atomic/logit_maxes": "dlogits = dnorm_logits\n"
+                                 "dlogit_maxes = (-dnorm_logits).sum(1, keepdim=True)"}
+# (pack, step, code, prior): right, wrong in catalogued and derived ways, aliased, fit only to
+# the lesson's batch, failing, printing and comparing, a function step right and wrong.
+CASES = [
+    ("makemore", "atomic/probs", SOLUTION, {}),
+    ("makemore", "atomic/h", PACK.step("atomic/h").solution, {}),
+    ("makemore", "fused/cross_entropy", PACK.step("fused/cross_entropy").solution, {}),
+    ("makemore", "atomic/h", "dh = dlogits @ W2.T\ndW2 = dlogits.T @ h\ndb2 = dlogits.sum(0)", {}),
+    ("makemore", "atomic/logits",
+     "dlogits += F.one_hot(logits.max(1).indices, num_classes=27) * dlogit_maxes", ALIASED),
+    ("makemore", "atomic/logprobs",
+     "dlogprobs = torch.zeros((32, 27))\ndlogprobs[range(n), Yb] = -1.0 / 32", {}),
+    ("makemore", "atomic/probs", "print(probs.shape)\ndprobs = dlogprobs / probs\n"
+     "cmp('probs', dprobs, probs)\nx = undefined_name", {}),
+    ("makemore", "atomic/probs", "probs.zero_()\ndprobs = dlogprobs", {}),
+    ("makemore", "atomic/probs", "print(torch.rand(3).tolist())\n" + SOLUTION, {}),
+    ("fn", "fn/layernorm_backward", FN_PACK.step("fn/layernorm_backward").solution, {}),
+    ("fn", "fn/layernorm_backward",
+     FN_PACK.step("fn/layernorm_backward").solution.replace("return dinp", "return 2 * dinp"),
+     {}),
+]
+
+
+def _engine(isolation: str, pack: str = "makemore", **settings):
+    from tutor.engine import Engine
+
+    engine = Engine(Settings(device="cpu", isolation=isolation,
+                             pack=str(FN) if pack == "fn" else pack, **settings))
+    engine.prepare()
+    return engine
+
+
+@pytest.fixture(scope="module")
+def engines():
+    made = {(path, pack): _engine(path, pack) for path in PATHS for pack in ("makemore", "fn")}
+    yield made
+    for engine in made.values():
+        engine.close()
+
+
+# --- the switch -----------------------------------------------------------------------------
+
+
+def test_the_switch_is_read_from_the_environment_and_checked(monkeypatch, tmp_path):
+    assert resolve(config_path=tmp_path / "none.toml").isolation == "auto"
+    monkeypatch.setenv("BACKPROP_TUTOR_ISOLATION", "spawn")
+    assert resolve(config_path=tmp_path / "none.toml").isolation == "spawn"
+    monkeypatch.setenv("BACKPROP_TUTOR_ISOLATION", "thread")
+    with pytest.raises(ConfigError, match="BACKPROP_TUTOR_ISOLATION must be one of auto, fork"):
+        resolve(config_path=tmp_path / "none.toml")
+
+
+def test_auto_forks_on_a_cpu_and_starts_children_for_a_gpu():
+    from tutor.engine import isolation_for
+    from tutor.lesson import DeviceError
+
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert isolation_for("auto", cpu) == ("fork" if hasattr(os, "fork") else "spawn")
+    assert isolation_for("auto", cuda) == "spawn"
+    assert isolation_for("spawn", cpu) == "spawn"
+    with pytest.raises(DeviceError, match="cannot serve the cuda device"):
+        isolation_for("fork", cuda)
+
+
+def test_the_plan_crosses_to_a_child_with_its_shared_memory():
+    base = torch.arange(24, dtype=torch.float32).reshape(4, 6)
+    plan = {"base": base, "view": base[1:, ::2], "same": base, "ints": torch.arange(3),
+            "leaf": torch.ones(2, requires_grad=True), "empty": torch.zeros(0, 5), "n": 4}
+    back = spawn.unpack_plan(spawn.pack_plan(plan), torch.device("cpu"))
+    assert torch.equal(back["view"], base[1:, ::2]) and back["view"].stride() == (6, 2)
+    back["base"][1, 0] = -1.0  # one block of memory, as in the worker
+    assert back["view"][0, 0] == -1.0 and back["same"][1, 0] == -1.0
+    assert back["ints"].dtype == torch.int64 and back["leaf"].requires_grad
+    assert back["empty"].shape == (0, 5) and back["n"] == 4
+
+
+def test_tensors_sent_back_move_to_the_lessons_device_in_their_layout():
+    # The meta device stands in for a GPU here: the layout must survive the move.
+    base = torch.arange(24, dtype=torch.float32).reshape(4, 6)
+    sent = {"base": base, "view": base[1:, ::2], "ints": torch.arange(3),
+            "empty": torch.zeros(0, 5)}
+    moved = spawn.to_device(sent, torch.device("meta"))
+    for name, t in sent.items():
+        m = moved[name]
+        assert m.device.type == "meta" and m.dtype == t.dtype
+        assert (m.shape, m.stride(), m.storage_offset()) == (t.shape, t.stride(),
+                                                              t.storage_offset())
+    assert spawn.to_device(sent, torch.device("cpu")) is sent
+
+
+def test_the_child_accepts_no_class_outside_the_request():
+    import pickle
+
+    data = spawn.pack_plan({"ok": 1})
+    memory, tensors, _ = pickle.loads(data)
+    forged = pickle.dumps((memory, tensors, pickle.dumps(os.system)))
+    with pytest.raises(pickle.UnpicklingError, match="may not hold"):
+        spawn.unpack_plan(forged, torch.device("cpu"))
+
+
+# --- the same verdicts on both paths --------------------------------------------------------
+
+
+def _comparable(result: dict) -> dict:
+    return {k: v for k, v in result.items() if k not in ("timing", "elapsed_ms")}
+
+
+@pytest.mark.parametrize("pack, step, code, prior", CASES,
+                         ids=[f"{c[1]}-{i}" for i, c in enumerate(CASES)])
+def test_a_started_child_gives_the_verdict_a_forked_one_gives(engines, pack, step, code, prior):
+    forked = engines[("fork", pack)].check(step, code, prior)
+    started = engines[("spawn", pack)].check(step, code, prior)
+    assert _comparable(started) == _comparable(forked)
+
+
+def test_scratch_runs_match_too(engines):
+    code = "print(probs.shape)\nx = probs.sum()"
+    assert (engines[("spawn", "makemore")].scratch("atomic/probs", code)
+            == engines[("fork", "makemore")].scratch("atomic/probs", code))
+
+
+def test_a_check_waits_for_a_child_still_starting():
+    engine = _engine("spawn")
+    try:
+        engine.close()  # no child ready: this check starts its own
+        waited = []
+        engine.on_wait = waited.append
+        assert engine.check("atomic/probs", SOLUTION)["passed"]
+        assert waited == [spawn.START_LIMIT]
+    finally:
+        engine.close()
+
+
+def test_the_client_waits_for_a_child_still_starting(tmp_path, monkeypatch):
+    # Every started child here takes 4 s to start, twice the client's limit for this check: the
+    # worker says it is waiting for one, and the client waits instead of restarting it.
+    (tmp_path / "sitecustomize.py").write_text(
+        "import sys, time\nif 'tutor.sandbox.child' in sys.orig_argv:\n    time.sleep(4)\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    with Evaluator(Settings(device="cpu", timeout=0.5, isolation="spawn")) as ev:
+        ev.info()
+        assert ev.check("atomic/probs", SOLUTION)["passed"]
+
+
+# --- a crash or a hang ends a child, never the evaluator ------------------------------------
+
+
+def _crash_in_child(monkeypatch, engine) -> None:
+    """A stand-in for learner code that crashes the interpreter (the guard refuses every real
+    route it knows): the child's run dies of SIGSEGV, on either path."""
+    if engine.isolation == "fork":
+        monkeypatch.setattr("tutor.engine.run_spec",
+                            lambda *a: os.kill(os.getpid(), signal.SIGSEGV))
+    else:
+        monkeypatch.setattr(spawn, "CHILD_COMMAND", (
+            sys.executable, "-c",
+            "import os, signal, tutor.execution as e\n"
+            "e.run_spec = lambda *a: os.kill(os.getpid(), signal.SIGSEGV)\n"
+            "from tutor.sandbox.child import main\nmain()\n"))
+    engine.close()  # children started before the stand-in do not have it
+
+
+@pytest.mark.parametrize("isolation", PATHS)
+def test_a_crashed_child_is_reported_and_the_next_check_gets_a_verdict(isolation, monkeypatch):
+    engine = _engine(isolation)
+    try:
+        _crash_in_child(monkeypatch, engine)
+        result = engine.check("atomic/probs", SOLUTION)
+        assert result["error"]["kind"] == "internal"
+        assert "SIGSEGV" in result["error"]["message"]
+        monkeypatch.undo()
+        engine.close()
+        assert engine.check("atomic/probs", SOLUTION)["passed"]
+    finally:
+        engine.close()
+
+
+@pytest.fixture(scope="module", params=PATHS)
+def evaluator(request):
+    ev = Evaluator(Settings(device="cpu", timeout=1.0, isolation=request.param))
+    assert ev.info()["isolation"] == request.param
+    yield ev
+    ev.close()
+
+
+def test_a_hang_that_swallows_the_stop_ends_only_its_child(evaluator):
+    started = time.monotonic()
+    result = evaluator.check("atomic/probs", SWALLOWS_THE_STOP)
+    assert result["error"]["kind"] == "timeout"
+    # A started child may still have been loading torch when the check came: that is not
+    # counted in the limit, so only a bound is asserted here.
+    assert time.monotonic() - started < 1.0 + 1.5 + 30
+    assert evaluator.check("atomic/probs", SOLUTION)["passed"]
+
+
+def test_one_long_tensor_operation_and_a_huge_allocation_end_only_their_child(evaluator):
+    code = "x = torch.ones(4000, 4000)\nfor _ in range(1):\n    y = x.matrix_power(400)"
+    assert evaluator.check("atomic/probs", code)["error"]["kind"] == "timeout"
+    assert evaluator.check("atomic/probs", "x = torch.ones(2**31)")["error"]["kind"] == "memory"
+    assert evaluator.check("atomic/probs", SOLUTION)["passed"]
+
+
+def test_a_training_step_that_swallows_the_stop_is_stopped_from_outside(evaluator):
+    code = training_code(PACK).replace("dh = dlogits @ W2.T",
+                                       "dh = dlogits @ W2.T\n" + SWALLOWS_THE_STOP)
+    started = time.monotonic()
+    result = evaluator.request("train", {"code": code, "steps": 1000}, None)
+    from tutor.sandbox.worker import STEP_GRACE
+
+    assert result["status"] == "error" and result["error"]["kind"] == "timeout"
+    assert "stopped from outside" in result["error"]["message"]
+    assert time.monotonic() - started < 1.0 + STEP_GRACE + 10  # + starting a child
+    assert evaluator.check("atomic/probs", SOLUTION)["passed"]
+
+
+def test_cancel_reaches_the_training_child(evaluator):
+    def progress(p: dict) -> None:
+        if p.get("phase") == "train" and p["step"] >= 150:
+            evaluator.cancel()
+
+    result = evaluator.request("train", {"code": training_code(PACK), "steps": 200_000}, None,
+                               progress)
+    assert result["status"] == "cancelled", result.get("error")
+    assert 150 <= result["steps_done"] < 200_000
+
+
+def test_the_train_command_says_why_the_run_stopped(tmp_path):
+    code = training_code(PACK).replace("dh = dlogits @ W2.T",
+                                       "dh = dlogits @ W2.T\n" + SWALLOWS_THE_STOP)
+    (tmp_path / "step.py").write_text(code)
+    env = dict(os.environ, BACKPROP_TUTOR_ISOLATION="spawn", BACKPROP_TUTOR_HOME=str(tmp_path))
+    out = subprocess.run(
+        [sys.executable, "-m", "tutor", "train", "--file", str(tmp_path / "step.py"),
+         "--device", "cpu", "--timeout", "1", "--steps", "500"],
+        capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 1
+    assert "timeout error: a training step ran past the time limit of 1 s" in out.stdout
+    assert "stopped from outside" in out.stdout
+
+
+# --- what a confined child may do -------------------------------------------------------------
+
+
+PROBE = """
+import os, socket, subprocess, sys
+from tutor.sandbox import confine
+confine.prepare()
+report = confine.confine(os.getppid(), 60, workshop=None if sys.argv[1] == "-" else sys.argv[1])
+if "Landlock" in report.missing:
+    print("NO-LANDLOCK"); sys.exit(0)
+
+def tried(what, action):
+    try:
+        action()
+        print(what, "allowed")
+    except (OSError, subprocess.SubprocessError):
+        print(what, "refused")
+
+tried("write outside", lambda: open(os.path.join(sys.argv[2], "outside.txt"), "w").close())
+if sys.argv[1] != "-":
+    tried("write inside", lambda: open(os.path.join(sys.argv[1], "inside.txt"), "w").close())
+tried("chmod outside", lambda: os.chmod(sys.argv[2], 0o777))
+tried("run a program", lambda: subprocess.run(["true"], check=True))
+tried("open a socket", lambda: socket.socket().close())
+"""
+
+
+def _probe(tmp_path, workshop: str | None) -> str:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    out = subprocess.run([sys.executable, "-c", PROBE, workshop or "-", str(outside)],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    if "NO-LANDLOCK" in out.stdout:
+        pytest.skip("this kernel has no Landlock")
+    assert not (outside / "outside.txt").exists()
+    return out.stdout
+
+
+def test_a_confined_child_writes_nothing_and_starts_nothing(tmp_path):
+    out = _probe(tmp_path, None)
+    assert "write outside refused" in out and "run a program refused" in out
+    assert "chmod outside refused" in out
+    assert "open a socket refused" in out
+
+
+def test_the_compilers_child_writes_only_in_its_workshop(tmp_path):
+    workshop = tmp_path / "workshop"
+    workshop.mkdir()
+    out = _probe(tmp_path, str(workshop))
+    assert "write outside refused" in out and "write inside allowed" in out
+    assert "chmod outside refused" in out
+    assert "run a program allowed" in out and "open a socket refused" in out
+    assert (workshop / "inside.txt").exists()
+
+
+def test_a_child_that_cannot_start_is_reported_at_once(monkeypatch):
+    monkeypatch.setattr(spawn, "CHILD_COMMAND", (sys.executable, "-c", "raise SystemExit(3)"))
+    started = time.monotonic()
+    outcome = spawn.Spawned("check", {"device": "cpu", "cpu_seconds": 5}).run(None, timeout=5)
+    assert outcome.status == "died" and time.monotonic() - started < 10

@@ -1,0 +1,156 @@
+"""The spawned child: a fresh interpreter that runs one piece of learner code, confined.
+
+Started by `spawn.Spawned` as `python -m tutor.sandbox.child`. Its life, in order:
+
+1. read its setup from the worker (its kind of work, the device, the settings);
+2. import torch, initialise the device and warm up what a check or a run uses, while files can
+   still be opened (a check child runs a small check of its own; a training child builds the
+   lesson's data);
+3. confine itself (confine.py: dies with the worker, CPU and memory limits, Landlock with the
+   device's libraries readable, seccomp) and say it is ready;
+4. read one request, run it, send plain data back, exit.
+
+It never sees an answer: a check's plan holds the forward tensors and what the earlier steps
+need, never autograd's gradients for the step (see docs/architecture.md). The worker kills it
+at its deadline; nothing here needs to stop on its own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import threading
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+warnings.filterwarnings("ignore", message=".*NumPy.*")
+
+
+def _read_frame(fd: int) -> bytes:
+    from tutor.sandbox.isolate import _HEADER, _read_exact
+
+    (size,) = _HEADER.unpack(_read_exact(fd, _HEADER.size))
+    return _read_exact(fd, size)
+
+
+@dataclass
+class Host:
+    """What a training run asks of the engine, built in the child (no answers in it)."""
+
+    pack: Any
+    settings: Any
+    device: Any
+    lesson: Any
+
+
+def _warm_device(device: Any) -> None:
+    """Open what the device's driver opens on first use (its files, its math libraries)."""
+    import torch
+
+    a = torch.ones(8, 8, device=device)
+    float((a @ a).exp().sum().item())
+    torch.randn(4, generator=None, device=device).softmax(0)
+
+
+def _warm_check(device: Any) -> None:
+    """One small check through the same code the learner's will take, so that theirs finds
+    every module imported and every first-use cost paid."""
+    import torch
+
+    from tutor.execution import BatchPlan, CheckSpec, run_check
+
+    ns = {"x": torch.randn(4, 3, device=device), "n": 4}
+    code = "dx = (x * 2).exp().sum(1, keepdim=True) / n + x.max(1, keepdim=True).values\n"
+    run_check(CheckSpec("warm", code, ("x",), [BatchPlan("warm", ns, [])], 5.0))
+
+
+def _prepare(setup: dict) -> Any:
+    """Everything that needs files, done before confinement; returns the work to run."""
+    import torch
+
+    from tutor.execution import run_spec
+
+    torch.set_num_threads(1)
+    device = torch.device(setup["device"])
+    _warm_device(device)
+    if setup["kind"] == "check":
+        _warm_check(device)
+
+        def check(request: dict, _send: Any, _cancel: threading.Event) -> dict:
+            rng = request.get("rng") or {}
+            if "cpu" in rng:
+                torch.set_rng_state(rng["cpu"].cpu())
+            if "cuda" in rng:
+                torch.cuda.set_rng_state(rng["cuda"].cpu(), device)
+            return run_spec(request["spec"], bool(request.get("scratch")))
+
+        return check, device
+    from tutor.config import Settings
+    from tutor.lesson import Lesson
+    from tutor.packs import find_pack, load_pack
+    from tutor.training import run_training
+
+    settings = Settings.from_dict(setup["settings"])
+    pack = load_pack(find_pack(settings.pack))
+    host = Host(pack, settings, device, Lesson(pack, device, settings.seed))
+
+    def train(request: dict, send: Any, cancel: threading.Event) -> dict:
+        return run_training(host, request, send, cancel,  # type: ignore[arg-type]
+                            lambda w: send({"window": w}))
+
+    return train, device
+
+
+def _listen(cancel: threading.Event) -> None:
+    """After the request, the worker only ever sends a cancel; its pipe closing means it went."""
+    from tutor.sandbox.isolate import loads_plain
+
+    while True:
+        try:
+            message = loads_plain(_read_frame(0))
+        except Exception:  # noqa: BLE001 - the worker is gone: nothing may outlive it
+            os._exit(1)
+        if isinstance(message, dict) and message.get("type") == "cancel":
+            cancel.set()
+
+
+def main() -> None:
+    # The results go on the original stdout; anything else printed goes to stderr.
+    results = os.dup(1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    from tutor.sandbox.isolate import _send, loads_plain
+
+    try:
+        setup = loads_plain(_read_frame(0))
+        work, device = _prepare(setup)
+        from tutor.sandbox import confine
+        from tutor.sandbox.spawn import unpack_plan
+
+        confine.prepare()
+        if setup.get("memory_gb") is not None and device.type == "cpu":
+            # A GPU's driver reserves far more address space than it uses: no cap there.
+            confine.limit_memory(setup["memory_gb"])
+        confine.confine(setup["parent"], setup["cpu_seconds"], device=device.type,
+                        workshop=setup.get("workshop"))
+        _send(results, {"type": "ready"})
+        request = unpack_plan(_read_frame(0), device)
+        cancel = threading.Event()
+        threading.Thread(target=_listen, args=(cancel,), daemon=True).start()
+
+        def send(message: dict) -> None:
+            _send(results, {"type": "message", "message": message})
+
+        _send(results, {"type": "done", "result": work(request, send, cancel)})
+    except BaseException as exc:  # noqa: BLE001 - reported, then the child ends regardless
+        with contextlib.suppress(BaseException):  # when it fails, nobody is left to tell
+            _send(results, {"type": "crashed", "why": f"{type(exc).__name__}: {str(exc)[:300]}"})
+    finally:
+        sys.stderr.flush()
+        os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -8,6 +8,7 @@ import sys
 
 from tutor.commands.base import Command, UsageError, lesson_pack, open_store, step_id
 from tutor.config import Settings
+from tutor.curriculum import tally
 from tutor.results import Status
 
 
@@ -21,18 +22,9 @@ def run_progress(args: argparse.Namespace, settings: Settings) -> int:
         return 1
     with store:
         rows = store.summary()
-    done = [r for r in rows if r["status"] in ("passed", "exact", "revealed")]
-    total = {
-        "steps": len(rows),
-        "done": len(done),
-        "exact": sum(r["status"] == "exact" for r in rows),
-        "revealed": sum(r["status"] == "revealed" for r in rows),
-        "attempts": sum(r["attempts"] for r in rows),
-        "hints": sum(r["hints"] for r in rows),
-        "seconds": round(sum(r["seconds"] for r in rows), 1),
-    }
+    total = tally(rows)
     if args.json:
-        print(json.dumps({"steps": rows, "total": total}, indent=2))
+        print(json.dumps({"steps": rows, "total": total.to_dict()}, indent=2))
         return 0
     # Numbered as `list`, `show` and `check` number the steps, so "step 2" is one step everywhere.
     print(f"{'':2} {'#':>3} {'step':<24} {'status':<9} {'attempts':>8} {'hints':>5} "
@@ -41,9 +33,8 @@ def run_progress(args: argparse.Namespace, settings: Settings) -> int:
         best = "—" if r["best_maxdiff"] is None else f"{r['best_maxdiff']:.2g}"
         print(f"{Status(r['status']).mark:<2} {number:>2}. {r['id']:<24} {r['status']:<9} "
               f"{r['attempts']:>8} {r['hints']:>5} {best:>13} {_duration(r['seconds']):>7}")
-    print(f"\n{total['done']} of {total['steps']} steps done ({total['exact']} exact, "
-          f"{total['revealed']} revealed), {total['attempts']} attempts, {total['hints']} hints, "
-          f"{_duration(total['seconds'])}")
+    print(f"\n{total.sentence()}, {total.attempts} attempts, {total.hints} hints, "
+          f"{_duration(total.seconds)}")
     return 0
 
 
@@ -80,7 +71,7 @@ def run_reset(args: argparse.Namespace, settings: Settings) -> int:
                     "attempt history, time and training runs are kept.")
         else:
             affected = [d for d in store.dependents(sid)
-                        if store.status(d) in ("passed", "exact", "revealed")]
+                        if Status(store.status(d)).done]
             plan = f"This clears {sid}: its status, accepted code, hints and draft."
             if affected:
                 plan += (" These later steps replay its code, so they go back to be redone "

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from tutor.curriculum import blockers
 from tutor.packs import Pack, Step
 
 DONE = frozenset({"passed", "exact", "revealed"})
@@ -50,12 +51,8 @@ def is_enterable(status: str) -> bool:
 
 
 def remaining_before(pack: Pack, step: Step, statuses: Mapping[str, str]) -> list[Step]:
-    """The gradient steps of earlier exercises that are not done yet (what stands in the way)."""
-    return [
-        s
-        for s in pack.gradient_steps
-        if s.exercise < step.exercise and not is_done(statuses.get(s.id, "locked"))
-    ]
+    """The steps not done yet that keep `step` locked (see `curriculum.blockers`)."""
+    return blockers(pack, step.id, {sid for sid, st in statuses.items() if is_done(str(st))})
 
 
 def position_in_lesson(pack: Pack, step: Step) -> tuple[int, int]:

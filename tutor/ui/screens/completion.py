@@ -17,9 +17,10 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
+from tutor.curriculum import Tally, tally
 from tutor.packs import Exercise, Pack
 from tutor.ui.prose import prose
-from tutor.ui.summary import Tally, duration, hardest, outcome, short_duration, tally
+from tutor.ui.summary import duration, hardest, short_duration
 
 GOOD, DIM, TITLE = "bold #98c379", "#7f8896", "bold #e5c07b"
 
@@ -28,7 +29,7 @@ def _figures(t: Tally) -> Table:
     table = Table(box=None, show_header=False, pad_edge=False, padding=(0, 2, 0, 0))
     table.add_column("what", style=DIM, no_wrap=True)
     table.add_column("value")
-    table.add_row("steps", f"{t.steps}: {outcome(t)}")
+    table.add_row("steps", t.sentence())
     per_step = f" ({t.attempts / t.steps:.1f} per step)" if t.steps > 1 and t.attempts else ""
     table.add_row("attempts", f"{t.attempts}{per_step}")
     table.add_row("hints", str(t.hints))
@@ -88,7 +89,7 @@ def lesson_view(pack: Pack, rows: Sequence[Mapping], run: Mapping | None) -> Gro
         table.add_column(name, justify=justify, no_wrap=name != "exercise", header_style=DIM)
     for ex in pack.exercises:
         t = tally(r for r in rows if r["exercise"] == ex.number)
-        table.add_row(f"{ex.number} {ex.title}", outcome(t), str(t.attempts), str(t.hints),
+        table.add_row(f"{ex.number} {ex.title}", t.parts, str(t.attempts), str(t.hints),
                       short_duration(t.seconds))
     parts.append(table)
     if run:

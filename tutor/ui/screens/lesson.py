@@ -223,24 +223,17 @@ class LessonScreen(Screen[None]):
         """Open a step if it is not locked; say why when it is."""
         step = self.pack.step(step_id)
         statuses = self.store.statuses()
-        if step.is_training:
-            left = remaining_before(self.pack, step, statuses)
-            if left:
-                self.notify(f"Training opens once every gradient is in place: "
-                            f"{len(left)} step{'s' if len(left) != 1 else ''} before it "
-                            f"{'are' if len(left) != 1 else 'is'} not done yet, starting "
-                            f"with {left[0].title}.", title="Locked")
-                self.query_one(StepList).follow(self.step.id)
-                return False
-            self._open_training(step)
-            return True
         if not is_enterable(statuses.get(step.id, "locked")):
-            before = [s for s in self.pack.steps[: self.pack.index(step.id)]
-                      if not is_done(statuses.get(s.id, "locked")) and not s.is_training]
-            reason = f"finish {before[0].title} first" if before else "finish the steps before it"
-            self.notify(f"{step.title} is locked: {reason}.", title="Locked", severity="warning")
+            left = remaining_before(self.pack, step, statuses)
+            more = f" and {len(left) - 1} more" if len(left) > 1 else ""
+            first = left[0].title if left else "the steps before it"
+            self.notify(f"{step.title} is locked: finish {first}{more} first.",
+                        title="Locked", severity="warning")
             self.query_one(StepList).follow(self.step.id)
             return False
+        if step.is_training:
+            self._open_training(step)
+            return True
         if step.id != self.step.id:
             self.leave_step()
             self.step = step

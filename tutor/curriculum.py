@@ -1,5 +1,6 @@
 """The lesson's rules, apart from how progress is stored: which steps are open, which depend on
-which, what a new achievement unlocks, and how the achievements are counted. Pure functions of the pack and the achievements."""
+which, what a new achievement unlocks, and how the achievements are counted. Pure functions of
+the pack and the achievements."""
 
 from __future__ import annotations
 

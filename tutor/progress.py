@@ -298,6 +298,10 @@ class Store:
         achieved = dict(self._read("SELECT step_id, status FROM steps WHERE status IS NOT NULL"))
         return curriculum.statuses(self.pack, achieved)
 
+    def revealed(self) -> set[str]:
+        """The steps whose solution was revealed before they were passed."""
+        return {sid for sid, st in self.statuses().items() if st is Status.REVEALED}
+
     def status(self, step_id: str) -> str:
         return self.statuses()[self._step(step_id).id]
 

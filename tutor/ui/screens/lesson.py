@@ -251,7 +251,8 @@ class LessonScreen(Screen[None]):
 
         self._save_draft()
         self.tutor.count_time_on(step.id)
-        code = self.store.draft(step.id) or training_code(self.pack, self.store.accepted_codes())
+        code = self.store.draft(step.id) or training_code(
+            self.pack, self.store.accepted_codes(), revealed=self.store.revealed())
 
         def closed(_result: object) -> None:
             self.tutor.count_time_on(self.step.id)

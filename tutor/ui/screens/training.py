@@ -30,6 +30,7 @@ from tutor.training import (
     training_code,
     training_exercise,
     training_step,
+    with_header,
 )
 from tutor.ui.messages import TrainingRecorded
 from tutor.ui.widgets.editor import CodeEditor
@@ -197,6 +198,7 @@ class TrainingScreen(Screen):
         self.steps = steps
         self.settings = TrainingSettings.from_pack(pack, steps=steps,
                                                    gradcheck_steps=gradcheck_steps)
+        self.code = with_header(code, self.settings)
         self.running = False
         self.cancelling = False
         self.result: dict | None = None
@@ -321,6 +323,11 @@ class TrainingScreen(Screen):
             self.settings = TrainingSettings.from_pack(self.pack, steps=steps,
                                                        gradcheck_steps=self.gradcheck_steps)
             self.query_one("#train-title", Static).update(self._title())
+            editor = self.query_one("#train-code", CodeEditor)
+            code = with_header(editor.text, self.settings)
+            if code != editor.text:  # the opening comment names the new count
+                editor.replace(code, editor.document.start, editor.document.end,
+                               maintain_selection_offset=True)
             if not self.running and self.result is None:
                 self._phase(self._idle_text())
             if self.store is not None:
@@ -387,7 +394,8 @@ class TrainingScreen(Screen):
         if self.running:
             return
         accepted = self.store.accepted_codes() if self.store else None
-        code = training_code(self.pack, accepted, self.steps)
+        revealed = self.store.revealed() if self.store else ()
+        code = training_code(self.pack, accepted, self.steps, revealed)
         self._show_code()
         editor = self.query_one("#train-code", CodeEditor)
         # One edit, so ctrl+z brings the learner's version back.

@@ -195,10 +195,9 @@ def test_an_endless_loop_times_out_and_the_app_keeps_answering(settings, evaluat
             editor.load_text("while True:\n    pass\n")
             await pilot.press("ctrl+j")
             assert app.lesson.checking
-            # While the candidate runs, keys still work and a second check is refused.
+            # While the candidate runs, keys still work.
             await pilot.press("f1")
             assert app.store.hints_shown("atomic/logprobs") == 1
-            assert app.lesson.check_action("check", ()) is None
             await wait_until(pilot, lambda: not app.lesson.checking)
             result = app.lesson.results["atomic/logprobs"][0]
             assert result["error"]["kind"] == "timeout"
@@ -207,6 +206,58 @@ def test_an_endless_loop_times_out_and_the_app_keeps_answering(settings, evaluat
             assert app.store.hints_shown("atomic/logprobs") == 2
             # And the next check works.
             assert (await check(pilot, CORRECT))["passed"]
+
+    run(scenario)
+
+
+def test_a_check_asked_for_while_one_runs_ends_on_the_verdict_of_the_code_on_screen(
+        settings, evaluator):
+    async def scenario():
+        app = TutorApp(settings, evaluator=evaluator, greet=False)
+        async with app.run_test(size=SIZE) as pilot:
+            await ready(pilot)
+            editor = app.query_one(CodeEditor)
+            editor.load_text("while True:\n    pass\n")
+            await pilot.press("ctrl+j")
+            assert app.lesson.checking
+            await pilot.pause()
+            assert "Checking" in feedback_text(app)
+            # Fixed before the time limit, and checked again at once: queued, not dropped.
+            editor.load_text(CORRECT)
+            await pilot.press("ctrl+j")
+            assert "the run under way finishes first" in feedback_text(app)
+            await wait_until(pilot, lambda: app.store.status("atomic/logprobs") == "exact"
+                             and not app.lesson.checking)
+            await pilot.pause()
+            text = feedback_text(app)
+            assert "✓ Correct" in text and "Time limit" not in text
+            attempts = app.store.attempts("atomic/logprobs")
+            assert [a["verdict"] for a in attempts] == ["error", "exact"]  # both recorded
+
+    run(scenario)
+
+
+def test_a_new_run_clears_the_old_verdict(settings, evaluator):
+    async def scenario():
+        app = TutorApp(settings, evaluator=evaluator, greet=False)
+        async with app.run_test(size=SIZE) as pilot:
+            await ready(pilot)
+            await check(pilot, WRONG_SIGN)
+            assert "Not yet" in feedback_text(app)
+            app.query_one(CodeEditor).load_text("while True:\n    pass\n")
+            await pilot.press("ctrl+j")
+            await pilot.pause()
+            text = feedback_text(app)
+            assert "Checking" in text and "Not yet" not in text  # no old verdict under it
+            await wait_until(pilot, lambda: not app.lesson.checking)
+            await pilot.pause()
+            assert "Time limit reached" in feedback_text(app)
+            app.query_one(CodeEditor).load_text(WRONG_SIGN)
+            await pilot.press("ctrl+r")  # a run without grading replaces it too
+            await wait_until(pilot, lambda: not app.lesson.scratching)
+            await pilot.pause()
+            text = feedback_text(app)
+            assert "Run without grading" in text and "Time limit" not in text
 
     run(scenario)
 
@@ -878,5 +929,25 @@ def test_the_learner_chooses_the_pack_before_the_lesson_opens(settings, two_pack
             editor = lesson.query_one(CodeEditor)
             assert app.focused is editor
             assert editor.text == app.pack.step("tiny/logits").template
+
+    run(scenario)
+
+
+def test_a_finished_step_reopened_says_how_it_went(settings, evaluator):
+    async def scenario():
+        first = TutorApp(settings, evaluator=evaluator, greet=False)
+        async with first.run_test(size=SIZE) as pilot:
+            await ready(pilot)
+            assert (await check(pilot, CORRECT))["passed"]
+        again = TutorApp(settings, evaluator=evaluator, greet=False)
+        async with again.run_test(size=SIZE) as pilot:
+            await ready(pilot)
+            assert again.lesson.goto_step("atomic/logprobs")
+            await pilot.pause()
+            text = feedback_text(again)
+            assert "≡ Done" in text and "Write the gradient" not in text
+            assert again.lesson.goto_step("atomic/probs")
+            await pilot.pause()
+            assert "Write the gradient" in feedback_text(again)
 
     run(scenario)

@@ -48,18 +48,26 @@ if TYPE_CHECKING:
     from tutor.ui.app import TutorApp
 
 DRAFT_DELAY = 0.5  # seconds of quiet typing before the draft is saved
+DIM = "#7f8896"
 NARROW = 100  # below this many columns the steps sidebar starts hidden
-IDLE = Text("Write the gradient in the editor, then press ^j or F5 to compare it with autograd. "
-            "F1 gives a hint.", style="#7f8896")
+DONE_WORDS = {"exact": "≡ Done: your code matched autograd bit for bit.",
+              "passed": "✓ Done: your code matched autograd within float32 rounding.",
+              "revealed": "◇ Done by revealing the solution; a passing check of your own "
+                          "version is still recorded."}
 
 
-def idle_text(step: Step) -> Text:
-    """What the empty feedback panel says before the first check of a step."""
+def idle_text(step: Step, status: str = "unlocked") -> Text:
+    """What the empty feedback panel says before the step's first check in this session: what
+    to do on an open step, how it went on a finished one."""
+    if status in DONE_WORDS:
+        return Text(f"{DONE_WORDS[status]} ^j checks the editor's code again; ^n goes on.",
+                    style=DIM)
     if step.function is None:
-        return IDLE
+        return Text("Write the gradient in the editor, then press ^j or F5 to compare it with "
+                    "autograd. F1 gives a hint.", style=DIM)
     return Text(f"Write the function in the editor, then press ^j or F5: the tutor calls it as "
                 f"`{step.function.call}`, on the lesson's tensors and then at freshly drawn "
-                "sizes. F1 gives a hint.", style="#7f8896")
+                "sizes. F1 gives a hint.", style=DIM)
 
 
 class LessonScreen(Screen[None]):
@@ -95,6 +103,10 @@ class LessonScreen(Screen[None]):
         self.greet = greet
         self.checking = False  # a check is under way
         self.scratching = False  # a run without grading is under way
+        # A check or a run asked for while another was under way: (action, step id). It starts
+        # when the running one ends, on the code in the editor then, so the panel always ends
+        # on the verdict of the code on screen.
+        self._queued: tuple[str, str] | None = None
         self.step: Step = self._opening_step()
         # This session's last result per step: the result, the step it unlocked, and whether
         # it passed a step that stays revealed.
@@ -319,7 +331,8 @@ class LessonScreen(Screen[None]):
         """A reminder of what to do, until the step has been checked in this session."""
         feedback = self.query_one(Feedback)
         nothing_yet = self.step.id not in self.results and not feedback.has_content
-        feedback.show_status(idle_text(self.step) if nothing_yet else "")
+        status = str(self.store.statuses().get(self.step.id, "unlocked"))
+        feedback.show_status(idle_text(self.step, status) if nothing_yet else "")
 
     def _show_progress(self, statuses: dict[str, str] | None = None) -> None:
         """Refresh everything that depends on statuses: sidebar, forward marks, top bar."""
@@ -381,9 +394,9 @@ class LessonScreen(Screen[None]):
         # leaving them out.
         if not self.is_active:
             return False
-        # None greys the key out in the footer: one run at a time, and only with a checker.
-        if action in ("check", "scratch") and (
-                self.busy or self.tutor.evaluator_error is not None):
+        # None greys the key out in the footer: only with a checker. While a run is under way
+        # the key still works: it queues the next one.
+        if action in ("check", "scratch") and self.tutor.evaluator_error is not None:
             return None
         if action == "next_step" and self._neighbour(1) is None:
             return None
@@ -392,19 +405,23 @@ class LessonScreen(Screen[None]):
         return True
 
     def action_check(self) -> None:
-        code = self._begin_run("Not checked", f"Checking {self.step.title}…")
+        code = self._begin_run("check", "Not checked", f"Checking {self.step.title}…")
         if code is not None:
             self.checking = True
-            self.refresh_bindings()
             self._run_check(self.step.id, code, dict(self.store.accepted_codes()))
 
-    def _begin_run(self, refused: str, status: str) -> str | None:
+    def _begin_run(self, action: str, refused: str, status: str) -> str | None:
         """What a check and a scratch run share before they start: the draft saved, the size
-        limit (refused, never recorded, as on the command line), the old error mark gone and a
-        status line. Returns the code to run, or None when nothing may start."""
-        if self.busy:
-            return None
+        limit (refused, never recorded, as on the command line), the old error mark and the
+        old result gone, and a status line. Returns the code to run, or None when nothing may
+        start now: while another run is under way this one is queued behind it."""
         self._save_draft()
+        if self.busy:
+            self._queued = (action, self.step.id)
+            self.query_one(Feedback).show_status(Text(
+                f"{status} (the run under way finishes first, then this code is run)",
+                style="#e5c07b"))
+            return None
         editor = self.query_one("#editor", CodeEditor)
         code = editor.text
         if too_big := size_problem(code):
@@ -412,8 +429,20 @@ class LessonScreen(Screen[None]):
             return None
         editor.mark_error(None)
         waiting = "" if self.tutor.info else " (waiting for PyTorch to finish loading)"
-        self.query_one(Feedback).show_status(Text(f"{status}{waiting}", style="#e5c07b"))
+        feedback = self.query_one(Feedback)
+        feedback.show_result(None)  # the old verdict is not about this code
+        feedback.show_status(Text(f"{status}{waiting}", style="#e5c07b"))
+        self._fit_to_feedback()
         return code
+
+    def _run_queued(self) -> bool:
+        """Start the run asked for while the last one was under way, if it is still for the
+        open step. Returns whether one started."""
+        queued, self._queued = self._queued, None
+        if queued is None or queued[1] != self.step.id:
+            return False
+        getattr(self, f"action_{queued[0]}")()
+        return True
 
     @work(thread=True, exclusive=True, group="check", exit_on_error=False)
     def _run_check(self, step_id: str, code: str, prior: dict[str, str]) -> None:
@@ -426,6 +455,7 @@ class LessonScreen(Screen[None]):
 
     def on_check_finished(self, message: CheckFinished) -> None:
         self.checking = False
+        superseded = self._queued is not None and self._queued[1] == message.step_id
         outcome = self.tutor.session.record(message.step_id, message.code, message.result)
         if outcome.problem:
             self.notify(f"Could not save this attempt: {outcome.problem}", severity="error")
@@ -438,14 +468,15 @@ class LessonScreen(Screen[None]):
             note = f"{unlocked[0].title} (every gradient is in place)"
         revealed = outcome.revealed_pass
         self.results[message.step_id] = (message.result, note, revealed)
-        if message.step_id == self.step.id:
+        if message.step_id == self.step.id and not superseded:
             feedback = self.query_one(Feedback)
             feedback.show_result(message.result, note, revealed)
             self._show_idle()
             self._fit_to_feedback()
             self._point_at_error(message.result.get("error"))
         self._show_progress(after)
-        self._celebrate(after)
+        if not self._run_queued():
+            self._celebrate(after)
 
     def on_check_failed(self, message: CheckFailed) -> None:
         # A failed scratch run reports here too: either way nothing is under way any more.
@@ -454,6 +485,7 @@ class LessonScreen(Screen[None]):
             ("The checker failed: ", "bold #e06c75"), message.message,
             ("\nYour code was not graded; try again.", "#7f8896")))
         self.refresh_bindings()
+        self._run_queued()
 
     def _point_at_error(self, error: dict | None) -> None:
         """Put the editor cursor on the reported line and column, and tint the line."""
@@ -512,10 +544,9 @@ class LessonScreen(Screen[None]):
     # -- a run without grading ------------------------------------------------------------
 
     def action_scratch(self) -> None:
-        code = self._begin_run("Not run", "Running your code without grading…")
+        code = self._begin_run("scratch", "Not run", "Running your code without grading…")
         if code is not None:
             self.scratching = True
-            self.refresh_bindings()
             self._run_scratch(self.step.id, code, dict(self.store.accepted_codes()))
 
     @work(thread=True, exclusive=True, group="check", exit_on_error=False)
@@ -530,7 +561,7 @@ class LessonScreen(Screen[None]):
     def on_scratch_finished(self, message: ScratchFinished) -> None:
         self.scratching = False
         self.refresh_bindings()
-        if message.step_id != self.step.id:
+        if self._run_queued() or message.step_id != self.step.id:
             return
         feedback = self.query_one(Feedback)
         feedback.show_scratch(message.result, self._expected_shapes())

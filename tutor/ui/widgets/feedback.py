@@ -12,6 +12,7 @@ from rich.text import Text
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
+from tutor.report import explained_below
 from tutor.ui.highlight import python_text
 from tutor.ui.prose import prose
 from tutor.ui.widgets.heatmap import Heatmap
@@ -65,11 +66,13 @@ def _dims(shape) -> str:
     return "?" if shape is None else "[" + ", ".join(str(d) for d in shape) + "]"
 
 
-def _verdict_word(check: dict, passed: bool) -> Text:
+def _verdict_word(check: dict, passed: bool, checks: list[dict]) -> Text:
     verdict = check.get("verdict", "wrong")
     if verdict in ACCEPTED and not passed:
         # Right on its own, but the step did not pass (aliasing, a fresh batch, another row):
         # green here would contradict the "Not yet" above.
+        if not explained_below(check, checks):
+            return Text(VERDICT_WORDS[verdict])  # another row is what failed
         return Text(f"{VERDICT_WORDS[verdict]} here, but see below", style=UNSETTLED)
     word = Text(VERDICT_WORDS.get(verdict, verdict), style=VERDICT_STYLES.get(verdict, ""))
     if verdict == "shape":
@@ -94,7 +97,7 @@ def checks_table(checks: list[dict], passed: bool = True) -> Table:
             _flag(check.get("exact"), passed),
             _flag(check.get("approximate"), passed),
             _maxdiff(check.get("maxdiff")),
-            _verdict_word(check, passed),
+            _verdict_word(check, passed, checks),
         )
     return table
 

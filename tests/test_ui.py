@@ -6,6 +6,7 @@ import asyncio
 import io
 import threading
 import time
+from dataclasses import replace
 
 import pytest
 from rich.console import Console
@@ -949,5 +950,66 @@ def test_a_finished_step_reopened_says_how_it_went(settings, evaluator):
             assert again.lesson.goto_step("atomic/probs")
             await pilot.pause()
             assert "Write the gradient" in feedback_text(again)
+
+    run(scenario)
+
+
+def test_the_lesson_opened_last_opens_directly_and_the_chooser_is_one_key_away(
+        settings, two_packs, monkeypatch):
+    """run_app: the first launch asks; the next opens the lesson chosen then; ctrl+l in it
+    asks again, with that lesson highlighted."""
+    from tutor.ui import app as app_module
+    from tutor.ui.screens.packs import PackScreen, last_pack, offered_packs
+
+    offered = offered_packs(settings)
+    runs: list[tuple[str, str | None]] = []
+
+    def fake_run(self):  # what each launch would show, without a terminal
+        runs.append(("chooser", None) if self.choosing else ("lesson", self.pack.id))
+        self.choose_again = not self.choosing  # in the lesson the learner asks again
+
+    monkeypatch.setattr(app_module.TutorApp, "run", fake_run)
+    assert app_module.run_app(settings) == 0
+    assert runs == [("chooser", None)]
+
+    async def choose_tiny():
+        app = TutorApp(settings, evaluator=SlowEvaluator(), greet=False,  # type: ignore[arg-type]
+                       packs=offered)
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.pause()
+            await pilot.press("down", "enter")
+            await wait_until(pilot, lambda: isinstance(app.screen, LessonScreen))
+            assert app.check_action("lessons", ()) is True
+    run(choose_tiny)
+    assert last_pack(settings.data_home) == "tiny"
+    runs.clear()
+    assert app_module.run_app(settings) == 0
+    assert runs == [("lesson", "tiny"), ("chooser", None)]
+
+    async def highlighted():
+        app = TutorApp(settings, evaluator=SlowEvaluator(), greet=False,  # type: ignore[arg-type]
+                       packs=offered)
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.pause()
+            assert isinstance(app.screen, PackScreen)
+            assert app.screen.query_one("#packs").highlighted_option.id == "tiny"
+    run(highlighted)
+
+
+def test_ctrl_l_saves_and_leaves_for_the_chooser(settings, two_packs):
+    async def scenario():
+        from tutor.ui.screens.packs import offered_packs
+
+        app = TutorApp(replace(settings, pack="tiny"), evaluator=SlowEvaluator(),  # type: ignore[arg-type]
+                       greet=False, lessons=offered_packs(settings))
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.pause()
+            editor = app.query_one(CodeEditor)
+            editor.load_text("dlogits = 1\n")
+            await pilot.press("ctrl+l")
+            await pilot.pause()
+        assert app.choose_again
+        with Store.open(settings.data_home, app.pack) as store:
+            assert store.draft("tiny/logits") == "dlogits = 1\n"
 
     run(scenario)

@@ -144,17 +144,18 @@ class TrainingScreen(Screen):
 
     DEFAULT_CSS = """
     TrainingScreen { layout: vertical; }
-    #train-title { height: 1; padding: 0 1; background: $panel; text-style: bold;
-                   text-wrap: nowrap; text-overflow: ellipsis; }
+    /* A second line rather than a cut: the step count is at the end. */
+    #train-title { height: auto; max-height: 2; padding: 0 1; background: $panel;
+                   text-style: bold; }
     #train-body { height: 1fr; }
     #train-code { width: 1fr; height: 1fr; border: none; border-right: vkey $panel-lighten-2; }
     #train-side { width: 1fr; height: 1fr; padding: 0 1; }
     #train-phase { height: auto; margin-bottom: 1; }
-    #train-settings { height: 1; margin-bottom: 1; }
+    #train-settings { height: auto; margin-bottom: 1; }
     #train-steps-label { width: auto; color: $text-muted; }
     #train-steps { width: 14; height: 1; border: none; padding: 0 1; }
     #train-steps:focus { background: $boost; }
-    #train-steps-hint { width: 1fr; color: $text-muted; padding-left: 1; }
+    #train-steps-hint { width: 1fr; height: auto; color: $text-muted; padding-left: 1; }
     #train-gradcheck { height: auto; margin-bottom: 1; }
     #train-progress { width: auto; height: 1; }
     #train-rate { height: 1; color: $text-muted; }
@@ -216,7 +217,7 @@ class TrainingScreen(Screen):
                     yield Input(spaced(self.settings.steps), id="train-steps",
                                 restrict=r"[0-9 _,kK]*", max_length=12,
                                 tooltip="How many steps the next run trains (e.g. 5000, 20k)")
-                    yield Static("F6 to change · F8 stops a run at any point",
+                    yield Static("F6 changes it · F8 stops a run",
                                  id="train-steps-hint")
                 yield Static("", id="train-gradcheck")
                 yield ProgressBar(total=self.settings.steps, show_eta=False, id="train-progress")

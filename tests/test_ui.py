@@ -1013,3 +1013,24 @@ def test_ctrl_l_saves_and_leaves_for_the_chooser(settings, two_packs):
             assert store.draft("tiny/logits") == "dlogits = 1\n"
 
     run(scenario)
+
+
+def test_end_on_a_wrapped_template_line_goes_to_the_end_of_its_code(settings, evaluator):
+    """At 80 columns `dwte = ...  # first branch of wte; ...` wraps inside its comment: End
+    stops after the code, and a second End goes to the end of the line."""
+    async def scenario():
+        app = TutorApp(settings, evaluator=evaluator, greet=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            editor = app.query_one(CodeEditor)
+            line = "dwte = ...  # first branch of wte; the second arrives at the embedding lookup"
+            editor.load_text(f"# forward\n{line}\n")
+            editor.move_cursor((1, 0))
+            await pilot.press("end")
+            assert editor.cursor_location == (1, len("dwte = ..."))
+            await pilot.press("end")
+            assert editor.cursor_location == (1, len(line))
+            editor.move_cursor((1, 0))
+            await pilot.press("shift+end")
+            assert editor.selected_text == "dwte = ..."
+
+    run(scenario)

@@ -28,6 +28,7 @@ from tutor.config import Settings
 from tutor.packs import Pack, Step, find_pack, load_pack
 from tutor.sandbox.client import EvaluatorNotReady
 from tutor.session import Session
+from tutor.ui import palette
 from tutor.ui.activity import ActiveClock
 from tutor.ui.messages import EvaluatorFailed, EvaluatorReady, TrainingRecorded
 from tutor.ui.screens.lesson import LessonScreen, describe
@@ -97,6 +98,7 @@ class TutorApp(App[int], inherit_bindings=False):
         the pack chosen. `lessons` are the packs ctrl+l offers instead of the open one (by
         default `packs`): the app then ends with `choose_again` set."""
         super().__init__()
+        palette.install(self)
         self.settings = settings
         self.greet = greet
         self.packs = list(packs or [])
@@ -193,6 +195,10 @@ class TutorApp(App[int], inherit_bindings=False):
     def _show_notices(self) -> None:
         for notice in self.store.notices:
             self.notify(str(notice), title="Progress", timeout=8)
+
+    def watch_theme(self, _theme: str) -> None:
+        palette.install(self)  # the panels' Rich styles follow the new theme
+        self.refresh_css()
 
     def on_resize(self, event: events.Resize) -> None:
         self._fit_to_terminal(event.size.width, event.size.height)

@@ -10,10 +10,12 @@ from collections.abc import Mapping
 
 from tutor.curriculum import blockers
 from tutor.packs import Pack, Step
+from tutor.ui.palette import ALERT, GOOD, INFO, LOCKED, REVEAL, TEXT
 
 DONE = frozenset({"passed", "exact", "revealed"})
 
-# A marker per status that reads without colour; colour only reinforces it.
+# A marker per status that reads without colour; colour (the theme's, see palette) only
+# reinforces it.
 MARKERS: dict[str, str] = {
     "current": "▶",
     "locked": "·",
@@ -24,12 +26,12 @@ MARKERS: dict[str, str] = {
 }
 
 STATUS_STYLES: dict[str, str] = {
-    "current": "bold #e5c07b",
-    "locked": "#5c6370",
-    "unlocked": "#abb2bf",
-    "passed": "#56b6c2",
-    "exact": "bold #98c379",
-    "revealed": "#c678dd",
+    "current": ALERT,
+    "locked": LOCKED,
+    "unlocked": TEXT,
+    "passed": INFO,
+    "exact": GOOD,
+    "revealed": REVEAL,
 }
 
 STATUS_WORDS: dict[str, str] = {

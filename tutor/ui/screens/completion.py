@@ -19,10 +19,11 @@ from textual.widgets import Static
 
 from tutor.curriculum import Tally, tally
 from tutor.packs import Exercise, Pack
+from tutor.ui.palette import ALERT, DIM, GOOD
 from tutor.ui.prose import prose
 from tutor.ui.summary import duration, hardest, short_duration
 
-GOOD, DIM, TITLE = "bold #98c379", "#7f8896", "bold #e5c07b"
+TITLE = ALERT
 
 
 def _figures(t: Tally) -> Table:

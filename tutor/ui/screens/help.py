@@ -12,6 +12,7 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static, TextArea
 
+from tutor.ui.palette import ALERT, DIM
 from tutor.ui.progress_view import MARKERS, STATUS_STYLES, STATUS_WORDS
 
 
@@ -23,14 +24,14 @@ def _keys(binding: Binding, app) -> str:
 def bindings_table(title: str, bindings: Iterable[Binding], app) -> Table:
     table = Table(title=title, title_justify="left", title_style="bold", box=None,
                   padding=(0, 2, 0, 0), show_header=False)
-    table.add_column("keys", style="bold #e5c07b", no_wrap=True)
+    table.add_column("keys", style=ALERT, no_wrap=True)
     table.add_column("what it does")
     for binding in bindings:
         if not binding.description:
             continue
         text = Text(binding.description)
         if binding.tooltip:
-            text.append(f": {binding.tooltip}", style="#7f8896")
+            text.append(f": {binding.tooltip}", style=DIM)
         table.add_row(_keys(binding, app), text)
     return table
 

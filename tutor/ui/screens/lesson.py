@@ -28,6 +28,7 @@ from tutor.packs import Exercise, Pack, Step
 from tutor.source import size_problem
 from tutor.ui.highlight import warm_up
 from tutor.ui.messages import CheckFailed, CheckFinished, ScratchFinished
+from tutor.ui.palette import BAD, DIM, WARN
 from tutor.ui.progress_view import (
     differentiated_lines,
     is_done,
@@ -48,7 +49,6 @@ if TYPE_CHECKING:
     from tutor.ui.app import TutorApp
 
 DRAFT_DELAY = 0.5  # seconds of quiet typing before the draft is saved
-DIM = "#7f8896"
 NARROW = 100  # below this many columns the steps sidebar starts hidden
 DONE_WORDS = {"exact": "≡ Done: your code matched autograd bit for bit.",
               "passed": "✓ Done: your code matched autograd within float32 rounding.",
@@ -143,7 +143,7 @@ class LessonScreen(Screen[None]):
         self._open(self.step)
         self.query_one(Feedback).show_status(
             Text("Loading PyTorch… you can start typing; checks run once it is ready.",
-                 style="#7f8896"))
+                 style=DIM))
         if self.greet and self.store.remembered("welcomed") is None:
             first = self.pack.exercises[0]
             self.store.remember("welcomed", "1")
@@ -216,7 +216,7 @@ class LessonScreen(Screen[None]):
         self.query_one(TopBar).show_device("PyTorch unavailable", ready=False)
         self.checking = False
         self.query_one(Feedback).show_status(Text.assemble(
-            ("The checker could not start: ", "bold #e06c75"), message))
+            ("The checker could not start: ", BAD), message))
         self.refresh_bindings()
 
     # -- steps ----------------------------------------------------------------------------
@@ -420,7 +420,7 @@ class LessonScreen(Screen[None]):
             self._queued = (action, self.step.id)
             self.query_one(Feedback).show_status(Text(
                 f"{status} (the run under way finishes first, then this code is run)",
-                style="#e5c07b"))
+                style=WARN))
             return None
         editor = self.query_one("#editor", CodeEditor)
         code = editor.text
@@ -431,7 +431,7 @@ class LessonScreen(Screen[None]):
         waiting = "" if self.tutor.info else " (waiting for PyTorch to finish loading)"
         feedback = self.query_one(Feedback)
         feedback.show_result(None)  # the old verdict is not about this code
-        feedback.show_status(Text(f"{status}{waiting}", style="#e5c07b"))
+        feedback.show_status(Text(f"{status}{waiting}", style=WARN))
         self._fit_to_feedback()
         return code
 
@@ -482,8 +482,8 @@ class LessonScreen(Screen[None]):
         # A failed scratch run reports here too: either way nothing is under way any more.
         self.checking = self.scratching = False
         self.query_one(Feedback).show_status(Text.assemble(
-            ("The checker failed: ", "bold #e06c75"), message.message,
-            ("\nYour code was not graded; try again.", "#7f8896")))
+            ("The checker failed: ", BAD), message.message,
+            ("\nYour code was not graded; try again.", DIM)))
         self.refresh_bindings()
         self._run_queued()
 

@@ -21,6 +21,7 @@ from textual.widgets.option_list import Option
 
 from tutor.config import Settings, config_file
 from tutor.packs import Pack, PackError, find_pack, installed_packs, load_pack
+from tutor.ui.palette import DIM
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -89,7 +90,7 @@ def _label(name: str) -> Text:
         return Text(name)
     # The pack's own id, also when it was given by folder; and its size, to set expectations.
     size = f"{pack.id} · {len(pack.exercises)} exercises · {len(pack.steps)} steps"
-    return Text.assemble((pack.title, "bold"), "\n", (size, "#7f8896"))
+    return Text.assemble((pack.title, "bold"), "\n", (size, DIM))
 
 
 class PackScreen(ModalScreen[str]):

@@ -15,10 +15,9 @@ from textual.widgets import Static
 
 from tutor.curriculum import tally
 from tutor.packs import Pack
+from tutor.ui.palette import DIM, HEADING
 from tutor.ui.progress_view import MARKERS, STATUS_STYLES
 from tutor.ui.summary import duration, short_duration
-
-DIM = "#7f8896"
 
 
 def progress_table(pack: Pack, rows: Sequence[Mapping]) -> Group:
@@ -33,7 +32,7 @@ def progress_table(pack: Pack, rows: Sequence[Mapping]) -> Group:
         if r["exercise"] != exercise:
             exercise = r["exercise"]
             ex = pack.exercise(exercise)
-            table.add_row("", Text(f"{ex.number} · {ex.title}", style="bold #9da5b4"))
+            table.add_row("", Text(f"{ex.number} · {ex.title}", style=HEADING))
         status = r["status"]
         best = "—" if r["best_maxdiff"] is None else f"{r['best_maxdiff']:.2g}"
         table.add_row(

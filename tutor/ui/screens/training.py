@@ -32,7 +32,9 @@ from tutor.training import (
     training_step,
     with_header,
 )
+from tutor.ui import palette
 from tutor.ui.messages import TrainingRecorded
+from tutor.ui.palette import BAD, DIM, GOOD, WARN
 from tutor.ui.widgets.editor import CodeEditor
 from tutor.ui.widgets.footer import TutorFooter
 from tutor.ui.widgets.lossplot import LossPlot, Series, braille_curve, spaced
@@ -44,7 +46,6 @@ if TYPE_CHECKING:
     from tutor.progress import Store
     from tutor.sandbox.client import Evaluator
 
-GOOD, BAD, WARN, DIM = "bold #98c379", "bold #e06c75", "#e5c07b", "#7f8896"
 DRAFT_DELAY = 0.5  # seconds of quiet typing before the edited code is saved
 MAX_STEPS = 10_000_000  # more would run for hours; the evaluator holds no checkpoint
 
@@ -238,6 +239,7 @@ class TrainingScreen(Screen):
                 f"{spaced(s.steps)} steps{update}")
 
     def on_mount(self) -> None:
+        palette.install(self.app)  # the screen may be shown by an app of its own
         self.query_one("#train-plot", LossPlot).reset(self.settings.steps,
                                                       self.settings.history_every)
         self._show_notes(speed_notes(self.code))

@@ -14,15 +14,28 @@ from textual.widgets import Static
 
 from tutor.report import explained_below
 from tutor.ui.highlight import python_text
+from tutor.ui.palette import (
+    ALERT,
+    BAD,
+    DIM,
+    ERROR,
+    GOOD,
+    INFO,
+    INFO_STRONG,
+    REVEAL,
+    REVEAL_STRONG,
+    TEXT,
+    WARN,
+)
 from tutor.ui.prose import prose
-from tutor.ui.widgets.heatmap import Heatmap
+from tutor.ui.widgets.heatmap import NEGATIVE, POSITIVE, Heatmap
 
 VERDICT_STYLES = {
-    "exact": "bold #98c379",
-    "approximate": "#56b6c2",
-    "wrong": "bold #e06c75",
-    "shape": "bold #d19a66",
-    "missing": "#e06c75",
+    "exact": GOOD,
+    "approximate": INFO,
+    "wrong": BAD,
+    "shape": ALERT,
+    "missing": ERROR,
 }
 VERDICT_WORDS = {
     "exact": "exact",
@@ -39,8 +52,7 @@ ERROR_TITLES = {
     "memory": "Out of memory",
     "internal": "The checker had a problem",
 }
-GOOD, BAD, DIM = "bold #98c379", "bold #e06c75", "#7f8896"
-UNSETTLED = "bold #e5c07b"  # right on its own, under a result that did not pass
+UNSETTLED = ALERT  # right on its own, under a result that did not pass
 ACCEPTED = ("exact", "approximate")
 MAX_PRINTED_LINES = 40
 # The engine's sentence for an answer that is right up to float32 rounding. It is the same for
@@ -133,7 +145,7 @@ def _check_details(check: dict) -> list[RenderableType]:
     if diagnosis and diagnosis.get("kind") == "heldout":
         pass  # the row's message is the fresh batch's, said once on its own line below
     elif diagnosis and diagnosis.get("message"):
-        parts.append(Text(f"{grad}: ", style="bold") + prose(diagnosis["message"], "#e5c07b"))
+        parts.append(Text(f"{grad}: ", style="bold") + prose(diagnosis["message"], WARN))
     elif verdict != "exact" and check.get("message") and not _only_rounding(check):
         tone = DIM if verdict == "approximate" else ""
         parts.append(Text(f"{grad}: ", style="bold") + prose(check["message"], tone))
@@ -153,8 +165,8 @@ def _figure(figure: dict) -> list[RenderableType]:
         f"{title}: one row per example, one column per character", style="bold")]
     parts.append(Heatmap(figure.get("values") or [], signed=True, max_rows=32))
     parts.append(Text.assemble(
-        ("blue", "#61afef"), " pulls a logit up (the correct character), ",
-        ("orange", "#d19a66"), " pushes it down (every other character)",
+        ("blue", NEGATIVE), " pulls a logit up (the correct character), ",
+        ("orange", POSITIVE), " pushes it down (every other character)",
     ))
     sums = figure.get("row_sums_max_abs")
     if sums is not None:
@@ -173,7 +185,7 @@ def error_text(error: dict) -> Text:
             where += f", column {error['col']}"
     text = Text(f"✗ {title}{where}", style=BAD)
     text.append("\n")
-    text.append(message, style="#e5c07b")
+    text.append(message, style=WARN)
     if error.get("line"):
         text.append("\nThe line is marked in the editor.", style=DIM)
     return text
@@ -196,11 +208,11 @@ def result_view(result: dict, unlocked: str | None, revealed: bool = False) -> G
         ))
         if unlocked:
             parts.append(Text(f"Next line unlocked: {unlocked}. Press ^n to go on.",
-                              style="#56b6c2"))
+                              style=INFO))
         if revealed:
             parts.append(Text("Your version works. The step stays marked revealed (◇), since "
                               "you saw the solution first; the attempt is recorded.",
-                              style="#c678dd"))
+                              style=REVEAL))
     else:
         parts.append(Text("✗ Not yet.", style=BAD))
     if checks:
@@ -214,10 +226,10 @@ def result_view(result: dict, unlocked: str | None, revealed: bool = False) -> G
     if heldout:
         what = heldout.get("what") or f"a fresh batch of {heldout.get('batch_size')}"
         if heldout.get("passed"):
-            parts.append(Text(f"✓ Also correct on {what}.", style="#56b6c2"))
+            parts.append(Text(f"✓ Also correct on {what}.", style=INFO))
         else:
-            parts.append(Text(f"✗ On {what}: ", style="bold #d19a66") + prose(
-                heldout.get("message") or "the answer does not hold there.", "#d19a66"))
+            parts.append(Text(f"✗ On {what}: ", style=ALERT) + prose(
+                heldout.get("message") or "the answer does not hold there.", WARN))
     for note in result.get("notes") or []:
         parts.append(Text("· ", style=DIM) + prose(note, DIM))
     if result.get("figure"):
@@ -236,7 +248,7 @@ def printed_lines(stdout: str) -> Text | None:
     lines = printed.split("\n")
     if len(lines) > MAX_PRINTED_LINES:
         lines = [f"… {len(lines) - MAX_PRINTED_LINES} earlier lines"] + lines[-MAX_PRINTED_LINES:]
-    return Text("\n".join(lines), style="#abb2bf")
+    return Text("\n".join(lines), style=TEXT)
 
 
 def scratch_view(result: dict, expected: dict[str, list[int] | None]) -> Group:
@@ -247,7 +259,7 @@ def scratch_view(result: dict, expected: dict[str, list[int] | None]) -> Group:
     """
     parts: list[RenderableType] = [Text(
         "Run without grading: nothing was compared with autograd and no attempt was counted.",
-        style="bold #61afef")]
+        style=INFO_STRONG)]
     if result.get("error"):
         parts.append(error_text(result["error"]))
     printed = printed_lines(result.get("stdout") or "")
@@ -276,8 +288,8 @@ def _shape_remark(name: str, what: str, expected: dict[str, list[int] | None]) -
     if want is None:
         return Text("")
     if f"[{', '.join(str(d) for d in want)}]" in what:
-        return Text("✓ the shape the check wants", style="#56b6c2")
-    return Text(f"the check wants {_dims(want)}", style="#d19a66")
+        return Text("✓ the shape the check wants", style=INFO)
+    return Text(f"the check wants {_dims(want)}", style=WARN)
 
 
 class Feedback(VerticalScroll, can_focus=True):
@@ -339,7 +351,7 @@ class Feedback(VerticalScroll, can_focus=True):
         if hints:
             from rich.markdown import Markdown  # slow to import: not before the first hint
         for number, hint in enumerate(hints, 1):
-            body.append(Text(f"Hint {number} of {total}", style="bold #e5c07b"))
+            body.append(Text(f"Hint {number} of {total}", style=ALERT))
             body.append(Markdown(hint))
         part = self._part("hints")
         part.update(Group(*body))
@@ -353,7 +365,7 @@ class Feedback(VerticalScroll, can_focus=True):
         if code:
             title = ("Reference solution (this step counts as revealed):" if revealed else
                      "Reference solution, to compare with yours (your step keeps its status):")
-            part.update(Group(Text(title, style="bold #c678dd"),
+            part.update(Group(Text(title, style=REVEAL_STRONG),
                               python_text(code.rstrip("\n"))))
         part.display = bool(code)
 

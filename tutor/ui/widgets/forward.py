@@ -14,10 +14,10 @@ from textual.widget import Widget
 
 from tutor.packs import ForwardLine
 from tutor.ui.highlight import is_warm, python_text
+from tutor.ui.palette import ALERT, CURRENT_ROW, DIM, LOCKED, OK
 
-CURRENT_ROW = "on #2c313c"
-SHAPE_STYLE = "#7f8896"
-BROADCAST_STYLE = "bold #d19a66"
+SHAPE_STYLE = DIM
+BROADCAST_STYLE = ALERT
 
 
 def forward_rows(
@@ -42,13 +42,13 @@ def forward_rows(
     for index, line in enumerate(lines):
         if line.exercise != exercise:
             exercise = line.exercise
-            out.append(Text(f"  # exercise {exercise}", style="italic #5c6370"))
+            out.append(Text(f"  # exercise {exercise}", style=LOCKED))
             owners.append(-1)
         is_current = line.target in current
         if is_current and current_row < 0:
             current_row = len(out)
         marker = "▶ " if is_current else ("✓ " if line.target in done else "  ")
-        marker_style = "bold #e5c07b" if is_current else "#98c379"
+        marker_style = ALERT if is_current else OK
         note = _annotation(shapes.get(line.target))
         code = Text(marker, style=marker_style) + python_text(line.source)
         rows = _fold(code, width)

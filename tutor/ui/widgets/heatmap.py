@@ -24,6 +24,9 @@ _HOT = (224, 108, 117)
 _NEGATIVE = (97, 175, 239)
 _POSITIVE = (209, 154, 102)
 AXIS = Style(color="#7f8896")
+# The signed ramp's two ends, for legends that name them.
+NEGATIVE = "#{:02x}{:02x}{:02x}".format(*_NEGATIVE)
+POSITIVE = "#{:02x}{:02x}{:02x}".format(*_POSITIVE)
 LEGEND_STEPS = 6
 
 

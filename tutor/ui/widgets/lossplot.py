@@ -13,9 +13,10 @@ from rich.console import Group, RenderableType
 from rich.text import Text
 from textual.widget import Widget
 
-DIM = "#7f8896"
-CURVE = "#61afef"
-COMPARE_COLOURS = ("#d19a66", "#c678dd", "#98c379")
+from tutor.ui.palette import DIM, INFO, OK, REVEAL, WARN
+
+CURVE = INFO
+COMPARE_COLOURS = (WARN, REVEAL, OK)
 # Braille cells hold 2 x 4 dots; bit of the dot at (column, row) inside one cell.
 BRAILLE_BITS = ((0x01, 0x02, 0x04, 0x40), (0x08, 0x10, 0x20, 0x80))
 

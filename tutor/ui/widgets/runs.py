@@ -15,10 +15,10 @@ from rich.text import Text
 from textual.message import Message
 from textual.widgets import DataTable
 
+from tutor.ui.palette import ERROR, OK, WARN
 from tutor.ui.widgets.lossplot import COMPARE_COLOURS, Series, spaced
 
-DIM = "#7f8896"
-RESULT_STYLES = {"finished": "#98c379", "cancelled": "#e5c07b", "diverged": "#e06c75"}
+RESULT_STYLES = {"finished": OK, "cancelled": WARN, "diverged": ERROR}
 
 
 def when(at: str | None) -> str:

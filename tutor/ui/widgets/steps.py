@@ -10,6 +10,7 @@ from textual.widgets import OptionList
 from textual.widgets.option_list import Option
 
 from tutor.packs import Pack
+from tutor.ui.palette import ALERT, HEADING, LOCKED
 from tutor.ui.progress_view import MARKERS, STATUS_STYLES, remaining_before
 
 
@@ -33,7 +34,7 @@ class StepList(OptionList):
         for exercise in self._pack.exercises:
             if options:
                 options.append(None)
-            heading = Text(f"{exercise.number} · {exercise.title}", style="bold #9da5b4")
+            heading = Text(f"{exercise.number} · {exercise.title}", style=HEADING)
             options.append(Option(heading, id=f"exercise-{exercise.number}", disabled=True))
             for step in exercise.steps:
                 status = statuses.get(step.id, "locked")
@@ -65,6 +66,6 @@ class StepList(OptionList):
             text = Text(f"{MARKERS['locked']} {step.title}", style=STATUS_STYLES["locked"])
             # "after", not "to go": the steps left in the lesson include this one.
             text.append(f"\n  opens after {len(left)} more step{'s' if len(left) != 1 else ''}",
-                        style="italic #5c6370")
+                        style=LOCKED)
             return text
-        return Text(f"★ {step.title}", style="bold #e5c07b")
+        return Text(f"★ {step.title}", style=ALERT)

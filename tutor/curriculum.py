@@ -47,6 +47,18 @@ def unlocked(before: Mapping[str, Status], after: Mapping[str, Status]) -> list[
             if before.get(sid) is Status.LOCKED and st is not Status.LOCKED]
 
 
+def after_check(pack: Pack, before: Mapping[str, Status], step_id: str,
+                earned: Status | None) -> dict[str, Status]:
+    """Every step's status once a check that earned `earned` (None: it did not pass) is
+    recorded on `step_id`, as the progress store will record it: worked out before the write,
+    so the verdict can be shown first."""
+    achieved = {sid: st for sid, st in before.items() if Status(st).done}
+    if earned is not None:
+        old = achieved.get(step_id)
+        achieved[step_id] = upgrade(Status(old) if old else None, earned)
+    return statuses(pack, achieved)
+
+
 def upgrade(old: Status | None, new: Status) -> Status:
     """The status after earning `new` on a step that had `old`: achievements only go up, and a
     revealed step stays revealed."""

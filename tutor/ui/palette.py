@@ -13,6 +13,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from weakref import WeakKeyDictionary
 
+from rich.console import Console
+from rich.style import Style
+from rich.text import Span, Text
 from rich.theme import Theme
 from textual.app import App
 from textual.color import Color
@@ -71,3 +74,19 @@ def install(app: App) -> None:
         app.console.pop_theme()
     app.console.push_theme(rich_theme(app.get_css_variables()))
     _installed[app] = app.theme
+
+
+def resolved(text: Text, console: Console) -> Text:
+    """`text` with its style names replaced by the styles they stand for on `console`.
+
+    Widgets that turn Rich text into Textual content themselves (an OptionList's prompts) parse
+    style strings as Textual styles, which know no Rich theme: a name would lose its colour
+    there, and costs a failed parse each time."""
+
+    def style(value: str | Style) -> Style:
+        return console.get_style(value, default=Style.null()) if isinstance(value, str) else value
+
+    out = text.copy()
+    out.style = style(text.style)
+    out.spans = [Span(span.start, span.end, style(span.style)) for span in text.spans]
+    return out

@@ -24,7 +24,8 @@ def _keys(binding: Binding, app) -> str:
 def bindings_table(title: str, bindings: Iterable[Binding], app) -> Table:
     table = Table(title=title, title_justify="left", title_style="bold", box=None,
                   padding=(0, 2, 0, 0), show_header=False)
-    table.add_column("keys", style=ALERT, no_wrap=True)
+    # Styles on cells rather than columns: a console without the theme then renders plainly.
+    table.add_column("keys", no_wrap=True)
     table.add_column("what it does")
     for binding in bindings:
         if not binding.description:
@@ -32,7 +33,7 @@ def bindings_table(title: str, bindings: Iterable[Binding], app) -> Table:
         text = Text(binding.description)
         if binding.tooltip:
             text.append(f": {binding.tooltip}", style=DIM)
-        table.add_row(_keys(binding, app), text)
+        table.add_row(Text.styled(_keys(binding, app), ALERT), text)
     return table
 
 
@@ -42,7 +43,7 @@ def legend() -> Table:
     table.add_column("marker", no_wrap=True)
     table.add_column("meaning")
     for status, marker in MARKERS.items():
-        table.add_row(Text(marker, style=STATUS_STYLES[status]), STATUS_WORDS[status])
+        table.add_row(Text.styled(marker, STATUS_STYLES[status]), STATUS_WORDS[status])
     return table
 
 

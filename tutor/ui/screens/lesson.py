@@ -24,7 +24,9 @@ from textual.timer import Timer
 from textual.widgets import OptionList, TextArea
 from textual.widgets.text_area import Selection
 
+from tutor import curriculum
 from tutor.packs import Exercise, Pack, Step
+from tutor.results import CheckResult, Status
 from tutor.source import size_problem
 from tutor.ui.highlight import warm_up
 from tutor.ui.messages import CheckFailed, CheckFinished, ScratchFinished
@@ -60,14 +62,16 @@ def idle_text(step: Step, status: str = "unlocked") -> Text:
     """What the empty feedback panel says before the step's first check in this session: what
     to do on an open step, how it went on a finished one."""
     if status in DONE_WORDS:
-        return Text(f"{DONE_WORDS[status]} ^j checks the editor's code again; ^n goes on.",
-                    style=DIM)
+        return Text.styled(f"{DONE_WORDS[status]} ^j checks the editor's code again; ^n goes on.",
+                           DIM)
     if step.function is None:
-        return Text("Write the gradient in the editor, then press ^j or F5 to compare it with "
-                    "autograd. F1 gives a hint.", style=DIM)
-    return Text(f"Write the function in the editor, then press ^j or F5: the tutor calls it as "
-                f"`{step.function.call}`, on the lesson's tensors and then at freshly drawn "
-                "sizes. F1 gives a hint.", style=DIM)
+        return Text.styled(
+            "Write the gradient in the editor, then press ^j or F5 to compare it with "
+            "autograd. F1 gives a hint.", DIM)
+    return Text.styled(
+        f"Write the function in the editor, then press ^j or F5: the tutor calls it as "
+        f"`{step.function.call}`, on the lesson's tensors and then at freshly drawn "
+        "sizes. F1 gives a hint.", DIM)
 
 
 class LessonScreen(Screen[None]):
@@ -115,7 +119,10 @@ class LessonScreen(Screen[None]):
         self._editor_text = ""
         self._draft_timer: Timer | None = None
         self._steps_chosen = False  # set once the learner shows or hides the sidebar
-        self._done = done_exercises(pack, store.statuses())  # for completion moments
+        # Every step's status as last read from the store: the verdict is shown before the
+        # attempt is written, with what it will unlock worked out from these.
+        self._statuses = store.statuses()
+        self._done = done_exercises(pack, self._statuses)  # for completion moments
 
     @property
     def tutor(self) -> TutorApp:
@@ -142,8 +149,17 @@ class LessonScreen(Screen[None]):
         self.tutor.count_time_on(self.step.id)
         self._open(self.step)
         self.query_one(Feedback).show_status(
-            Text("Loading PyTorch… you can start typing; checks run once it is ready.",
-                 style=DIM))
+            Text.styled("Loading PyTorch… you can start typing; checks run once it is ready.",
+                        DIM))
+
+    def _after_first_frame(self) -> None:
+        self.tutor.start_evaluator()
+        self._greet()
+        self.call_after_refresh(self._highlight_code)
+
+    def _greet(self) -> None:
+        """The welcome on the first launch, else the open exercise's introduction the first
+        time: over the lesson's first frame, not in it (Markdown is slow to start)."""
         if self.greet and self.store.remembered("welcomed") is None:
             first = self.pack.exercises[0]
             self.store.remember("welcomed", "1")
@@ -151,10 +167,6 @@ class LessonScreen(Screen[None]):
             self.show_welcome()
         else:
             self._introduce(self.step.exercise)
-
-    def _after_first_frame(self) -> None:
-        self.tutor.start_evaluator()
-        self.call_after_refresh(self._highlight_code)
 
     def _highlight_code(self) -> None:
         """Turn syntax highlighting on once the first frame is out (the lexer is slow to build)."""
@@ -317,7 +329,7 @@ class LessonScreen(Screen[None]):
             feedback.show_result(None)
         shown = self.store.hints_shown(step.id)
         feedback.show_hints(list(step.hints[:shown]), len(step.hints))
-        statuses = self.store.statuses()
+        statuses = self._statuses = self.store.statuses()
         revealed = statuses.get(step.id) == "revealed"
         feedback.show_solution(step.solution if revealed else None)
         if not self.checking and self.tutor.info is not None:
@@ -331,12 +343,13 @@ class LessonScreen(Screen[None]):
         """A reminder of what to do, until the step has been checked in this session."""
         feedback = self.query_one(Feedback)
         nothing_yet = self.step.id not in self.results and not feedback.has_content
-        status = str(self.store.statuses().get(self.step.id, "unlocked"))
+        status = str(self._statuses.get(self.step.id, "unlocked"))
         feedback.show_status(idle_text(self.step, status) if nothing_yet else "")
 
     def _show_progress(self, statuses: dict[str, str] | None = None) -> None:
         """Refresh everything that depends on statuses: sidebar, forward marks, top bar."""
         statuses = statuses if statuses is not None else self.store.statuses()
+        self._statuses = statuses
         step = self.step
         self.query_one(StepList).show(statuses, step.id)
         self.query_one(ForwardPanel).show(
@@ -418,9 +431,9 @@ class LessonScreen(Screen[None]):
         self._save_draft()
         if self.busy:
             self._queued = (action, self.step.id)
-            self.query_one(Feedback).show_status(Text(
-                f"{status} (the run under way finishes first, then this code is run)",
-                style=WARN))
+            self.query_one(Feedback).show_status(Text.styled(
+                       f"{status} (the run under way finishes first, then this code is run)",
+                       WARN))
             return None
         editor = self.query_one("#editor", CodeEditor)
         code = editor.text
@@ -431,8 +444,9 @@ class LessonScreen(Screen[None]):
         waiting = "" if self.tutor.info else " (waiting for PyTorch to finish loading)"
         feedback = self.query_one(Feedback)
         feedback.show_result(None)  # the old verdict is not about this code
-        feedback.show_status(Text(f"{status}{waiting}", style=WARN))
-        self._fit_to_feedback()
+        feedback.show_status(Text.styled(f"{status}{waiting}", WARN))
+        # The panels keep their sizes while the check runs: a re-layout now and another one
+        # when the verdict comes would cost more than the check itself.
         return code
 
     def _run_queued(self) -> bool:
@@ -454,26 +468,35 @@ class LessonScreen(Screen[None]):
         self.post_message(CheckFinished(step_id, code, result))
 
     def on_check_finished(self, message: CheckFinished) -> None:
+        """Show the verdict at once; record the attempt once it is on screen (a durable write
+        waits for the disk), then bring the statuses up to date."""
         self.checking = False
-        superseded = self._queued is not None and self._queued[1] == message.step_id
-        outcome = self.tutor.session.record(message.step_id, message.code, message.result)
-        if outcome.problem:
-            self.notify(f"Could not save this attempt: {outcome.problem}", severity="error")
-        after = self.store.statuses()
-        unlocked = [self.pack.step(sid) for sid in outcome.unlocked]
+        sid, result = message.step_id, message.result
+        superseded = self._queued is not None and self._queued[1] == sid
+        before = self._statuses
+        earned = CheckResult.from_dict(result).achievement
+        after = curriculum.after_check(self.pack, before, sid, earned)
+        unlocked = [self.pack.step(s) for s in curriculum.unlocked(before, after)]
         note = None
         if unlocked and not unlocked[0].is_training:
             note = unlocked[0].title
         elif unlocked:
-            note = f"{unlocked[0].title} (every gradient is in place)"
-        revealed = outcome.revealed_pass
-        self.results[message.step_id] = (message.result, note, revealed)
-        if message.step_id == self.step.id and not superseded:
+            note = f"{unlocked[0].title} (everything it needs is done)"
+        revealed = earned is not None and before.get(sid) is Status.REVEALED
+        self.results[sid] = (result, note, revealed)
+        if sid == self.step.id and not superseded:
             feedback = self.query_one(Feedback)
-            feedback.show_result(message.result, note, revealed)
+            feedback.show_result(result, note, revealed)
             self._show_idle()
             self._fit_to_feedback()
-            self._point_at_error(message.result.get("error"))
+            self._point_at_error(result.get("error"))
+        self.call_after_refresh(self._record, message)
+
+    def _record(self, message: CheckFinished) -> None:
+        outcome = self.tutor.session.record(message.step_id, message.code, message.result)
+        if outcome.problem:
+            self.notify(f"Could not save this attempt: {outcome.problem}", severity="error")
+        after = self.store.statuses()
         self._show_progress(after)
         if not self._run_queued():
             self._celebrate(after)

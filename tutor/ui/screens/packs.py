@@ -21,6 +21,7 @@ from textual.widgets.option_list import Option
 
 from tutor.config import Settings, config_file
 from tutor.packs import Pack, PackError, find_pack, installed_packs, load_pack
+from tutor.ui import palette
 from tutor.ui.palette import DIM
 
 if sys.version_info >= (3, 11):
@@ -107,7 +108,7 @@ class PackScreen(ModalScreen[str]):
         for name in self.packs:
             if options:
                 options.append(None)  # a rule between packs, so two-line labels stay apart
-            options.append(Option(_label(name), id=name))
+            options.append(Option(palette.resolved(_label(name), self.app.console), id=name))
         with Vertical(id="dialog"):
             yield Static("Which lesson?", id="question")
             yield Static("Each keeps its own progress. The next launch opens the one you "

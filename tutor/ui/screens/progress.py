@@ -26,19 +26,19 @@ def progress_table(pack: Pack, rows: Sequence[Mapping]) -> Group:
     for name, justify in (("", "left"), ("step", "left"), ("status", "left"),
                           ("tries", "right"), ("hints", "right"),
                           ("maxdiff", "right"), ("time", "right")):
-        table.add_column(name, justify=justify, no_wrap=name != "step", header_style=DIM)
+        table.add_column(Text.styled(name, DIM), justify=justify, no_wrap=name != "step")
     exercise = None
     for number, r in enumerate(rows, 1):
         if r["exercise"] != exercise:
             exercise = r["exercise"]
             ex = pack.exercise(exercise)
-            table.add_row("", Text(f"{ex.number} · {ex.title}", style=HEADING))
+            table.add_row("", Text.styled(f"{ex.number} · {ex.title}", HEADING))
         status = r["status"]
         best = "—" if r["best_maxdiff"] is None else f"{r['best_maxdiff']:.2g}"
         table.add_row(
-            Text(MARKERS.get(status, " "), style=STATUS_STYLES.get(status, "")),
+            Text.styled(MARKERS.get(status, " "), STATUS_STYLES.get(status, "")),
             f"{number:>2} {pack.step(r['id']).title}",
-            Text(status, style=STATUS_STYLES.get(status, "")),
+            Text.styled(status, STATUS_STYLES.get(status, "")),
             str(r["attempts"]), str(r["hints"]), best,
             short_duration(r["seconds"]) if r["seconds"] else "—",
         )

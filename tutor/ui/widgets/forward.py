@@ -42,7 +42,7 @@ def forward_rows(
     for index, line in enumerate(lines):
         if line.exercise != exercise:
             exercise = line.exercise
-            out.append(Text(f"  # exercise {exercise}", style=LOCKED))
+            out.append(Text.styled(f"  # exercise {exercise}", LOCKED))
             owners.append(-1)
         is_current = line.target in current
         if is_current and current_row < 0:
@@ -50,7 +50,7 @@ def forward_rows(
         marker = "▶ " if is_current else ("✓ " if line.target in done else "  ")
         marker_style = ALERT if is_current else OK
         note = _annotation(shapes.get(line.target))
-        code = Text(marker, style=marker_style) + python_text(line.source)
+        code = Text.styled(marker, marker_style) + python_text(line.source)
         rows = _fold(code, width)
         room = width - rows[-1].cell_len
         if note.cell_len and room >= note.cell_len + 2:
@@ -97,7 +97,7 @@ def _fold(text: Text, width: int) -> list[Text]:
 def _annotation(shape: dict | None) -> Text:
     if not shape:
         return Text("")
-    text = Text(shape.get("annotation") or _dims(shape.get("shape")), style=SHAPE_STYLE)
+    text = Text.styled(shape.get("annotation") or _dims(shape.get("shape")), SHAPE_STYLE)
     if shape.get("broadcast"):
         text.stylize(BROADCAST_STYLE)
         text.append(" ⇅ broadcast", style=BROADCAST_STYLE)

@@ -10,6 +10,7 @@ from textual.widgets import OptionList
 from textual.widgets.option_list import Option
 
 from tutor.packs import Pack
+from tutor.ui import palette
 from tutor.ui.palette import ALERT, HEADING, LOCKED
 from tutor.ui.progress_view import MARKERS, STATUS_STYLES, remaining_before
 
@@ -34,23 +35,28 @@ class StepList(OptionList):
         for exercise in self._pack.exercises:
             if options:
                 options.append(None)
-            heading = Text(f"{exercise.number} · {exercise.title}", style=HEADING)
-            options.append(Option(heading, id=f"exercise-{exercise.number}", disabled=True))
+            heading = Text.styled(f"{exercise.number} · {exercise.title}", HEADING)
+            options.append(Option(self._themed(heading), id=f"exercise-{exercise.number}",
+                                  disabled=True))
             for step in exercise.steps:
                 status = statuses.get(step.id, "locked")
                 if step.is_training:
-                    options.append(Option(self._training_prompt(step, statuses), id=step.id))
+                    options.append(Option(self._themed(self._training_prompt(step, statuses)),
+                                          id=step.id))
                     continue
                 key = "current" if step.id == current else status
-                prompt = Text(f"{MARKERS[key]} ", style=STATUS_STYLES[key])
+                prompt = Text.styled(f"{MARKERS[key]} ", STATUS_STYLES[key])
                 prompt.append(step.title, style=STATUS_STYLES[key] if key != "passed" else "")
                 if key == "current" and status != "unlocked":
                     # Re-opening a finished step still shows how it went.
                     prompt.append(f" {MARKERS[status]}", style=STATUS_STYLES[status])
-                options.append(Option(prompt, id=step.id))
+                options.append(Option(self._themed(prompt), id=step.id))
         self.set_options(options)
         with suppress(LookupError):
             self.highlighted = self.get_option_index(highlighted or current)
+
+    def _themed(self, prompt: Text) -> Text:
+        return palette.resolved(prompt, self.app.console)
 
     def follow(self, step_id: str) -> None:
         """Highlight the open step and scroll it into view."""
@@ -63,9 +69,9 @@ class StepList(OptionList):
     def _training_prompt(self, step, statuses: Mapping[str, str]) -> Text:
         left = remaining_before(self._pack, step, statuses)
         if left:
-            text = Text(f"{MARKERS['locked']} {step.title}", style=STATUS_STYLES["locked"])
+            text = Text.styled(f"{MARKERS['locked']} {step.title}", STATUS_STYLES["locked"])
             # "after", not "to go": the steps left in the lesson include this one.
             text.append(f"\n  opens after {len(left)} more step{'s' if len(left) != 1 else ''}",
                         style=LOCKED)
             return text
-        return Text(f"★ {step.title}", style=ALERT)
+        return Text.styled(f"★ {step.title}", ALERT)

@@ -149,7 +149,12 @@ def _use_wal(db: sqlite3.Connection) -> None:
 
 
 def _migrate(db: sqlite3.Connection) -> None:
-    """Bring the schema up to date in one transaction (all of it or none of it)."""
+    """Bring the schema up to date in one transaction (all of it or none of it).
+
+    Not waiting for the disk: a migration lost to a power cut is simply run again at the next
+    open, and a fresh store's first launch does not wait on it.
+    """
+    db.execute("PRAGMA synchronous = NORMAL")
     db.execute("BEGIN IMMEDIATE")
     try:
         # Re-read under the write lock: another process may have migrated in the meantime.

@@ -26,7 +26,6 @@ from textual.screen import Screen
 
 from tutor.config import Settings
 from tutor.packs import Pack, Step, find_pack, load_pack
-from tutor.sandbox.client import EvaluatorNotReady
 from tutor.session import Session
 from tutor.ui import palette
 from tutor.ui.activity import ActiveClock
@@ -290,6 +289,8 @@ class TutorApp(App[int], inherit_bindings=False):
 
     @work(thread=True, exclusive=True, group="evaluator", exit_on_error=False)
     def _start_evaluator(self) -> None:
+        from tutor.sandbox.client import EvaluatorNotReady  # after the first frame, off its path
+
         try:
             evaluator = self.evaluator
             evaluator.start()
@@ -437,9 +438,9 @@ def run_app(settings: Settings, packs: list[str] | None = None) -> int:
 
 
 def _run_lesson(settings: Settings, lessons: list[str]) -> TutorApp | None:
-    """Run the TUI on `settings.pack`, with its store and checker made here and closed after."""
+    """Run the TUI on `settings.pack` with its progress store, closed after. The app makes its
+    checker itself once the first frame is out, and closes it."""
     from tutor.progress import Store, StoreError
-    from tutor.sandbox.client import Evaluator
 
     pack = load_pack(find_pack(settings.pack))
     try:
@@ -447,11 +448,9 @@ def _run_lesson(settings: Settings, lessons: list[str]) -> TutorApp | None:
     except StoreError as exc:
         print(f"backprop-tutor: {exc}")
         return None
-    evaluator = Evaluator(settings)
     try:
-        app = TutorApp(settings, store=store, evaluator=evaluator, lessons=lessons)
+        app = TutorApp(settings, store=store, lessons=lessons)
         app.run()
     finally:
-        evaluator.close()
         store.close()
     return app

@@ -119,6 +119,9 @@ class LessonScreen(Screen[None]):
         self._editor_text = ""
         self._draft_timer: Timer | None = None
         self._steps_chosen = False  # set once the learner shows or hides the sidebar
+        # The steps sidebar is filled once the first frame is out: laying out every step's
+        # option is the first frame's largest cost.
+        self._first_frame_out = False
         # Every step's status as last read from the store: the verdict is shown before the
         # attempt is written, with what it will unlock worked out from these.
         self._statuses = store.statuses()
@@ -153,6 +156,8 @@ class LessonScreen(Screen[None]):
                         DIM))
 
     def _after_first_frame(self) -> None:
+        self._first_frame_out = True
+        self._show_progress(self._statuses)  # now the steps sidebar too
         self.tutor.start_evaluator()
         self._greet()
         self.call_after_refresh(self._highlight_code)
@@ -351,7 +356,8 @@ class LessonScreen(Screen[None]):
         statuses = statuses if statuses is not None else self.store.statuses()
         self._statuses = statuses
         step = self.step
-        self.query_one(StepList).show(statuses, step.id)
+        if self._first_frame_out:
+            self.query_one(StepList).show(statuses, step.id)
         self.query_one(ForwardPanel).show(
             step.exercise, set(step.lines), differentiated_lines(self.pack, statuses)
         )

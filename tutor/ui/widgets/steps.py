@@ -7,7 +7,7 @@ from contextlib import suppress
 
 from rich.text import Text
 from textual.widgets import OptionList
-from textual.widgets.option_list import Option
+from textual.widgets.option_list import Option, OptionDoesNotExist
 
 from tutor.packs import Pack
 from tutor.ui import palette
@@ -62,7 +62,7 @@ class StepList(OptionList):
         """Highlight the open step and scroll it into view."""
         try:
             self.highlighted = self.get_option_index(step_id)
-        except LookupError:
+        except OptionDoesNotExist:  # not filled in yet (see LessonScreen._after_first_frame)
             return
         self.scroll_to_highlight()
 

@@ -111,6 +111,7 @@ class LessonScreen(Screen[None]):
         # when the running one ends, on the code in the editor then, so the panel always ends
         # on the verdict of the code on screen.
         self._queued: tuple[str, str] | None = None
+        self._unrecorded: list[CheckFinished] = []  # verdicts on screen, attempts not yet saved
         self.step: Step = self._opening_step()
         # This session's last result per step: the result, the step it unlocked, and whether
         # it passed a step that stays revealed.
@@ -293,7 +294,9 @@ class LessonScreen(Screen[None]):
         self._introduce(step.exercise)
 
     def leave_step(self) -> None:
-        """Save what the learner leaves behind: the draft and where the cursor was."""
+        """Save what the learner leaves behind: the draft, where the cursor was, and the last
+        check's attempt if it is not saved yet."""
+        self._save_attempts()
         self._save_draft()
         self._remember_cursor()
 
@@ -496,16 +499,28 @@ class LessonScreen(Screen[None]):
             self._show_idle()
             self._fit_to_feedback()
             self._point_at_error(result.get("error"))
-        self.call_after_refresh(self._record, message)
+        self._unrecorded.append(message)
+        self.call_after_refresh(self._record)
 
-    def _record(self, message: CheckFinished) -> None:
-        outcome = self.tutor.session.record(message.step_id, message.code, message.result)
-        if outcome.problem:
-            self.notify(f"Could not save this attempt: {outcome.problem}", severity="error")
+    def _record(self) -> None:
+        """Save the attempts whose verdicts are on screen, then bring the statuses up to date."""
+        if not self._save_attempts():
+            return
         after = self.store.statuses()
         self._show_progress(after)
         if not self._run_queued():
             self._celebrate(after)
+
+    def _save_attempts(self) -> bool:
+        """Record the checks whose verdicts are shown but not saved yet; whether there were any.
+        Also on leaving a step or the app, so a verdict shown just before is never lost."""
+        saved = bool(self._unrecorded)
+        while self._unrecorded:
+            message = self._unrecorded.pop(0)
+            outcome = self.tutor.session.record(message.step_id, message.code, message.result)
+            if outcome.problem:
+                self.notify(f"Could not save this attempt: {outcome.problem}", severity="error")
+        return saved
 
     def on_check_failed(self, message: CheckFailed) -> None:
         # A failed scratch run reports here too: either way nothing is under way any more.

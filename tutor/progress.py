@@ -117,6 +117,11 @@ def _connect(path: Path) -> sqlite3.Connection:
         check = db.execute("PRAGMA quick_check").fetchone()[0]
         if check != "ok":
             raise _Unreadable(check)
+        if version == 0:
+            # A new database holds nothing to lose: creating it (the switch to WAL and the
+            # tables) need not wait for the disk, which costs the first launch tens of ms.
+            # Every later write says how durable it must be (see Store._write).
+            db.execute("PRAGMA synchronous = OFF")
         _use_wal(db)
         if version < len(MIGRATIONS):
             _migrate(db)
@@ -149,12 +154,7 @@ def _use_wal(db: sqlite3.Connection) -> None:
 
 
 def _migrate(db: sqlite3.Connection) -> None:
-    """Bring the schema up to date in one transaction (all of it or none of it).
-
-    Not waiting for the disk: a migration lost to a power cut is simply run again at the next
-    open, and a fresh store's first launch does not wait on it.
-    """
-    db.execute("PRAGMA synchronous = NORMAL")
+    """Bring the schema up to date in one transaction (all of it or none of it)."""
     db.execute("BEGIN IMMEDIATE")
     try:
         # Re-read under the write lock: another process may have migrated in the meantime.

@@ -10,7 +10,7 @@ import ast
 import re
 import sys
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, cached_property
 from pathlib import Path
 
 if sys.version_info >= (3, 11):
@@ -182,7 +182,7 @@ class Pack:
                 return ex
         raise KeyError(number)
 
-    @property
+    @cached_property  # parsed once: the screens ask for it on every refresh
     def forward_lines(self) -> tuple[ForwardLine, ...]:
         """The pack's forward pass followed by each exercise's extra lines, as executed."""
         lines: list[ForwardLine] = []

@@ -449,7 +449,8 @@ class LessonScreen(Screen[None]):
         if too_big := size_problem(code):
             self.notify(too_big, title=refused, severity="error")
             return None
-        editor.mark_error(None)
+        if editor.error_row is not None:  # unmarking rebuilds the highlights: only if marked
+            editor.mark_error(None)
         waiting = "" if self.tutor.info else " (waiting for PyTorch to finish loading)"
         feedback = self.query_one(Feedback)
         feedback.show_result(None)  # the old verdict is not about this code

@@ -23,6 +23,7 @@ MARKERS: dict[str, str] = {
     "passed": "✓",
     "exact": "≡",
     "revealed": "◇",
+    "training": "★",  # the training exercise, once it is open
 }
 
 STATUS_STYLES: dict[str, str] = {
@@ -32,6 +33,7 @@ STATUS_STYLES: dict[str, str] = {
     "passed": INFO,
     "exact": GOOD,
     "revealed": REVEAL,
+    "training": ALERT,
 }
 
 STATUS_WORDS: dict[str, str] = {
@@ -41,6 +43,7 @@ STATUS_WORDS: dict[str, str] = {
     "passed": "passed (approximately equal)",
     "exact": "exact (bit for bit)",
     "revealed": "solution revealed",
+    "training": "training, once every exercise it needs is done",
 }
 
 

@@ -11,7 +11,7 @@ from textual.widgets.option_list import Option, OptionDoesNotExist
 
 from tutor.packs import Pack
 from tutor.ui import palette
-from tutor.ui.palette import ALERT, HEADING, LOCKED
+from tutor.ui.palette import HEADING, LOCKED
 from tutor.ui.progress_view import MARKERS, STATUS_STYLES, remaining_before
 
 
@@ -74,4 +74,4 @@ class StepList(OptionList):
             text.append(f"\n  opens after {len(left)} more step{'s' if len(left) != 1 else ''}",
                         style=LOCKED)
             return text
-        return Text.styled(f"★ {step.title}", ALERT)
+        return Text.styled(f"{MARKERS['training']} {step.title}", STATUS_STYLES["training"])

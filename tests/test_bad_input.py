@@ -513,6 +513,8 @@ def test_cli_rows_agree_with_the_verdict():
     assert "✓" not in aliased and "! probs" in aliased and "[aliasing] your code" in aliased
     mixed = format_result(MIXED_RESULT, width=100)
     assert "✓" not in mixed and "! h " in mixed and "✗ W2" in mixed
+    # What is said below is about W2 alone: h is not sent to read it.
+    assert "see below" not in mixed
     passed = format_result(_result([_check("logprobs")], True,
                                    {"passed": True, "batch_size": 17, "message": None}))
     assert "✓ logprobs" in passed and "see below" not in passed
@@ -543,6 +545,8 @@ def test_tui_rows_agree_with_the_verdict():
     for column in table.columns:
         for cell in column._cells:
             assert getattr(cell, "style", "") != GOOD
+    mixed = _feedback_text(MIXED_RESULT)
+    assert "see below" not in mixed and "dW2 is off" in mixed
     passed = checks_table([_check("logprobs")], passed=True)
     assert passed.columns[4]._cells[0].plain == "exact"
 

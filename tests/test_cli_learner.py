@@ -219,11 +219,48 @@ def _wait_until(seen: list[bytes], text: str, count: int = 1, timeout: float = 9
     return False
 
 
-def _watch(home: Path, work: Path, stdout) -> subprocess.Popen:
+def _watch(home: Path, work: Path, stdout, **popen) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "tutor", "--home", str(home), "--device", "cpu", "watch",
-         str(work)], stdout=stdout, stderr=subprocess.PIPE,
+         str(work)], stdout=stdout, stderr=subprocess.PIPE, **popen,
     )
+
+
+def _as_background_job() -> None:
+    """What a shell does to a job started with `&`: SIGINT ignored, inherited across exec."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def test_watch_started_in_the_background_still_stops_on_sigint(home, tmp_path):
+    work = tmp_path / "work.py"
+    work.write_text(f"# %% atomic/logprobs\n{PACK.step('logprobs').solution}")
+    proc = _watch(home, work, subprocess.PIPE, preexec_fn=_as_background_job)
+    seen: list[bytes] = []
+    threading.Thread(target=_read_into, args=(proc.stdout.fileno(), seen), daemon=True).start()
+    try:
+        assert _wait_until(seen, "watching")
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0 and "stopped watching" in err.decode()
+
+
+def test_train_into_a_file_writes_progress_as_it_goes_and_stops_on_sigint(home):
+    """`train > log` from a background job: progress lines arrive while the run goes on, and
+    SIGINT (ignored by the shell for background jobs) still cancels it."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tutor", "--home", str(home), "--device", "cpu", "train",
+         "--reference", "--steps", "200000", "--no-record"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=_as_background_job)
+    seen: list[bytes] = []
+    threading.Thread(target=_read_into, args=(proc.stdout.fileno(), seen), daemon=True).start()
+    try:
+        assert _wait_until(seen, "/200 000 ·", timeout=120)
+        assert proc.poll() is None  # the line came while the run was still going
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "cancelling" in err.decode()
 
 
 def test_watch_redraws_on_a_terminal_names_the_failing_cell_and_stops_quietly(home, tmp_path):

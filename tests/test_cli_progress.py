@@ -134,3 +134,39 @@ def _wait_for(proc, text, timeout=60.0):
             return True
         time.sleep(0.1)
     return False
+
+
+def test_progress_export_and_the_json_count_the_same_way(home, tmp_path):
+    """One vocabulary, one count: exact + passed + revealed = done, in progress, its JSON and
+    export's summary alike."""
+    exact = {"passed": True, "checks": [{"verdict": "exact", "maxdiff": 0.0}], "error": None}
+    approx = {"passed": True, "checks": [{"verdict": "approximate", "maxdiff": 4e-9}],
+              "error": None}
+    steps = [s.id for s in PACK.gradient_steps]
+    with Store.open(home, PACK) as store:
+        for sid in steps[:3]:
+            store.record_attempt(sid, PACK.step(sid).solution, exact)
+        for sid in steps[3:5]:
+            store.record_attempt(sid, PACK.step(sid).solution, approx)
+        for sid in steps[5:]:
+            store.reveal(sid)
+    revealed = len(steps) - 5
+    out = cli(home, "progress")
+    assert (f"{len(steps)} of {len(PACK.steps)} steps done (3 exact, 2 passed, "
+            f"{revealed} revealed)") in out.stdout
+    total = json.loads(cli(home, "progress", "--json").stdout)["total"]
+    assert (total["exact"], total["passed"], total["revealed"]) == (3, 2, revealed)
+    assert total["done"] == total["exact"] + total["passed"] + total["revealed"]
+    script = tmp_path / "backward.py"
+    export = cli(home, "export", "--out", str(script))
+    assert export.returncode == 0
+    # The exported cells are the gradient steps; training is not one of them.
+    assert (f"{len(steps)} of {len(steps)} steps done (3 exact, 2 passed, {revealed} "
+            "revealed)") in export.stderr
+    assert "the rest as templates" not in export.stderr
+    text = script.read_text()
+    # Each cell says how it was done, not just "solved".
+    assert "(revealed: the reference solution)" in text and "(exact: your code)" in text
+    ran = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                         timeout=300)
+    assert ran.returncode == 0 and "NumPy" not in ran.stderr

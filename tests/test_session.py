@@ -1,14 +1,20 @@
 """The headless session (check and record in one place), the lesson's rules and the typed
 result, without a UI and without torch."""
 
+import shutil
+from pathlib import Path
+
+import pytest
+
 from tutor import curriculum
-from tutor.packs import load_pack
+from tutor.packs import PackError, find_pack, load_pack
 from tutor.progress import Store
 from tutor.results import CheckResult, Status, Verdict
 from tutor.session import Session
 
 PACK = load_pack()
 FIRST, SECOND = PACK.gradient_steps[0].id, PACK.gradient_steps[1].id
+TINY = Path(__file__).parent / "packs" / "tiny"
 
 
 def _result(step: str, passed: bool, verdict: str = "exact") -> dict:
@@ -69,6 +75,40 @@ def test_curriculum_opens_steps_in_order_and_training_last():
     assert curriculum.statuses(PACK, done)[training] is Status.UNLOCKED
     assert curriculum.unlocked({FIRST: Status.UNLOCKED, SECOND: Status.LOCKED},
                                {FIRST: Status.EXACT, SECOND: Status.UNLOCKED}) == [SECOND]
+
+
+def test_exercises_open_when_what_they_require_is_done():
+    """Makemore's exercises 2 and 3 need nothing from exercise 1; training needs all three."""
+    statuses = curriculum.statuses(PACK, {})
+    fused = [ex.steps[0].id for ex in PACK.exercises if ex.number in (2, 3)]
+    assert all(statuses[sid] is Status.UNLOCKED for sid in fused)
+    training = next(s for s in PACK.steps if s.is_training)
+    assert statuses[training.id] is Status.LOCKED
+    # Exercise 1 done but not 2 and 3: training still waits, and says for what.
+    done = {s.id: "revealed" for s in PACK.exercise(1).steps}
+    assert curriculum.statuses(PACK, done)[training.id] is Status.LOCKED
+    assert [s.id for s in curriculum.blockers(PACK, training.id, done)] == fused
+    # Inside exercise 1 the steps still open one after another.
+    assert [s.id for s in curriculum.blockers(PACK, SECOND, {})] == [FIRST]
+
+
+def test_a_pack_without_requires_opens_its_exercises_in_order():
+    gpt = load_pack(find_pack("gpt"))
+    assert gpt.exercise(2).requires == () and gpt.exercise(3).requires == (1, 2)
+    tiny = load_pack(find_pack(str(TINY)))
+    assert tiny.exercise(2).requires == (1,)
+    statuses = curriculum.statuses(gpt, {})
+    assert statuses[gpt.exercise(2).steps[0].id] is Status.UNLOCKED
+    assert statuses[gpt.exercise(2).steps[1].id] is Status.LOCKED
+
+
+def test_requires_must_name_earlier_exercises(tmp_path):
+    shutil.copytree(TINY, tmp_path / "tiny")
+    layers = tmp_path / "tiny" / "01_layers.toml"
+    layers.write_text(layers.read_text().replace("number = 1\n", "number = 1\nrequires = [2]\n",
+                                                 1))
+    with pytest.raises(PackError, match="'requires' names exercise 2"):
+        load_pack(tmp_path / "tiny")
 
 
 def test_dependents_are_the_later_steps_that_replay_a_step():

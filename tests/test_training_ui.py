@@ -399,3 +399,36 @@ def test_snapshot_small_terminal_after_a_run(snap_compare):
         await pilot.pause()
 
     assert snap_compare(Host(screen), terminal_size=(80, 24), run_before=run_before)
+
+
+def _screen_text(app) -> str:
+    """Every line of the screen as shown, from the compositor."""
+    return "\n".join(strip.text for strip in app.screen._compositor.render_strips())
+
+
+@sync
+async def test_the_title_and_the_hints_are_whole_at_80_and_120_columns():
+    for size in ((120, 40), (80, 24)):
+        screen = screen_for(MadeUpEvaluator(), steps=20_000)
+        app = Host(screen)
+        async with app.run_test(size=size) as pilot:
+            await pilot.pause()
+            if size == (80, 24):
+                await pilot.press("f4")  # the run side
+                await pilot.pause()
+            shown = " ".join(_screen_text(app).split())
+            assert "20 000 steps" in shown  # the title's end, on a second line if need be
+            assert "F8 stops a run" in shown
+
+
+@sync
+async def test_changing_the_step_count_rewrites_the_code_header():
+    screen = screen_for(MadeUpEvaluator(), steps=STEPS)
+    async with Host(screen).run_test(size=(120, 40)) as pilot:
+        editor = screen.query_one(CodeEditor)
+        assert editor.text.startswith("# One training step, run 2 000 times")
+        await pilot.press("f6", *"20k", "enter")
+        await pilot.pause()
+        assert editor.text.startswith("# One training step, run 20 000 times")
+        await pilot.press("ctrl+z")  # one edit: the old count comes back
+        assert "run 2 000 times" in editor.text.splitlines()[0]

@@ -6,6 +6,7 @@ import asyncio
 import io
 import threading
 import time
+from dataclasses import replace
 
 import pytest
 from rich.console import Console
@@ -195,10 +196,9 @@ def test_an_endless_loop_times_out_and_the_app_keeps_answering(settings, evaluat
             editor.load_text("while True:\n    pass\n")
             await pilot.press("ctrl+j")
             assert app.lesson.checking
-            # While the candidate runs, keys still work and a second check is refused.
+            # While the candidate runs, keys still work.
             await pilot.press("f1")
             assert app.store.hints_shown("atomic/logprobs") == 1
-            assert app.lesson.check_action("check", ()) is None
             await wait_until(pilot, lambda: not app.lesson.checking)
             result = app.lesson.results["atomic/logprobs"][0]
             assert result["error"]["kind"] == "timeout"
@@ -207,6 +207,58 @@ def test_an_endless_loop_times_out_and_the_app_keeps_answering(settings, evaluat
             assert app.store.hints_shown("atomic/logprobs") == 2
             # And the next check works.
             assert (await check(pilot, CORRECT))["passed"]
+
+    run(scenario)
+
+
+def test_a_check_asked_for_while_one_runs_ends_on_the_verdict_of_the_code_on_screen(
+        settings, evaluator):
+    async def scenario():
+        app = TutorApp(settings, evaluator=evaluator, greet=False)
+        async with app.run_test(size=SIZE) as pilot:
+            await ready(pilot)
+            editor = app.query_one(CodeEditor)
+            editor.load_text("while True:\n    pass\n")
+            await pilot.press("ctrl+j")
+            assert app.lesson.checking
+            await pilot.pause()
+            assert "Checking" in feedback_text(app)
+            # Fixed before the time limit, and checked again at once: queued, not dropped.
+            editor.load_text(CORRECT)
+            await pilot.press("ctrl+j")
+            assert "the run under way finishes first" in feedback_text(app)
+            await wait_until(pilot, lambda: app.store.status("atomic/logprobs") == "exact"
+                             and not app.lesson.checking)
+            await pilot.pause()
+            text = feedback_text(app)
+            assert "✓ Correct" in text and "Time limit" not in text
+            attempts = app.store.attempts("atomic/logprobs")
+            assert [a["verdict"] for a in attempts] == ["error", "exact"]  # both recorded
+
+    run(scenario)
+
+
+def test_a_new_run_clears_the_old_verdict(settings, evaluator):
+    async def scenario():
+        app = TutorApp(settings, evaluator=evaluator, greet=False)
+        async with app.run_test(size=SIZE) as pilot:
+            await ready(pilot)
+            await check(pilot, WRONG_SIGN)
+            assert "Not yet" in feedback_text(app)
+            app.query_one(CodeEditor).load_text("while True:\n    pass\n")
+            await pilot.press("ctrl+j")
+            await pilot.pause()
+            text = feedback_text(app)
+            assert "Checking" in text and "Not yet" not in text  # no old verdict under it
+            await wait_until(pilot, lambda: not app.lesson.checking)
+            await pilot.pause()
+            assert "Time limit reached" in feedback_text(app)
+            app.query_one(CodeEditor).load_text(WRONG_SIGN)
+            await pilot.press("ctrl+r")  # a run without grading replaces it too
+            await wait_until(pilot, lambda: not app.lesson.scratching)
+            await pilot.pause()
+            text = feedback_text(app)
+            assert "Run without grading" in text and "Time limit" not in text
 
     run(scenario)
 
@@ -270,10 +322,12 @@ def test_palette_offers_only_open_steps(settings, evaluator):
             await ready(pilot)
             provider = StepCommands(app.screen)
             ids = [step_id for _, step_id, _, _ in provider._targets()]
-            assert ids == ["atomic/logprobs"]
+            # Exercises 2 and 3 need nothing from exercise 1: they are open from the start.
+            assert ids == ["atomic/logprobs", "fused/cross_entropy", "fused/batchnorm"]
             await check(pilot, CORRECT)
             ids = [step_id for _, step_id, _, _ in provider._targets()]
-            assert ids == ["atomic/logprobs", "atomic/probs"]
+            assert ids == ["atomic/logprobs", "atomic/probs", "fused/cross_entropy",
+                           "fused/batchnorm"]
 
     run(scenario)
 
@@ -415,11 +469,11 @@ def test_the_mouse_moves_between_open_steps(settings, evaluator):
                 if app.lesson.step.id == "atomic/logprobs":
                     break
             assert app.lesson.step.id == "atomic/logprobs"
-            # A click on a locked step changes nothing.
+            # A click on a locked step changes nothing; open ones (exercises 2 and 3) open.
             for row in range(steps.size.height):
                 await pilot.click(StepList, offset=(4, row))
                 await pilot.pause()
-                assert app.lesson.step.id in ("atomic/logprobs", "atomic/probs")
+                assert app.store.status(app.lesson.step.id) != "locked"
 
     run(scenario)
 
@@ -770,7 +824,7 @@ def test_finishing_an_exercise_shows_what_it_took(settings, evaluator):
             console = Console(width=100, file=io.StringIO(), record=True, color_system=None)
             console.print(app.screen.query_one("#completion-body").content)
             text = console.export_text()
-            assert "Exercise 1 done" in text and "1 approximate, 19 revealed" in text
+            assert "Exercise 1 done" in text and "1 passed, 19 revealed" in text
             assert "Next: exercise 2" in text
             await pilot.press("enter")  # on to exercise 2
             await pilot.pause()
@@ -878,5 +932,107 @@ def test_the_learner_chooses_the_pack_before_the_lesson_opens(settings, two_pack
             editor = lesson.query_one(CodeEditor)
             assert app.focused is editor
             assert editor.text == app.pack.step("tiny/logits").template
+
+    run(scenario)
+
+
+def test_a_finished_step_reopened_says_how_it_went(settings, evaluator):
+    async def scenario():
+        first = TutorApp(settings, evaluator=evaluator, greet=False)
+        async with first.run_test(size=SIZE) as pilot:
+            await ready(pilot)
+            assert (await check(pilot, CORRECT))["passed"]
+        again = TutorApp(settings, evaluator=evaluator, greet=False)
+        async with again.run_test(size=SIZE) as pilot:
+            await ready(pilot)
+            assert again.lesson.goto_step("atomic/logprobs")
+            await pilot.pause()
+            text = feedback_text(again)
+            assert "≡ Done" in text and "Write the gradient" not in text
+            assert again.lesson.goto_step("atomic/probs")
+            await pilot.pause()
+            assert "Write the gradient" in feedback_text(again)
+
+    run(scenario)
+
+
+def test_the_lesson_opened_last_opens_directly_and_the_chooser_is_one_key_away(
+        settings, two_packs, monkeypatch):
+    """run_app: the first launch asks; the next opens the lesson chosen then; ctrl+l in it
+    asks again, with that lesson highlighted."""
+    from tutor.ui import app as app_module
+    from tutor.ui.screens.packs import PackScreen, last_pack, offered_packs
+
+    offered = offered_packs(settings)
+    runs: list[tuple[str, str | None]] = []
+
+    def fake_run(self):  # what each launch would show, without a terminal
+        runs.append(("chooser", None) if self.choosing else ("lesson", self.pack.id))
+        self.choose_again = not self.choosing  # in the lesson the learner asks again
+
+    monkeypatch.setattr(app_module.TutorApp, "run", fake_run)
+    assert app_module.run_app(settings) == 0
+    assert runs == [("chooser", None)]
+
+    async def choose_tiny():
+        app = TutorApp(settings, evaluator=SlowEvaluator(), greet=False,  # type: ignore[arg-type]
+                       packs=offered)
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.pause()
+            await pilot.press("down", "enter")
+            await wait_until(pilot, lambda: isinstance(app.screen, LessonScreen))
+            assert app.check_action("lessons", ()) is True
+    run(choose_tiny)
+    assert last_pack(settings.data_home) == "tiny"
+    runs.clear()
+    assert app_module.run_app(settings) == 0
+    assert runs == [("lesson", "tiny"), ("chooser", None)]
+
+    async def highlighted():
+        app = TutorApp(settings, evaluator=SlowEvaluator(), greet=False,  # type: ignore[arg-type]
+                       packs=offered)
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.pause()
+            assert isinstance(app.screen, PackScreen)
+            assert app.screen.query_one("#packs").highlighted_option.id == "tiny"
+    run(highlighted)
+
+
+def test_ctrl_l_saves_and_leaves_for_the_chooser(settings, two_packs):
+    async def scenario():
+        from tutor.ui.screens.packs import offered_packs
+
+        app = TutorApp(replace(settings, pack="tiny"), evaluator=SlowEvaluator(),  # type: ignore[arg-type]
+                       greet=False, lessons=offered_packs(settings))
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.pause()
+            editor = app.query_one(CodeEditor)
+            editor.load_text("dlogits = 1\n")
+            await pilot.press("ctrl+l")
+            await pilot.pause()
+        assert app.choose_again
+        with Store.open(settings.data_home, app.pack) as store:
+            assert store.draft("tiny/logits") == "dlogits = 1\n"
+
+    run(scenario)
+
+
+def test_end_on_a_wrapped_template_line_goes_to_the_end_of_its_code(settings, evaluator):
+    """At 80 columns `dwte = ...  # first branch of wte; ...` wraps inside its comment: End
+    stops after the code, and a second End goes to the end of the line."""
+    async def scenario():
+        app = TutorApp(settings, evaluator=evaluator, greet=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            editor = app.query_one(CodeEditor)
+            line = "dwte = ...  # first branch of wte; the second arrives at the embedding lookup"
+            editor.load_text(f"# forward\n{line}\n")
+            editor.move_cursor((1, 0))
+            await pilot.press("end")
+            assert editor.cursor_location == (1, len("dwte = ..."))
+            await pilot.press("end")
+            assert editor.cursor_location == (1, len(line))
+            editor.move_cursor((1, 0))
+            await pilot.press("shift+end")
+            assert editor.selected_text == "dwte = ..."
 
     run(scenario)

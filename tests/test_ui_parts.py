@@ -7,12 +7,13 @@ import io
 
 from rich.console import Console
 
+from tutor.curriculum import tally
 from tutor.packs import load_pack
 from tutor.ui.activity import ActiveClock
 from tutor.ui.placeholders import merge_typed_assignment, next_placeholder, placeholders
 from tutor.ui.prose import prose
 from tutor.ui.screens.training import parse_steps
-from tutor.ui.summary import duration, hardest, outcome, tally
+from tutor.ui.summary import duration, hardest
 from tutor.ui.widgets.feedback import result_view
 from tutor.ui.widgets.footer import fit
 from tutor.ui.widgets.forward import forward_rows
@@ -163,7 +164,7 @@ def test_tallies_and_durations():
     t = tally(rows)
     assert (t.steps, t.done, t.exact, t.passed, t.revealed, t.attempts, t.hints) == \
         (3, 3, 1, 1, 1, 7, 5)
-    assert outcome(t) == "1 exact, 1 approximate, 1 revealed"
+    assert t.parts == "1 exact, 1 passed, 1 revealed"
     assert duration(t.seconds) == "12 min 05 s" and duration(3725) == "1 h 02 min"
     assert hardest(rows, PACK) == [("dprobs", 4), ("dcounts_sum_inv", 2)]
 

@@ -181,3 +181,46 @@ def test_function_step_fails_fresh_sizes(snap_compare, tmp_path):
         app = TutorApp(settings, evaluator=ev, greet=False)
         assert snap_compare(app, terminal_size=(100, 32),
                             run_before=submit(HARD_CODED_FUNCTION))
+
+
+def test_progress_view_small_terminal(snap_compare, tmp_path, evaluator):
+    """ctrl+o at 80×24: every column whole, and one count of exact, passed and revealed."""
+    pack = load_pack()
+    home = tmp_path / "home"
+    exact = {"passed": True, "checks": [{"verdict": "exact", "maxdiff": 0.0}]}
+    approx = {"passed": True, "checks": [{"verdict": "approximate", "maxdiff": 4.66e-9}]}
+    with Store.open(home, pack) as store:
+        for k, step in enumerate(pack.exercise(1).steps[:9]):
+            if k in (3, 4):
+                store.reveal(step.id)
+            else:
+                store.record_attempt(step.id, step.solution, approx if k % 4 == 1 else exact)
+            store.add_time(step.id, 30 + 11 * k)
+        store.set_current_step(pack.exercise(1).steps[9].id)
+    app = TutorApp(Settings(device="cpu", home=home, timeout=2.0), evaluator=evaluator,
+                   greet=False)
+
+    async def run_before(pilot) -> None:
+        await settle(pilot)
+        pilot.app._clock = StillClock()
+        await pilot.press("ctrl+o")
+        await pilot.pause(0.2)
+
+    assert snap_compare(app, terminal_size=(80, 24), run_before=run_before)
+
+
+def test_chooser_small_terminal(snap_compare, tmp_path):
+    """The lesson chooser at 80×24, with the lesson opened last highlighted."""
+    from tutor.packs import installed_packs
+    from tutor.ui.screens.packs import remember_pack
+
+    home = tmp_path / "home"
+    packs = installed_packs()
+    assert packs[:2] == ["makemore", "gpt"]
+    remember_pack(home, "gpt")
+    app = TutorApp(Settings(device="cpu", home=home, timeout=2.0), packs=packs)
+
+    async def run_before(pilot) -> None:
+        await pilot.pause(0.2)
+
+    assert snap_compare(app, terminal_size=(80, 24), run_before=run_before)

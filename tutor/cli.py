@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import signal
 import sys
 from collections.abc import Sequence
 
@@ -62,7 +63,15 @@ def _tolerate_unprintable() -> None:
             stream.reconfigure(errors="replace")
 
 
+def _interruptible() -> None:
+    # A shell starts a background job (`make test &`) with SIGINT ignored, and Python then
+    # leaves it ignored: `watch` and `train` would never stop on Ctrl+C or `kill -INT`.
+    with contextlib.suppress(ValueError):  # only the main thread may set handlers
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    _interruptible()
     _tolerate_unprintable()
     parser = build_parser()
     args = parser.parse_args(argv)

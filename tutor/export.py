@@ -8,8 +8,14 @@ with the learner's accepted code (or the template where the step is not solved y
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from tutor.config import Settings
 from tutor.packs import Pack
+
+# How an exported cell's code came about, by the step's status.
+_STATE = {"exact": "exact: your code", "passed": "passed: your code",
+          "revealed": "revealed: the reference solution"}
 
 _PRELUDE = '''\
 # Backward pass exported from backprop-tutor ({pack_title}).
@@ -19,10 +25,13 @@ _PRELUDE = '''\
 import math
 import random  # noqa: F401 (used by the setup code)
 import sys
+import warnings
 from pathlib import Path
 
-import torch
-import torch.nn.functional as F
+# PyTorch warns when NumPy is not installed; nothing here needs NumPy.
+warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 
 DATA = Path(sys.argv[1]) if len(sys.argv) > 1 else Path({data_file!r})
 SEED = {seed}
@@ -74,7 +83,10 @@ torch.set_grad_enabled(False)
 
 
 def export_script(pack: Pack, settings: Settings, accepted: dict[str, str],
-                  filename: str = "backward.py") -> str:
+                  filename: str = "backward.py",
+                  statuses: Mapping[str, str] | None = None) -> str:
+    """The script; `statuses` (the store's, by step id) label each cell with how it was done."""
+    statuses = statuses or {}
     lesson = pack.lesson
     extra = "\n".join(ex.forward.strip() for ex in pack.exercises if ex.forward.strip())
     parts = [
@@ -94,7 +106,8 @@ def export_script(pack: Pack, settings: Settings, accepted: dict[str, str],
     ]
     for step in pack.gradient_steps:
         code = accepted.get(step.id, step.template).strip("\n")
-        state = "solved" if step.id in accepted else "not solved yet"
+        state = _STATE.get(statuses.get(step.id, ""), "done") if step.id in accepted \
+            else "not done yet: the template"
         given = "".join(
             f"d{name} = {name}.grad.clone()  # given\n" for name in step.given
         )

@@ -10,7 +10,7 @@ import ast
 import re
 import sys
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, cached_property
 from pathlib import Path
 
 if sys.version_info >= (3, 11):
@@ -129,6 +129,9 @@ class Exercise:
     kind: str
     steps: tuple[Step, ...]
     settings: dict = field(default_factory=dict)
+    # The exercises whose every step must be done before this one's first step opens; by
+    # default every earlier exercise (docs/packs.md).
+    requires: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -179,7 +182,7 @@ class Pack:
                 return ex
         raise KeyError(number)
 
-    @property
+    @cached_property  # parsed once: the screens ask for it on every refresh
     def forward_lines(self) -> tuple[ForwardLine, ...]:
         """The pack's forward pass followed by each exercise's extra lines, as executed."""
         lines: list[ForwardLine] = []
@@ -399,6 +402,14 @@ def load_pack(root: Path | None = None) -> Pack:
         where = f"{name}"
         kind = ex.get("kind", "gradient")
         steps = tuple(_load_step(s, number, where, kind) for s in raw.get("steps", []))
+        earlier = tuple(e.number for e in exercises)
+        requires = ex.get("requires", list(earlier))
+        if not isinstance(requires, list) or not all(
+                isinstance(n, int) and not isinstance(n, bool) for n in requires):
+            raise PackError(f"{where}: 'requires' must be a list of exercise numbers")
+        if unknown := [n for n in requires if n not in earlier]:
+            raise PackError(f"{where}: 'requires' names exercise {unknown[0]}, which is not an "
+                            "earlier exercise of the pack")
         exercises.append(
             Exercise(
                 number=number,
@@ -408,6 +419,7 @@ def load_pack(root: Path | None = None) -> Pack:
                 kind=kind,
                 steps=steps,
                 settings=raw.get("training", {}),
+                requires=tuple(requires),
             )
         )
     # A data file lives beside the pack or in the shared data folder; a pack without one makes

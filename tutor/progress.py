@@ -117,6 +117,11 @@ def _connect(path: Path) -> sqlite3.Connection:
         check = db.execute("PRAGMA quick_check").fetchone()[0]
         if check != "ok":
             raise _Unreadable(check)
+        if version == 0:
+            # A new database holds nothing to lose: creating it (the switch to WAL and the
+            # tables) need not wait for the disk, which costs the first launch tens of ms.
+            # Every later write says how durable it must be (see Store._write).
+            db.execute("PRAGMA synchronous = OFF")
         _use_wal(db)
         if version < len(MIGRATIONS):
             _migrate(db)
@@ -297,6 +302,10 @@ class Store:
         """Status of every step of the pack, in order (the rules are in curriculum)."""
         achieved = dict(self._read("SELECT step_id, status FROM steps WHERE status IS NOT NULL"))
         return curriculum.statuses(self.pack, achieved)
+
+    def revealed(self) -> set[str]:
+        """The steps whose solution was revealed before they were passed."""
+        return {sid for sid, st in self.statuses().items() if st is Status.REVEALED}
 
     def status(self, step_id: str) -> str:
         return self.statuses()[self._step(step_id).id]

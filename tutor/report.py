@@ -79,8 +79,20 @@ def row_mark(check: dict, passed: bool) -> str:
     return VERDICT_MARK[check["verdict"]]
 
 
-def row_detail(check: dict, passed: bool) -> str | None:
-    """The line under a row, if it needs one: what is wrong, or where to look."""
+def explained_below(check: dict, checks: Collection[dict]) -> bool:
+    """Whether the lines under a result that did not pass concern this row, which is right on
+    its own: it has a diagnosis of its own (aliasing, a fresh batch), or no other row failed,
+    so what failed is the whole answer. When another row is what failed, "see below" would
+    send the learner to text about another tensor."""
+    if check.get("diagnosis"):
+        return True
+    return not any(c is not check and (c["verdict"] not in ACCEPTED or c.get("diagnosis"))
+                   for c in checks)
+
+
+def row_detail(check: dict, passed: bool, checks: Collection[dict] = ()) -> str | None:
+    """The line under a row, if it needs one: what is wrong, or where to look. `checks` are
+    all the result's rows."""
     diagnosis = check.get("diagnosis")
     # A held-out failure is printed once, as the fresh batch's own line, not again here.
     if diagnosis and diagnosis.get("kind") != "heldout":
@@ -88,7 +100,8 @@ def row_detail(check: dict, passed: bool) -> str | None:
     if check["verdict"] not in ACCEPTED:
         return f"[{check['verdict']}] {check['message']}"
     if not passed:
-        return f"{check['verdict']} here, but see below"
+        return f"{check['verdict']} here, but see below" if explained_below(check, checks) \
+            else None
     if check.get("note"):  # accepted, with something worth knowing (a shape that broadcasts)
         return f"note: {check['note']}"
     return None
@@ -109,7 +122,7 @@ def format_result(result: dict, position: str | None = None, width: int | None =
     column = _label_width([row_label(c) for c in result["checks"]])
     for check in result["checks"]:
         lines.append(f"  {row_mark(check, passed)} {cmp_line(check, column)}")
-        detail = row_detail(check, passed)
+        detail = row_detail(check, passed, result["checks"])
         if detail:
             lines += wrap(detail, "      ", "        ", width)
     heldout = result.get("heldout")
@@ -149,7 +162,7 @@ def format_table(results: list[dict], tagged: Collection[str] = (),
         passed = bool(result["passed"])
         for check in result["checks"]:
             rows.append(f"{row_mark(check, passed)} {cmp_line(check, column, tag(result))}")
-            detail = row_detail(check, passed)
+            detail = row_detail(check, passed, result["checks"])
             if detail:
                 rows += wrap(detail, "      ", "        ", width)
         heldout = result.get("heldout")

@@ -16,6 +16,7 @@ from tutor.commands.base import (
     regraded_steps,
 )
 from tutor.config import Settings
+from tutor.curriculum import tally
 from tutor.export import export_script
 from tutor.session import save
 
@@ -33,8 +34,10 @@ def run_export(args: argparse.Namespace, settings: Settings) -> int:
         return 1
     with store:
         accepted = store.accepted_codes()
+        rows = store.summary()
     name = Path(args.out).name if args.out else "backward.py"
-    script = export_script(pack, settings, accepted, name)
+    statuses = {r["id"]: r["status"] for r in rows}
+    script = export_script(pack, settings, accepted, name, statuses)
     if not args.out:
         sys.stdout.write(script)
         return 0
@@ -42,9 +45,11 @@ def run_export(args: argparse.Namespace, settings: Settings) -> int:
         Path(args.out).write_text(script, encoding="utf-8")
     except (OSError, ValueError) as exc:
         raise UsageError(f"cannot write --out {args.out}: {_why(exc)}") from None
-    solved = sum(1 for s in pack.gradient_steps if s.id in accepted)
-    print(f"wrote {args.out}: {solved} of {len(pack.gradient_steps)} steps solved, the rest as "
-          f"templates. Run it with `python {args.out}`, check it with "
+    # The script holds the gradient steps; training is not one of its cells.
+    cells = tally(r for r in rows if not pack.step(r["id"]).is_training)
+    rest = ", the rest as templates" if cells.done < cells.steps else ""
+    print(f"wrote {args.out}: {cells.sentence()}{rest}. Run it with `python {args.out}`, "
+          f"check it with "
           f"`backprop-tutor check --all {args.out}`.", file=sys.stderr)
     return 0
 

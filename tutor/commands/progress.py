@@ -8,24 +8,12 @@ import sys
 
 from tutor.commands.base import Command, UsageError, lesson_pack, open_store, step_id
 from tutor.config import Settings
+from tutor.curriculum import tally
 from tutor.results import Status
 
 
 def _progress_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print a JSON object")
-
-
-def totals(rows: list[dict]) -> dict:
-    """The whole lesson in numbers, from `Store.summary()`'s rows."""
-    return {
-        "steps": len(rows),
-        "done": sum(Status(r["status"]).done for r in rows),
-        "exact": sum(r["status"] == "exact" for r in rows),
-        "revealed": sum(r["status"] == "revealed" for r in rows),
-        "attempts": sum(r["attempts"] for r in rows),
-        "hints": sum(r["hints"] for r in rows),
-        "seconds": round(sum(r["seconds"] for r in rows), 1),
-    }
 
 
 def progress_table(rows: list[dict]) -> str:
@@ -37,14 +25,15 @@ def progress_table(rows: list[dict]) -> str:
         lines.append(f"{Status(r['status']).mark:<2} {number:>2}. {r['id']:<24} "
                      f"{r['status']:<9} {r['attempts']:>8} {r['hints']:>5} "
                      f"{best_maxdiff(r):>13} {duration(r['seconds']):>7}")
-    lines.append("\n" + summary_line(totals(rows)))
+    lines.append("\n" + summary_line(rows))
     return "\n".join(lines)
 
 
-def summary_line(total: dict) -> str:
-    return (f"{total['done']} of {total['steps']} steps done ({total['exact']} exact, "
-            f"{total['revealed']} revealed), {total['attempts']} attempts, "
-            f"{total['hints']} hints, {duration(total['seconds'])}")
+def summary_line(rows: list[dict]) -> str:
+    """"8 of 22 steps done (6 exact, 2 passed), 31 attempts, 4 hints, 12m05"."""
+    total = tally(rows)
+    return (f"{total.sentence()}, {total.attempts} attempts, {total.hints} hints, "
+            f"{duration(total.seconds)}")
 
 
 def best_maxdiff(row: dict) -> str:
@@ -58,7 +47,7 @@ def run_progress(args: argparse.Namespace, settings: Settings) -> int:
     with store:
         rows = store.summary()
     if args.json:
-        print(json.dumps({"steps": rows, "total": totals(rows)}, indent=2))
+        print(json.dumps({"steps": rows, "total": tally(rows).to_dict()}, indent=2))
     else:
         print(progress_table(rows))
     return 0
@@ -97,7 +86,7 @@ def run_reset(args: argparse.Namespace, settings: Settings) -> int:
                     "attempt history, time and training runs are kept.")
         else:
             affected = [d for d in store.dependents(sid)
-                        if store.status(d) in ("passed", "exact", "revealed")]
+                        if Status(store.status(d)).done]
             plan = f"This clears {sid}: its status, accepted code, hints and draft."
             if affected:
                 plan += (" These later steps replay its code, so they go back to be redone "

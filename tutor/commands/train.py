@@ -10,6 +10,7 @@ import argparse
 import json
 import sys
 import threading
+import time
 
 from tutor.commands.base import Command, UsageError, lesson_pack, open_store, read_source
 from tutor.config import Settings
@@ -27,6 +28,7 @@ from tutor.training.plan import (
     training_draft,
 )
 
+LOG_INTERVAL = 2.0  # seconds between progress lines written to a file or a pipe
 BAR_WIDTH = 24
 
 
@@ -81,7 +83,12 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         print("\n".join(wrap(note, "note: ", " " * 6, width)), file=sys.stderr)
     payload = {"code": code, "steps": args.steps, "gradcheck_steps": args.gradcheck_steps,
                "compile": args.compile, "reference": args.reference}
-    show = Progress(sys.stderr) if sys.stderr.isatty() else None
+    show: Progress | ProgressLog | None = None
+    if sys.stderr.isatty():
+        show = Progress(sys.stderr)
+    elif not sys.stdout.isatty() and not args.json:
+        # `train > log`: the progress goes into the log as it happens, a line at a time.
+        show = ProgressLog(sys.stdout)
     try:
         with Evaluator(settings) as ev:
             result, interrupted = _run(ev, payload, show)
@@ -121,7 +128,7 @@ def _training_code(args: argparse.Namespace, pack: Pack,
     if args.reference:
         return training_code(pack, None, args.steps), None
     accepted = store.accepted_codes()
-    assembled = training_code(pack, accepted, args.steps)
+    assembled = training_code(pack, accepted, args.steps, store.revealed())
     draft = None if args.from_exercises else training_draft(store, pack)
     if draft is None:
         missing = [s.step.id for s in backward_sections(pack, accepted) if not s.yours]
@@ -153,7 +160,8 @@ def _say(origin: str | None) -> None:
         print("\n".join(wrap(origin, "backprop-tutor train: ", "  ")), file=sys.stderr)
 
 
-def _run(ev: Evaluator, payload: dict, show: Progress | None) -> tuple[dict, bool]:
+def _run(ev: Evaluator, payload: dict,
+         show: Progress | ProgressLog | None) -> tuple[dict, bool]:
     """The request runs in a thread so Ctrl+C reaches us: the first one cancels the run (its
     partial result still comes back), a second one gives up waiting."""
     box: dict = {}
@@ -228,6 +236,26 @@ class Progress:
             self.stream.write("\r" + " " * self.width + "\r")
             self.stream.flush()
             self.width = 0
+
+
+class ProgressLog:
+    """Progress for a file or a pipe: whole lines, flushed at once, at most one per
+    LOG_INTERVAL seconds within a phase (and one at each new phase)."""
+
+    def __init__(self, stream) -> None:
+        self.stream = stream
+        self.phase: str | None = None
+        self.last = 0.0
+
+    def update(self, p: dict) -> None:
+        now = time.monotonic()
+        if p["phase"] == self.phase and now - self.last < LOG_INTERVAL:
+            return
+        self.phase, self.last = p["phase"], now
+        print(progress_line(p), file=self.stream, flush=True)
+
+    def clear(self) -> None:
+        pass  # lines in a log stay
 
 
 def progress_line(p: dict) -> str:

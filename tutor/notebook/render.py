@@ -12,7 +12,6 @@ from tutor.commands.progress import (
     duration,
     progress_table,
     summary_line,
-    totals,
 )
 from tutor.notebook.png import heatmap_png
 from tutor.report import format_result, row_detail, row_label, row_mark
@@ -171,7 +170,7 @@ def progress_bundle(rows: list[dict]) -> Bundle:
         (f"<code>{html.escape(r['id'])}</code>", "left"), (r["status"], "left"),
         (r["attempts"], "right"), (r["hints"], "right"), (best_maxdiff(r), "right"),
         (duration(r["seconds"]), "right")]) for n, r in enumerate(rows, start=1))
-    summary = summary_line(totals(rows))
+    summary = summary_line(rows)
     page = (f"<div style=\"{_STYLE}\"><table style=\"border-collapse: collapse\">"
             f"{head}{body}</table><div>{summary}</div></div>")
     return {"text/plain": progress_table(rows), "text/html": page}

@@ -27,6 +27,7 @@ from tutor.training.plan import (
     training_code,
     training_exercise,
     training_step,
+    with_header,
 )
 from tutor.training.run import (
     BATCH_CHUNK,
@@ -82,4 +83,5 @@ __all__ = [
     "training_namespace",
     "training_sizes",
     "training_step",
+    "with_header",
 ]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import ast
 import math
 import textwrap
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
@@ -207,6 +207,20 @@ def _spaced(number: int) -> str:
     return f"{number:,}".replace(",", " ")
 
 
+HEADER_START = "# One training step, run "
+
+
+def with_header(code: str, s: TrainingSettings) -> str:
+    """`code` with its opening comment (the header `training_code` writes) saying the run `s`
+    describes, so the comment never names another step count than the run will train. Code
+    that does not open with that header is left as it is."""
+    if not code.startswith(HEADER_START):
+        return code
+    lines = code.split("\n")
+    end = next((i for i, line in enumerate(lines) if not line.startswith("#")), len(lines))
+    return "\n".join([_header(s), *lines[end:]])
+
+
 def _header(s: TrainingSettings) -> str:
     if s.optimizer:
         args = ", ".join(f"{k}={v:g}" for k, v in s.optimizer_args.items())
@@ -216,7 +230,7 @@ def _header(s: TrainingSettings) -> str:
         update = ["# After it: each parameter p moves by -lr * dp,"]
     grads = ", ".join(s.grad_names)
     return "\n".join([
-        f"# One training step, run {_spaced(s.steps)} times, with no autograd anywhere.",
+        f"{HEADER_START}{_spaced(s.steps)} times, with no autograd anywhere.",
         f"# Before it: a seeded batch Xb, Yb of n = {s.batch_size} examples.",
         *update,
         f"#   lr = {s.lr:g}, then {s.lr_after_decay:g} from step {_spaced(s.lr_decay_step)}.",
@@ -226,19 +240,26 @@ def _header(s: TrainingSettings) -> str:
 
 
 def training_code(pack: Pack, accepted: Mapping[str, str] | None = None,
-                  steps: int | None = None) -> str:
+                  steps: int | None = None, revealed: Collection[str] = ()) -> str:
     """The text of the exercise-4 editor: forward lines, then the learner's backward pass.
 
     `accepted` maps step ids to accepted code (the store's accepted_codes()); None assembles
-    the reference solutions. `steps` only changes the count the header mentions.
+    the reference solutions. `steps` only changes the count the header mentions; `revealed`
+    names the steps whose accepted code is the reference solution the learner was shown.
     """
     s = TrainingSettings.from_pack(pack, steps=steps)
     sections = backward_sections(pack, accepted)
+
+    def origin(sec: Section) -> str:
+        if not sec.yours:
+            return "reference solution"
+        return "revealed solution" if sec.step.id in revealed else "your code"
+
     if s.assembled:
         parts = [_header(s), "", "# your functions"]
         for sec in sections:
-            origin = "your code" if sec.yours else "reference solution"
-            parts += [f"# {sec.step.title} (exercise {sec.step.exercise}, {origin})", sec.code, ""]
+            parts += [f"# {sec.step.title} (exercise {sec.step.exercise}, {origin(sec)})",
+                      sec.code, ""]
         parts += ["# forward pass", s.forward_code, "", "# backward pass, from your functions",
                   s.driver]
         return "\n".join(parts) + "\n"
@@ -246,8 +267,7 @@ def training_code(pack: Pack, accepted: Mapping[str, str] | None = None,
     forward = forward_for(pack, backward, s.loss_line)
     parts = [_header(s), "", "# forward pass", *forward, s.loss_line, "", "# backward pass"]
     for sec in sections:
-        origin = "your code" if sec.yours else "reference solution"
-        parts.append(f"# {sec.step.title} (exercise {sec.step.exercise}, {origin})")
+        parts.append(f"# {sec.step.title} (exercise {sec.step.exercise}, {origin(sec)})")
         parts.append(sec.code)
     return "\n".join(parts) + "\n"
 

@@ -26,12 +26,12 @@ from textual.screen import Screen
 
 from tutor.config import Settings
 from tutor.packs import Pack, Step, find_pack, load_pack
-from tutor.sandbox.client import EvaluatorNotReady
 from tutor.session import Session
+from tutor.ui import palette
 from tutor.ui.activity import ActiveClock
 from tutor.ui.messages import EvaluatorFailed, EvaluatorReady, TrainingRecorded
 from tutor.ui.screens.lesson import LessonScreen, describe
-from tutor.ui.screens.packs import PackScreen, offered_packs
+from tutor.ui.screens.packs import PackScreen, last_pack, offered_packs, remember_pack
 from tutor.ui.widgets.editor import CodeEditor
 
 if TYPE_CHECKING:
@@ -48,7 +48,7 @@ SHORT = 32  # below this many rows the panels use their compact sizes
 # The help lists the lesson's keys and the app's in one table: the footer's keys first, in the
 # footer's order, then the quieter ones, then help and quit.
 HELP_ORDER = ("check", "hint", "reveal", "scratch", "explain", "next_step", "previous_step",
-              "reset_step", "progress", "toggle_steps", "help", "quit")
+              "reset_step", "progress", "toggle_steps", "lessons", "help", "quit")
 
 
 def _step_commands():
@@ -71,6 +71,8 @@ class TutorApp(App[int], inherit_bindings=False):
     BINDINGS = [
         Binding("ctrl+o", "progress", "Progress", id="progress", show=False,
                 tooltip="Status, attempts, hints and time per step, and in total"),
+        Binding("ctrl+l", "lessons", "Lessons", id="lessons", show=False,
+                tooltip="Save and choose another lesson (each keeps its own progress)"),
         Binding("f9,question_mark", "help", "Keys", id="help",
                 tooltip="List every key (? works outside the editor)"),
         Binding("ctrl+q", "quit", "Quit", id="quit", priority=True, show=False,
@@ -87,15 +89,20 @@ class TutorApp(App[int], inherit_bindings=False):
         *,
         greet: bool = True,
         packs: list[str] | None = None,
+        lessons: list[str] | None = None,
     ) -> None:
         """`greet=False` skips the welcome and the exercise introductions (for tests that
         drive the lesson from a fresh start). With more than one pack in `packs` the app asks
         which to open first, then opens its progress itself; an evaluator passed in must serve
-        the pack chosen."""
+        the pack chosen. `lessons` are the packs ctrl+l offers instead of the open one (by
+        default `packs`): the app then ends with `choose_again` set."""
         super().__init__()
+        palette.install(self)
         self.settings = settings
         self.greet = greet
         self.packs = list(packs or [])
+        self.lessons = list(lessons or packs or [])
+        self.choose_again = False  # the learner asked for the chooser: run_app shows it
         if store is not None and self.choosing:
             raise ValueError("a progress store belongs to one pack: give a store or a choice "
                              "of packs, not both")
@@ -141,6 +148,8 @@ class TutorApp(App[int], inherit_bindings=False):
             from tutor.progress import Store
 
             self._store = Store.open(self.settings.data_home, self._pack)
+        if name in self.lessons:
+            remember_pack(self.settings.data_home, name)
 
     def _new_lesson(self) -> LessonScreen:
         self.lesson = LessonScreen(self.pack, self.store, greet=self.greet)
@@ -159,8 +168,12 @@ class TutorApp(App[int], inherit_bindings=False):
         self.set_interval(TIME_FLUSH, self.flush_time)
         if self.lesson is not None:
             self._show_notices()
+            if len(self.lessons) > 1:
+                self.notify(f"{self.pack.title}, as last time: ctrl+l chooses another lesson.",
+                            title="Lesson", timeout=6)
         else:
-            self.push_screen(PackScreen(self.packs), self._pack_chosen)
+            self.push_screen(PackScreen(self.packs, last_pack(self.settings.data_home)),
+                             self._pack_chosen)
 
     def _pack_chosen(self, name: str | None) -> None:
         from tutor.progress import StoreError
@@ -181,6 +194,10 @@ class TutorApp(App[int], inherit_bindings=False):
     def _show_notices(self) -> None:
         for notice in self.store.notices:
             self.notify(str(notice), title="Progress", timeout=8)
+
+    def watch_theme(self, _theme: str) -> None:
+        palette.install(self)  # the panels' Rich styles follow the new theme
+        self.refresh_css()
 
     def on_resize(self, event: events.Resize) -> None:
         self._fit_to_terminal(event.size.width, event.size.height)
@@ -272,6 +289,8 @@ class TutorApp(App[int], inherit_bindings=False):
 
     @work(thread=True, exclusive=True, group="evaluator", exit_on_error=False)
     def _start_evaluator(self) -> None:
+        from tutor.sandbox.client import EvaluatorNotReady  # after the first frame, off its path
+
         try:
             evaluator = self.evaluator
             evaluator.start()
@@ -305,7 +324,14 @@ class TutorApp(App[int], inherit_bindings=False):
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         # No progress to show while the learner is still choosing a pack.
+        if action == "lessons":
+            return self.lesson is not None and len(self.lessons) > 1
         return not (action == "progress" and self.lesson is None)
+
+    async def action_lessons(self) -> None:
+        """Save, leave, and have `run_app` ask which lesson to open."""
+        self.choose_again = True
+        await self.action_quit()
 
     def action_progress(self) -> None:
         from tutor.ui.screens.progress import ProgressScreen
@@ -336,6 +362,9 @@ class TutorApp(App[int], inherit_bindings=False):
                                 self.action_progress)
             yield SystemCommand("Welcome", "The first page again: what this is, the keys",
                                 self.lesson.show_welcome)
+            if len(self.lessons) > 1:
+                yield SystemCommand("Lessons", "Save and choose another lesson",
+                                    self.action_lessons)
         yield SystemCommand("Keys", "List every key", self.action_help)
         # Textual's own "Keys" opens a panel of the same bindings: one "Keys" is enough.
         yield from (c for c in super().get_system_commands(screen) if c.title != "Keys")
@@ -387,29 +416,41 @@ class TutorApp(App[int], inherit_bindings=False):
 def run_app(settings: Settings, packs: list[str] | None = None) -> int:
     """Open the learner's progress, start the checker and run the TUI until they quit.
 
-    `packs` are the packs to choose from at launch; by default the installed ones when the
-    learner named none (see `offered_packs`), and `[]` opens `settings.pack` without asking.
+    `packs` are the packs to choose from; by default the installed ones when the learner named
+    none (see `offered_packs`), and `[]` opens `settings.pack` without asking. With a choice,
+    the lesson opened last opens directly, and ctrl+l in it brings the chooser back.
     """
-    from tutor.progress import Store, StoreError
-    from tutor.sandbox.client import Evaluator
-
     offered = offered_packs(settings) if packs is None else packs
-    if len(offered) > 1:
-        # The pack is not known yet: the app opens its progress and checker once chosen.
-        chooser = TutorApp(settings, packs=offered)
-        chooser.run()
-        return chooser.return_code or 0
+    ask = last_pack(settings.data_home) not in offered
+    while True:
+        if len(offered) > 1 and ask:
+            # The pack is not known yet: the app opens its progress and checker once chosen.
+            app = TutorApp(settings, packs=offered)
+            app.run()
+        else:
+            name = last_pack(settings.data_home) if len(offered) > 1 else settings.pack
+            app = _run_lesson(replace(settings, pack=name or settings.pack), offered)
+            if app is None:
+                return 1
+        if not app.choose_again:
+            return app.return_code or 0
+        ask = True
+
+
+def _run_lesson(settings: Settings, lessons: list[str]) -> TutorApp | None:
+    """Run the TUI on `settings.pack` with its progress store, closed after. The app makes its
+    checker itself once the first frame is out, and closes it."""
+    from tutor.progress import Store, StoreError
+
     pack = load_pack(find_pack(settings.pack))
     try:
         store = Store.open(settings.data_home, pack)
     except StoreError as exc:
         print(f"backprop-tutor: {exc}")
-        return 1
-    evaluator = Evaluator(settings)
+        return None
     try:
-        app = TutorApp(settings, store=store, evaluator=evaluator)
+        app = TutorApp(settings, store=store, lessons=lessons)
         app.run()
     finally:
-        evaluator.close()
         store.close()
-    return app.return_code or 0
+    return app

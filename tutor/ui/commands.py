@@ -28,10 +28,10 @@ class StepCommands(Provider):
             status = statuses.get(step.id, "locked")
             exercise = pack.exercise(step.exercise)
             if step.is_training:
-                # Unlocked by every gradient being in place, not by the step before it.
+                # Unlocked by the exercises it requires, not by the step before it.
                 if remaining_before(pack, step, statuses):
                     continue
-                marker = "★" if status == "unlocked" else MARKERS[status]
+                marker = MARKERS["training" if status == "unlocked" else status]
             elif not is_enterable(status):
                 continue
             else:

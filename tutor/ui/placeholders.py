@@ -8,7 +8,9 @@ assignment.
 
 from __future__ import annotations
 
+import io
 import re
+import tokenize
 
 PLACEHOLDER = "..."
 
@@ -50,3 +52,16 @@ def merge_typed_assignment(line: str) -> tuple[str, int] | None:
         return None
     indent, own = match.group("indent"), match.start("own")
     return indent + line[own:], own - len(indent)
+
+
+def code_end(line: str) -> int:
+    """The column where a line's code ends: before its trailing comment and the spaces ahead of
+    it, or the line's end when it has no comment (or is a comment, or not whole Python)."""
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(line).readline))
+    except (tokenize.TokenError, SyntaxError):
+        return len(line)
+    comment = next((t for t in tokens if t.type == tokenize.COMMENT), None)
+    if comment is None or not line[:comment.start[1]].strip():
+        return len(line)
+    return len(line[:comment.start[1]].rstrip())

@@ -8,11 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from tutor.curriculum import blockers
 from tutor.packs import Pack, Step
+from tutor.ui.palette import ALERT, GOOD, INFO, LOCKED, REVEAL, TEXT
 
 DONE = frozenset({"passed", "exact", "revealed"})
 
-# A marker per status that reads without colour; colour only reinforces it.
+# A marker per status that reads without colour; colour (the theme's, see palette) only
+# reinforces it.
 MARKERS: dict[str, str] = {
     "current": "▶",
     "locked": "·",
@@ -20,15 +23,17 @@ MARKERS: dict[str, str] = {
     "passed": "✓",
     "exact": "≡",
     "revealed": "◇",
+    "training": "★",  # the training exercise, once it is open
 }
 
 STATUS_STYLES: dict[str, str] = {
-    "current": "bold #e5c07b",
-    "locked": "#5c6370",
-    "unlocked": "#abb2bf",
-    "passed": "#56b6c2",
-    "exact": "bold #98c379",
-    "revealed": "#c678dd",
+    "current": ALERT,
+    "locked": LOCKED,
+    "unlocked": TEXT,
+    "passed": INFO,
+    "exact": GOOD,
+    "revealed": REVEAL,
+    "training": ALERT,
 }
 
 STATUS_WORDS: dict[str, str] = {
@@ -38,6 +43,7 @@ STATUS_WORDS: dict[str, str] = {
     "passed": "passed (approximately equal)",
     "exact": "exact (bit for bit)",
     "revealed": "solution revealed",
+    "training": "training, once every exercise it needs is done",
 }
 
 
@@ -50,12 +56,8 @@ def is_enterable(status: str) -> bool:
 
 
 def remaining_before(pack: Pack, step: Step, statuses: Mapping[str, str]) -> list[Step]:
-    """The gradient steps of earlier exercises that are not done yet (what stands in the way)."""
-    return [
-        s
-        for s in pack.gradient_steps
-        if s.exercise < step.exercise and not is_done(statuses.get(s.id, "locked"))
-    ]
+    """The steps not done yet that keep `step` locked (see `curriculum.blockers`)."""
+    return blockers(pack, step.id, {sid for sid, st in statuses.items() if is_done(str(st))})
 
 
 def position_in_lesson(pack: Pack, step: Step) -> tuple[int, int]:

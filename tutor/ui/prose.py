@@ -34,7 +34,7 @@ def prose(message: str, style: str = "") -> Text:
     """One flowing paragraph per paragraph of the source: single line breaks become spaces (the
     terminal wraps), blank lines stay, `code` is shown as code and *emphasis* as emphasis."""
     paragraphs = [" ".join(p.split()) for p in re.split(r"\n\s*\n", message.strip())]
-    text = Text(style=style)
+    text = Text()
     for i, paragraph in enumerate(paragraphs):
         if i:
             text.append("\n")
@@ -43,4 +43,8 @@ def prose(message: str, style: str = "") -> Text:
                 text.append(piece, style=CODE_STYLE)
             else:
                 _inline(piece, text)
+    # A span under the others rather than the text's own style: widgets that turn Rich text
+    # into Textual content drop a style name given that way (see palette.resolved).
+    if style:
+        text.stylize_before(style)
     return text

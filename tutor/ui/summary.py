@@ -1,4 +1,5 @@
-"""Tallies of the learner's progress, for the completion moments and the progress view.
+"""What the completion moments and the progress view say about the learner's progress (the
+counts themselves are `curriculum.tally`).
 
 Plain functions over the store's `summary()` rows (one dict per step: id, exercise, status,
 attempts, hints, best_maxdiff, seconds), so they are easy to test and need no Textual.
@@ -7,38 +8,9 @@ attempts, hints, best_maxdiff, seconds), so they are easy to test and need no Te
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 
 from tutor.packs import Pack
 from tutor.ui.progress_view import is_done
-
-
-@dataclass(frozen=True)
-class Tally:
-    steps: int
-    exact: int
-    passed: int  # approximately equal to autograd
-    revealed: int
-    attempts: int
-    hints: int
-    seconds: float
-
-    @property
-    def done(self) -> int:
-        return self.exact + self.passed + self.revealed
-
-
-def tally(rows: Iterable[Mapping]) -> Tally:
-    rows = list(rows)
-    return Tally(
-        steps=len(rows),
-        exact=sum(r["status"] == "exact" for r in rows),
-        passed=sum(r["status"] == "passed" for r in rows),
-        revealed=sum(r["status"] == "revealed" for r in rows),
-        attempts=sum(r["attempts"] for r in rows),
-        hints=sum(r["hints"] for r in rows),
-        seconds=sum(r["seconds"] for r in rows),
-    )
 
 
 def done_exercises(pack: Pack, statuses: Mapping[str, str]) -> set[int]:
@@ -70,9 +42,3 @@ def short_duration(seconds: float) -> str:
     hours, rest = divmod(total, 3600)
     minutes, secs = divmod(rest, 60)
     return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
-
-
-def outcome(t: Tally) -> str:
-    """"12 exact, 6 approximate, 2 revealed" (the parts that are not zero)."""
-    parts = [(t.exact, "exact"), (t.passed, "approximate"), (t.revealed, "revealed")]
-    return ", ".join(f"{n} {word}" for n, word in parts if n) or "none done yet"

@@ -17,22 +17,24 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
+from tutor.curriculum import Tally, tally
 from tutor.packs import Exercise, Pack
+from tutor.ui.palette import ALERT, DIM, GOOD
 from tutor.ui.prose import prose
-from tutor.ui.summary import Tally, duration, hardest, outcome, short_duration, tally
+from tutor.ui.summary import duration, hardest, short_duration
 
-GOOD, DIM, TITLE = "bold #98c379", "#7f8896", "bold #e5c07b"
+TITLE = ALERT
 
 
 def _figures(t: Tally) -> Table:
     table = Table(box=None, show_header=False, pad_edge=False, padding=(0, 2, 0, 0))
-    table.add_column("what", style=DIM, no_wrap=True)
+    table.add_column("what", no_wrap=True)
     table.add_column("value")
-    table.add_row("steps", f"{t.steps}: {outcome(t)}")
+    table.add_row(Text.styled("steps", DIM), t.sentence())
     per_step = f" ({t.attempts / t.steps:.1f} per step)" if t.steps > 1 and t.attempts else ""
-    table.add_row("attempts", f"{t.attempts}{per_step}")
-    table.add_row("hints", str(t.hints))
-    table.add_row("time", duration(t.seconds))
+    table.add_row(Text.styled("attempts", DIM), f"{t.attempts}{per_step}")
+    table.add_row(Text.styled("hints", DIM), str(t.hints))
+    table.add_row(Text.styled("time", DIM), duration(t.seconds))
     return table
 
 
@@ -53,7 +55,7 @@ def run_lines(run: Mapping | None) -> list[RenderableType]:
     if losses.plain:
         lines.append(losses)
     if run.get("samples"):
-        lines.append(Text("  ".join(run["samples"][:8]), style="bold"))
+        lines.append(Text.styled("  ".join(run["samples"][:8]), "bold"))
     return lines
 
 
@@ -61,12 +63,12 @@ def exercise_view(pack: Pack, exercise: Exercise, rows: Sequence[Mapping],
                   run: Mapping | None, following: Exercise | None) -> Group:
     mine = [r for r in rows if r["exercise"] == exercise.number]
     parts: list[RenderableType] = [
-        Text(f"✓ Exercise {exercise.number} done: {exercise.title}", style=TITLE), Text(""),
+        Text.styled(f"✓ Exercise {exercise.number} done: {exercise.title}", TITLE), Text(""),
         _figures(tally(mine))]
     tough = hardest(mine, pack)
     if tough and len(mine) > 1:
-        parts.append(Text("Took the most tries: " + ", ".join(f"{t} ({n})" for t, n in tough),
-                          style=DIM))
+        tries = ", ".join(f"{t} ({n})" for t, n in tough)
+        parts.append(Text.styled(f"Took the most tries: {tries}", DIM))
     if exercise.kind == "training":
         parts += [Text(""), *run_lines(run)]
     if following is not None:
@@ -78,17 +80,17 @@ def exercise_view(pack: Pack, exercise: Exercise, rows: Sequence[Mapping],
 def lesson_view(pack: Pack, rows: Sequence[Mapping], run: Mapping | None) -> Group:
     total = tally(rows)
     parts: list[RenderableType] = [
-        Text(f"★ Lesson complete: {pack.title}", style=TITLE),
-        Text("Every gradient of the network, by hand, and a network trained on them.", style=GOOD),
+        Text.styled(f"★ Lesson complete: {pack.title}", TITLE),
+        Text.styled("Every gradient of the network, by hand, and a network trained on them.", GOOD),
         Text(""), _figures(total), Text("")]
     table = Table(box=None, pad_edge=False, padding=(0, 2, 0, 0), title_justify="left")
     for name, justify in (("exercise", "left"), ("steps", "left"), ("tries", "right"),
                           ("hints", "right"), ("time", "right")):
         # Only the exercise's title may wrap: the numbers must stay whole at 80 columns.
-        table.add_column(name, justify=justify, no_wrap=name != "exercise", header_style=DIM)
+        table.add_column(Text.styled(name, DIM), justify=justify, no_wrap=name != "exercise")
     for ex in pack.exercises:
         t = tally(r for r in rows if r["exercise"] == ex.number)
-        table.add_row(f"{ex.number} {ex.title}", outcome(t), str(t.attempts), str(t.hints),
+        table.add_row(f"{ex.number} {ex.title}", t.parts, str(t.attempts), str(t.hints),
                       short_duration(t.seconds))
     parts.append(table)
     if run:

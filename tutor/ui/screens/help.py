@@ -12,6 +12,7 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static, TextArea
 
+from tutor.ui.palette import ALERT, DIM
 from tutor.ui.progress_view import MARKERS, STATUS_STYLES, STATUS_WORDS
 
 
@@ -23,15 +24,16 @@ def _keys(binding: Binding, app) -> str:
 def bindings_table(title: str, bindings: Iterable[Binding], app) -> Table:
     table = Table(title=title, title_justify="left", title_style="bold", box=None,
                   padding=(0, 2, 0, 0), show_header=False)
-    table.add_column("keys", style="bold #e5c07b", no_wrap=True)
+    # Styles on cells rather than columns: a console without the theme then renders plainly.
+    table.add_column("keys", no_wrap=True)
     table.add_column("what it does")
     for binding in bindings:
         if not binding.description:
             continue
         text = Text(binding.description)
         if binding.tooltip:
-            text.append(f": {binding.tooltip}", style="#7f8896")
-        table.add_row(_keys(binding, app), text)
+            text.append(f": {binding.tooltip}", style=DIM)
+        table.add_row(Text.styled(_keys(binding, app), ALERT), text)
     return table
 
 
@@ -41,7 +43,7 @@ def legend() -> Table:
     table.add_column("marker", no_wrap=True)
     table.add_column("meaning")
     for status, marker in MARKERS.items():
-        table.add_row(Text(marker, style=STATUS_STYLES[status]), STATUS_WORDS[status])
+        table.add_row(Text.styled(marker, STATUS_STYLES[status]), STATUS_WORDS[status])
     return table
 
 

@@ -24,10 +24,13 @@ from textual.timer import Timer
 from textual.widgets import OptionList, TextArea
 from textual.widgets.text_area import Selection
 
+from tutor import curriculum
 from tutor.packs import Exercise, Pack, Step
+from tutor.results import CheckResult, Status
 from tutor.source import size_problem
 from tutor.ui.highlight import warm_up
 from tutor.ui.messages import CheckFailed, CheckFinished, ScratchFinished
+from tutor.ui.palette import BAD, DIM, WARN
 from tutor.ui.progress_view import (
     differentiated_lines,
     is_done,
@@ -49,17 +52,26 @@ if TYPE_CHECKING:
 
 DRAFT_DELAY = 0.5  # seconds of quiet typing before the draft is saved
 NARROW = 100  # below this many columns the steps sidebar starts hidden
-IDLE = Text("Write the gradient in the editor, then press ^j or F5 to compare it with autograd. "
-            "F1 gives a hint.", style="#7f8896")
+DONE_WORDS = {"exact": "≡ Done: your code matched autograd bit for bit.",
+              "passed": "✓ Done: your code matched autograd within float32 rounding.",
+              "revealed": "◇ Done by revealing the solution; a passing check of your own "
+                          "version is still recorded."}
 
 
-def idle_text(step: Step) -> Text:
-    """What the empty feedback panel says before the first check of a step."""
+def idle_text(step: Step, status: str = "unlocked") -> Text:
+    """What the empty feedback panel says before the step's first check in this session: what
+    to do on an open step, how it went on a finished one."""
+    if status in DONE_WORDS:
+        return Text.styled(f"{DONE_WORDS[status]} ^j checks the editor's code again; ^n goes on.",
+                           DIM)
     if step.function is None:
-        return IDLE
-    return Text(f"Write the function in the editor, then press ^j or F5: the tutor calls it as "
-                f"`{step.function.call}`, on the lesson's tensors and then at freshly drawn "
-                "sizes. F1 gives a hint.", style="#7f8896")
+        return Text.styled(
+            "Write the gradient in the editor, then press ^j or F5 to compare it with "
+            "autograd. F1 gives a hint.", DIM)
+    return Text.styled(
+        f"Write the function in the editor, then press ^j or F5: the tutor calls it as "
+        f"`{step.function.call}`, on the lesson's tensors and then at freshly drawn "
+        "sizes. F1 gives a hint.", DIM)
 
 
 class LessonScreen(Screen[None]):
@@ -95,6 +107,11 @@ class LessonScreen(Screen[None]):
         self.greet = greet
         self.checking = False  # a check is under way
         self.scratching = False  # a run without grading is under way
+        # A check or a run asked for while another was under way: (action, step id). It starts
+        # when the running one ends, on the code in the editor then, so the panel always ends
+        # on the verdict of the code on screen.
+        self._queued: tuple[str, str] | None = None
+        self._unrecorded: list[CheckFinished] = []  # verdicts on screen, attempts not yet saved
         self.step: Step = self._opening_step()
         # This session's last result per step: the result, the step it unlocked, and whether
         # it passed a step that stays revealed.
@@ -103,7 +120,13 @@ class LessonScreen(Screen[None]):
         self._editor_text = ""
         self._draft_timer: Timer | None = None
         self._steps_chosen = False  # set once the learner shows or hides the sidebar
-        self._done = done_exercises(pack, store.statuses())  # for completion moments
+        # The steps sidebar is filled once the first frame is out: laying out every step's
+        # option is the first frame's largest cost.
+        self._first_frame_out = False
+        # Every step's status as last read from the store: the verdict is shown before the
+        # attempt is written, with what it will unlock worked out from these.
+        self._statuses = store.statuses()
+        self._done = done_exercises(pack, self._statuses)  # for completion moments
 
     @property
     def tutor(self) -> TutorApp:
@@ -130,8 +153,19 @@ class LessonScreen(Screen[None]):
         self.tutor.count_time_on(self.step.id)
         self._open(self.step)
         self.query_one(Feedback).show_status(
-            Text("Loading PyTorch… you can start typing; checks run once it is ready.",
-                 style="#7f8896"))
+            Text.styled("Loading PyTorch… you can start typing; checks run once it is ready.",
+                        DIM))
+
+    def _after_first_frame(self) -> None:
+        self._first_frame_out = True
+        self._show_progress(self._statuses)  # now the steps sidebar too
+        self.tutor.start_evaluator()
+        self._greet()
+        self.call_after_refresh(self._highlight_code)
+
+    def _greet(self) -> None:
+        """The welcome on the first launch, else the open exercise's introduction the first
+        time: over the lesson's first frame, not in it (Markdown is slow to start)."""
         if self.greet and self.store.remembered("welcomed") is None:
             first = self.pack.exercises[0]
             self.store.remember("welcomed", "1")
@@ -139,10 +173,6 @@ class LessonScreen(Screen[None]):
             self.show_welcome()
         else:
             self._introduce(self.step.exercise)
-
-    def _after_first_frame(self) -> None:
-        self.tutor.start_evaluator()
-        self.call_after_refresh(self._highlight_code)
 
     def _highlight_code(self) -> None:
         """Turn syntax highlighting on once the first frame is out (the lexer is slow to build)."""
@@ -204,7 +234,7 @@ class LessonScreen(Screen[None]):
         self.query_one(TopBar).show_device("PyTorch unavailable", ready=False)
         self.checking = False
         self.query_one(Feedback).show_status(Text.assemble(
-            ("The checker could not start: ", "bold #e06c75"), message))
+            ("The checker could not start: ", BAD), message))
         self.refresh_bindings()
 
     # -- steps ----------------------------------------------------------------------------
@@ -223,24 +253,17 @@ class LessonScreen(Screen[None]):
         """Open a step if it is not locked; say why when it is."""
         step = self.pack.step(step_id)
         statuses = self.store.statuses()
-        if step.is_training:
-            left = remaining_before(self.pack, step, statuses)
-            if left:
-                self.notify(f"Training opens once every gradient is in place: "
-                            f"{len(left)} step{'s' if len(left) != 1 else ''} before it "
-                            f"{'are' if len(left) != 1 else 'is'} not done yet, starting "
-                            f"with {left[0].title}.", title="Locked")
-                self.query_one(StepList).follow(self.step.id)
-                return False
-            self._open_training(step)
-            return True
         if not is_enterable(statuses.get(step.id, "locked")):
-            before = [s for s in self.pack.steps[: self.pack.index(step.id)]
-                      if not is_done(statuses.get(s.id, "locked")) and not s.is_training]
-            reason = f"finish {before[0].title} first" if before else "finish the steps before it"
-            self.notify(f"{step.title} is locked: {reason}.", title="Locked", severity="warning")
+            left = remaining_before(self.pack, step, statuses)
+            more = f" and {len(left) - 1} more" if len(left) > 1 else ""
+            first = left[0].title if left else "the steps before it"
+            self.notify(f"{step.title} is locked: finish {first}{more} first.",
+                        title="Locked", severity="warning")
             self.query_one(StepList).follow(self.step.id)
             return False
+        if step.is_training:
+            self._open_training(step)
+            return True
         if step.id != self.step.id:
             self.leave_step()
             self.step = step
@@ -258,7 +281,8 @@ class LessonScreen(Screen[None]):
 
         self._save_draft()
         self.tutor.count_time_on(step.id)
-        code = self.store.draft(step.id) or training_code(self.pack, self.store.accepted_codes())
+        code = self.store.draft(step.id) or training_code(
+            self.pack, self.store.accepted_codes(), revealed=self.store.revealed())
 
         def closed(_result: object) -> None:
             self.tutor.count_time_on(self.step.id)
@@ -270,7 +294,9 @@ class LessonScreen(Screen[None]):
         self._introduce(step.exercise)
 
     def leave_step(self) -> None:
-        """Save what the learner leaves behind: the draft and where the cursor was."""
+        """Save what the learner leaves behind: the draft, where the cursor was, and the last
+        check's attempt if it is not saved yet."""
+        self._save_attempts()
         self._save_draft()
         self._remember_cursor()
 
@@ -311,7 +337,7 @@ class LessonScreen(Screen[None]):
             feedback.show_result(None)
         shown = self.store.hints_shown(step.id)
         feedback.show_hints(list(step.hints[:shown]), len(step.hints))
-        statuses = self.store.statuses()
+        statuses = self._statuses = self.store.statuses()
         revealed = statuses.get(step.id) == "revealed"
         feedback.show_solution(step.solution if revealed else None)
         if not self.checking and self.tutor.info is not None:
@@ -325,13 +351,16 @@ class LessonScreen(Screen[None]):
         """A reminder of what to do, until the step has been checked in this session."""
         feedback = self.query_one(Feedback)
         nothing_yet = self.step.id not in self.results and not feedback.has_content
-        feedback.show_status(idle_text(self.step) if nothing_yet else "")
+        status = str(self._statuses.get(self.step.id, "unlocked"))
+        feedback.show_status(idle_text(self.step, status) if nothing_yet else "")
 
     def _show_progress(self, statuses: dict[str, str] | None = None) -> None:
         """Refresh everything that depends on statuses: sidebar, forward marks, top bar."""
         statuses = statuses if statuses is not None else self.store.statuses()
+        self._statuses = statuses
         step = self.step
-        self.query_one(StepList).show(statuses, step.id)
+        if self._first_frame_out:
+            self.query_one(StepList).show(statuses, step.id)
         self.query_one(ForwardPanel).show(
             step.exercise, set(step.lines), differentiated_lines(self.pack, statuses)
         )
@@ -387,9 +416,9 @@ class LessonScreen(Screen[None]):
         # leaving them out.
         if not self.is_active:
             return False
-        # None greys the key out in the footer: one run at a time, and only with a checker.
-        if action in ("check", "scratch") and (
-                self.busy or self.tutor.evaluator_error is not None):
+        # None greys the key out in the footer: only with a checker. While a run is under way
+        # the key still works: it queues the next one.
+        if action in ("check", "scratch") and self.tutor.evaluator_error is not None:
             return None
         if action == "next_step" and self._neighbour(1) is None:
             return None
@@ -398,28 +427,46 @@ class LessonScreen(Screen[None]):
         return True
 
     def action_check(self) -> None:
-        code = self._begin_run("Not checked", f"Checking {self.step.title}…")
+        code = self._begin_run("check", "Not checked", f"Checking {self.step.title}…")
         if code is not None:
             self.checking = True
-            self.refresh_bindings()
             self._run_check(self.step.id, code, dict(self.store.accepted_codes()))
 
-    def _begin_run(self, refused: str, status: str) -> str | None:
+    def _begin_run(self, action: str, refused: str, status: str) -> str | None:
         """What a check and a scratch run share before they start: the draft saved, the size
-        limit (refused, never recorded, as on the command line), the old error mark gone and a
-        status line. Returns the code to run, or None when nothing may start."""
-        if self.busy:
-            return None
+        limit (refused, never recorded, as on the command line), the old error mark and the
+        old result gone, and a status line. Returns the code to run, or None when nothing may
+        start now: while another run is under way this one is queued behind it."""
         self._save_draft()
+        if self.busy:
+            self._queued = (action, self.step.id)
+            self.query_one(Feedback).show_status(Text.styled(
+                       f"{status} (the run under way finishes first, then this code is run)",
+                       WARN))
+            return None
         editor = self.query_one("#editor", CodeEditor)
         code = editor.text
         if too_big := size_problem(code):
             self.notify(too_big, title=refused, severity="error")
             return None
-        editor.mark_error(None)
+        if editor.error_row is not None:  # unmarking rebuilds the highlights: only if marked
+            editor.mark_error(None)
         waiting = "" if self.tutor.info else " (waiting for PyTorch to finish loading)"
-        self.query_one(Feedback).show_status(Text(f"{status}{waiting}", style="#e5c07b"))
+        feedback = self.query_one(Feedback)
+        feedback.show_result(None)  # the old verdict is not about this code
+        feedback.show_status(Text.styled(f"{status}{waiting}", WARN))
+        # The panels keep their sizes while the check runs: a re-layout now and another one
+        # when the verdict comes would cost more than the check itself.
         return code
+
+    def _run_queued(self) -> bool:
+        """Start the run asked for while the last one was under way, if it is still for the
+        open step. Returns whether one started."""
+        queued, self._queued = self._queued, None
+        if queued is None or queued[1] != self.step.id:
+            return False
+        getattr(self, f"action_{queued[0]}")()
+        return True
 
     @work(thread=True, exclusive=True, group="check", exit_on_error=False)
     def _run_check(self, step_id: str, code: str, prior: dict[str, str]) -> None:
@@ -431,35 +478,59 @@ class LessonScreen(Screen[None]):
         self.post_message(CheckFinished(step_id, code, result))
 
     def on_check_finished(self, message: CheckFinished) -> None:
+        """Show the verdict at once; record the attempt once it is on screen (a durable write
+        waits for the disk), then bring the statuses up to date."""
         self.checking = False
-        outcome = self.tutor.session.record(message.step_id, message.code, message.result)
-        if outcome.problem:
-            self.notify(f"Could not save this attempt: {outcome.problem}", severity="error")
-        after = self.store.statuses()
-        unlocked = [self.pack.step(sid) for sid in outcome.unlocked]
+        sid, result = message.step_id, message.result
+        superseded = self._queued is not None and self._queued[1] == sid
+        before = self._statuses
+        earned = CheckResult.from_dict(result).achievement
+        after = curriculum.after_check(self.pack, before, sid, earned)
+        unlocked = [self.pack.step(s) for s in curriculum.unlocked(before, after)]
         note = None
         if unlocked and not unlocked[0].is_training:
             note = unlocked[0].title
         elif unlocked:
-            note = f"{unlocked[0].title} (every gradient is in place)"
-        revealed = outcome.revealed_pass
-        self.results[message.step_id] = (message.result, note, revealed)
-        if message.step_id == self.step.id:
+            note = f"{unlocked[0].title} (everything it needs is done)"
+        revealed = earned is not None and before.get(sid) is Status.REVEALED
+        self.results[sid] = (result, note, revealed)
+        if sid == self.step.id and not superseded:
             feedback = self.query_one(Feedback)
-            feedback.show_result(message.result, note, revealed)
+            feedback.show_result(result, note, revealed)
             self._show_idle()
             self._fit_to_feedback()
-            self._point_at_error(message.result.get("error"))
+            self._point_at_error(result.get("error"))
+        self._unrecorded.append(message)
+        self.call_after_refresh(self._record)
+
+    def _record(self) -> None:
+        """Save the attempts whose verdicts are on screen, then bring the statuses up to date."""
+        if not self._save_attempts():
+            return
+        after = self.store.statuses()
         self._show_progress(after)
-        self._celebrate(after)
+        if not self._run_queued():
+            self._celebrate(after)
+
+    def _save_attempts(self) -> bool:
+        """Record the checks whose verdicts are shown but not saved yet; whether there were any.
+        Also on leaving a step or the app, so a verdict shown just before is never lost."""
+        saved = bool(self._unrecorded)
+        while self._unrecorded:
+            message = self._unrecorded.pop(0)
+            outcome = self.tutor.session.record(message.step_id, message.code, message.result)
+            if outcome.problem:
+                self.notify(f"Could not save this attempt: {outcome.problem}", severity="error")
+        return saved
 
     def on_check_failed(self, message: CheckFailed) -> None:
         # A failed scratch run reports here too: either way nothing is under way any more.
         self.checking = self.scratching = False
         self.query_one(Feedback).show_status(Text.assemble(
-            ("The checker failed: ", "bold #e06c75"), message.message,
-            ("\nYour code was not graded; try again.", "#7f8896")))
+            ("The checker failed: ", BAD), message.message,
+            ("\nYour code was not graded; try again.", DIM)))
         self.refresh_bindings()
+        self._run_queued()
 
     def _point_at_error(self, error: dict | None) -> None:
         """Put the editor cursor on the reported line and column, and tint the line."""
@@ -518,10 +589,9 @@ class LessonScreen(Screen[None]):
     # -- a run without grading ------------------------------------------------------------
 
     def action_scratch(self) -> None:
-        code = self._begin_run("Not run", "Running your code without grading…")
+        code = self._begin_run("scratch", "Not run", "Running your code without grading…")
         if code is not None:
             self.scratching = True
-            self.refresh_bindings()
             self._run_scratch(self.step.id, code, dict(self.store.accepted_codes()))
 
     @work(thread=True, exclusive=True, group="check", exit_on_error=False)
@@ -536,7 +606,7 @@ class LessonScreen(Screen[None]):
     def on_scratch_finished(self, message: ScratchFinished) -> None:
         self.scratching = False
         self.refresh_bindings()
-        if message.step_id != self.step.id:
+        if self._run_queued() or message.step_id != self.step.id:
             return
         feedback = self.query_one(Feedback)
         feedback.show_scratch(message.result, self._expected_shapes())

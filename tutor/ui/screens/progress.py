@@ -13,37 +13,38 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
+from tutor.curriculum import tally
 from tutor.packs import Pack
+from tutor.ui.palette import DIM, HEADING
 from tutor.ui.progress_view import MARKERS, STATUS_STYLES
-from tutor.ui.summary import duration, outcome, tally
-
-DIM = "#7f8896"
+from tutor.ui.summary import duration, short_duration
 
 
 def progress_table(pack: Pack, rows: Sequence[Mapping]) -> Group:
     table = Table(box=None, pad_edge=False, padding=(0, 1), expand=False)
+    # Only the step's title may wrap: at 80 columns the numbers and statuses must stay whole.
     for name, justify in (("", "left"), ("step", "left"), ("status", "left"),
-                          ("attempts", "right"), ("hints", "right"),
-                          ("best maxdiff", "right"), ("time", "right")):
-        table.add_column(name, justify=justify, no_wrap=True, header_style=DIM)
+                          ("tries", "right"), ("hints", "right"),
+                          ("maxdiff", "right"), ("time", "right")):
+        table.add_column(Text.styled(name, DIM), justify=justify, no_wrap=name != "step")
     exercise = None
     for number, r in enumerate(rows, 1):
         if r["exercise"] != exercise:
             exercise = r["exercise"]
             ex = pack.exercise(exercise)
-            table.add_row("", Text(f"{ex.number} · {ex.title}", style="bold #9da5b4"))
+            table.add_row("", Text.styled(f"{ex.number} · {ex.title}", HEADING))
         status = r["status"]
         best = "—" if r["best_maxdiff"] is None else f"{r['best_maxdiff']:.2g}"
         table.add_row(
-            Text(MARKERS.get(status, " "), style=STATUS_STYLES.get(status, "")),
+            Text.styled(MARKERS.get(status, " "), STATUS_STYLES.get(status, "")),
             f"{number:>2} {pack.step(r['id']).title}",
-            Text(status, style=STATUS_STYLES.get(status, "")),
+            Text.styled(status, STATUS_STYLES.get(status, "")),
             str(r["attempts"]), str(r["hints"]), best,
-            duration(r["seconds"]) if r["seconds"] else "—",
+            short_duration(r["seconds"]) if r["seconds"] else "—",
         )
     total = tally(rows)
-    line = Text(f"{total.done} of {total.steps} steps done ({outcome(total)}), "
-                f"{total.attempts} attempts, {total.hints} hints, {duration(total.seconds)}")
+    line = Text(f"{total.sentence()}, {total.attempts} attempts, {total.hints} hints, "
+                f"{duration(total.seconds)}. maxdiff: the best of the passing attempts.")
     return Group(table, Text(""), line)
 
 

@@ -30,8 +30,11 @@ from tutor.training import (
     training_code,
     training_exercise,
     training_step,
+    with_header,
 )
+from tutor.ui import palette
 from tutor.ui.messages import TrainingRecorded
+from tutor.ui.palette import BAD, DIM, GOOD, WARN
 from tutor.ui.widgets.editor import CodeEditor
 from tutor.ui.widgets.footer import TutorFooter
 from tutor.ui.widgets.lossplot import LossPlot, Series, braille_curve, spaced
@@ -43,7 +46,6 @@ if TYPE_CHECKING:
     from tutor.progress import Store
     from tutor.sandbox.client import Evaluator
 
-GOOD, BAD, WARN, DIM = "bold #98c379", "bold #e06c75", "#e5c07b", "#7f8896"
 DRAFT_DELAY = 0.5  # seconds of quiet typing before the edited code is saved
 MAX_STEPS = 10_000_000  # more would run for hours; the evaluator holds no checkpoint
 
@@ -101,19 +103,19 @@ def gradcheck_table(checks: list[dict]) -> RenderableType:
         steps = c.get("steps") or 0
         approx_steps = c.get("approximate_steps", steps)
         if approx_steps in (0, steps):
-            approx = Text(str(c["approximate"]), style=GOOD if c["approximate"] else BAD)
+            approx = Text.styled(str(c["approximate"]), GOOD if c["approximate"] else BAD)
         else:
-            approx, some_steps = Text(f"{approx_steps}/{steps}", style=WARN), True
+            approx, some_steps = Text.styled(f"{approx_steps}/{steps}", WARN), True
         verdict = c.get("verdict")
-        mark = (Text("✓", style=GOOD) if verdict in ("exact", "approximate")
-                else Text("✗ " + str(verdict), style=BAD))
-        table.add_row(Text(c["grad"], style="bold"), Text(str(c["exact"])), approx,
+        mark = (Text.styled("✓", GOOD) if verdict in ("exact", "approximate")
+                else Text.styled("✗ " + str(verdict), BAD))
+        table.add_row(Text.styled(c["grad"], "bold"), Text(str(c["exact"])), approx,
                       f"{c['maxdiff']:.2e}" if c.get("maxdiff") else "0.0", mark)
     if not some_steps:
         return table
     steps = max(c.get("steps") or 0 for c in checks)
-    note = Text(f"k/{steps}: allclose held on k of the {steps} checked steps; on the others "
-                "the gap is float32 rounding, as ✓ says.", style=DIM)
+    note = Text.styled(f"k/{steps}: allclose held on k of the {steps} checked steps; on the others "
+                       "the gap is float32 rounding, as ✓ says.", DIM)
     return Group(table, note)
 
 
@@ -127,11 +129,11 @@ def results_view(result: dict) -> RenderableType:
     for split in ("train", "val"):
         ours, theirs = result.get(f"{split}_loss"), lecture.get(f"{split}_loss")
         table.add_row(f"{split} loss", "—" if ours is None else f"{ours:.4f}",
-                      Text("—" if theirs is None else f"{theirs:.4f}", style=DIM))
+                      Text.styled("—" if theirs is None else f"{theirs:.4f}", DIM))
     parts: list[RenderableType] = [table]
     if result.get("samples"):
-        parts.append(Text("\nnames sampled from your network", style=DIM))
-        parts.append(Text("  ".join(result["samples"]), style="bold"))
+        parts.append(Text.styled("\nnames sampled from your network", DIM))
+        parts.append(Text.styled("  ".join(result["samples"]), "bold"))
     return Group(*parts)
 
 
@@ -143,17 +145,18 @@ class TrainingScreen(Screen):
 
     DEFAULT_CSS = """
     TrainingScreen { layout: vertical; }
-    #train-title { height: 1; padding: 0 1; background: $panel; text-style: bold;
-                   text-wrap: nowrap; text-overflow: ellipsis; }
+    /* A second line rather than a cut: the step count is at the end. */
+    #train-title { height: auto; max-height: 2; padding: 0 1; background: $panel;
+                   text-style: bold; }
     #train-body { height: 1fr; }
     #train-code { width: 1fr; height: 1fr; border: none; border-right: vkey $panel-lighten-2; }
     #train-side { width: 1fr; height: 1fr; padding: 0 1; }
     #train-phase { height: auto; margin-bottom: 1; }
-    #train-settings { height: 1; margin-bottom: 1; }
+    #train-settings { height: auto; margin-bottom: 1; }
     #train-steps-label { width: auto; color: $text-muted; }
     #train-steps { width: 14; height: 1; border: none; padding: 0 1; }
     #train-steps:focus { background: $boost; }
-    #train-steps-hint { width: 1fr; color: $text-muted; padding-left: 1; }
+    #train-steps-hint { width: 1fr; height: auto; color: $text-muted; padding-left: 1; }
     #train-gradcheck { height: auto; margin-bottom: 1; }
     #train-progress { width: auto; height: 1; }
     #train-rate { height: 1; color: $text-muted; }
@@ -197,6 +200,7 @@ class TrainingScreen(Screen):
         self.steps = steps
         self.settings = TrainingSettings.from_pack(pack, steps=steps,
                                                    gradcheck_steps=gradcheck_steps)
+        self.code = with_header(code, self.settings)
         self.running = False
         self.cancelling = False
         self.result: dict | None = None
@@ -214,7 +218,7 @@ class TrainingScreen(Screen):
                     yield Input(spaced(self.settings.steps), id="train-steps",
                                 restrict=r"[0-9 _,kK]*", max_length=12,
                                 tooltip="How many steps the next run trains (e.g. 5000, 20k)")
-                    yield Static("F6 to change · F8 stops a run at any point",
+                    yield Static("F6 changes it · F8 stops a run",
                                  id="train-steps-hint")
                 yield Static("", id="train-gradcheck")
                 yield ProgressBar(total=self.settings.steps, show_eta=False, id="train-progress")
@@ -235,6 +239,7 @@ class TrainingScreen(Screen):
                 f"{spaced(s.steps)} steps{update}")
 
     def on_mount(self) -> None:
+        palette.install(self.app)  # the screen may be shown by an app of its own
         self.query_one("#train-plot", LossPlot).reset(self.settings.steps,
                                                       self.settings.history_every)
         self._show_notes(speed_notes(self.code))
@@ -321,6 +326,11 @@ class TrainingScreen(Screen):
             self.settings = TrainingSettings.from_pack(self.pack, steps=steps,
                                                        gradcheck_steps=self.gradcheck_steps)
             self.query_one("#train-title", Static).update(self._title())
+            editor = self.query_one("#train-code", CodeEditor)
+            code = with_header(editor.text, self.settings)
+            if code != editor.text:  # the opening comment names the new count
+                editor.replace(code, editor.document.start, editor.document.end,
+                               maintain_selection_offset=True)
             if not self.running and self.result is None:
                 self._phase(self._idle_text())
             if self.store is not None:
@@ -344,7 +354,7 @@ class TrainingScreen(Screen):
         self.query_one("#train-plot", LossPlot).reset(self.settings.steps,
                                                       self.settings.history_every)
         self._show_notes(speed_notes(self.code))
-        self._phase(Text("Starting: the evaluator builds the network…", style=DIM))
+        self._phase(Text.styled("Starting: the evaluator builds the network…", DIM))
         self._show_side()
         self._train(self.code, self.settings.steps)
 
@@ -353,7 +363,7 @@ class TrainingScreen(Screen):
             return
         self.cancelling = True
         self.evaluator.cancel()
-        self._phase(Text("Stopping at the next step; the steps done so far are kept…", style=WARN))
+        self._phase(Text.styled("Stopping at the next step; the steps done so far are kept…", WARN))
 
     def action_back(self) -> None:
         if self.running:
@@ -387,7 +397,8 @@ class TrainingScreen(Screen):
         if self.running:
             return
         accepted = self.store.accepted_codes() if self.store else None
-        code = training_code(self.pack, accepted, self.steps)
+        revealed = self.store.revealed() if self.store else ()
+        code = training_code(self.pack, accepted, self.steps, revealed)
         self._show_code()
         editor = self.query_one("#train-code", CodeEditor)
         # One edit, so ctrl+z brings the learner's version back.
@@ -450,14 +461,15 @@ class TrainingScreen(Screen):
     def _progress(self, message: TrainingProgress) -> None:
         p = message.payload
         if p["phase"] == "gradcheck":
-            self._phase(Text(f"Phase 1 · gradient check against autograd · step "
-                             f"{p['step']}/{p['of']}", style="bold"))
+            self._phase(Text.styled(f"Phase 1 · gradient check against autograd · step "
+                                    f"{p['step']}/{p['of']}", "bold"))
             self.query_one("#train-gradcheck", Static).update(gradcheck_table(p["checks"]))
             self.query_one("#train-progress", ProgressBar).update(progress=p["step"])
         elif p["phase"] == "train":
             if not self.cancelling:
-                self._phase(Text(f"Phase 2 · training on your gradients alone · lr {p['lr']:g}",
-                                 style="bold"))
+                self._phase(Text.styled(
+                    f"Phase 2 · training on your gradients alone · lr {p['lr']:g}",
+                    "bold"))
             self.query_one("#train-progress", ProgressBar).update(progress=p["step"])
             rate = p.get("steps_per_s")
             loss = f" · loss {p['loss']:.4f}" if p.get("loss") is not None else ""
@@ -466,8 +478,9 @@ class TrainingScreen(Screen):
                 else f"{spaced(p['step'])} steps{loss}")
             self.query_one("#train-plot", LossPlot).extend(p.get("points", []), p.get("every"))
         elif p["phase"] == "results":
-            self._phase(Text("Phase 3 · calibrating batchnorm over the training set, then the "
-                             "losses and the samples…", style="bold"))
+            self._phase(Text.styled(
+                "Phase 3 · calibrating batchnorm over the training set, then the "
+                "losses and the samples…", "bold"))
 
     @on(TrainingFinished)
     def _finished(self, message: TrainingFinished) -> None:
@@ -501,8 +514,8 @@ class TrainingScreen(Screen):
             f"{spaced(r.get('steps_done', 0))} steps done{final_loss}")
         summary = self._summary(r, planned)
         if reopened:
-            summary = Text(f"Your last run, #{r['id']} on {when(r.get('at'))}: ",
-                           style="bold") + summary
+            summary = Text.styled(f"Your last run, #{r['id']} on {when(r.get('at'))}: ",
+                                  "bold") + summary
             summary.append("\nF5 runs again.", style=DIM)
         self._phase(summary)
         if r.get("train_loss") is not None:
@@ -516,8 +529,8 @@ class TrainingScreen(Screen):
     @on(TrainingFailed)
     def _failed(self, message: TrainingFailed) -> None:
         self.running, self.cancelling = False, False
-        self._phase(Text(f"The evaluator could not run the training: {message.message}",
-                         style=BAD))
+        self._phase(Text.styled(f"The evaluator could not run the training: {message.message}",
+                                BAD))
 
     def _summary(self, r: dict, planned: int) -> Text:
         status, done = r.get("status"), r.get("steps_done", 0)
@@ -525,18 +538,20 @@ class TrainingScreen(Screen):
         rate = f" ({spaced(r['steps_per_s'])} steps/s)" if r.get("steps_per_s") else ""
         if status == "finished":
             device = (r.get("settings") or {}).get("device", "?")
-            return Text(f"Finished: {spaced(done)} steps in {duration(r.get('train_s'))}{rate} "
-                        f"on {device}.{saved}", style=GOOD)
+            return Text.styled(
+                f"Finished: {spaced(done)} steps in {duration(r.get('train_s'))}{rate} "
+                f"on {device}.{saved}", GOOD)
         if status == "cancelled":
-            return Text(f"Stopped after {spaced(done)} of {spaced(planned)} steps; "
-                        f"the results below are for the network as it was then.{saved}",
-                        style=WARN)
+            return Text.styled(f"Stopped after {spaced(done)} of {spaced(planned)} steps; "
+                               f"the results below are for the network as it was then.{saved}",
+                               WARN)
         failure = (r.get("gradcheck") or {}).get("failure")
         if status == "diverged" and failure:
-            return Text(failure["message"], style=BAD)
+            return Text.styled(failure["message"], BAD)
         error = r.get("error") or {}
-        return Text(f"{error.get('kind', 'error')}: {error.get('message', 'the run failed')}",
-                    style=BAD)
+        return Text.styled(
+            f"{error.get('kind', 'error')}: {error.get('message', 'the run failed')}",
+            BAD)
 
     @staticmethod
     def _error_line(r: dict) -> int | None:

@@ -18,6 +18,7 @@ from textual.widgets import Markdown, Static
 from tutor.packs import Exercise, Pack
 
 KEYS = """\
+- a step opens with its first `...` selected: type, and it is replaced; `tab` selects the next
 - `ctrl+j` or `F5`: check your code against autograd
 - `ctrl+r`: run it without grading, to see what it prints and the shapes it makes
 - `F1`: a hint (each step has three, from the idea to nearly the answer)

@@ -12,7 +12,12 @@ from textual.widgets import TextArea
 from textual.widgets.text_area import Selection, TextAreaTheme
 
 from tutor.ui.highlight import is_warm, spans, warm_up
-from tutor.ui.placeholders import PLACEHOLDER, merge_typed_assignment, next_placeholder
+from tutor.ui.placeholders import (
+    PLACEHOLDER,
+    code_end,
+    merge_typed_assignment,
+    next_placeholder,
+)
 
 ERROR_HIGHLIGHT = "tutor.error"
 THEME_NAME = "tutor"
@@ -86,6 +91,16 @@ class CodeEditor(TextArea):
         row, col = spot
         self.selection = Selection((row, col), (row, col + len(PLACEHOLDER)))
         return True
+
+    def action_cursor_line_end(self, select: bool = False) -> None:
+        """End goes to the end of the line's code, before a trailing comment (a template's
+        `dwte = ...  # first branch of wte`); pressed there, to the end of the line. Never to
+        the point where a long line wraps, which is often inside that comment."""
+        _, col = self.selection.end
+        row = self.cursor_location[0]
+        line = self.document.get_line(row)
+        end = code_end(line)
+        self.move_cursor((row, end if col < end else len(line)), select=select)
 
     async def _on_key(self, event: events.Key) -> None:
         if event.key == "escape":

@@ -12,16 +12,30 @@ from rich.text import Text
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
+from tutor.report import explained_below
 from tutor.ui.highlight import python_text
+from tutor.ui.palette import (
+    ALERT,
+    BAD,
+    DIM,
+    ERROR,
+    GOOD,
+    INFO,
+    INFO_STRONG,
+    REVEAL,
+    REVEAL_STRONG,
+    TEXT,
+    WARN,
+)
 from tutor.ui.prose import prose
-from tutor.ui.widgets.heatmap import Heatmap
+from tutor.ui.widgets.heatmap import NEGATIVE, POSITIVE, Heatmap
 
 VERDICT_STYLES = {
-    "exact": "bold #98c379",
-    "approximate": "#56b6c2",
-    "wrong": "bold #e06c75",
-    "shape": "bold #d19a66",
-    "missing": "#e06c75",
+    "exact": GOOD,
+    "approximate": INFO,
+    "wrong": BAD,
+    "shape": ALERT,
+    "missing": ERROR,
 }
 VERDICT_WORDS = {
     "exact": "exact",
@@ -38,8 +52,7 @@ ERROR_TITLES = {
     "memory": "Out of memory",
     "internal": "The checker had a problem",
 }
-GOOD, BAD, DIM = "bold #98c379", "bold #e06c75", "#7f8896"
-UNSETTLED = "bold #e5c07b"  # right on its own, under a result that did not pass
+UNSETTLED = ALERT  # right on its own, under a result that did not pass
 ACCEPTED = ("exact", "approximate")
 MAX_PRINTED_LINES = 40
 # The engine's sentence for an answer that is right up to float32 rounding. It is the same for
@@ -49,10 +62,10 @@ ROUNDING_PREFIX = "correct: it differs from autograd only by float32 rounding"
 
 def _flag(value: bool | None, settled: bool = True) -> Text:
     if value is None:
-        return Text("–", style=DIM)
+        return Text.styled("–", DIM)
     if value and not settled:  # True, but under a result that did not pass: not a success
         return Text(str(value))
-    return Text(str(value), style=GOOD if value else BAD)
+    return Text.styled(str(value), GOOD if value else BAD)
 
 
 def _maxdiff(value: float | None) -> str:
@@ -65,13 +78,15 @@ def _dims(shape) -> str:
     return "?" if shape is None else "[" + ", ".join(str(d) for d in shape) + "]"
 
 
-def _verdict_word(check: dict, passed: bool) -> Text:
+def _verdict_word(check: dict, passed: bool, checks: list[dict]) -> Text:
     verdict = check.get("verdict", "wrong")
     if verdict in ACCEPTED and not passed:
         # Right on its own, but the step did not pass (aliasing, a fresh batch, another row):
         # green here would contradict the "Not yet" above.
-        return Text(f"{VERDICT_WORDS[verdict]} here, but see below", style=UNSETTLED)
-    word = Text(VERDICT_WORDS.get(verdict, verdict), style=VERDICT_STYLES.get(verdict, ""))
+        if not explained_below(check, checks):
+            return Text(VERDICT_WORDS[verdict])  # another row is what failed
+        return Text.styled(f"{VERDICT_WORDS[verdict]} here, but see below", UNSETTLED)
+    word = Text.styled(VERDICT_WORDS.get(verdict, verdict), VERDICT_STYLES.get(verdict, ""))
     if verdict == "shape":
         word.append(f" {_dims(check.get('shape'))}≠{_dims(check.get('expected_shape'))}", style=DIM)
     return word
@@ -94,7 +109,7 @@ def checks_table(checks: list[dict], passed: bool = True) -> Table:
             _flag(check.get("exact"), passed),
             _flag(check.get("approximate"), passed),
             _maxdiff(check.get("maxdiff")),
-            _verdict_word(check, passed),
+            _verdict_word(check, passed, checks),
         )
     return table
 
@@ -116,9 +131,10 @@ def _rounding_line(checks: list[dict]) -> Text | None:
         return None
     which = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
     verb = "differs" if len(names) == 1 else "differ"
-    return Text(f"{which} {verb} from autograd only by float32 rounding: each is as close to "
-                "the exact (float64) gradient as autograd's own result, so it counts as "
-                "correct.", style=DIM)
+    return Text.styled(
+        f"{which} {verb} from autograd only by float32 rounding: each is as close to "
+        "the exact (float64) gradient as autograd's own result, so it counts as "
+        "correct.", DIM)
 
 
 def _check_details(check: dict) -> list[RenderableType]:
@@ -130,33 +146,34 @@ def _check_details(check: dict) -> list[RenderableType]:
     if diagnosis and diagnosis.get("kind") == "heldout":
         pass  # the row's message is the fresh batch's, said once on its own line below
     elif diagnosis and diagnosis.get("message"):
-        parts.append(Text(f"{grad}: ", style="bold") + prose(diagnosis["message"], "#e5c07b"))
+        parts.append(Text.styled(f"{grad}: ", "bold") + prose(diagnosis["message"], WARN))
     elif verdict != "exact" and check.get("message") and not _only_rounding(check):
         tone = DIM if verdict == "approximate" else ""
-        parts.append(Text(f"{grad}: ", style="bold") + prose(check["message"], tone))
+        parts.append(Text.styled(f"{grad}: ", "bold") + prose(check["message"], tone))
     if check.get("note"):  # e.g. a shape that differs by a size-1 dimension and still works
-        parts.append(Text(f"{grad}: ", style="bold") + prose(check["note"], DIM))
+        parts.append(Text.styled(f"{grad}: ", "bold") + prose(check["note"], DIM))
     heatmap = check.get("heatmap")
     if heatmap:
-        parts.append(Text(f"where {grad} differs from autograd (|yours − autograd|, "
-                          "brighter = further off):", style=DIM))
+        parts.append(Text.styled(f"where {grad} differs from autograd (|yours − autograd|, "
+                                 "brighter = further off):", DIM))
         parts.append(Heatmap(heatmap, shape=check.get("expected_shape") or check.get("shape")))
     return parts
 
 
 def _figure(figure: dict) -> list[RenderableType]:
     title = figure.get("title") or "the gradient"
-    parts: list[RenderableType] = [Text(
-        f"{title}: one row per example, one column per character", style="bold")]
+    parts: list[RenderableType] = [Text.styled(
+               f"{title}: one row per example, one column per character", "bold")]
     parts.append(Heatmap(figure.get("values") or [], signed=True, max_rows=32))
     parts.append(Text.assemble(
-        ("blue", "#61afef"), " pulls a logit up (the correct character), ",
-        ("orange", "#d19a66"), " pushes it down (every other character)",
+        ("blue", NEGATIVE), " pulls a logit up (the correct character), ",
+        ("orange", POSITIVE), " pushes it down (every other character)",
     ))
     sums = figure.get("row_sums_max_abs")
     if sums is not None:
-        parts.append(Text(f"Each row sums to about zero: the largest |row sum| is {sums:.1e}.",
-                          style=DIM))
+        parts.append(Text.styled(
+            f"Each row sums to about zero: the largest |row sum| is {sums:.1e}.",
+            DIM))
     return parts
 
 
@@ -168,9 +185,9 @@ def error_text(error: dict) -> Text:
         where = f" on line {error['line']}"
         if error.get("col"):
             where += f", column {error['col']}"
-    text = Text(f"✗ {title}{where}", style=BAD)
+    text = Text.styled(f"✗ {title}{where}", BAD)
     text.append("\n")
-    text.append(message, style="#e5c07b")
+    text.append(message, style=WARN)
     if error.get("line"):
         text.append("\nThe line is marked in the editor.", style=DIM)
     return text
@@ -186,20 +203,21 @@ def result_view(result: dict, unlocked: str | None, revealed: bool = False) -> G
         parts.append(error_text(error))
     elif result.get("passed"):
         exact = all(c.get("exact") for c in checks if not c.get("partial"))
-        parts.append(Text(
-            "✓ Correct: identical to autograd, bit for bit." if exact
-            else "✓ Correct: equal to autograd within floating-point tolerance.",
-            style=GOOD,
-        ))
+        parts.append(Text.styled(
+                   "✓ Correct: identical to autograd, bit for bit." if exact
+                   else "✓ Correct: equal to autograd within floating-point tolerance.",
+                   GOOD,
+               ))
         if unlocked:
-            parts.append(Text(f"Next line unlocked: {unlocked}. Press ^n to go on.",
-                              style="#56b6c2"))
+            parts.append(Text.styled(f"Next line unlocked: {unlocked}. Press ^n to go on.",
+                                     INFO))
         if revealed:
-            parts.append(Text("Your version works. The step stays marked revealed (◇), since "
-                              "you saw the solution first; the attempt is recorded.",
-                              style="#c678dd"))
+            parts.append(Text.styled(
+                "Your version works. The step stays marked revealed (◇), since "
+                "you saw the solution first; the attempt is recorded.",
+                REVEAL))
     else:
-        parts.append(Text("✗ Not yet.", style=BAD))
+        parts.append(Text.styled("✗ Not yet.", BAD))
     if checks:
         parts.append(checks_table(checks, bool(result.get("passed"))))
         for check in checks:
@@ -211,17 +229,17 @@ def result_view(result: dict, unlocked: str | None, revealed: bool = False) -> G
     if heldout:
         what = heldout.get("what") or f"a fresh batch of {heldout.get('batch_size')}"
         if heldout.get("passed"):
-            parts.append(Text(f"✓ Also correct on {what}.", style="#56b6c2"))
+            parts.append(Text.styled(f"✓ Also correct on {what}.", INFO))
         else:
-            parts.append(Text(f"✗ On {what}: ", style="bold #d19a66") + prose(
-                heldout.get("message") or "the answer does not hold there.", "#d19a66"))
+            parts.append(Text.styled(f"✗ On {what}: ", ALERT) + prose(
+                heldout.get("message") or "the answer does not hold there.", WARN))
     for note in result.get("notes") or []:
-        parts.append(Text("· ", style=DIM) + prose(note, DIM))
+        parts.append(Text.styled("· ", DIM) + prose(note, DIM))
     if result.get("figure"):
         parts.extend(_figure(result["figure"]))
     printed = printed_lines(result.get("stdout") or "")
     if printed is not None:
-        parts.append(Text("printed:", style=DIM))
+        parts.append(Text.styled("printed:", DIM))
         parts.append(printed)
     return Group(*parts)
 
@@ -233,7 +251,7 @@ def printed_lines(stdout: str) -> Text | None:
     lines = printed.split("\n")
     if len(lines) > MAX_PRINTED_LINES:
         lines = [f"… {len(lines) - MAX_PRINTED_LINES} earlier lines"] + lines[-MAX_PRINTED_LINES:]
-    return Text("\n".join(lines), style="#abb2bf")
+    return Text.styled("\n".join(lines), TEXT)
 
 
 def scratch_view(result: dict, expected: dict[str, list[int] | None]) -> Group:
@@ -242,14 +260,14 @@ def scratch_view(result: dict, expected: dict[str, list[int] | None]) -> Group:
     `expected` maps a gradient's name to the shape it must have, so a defined gradient says at
     once whether its shape is the one the check will want.
     """
-    parts: list[RenderableType] = [Text(
+    parts: list[RenderableType] = [Text.styled(
         "Run without grading: nothing was compared with autograd and no attempt was counted.",
-        style="bold #61afef")]
+        INFO_STRONG)]
     if result.get("error"):
         parts.append(error_text(result["error"]))
     printed = printed_lines(result.get("stdout") or "")
     if printed is not None:
-        parts.append(Text("printed:", style=DIM))
+        parts.append(Text.styled("printed:", DIM))
         parts.append(printed)
     # Modules (torch, F, math) are always there; listing them hides what the code made.
     defined = [d for d in result.get("defined") or [] if d.get("what") != "module"]
@@ -264,7 +282,7 @@ def scratch_view(result: dict, expected: dict[str, list[int] | None]) -> Group:
             table.add_row(name, what, _shape_remark(name, what, expected))
         parts.append(table)
     elif not result.get("error") and printed is None:
-        parts.append(Text("It ran, printed nothing and defined nothing new.", style=DIM))
+        parts.append(Text.styled("It ran, printed nothing and defined nothing new.", DIM))
     return Group(*parts)
 
 
@@ -273,8 +291,8 @@ def _shape_remark(name: str, what: str, expected: dict[str, list[int] | None]) -
     if want is None:
         return Text("")
     if f"[{', '.join(str(d) for d in want)}]" in what:
-        return Text("✓ the shape the check wants", style="#56b6c2")
-    return Text(f"the check wants {_dims(want)}", style="#d19a66")
+        return Text.styled("✓ the shape the check wants", INFO)
+    return Text.styled(f"the check wants {_dims(want)}", WARN)
 
 
 class Feedback(VerticalScroll, can_focus=True):
@@ -336,7 +354,7 @@ class Feedback(VerticalScroll, can_focus=True):
         if hints:
             from rich.markdown import Markdown  # slow to import: not before the first hint
         for number, hint in enumerate(hints, 1):
-            body.append(Text(f"Hint {number} of {total}", style="bold #e5c07b"))
+            body.append(Text.styled(f"Hint {number} of {total}", ALERT))
             body.append(Markdown(hint))
         part = self._part("hints")
         part.update(Group(*body))
@@ -350,7 +368,7 @@ class Feedback(VerticalScroll, can_focus=True):
         if code:
             title = ("Reference solution (this step counts as revealed):" if revealed else
                      "Reference solution, to compare with yours (your step keeps its status):")
-            part.update(Group(Text(title, style="bold #c678dd"),
+            part.update(Group(Text.styled(title, REVEAL_STRONG),
                               python_text(code.rstrip("\n"))))
         part.display = bool(code)
 

@@ -8,6 +8,7 @@ the rest fits; every key stays listed in the help screen (F9).
 from __future__ import annotations
 
 from textual.app import ComposeResult
+from textual.screen import Screen
 from textual.widgets import Footer
 from textual.widgets._footer import FooterKey
 
@@ -39,6 +40,21 @@ class TutorFooter(Footer):
     def __init__(self) -> None:
         super().__init__(compact=True)
         self._laid_out_for = 0
+        self._shown: tuple | None = None  # the keys, and which were enabled, last composed
+
+    def bindings_changed(self, screen: Screen) -> None:
+        # The screen refreshes its bindings after every check; building the keys again costs
+        # more than the verdict itself, so it happens only when what they show changed.
+        shown = self._signature(screen)
+        if shown == self._shown and self._bindings_ready:
+            return
+        super().bindings_changed(screen)
+
+    @staticmethod
+    def _signature(screen: Screen) -> tuple:
+        return tuple((binding.action, binding.key, enabled, tooltip)
+                     for _, binding, enabled, tooltip in screen.active_bindings.values()
+                     if binding.show)
 
     def compose(self) -> ComposeResult:
         widgets = list(super().compose())
@@ -49,6 +65,7 @@ class TutorFooter(Footer):
         if palette and room < 40:  # on a tiny terminal the step keys matter more
             palette, room = [], width
         self._laid_out_for = width
+        self._shown = self._signature(self.screen) if self._bindings_ready else None
         kept = set(fit(keys, room))
         yield from (w for w in widgets if w in kept or w in palette
                     or not isinstance(w, FooterKey))

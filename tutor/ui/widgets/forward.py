@@ -14,10 +14,10 @@ from textual.widget import Widget
 
 from tutor.packs import ForwardLine
 from tutor.ui.highlight import is_warm, python_text
+from tutor.ui.palette import ALERT, CURRENT_ROW, DIM, LOCKED, OK
 
-CURRENT_ROW = "on #2c313c"
-SHAPE_STYLE = "#7f8896"
-BROADCAST_STYLE = "bold #d19a66"
+SHAPE_STYLE = DIM
+BROADCAST_STYLE = ALERT
 
 
 def forward_rows(
@@ -42,15 +42,15 @@ def forward_rows(
     for index, line in enumerate(lines):
         if line.exercise != exercise:
             exercise = line.exercise
-            out.append(Text(f"  # exercise {exercise}", style="italic #5c6370"))
+            out.append(Text.styled(f"  # exercise {exercise}", LOCKED))
             owners.append(-1)
         is_current = line.target in current
         if is_current and current_row < 0:
             current_row = len(out)
         marker = "▶ " if is_current else ("✓ " if line.target in done else "  ")
-        marker_style = "bold #e5c07b" if is_current else "#98c379"
+        marker_style = ALERT if is_current else OK
         note = _annotation(shapes.get(line.target))
-        code = Text(marker, style=marker_style) + python_text(line.source)
+        code = Text.styled(marker, marker_style) + python_text(line.source)
         rows = _fold(code, width)
         room = width - rows[-1].cell_len
         if note.cell_len and room >= note.cell_len + 2:
@@ -97,7 +97,7 @@ def _fold(text: Text, width: int) -> list[Text]:
 def _annotation(shape: dict | None) -> Text:
     if not shape:
         return Text("")
-    text = Text(shape.get("annotation") or _dims(shape.get("shape")), style=SHAPE_STYLE)
+    text = Text.styled(shape.get("annotation") or _dims(shape.get("shape")), SHAPE_STYLE)
     if shape.get("broadcast"):
         text.stylize(BROADCAST_STYLE)
         text.append(" ⇅ broadcast", style=BROADCAST_STYLE)

@@ -24,6 +24,9 @@ _HOT = (224, 108, 117)
 _NEGATIVE = (97, 175, 239)
 _POSITIVE = (209, 154, 102)
 AXIS = Style(color="#7f8896")
+# The signed ramp's two ends, for legends that name them.
+NEGATIVE = "#{:02x}{:02x}{:02x}".format(*_NEGATIVE)
+POSITIVE = "#{:02x}{:02x}{:02x}".format(*_POSITIVE)
 LEGEND_STEPS = 6
 
 
@@ -102,7 +105,7 @@ class Heatmap:
         return _mix(_COLD, _NEGATIVE if v < 0 else _POSITIVE, 0.15 + 0.85 * t)
 
     def _legend(self, scale: float) -> Text:
-        text = Text("colour: ", style=AXIS)
+        text = Text.styled("colour: ", AXIS)
         swatch = [scale * (k / (LEGEND_STEPS - 1)) ** 2 for k in range(LEGEND_STEPS)]
         if self.signed:
             text.append(f"−{scale:.1e} ", style=AXIS)
@@ -131,7 +134,7 @@ class Heatmap:
         scale = max((abs(v) for row in grid for v in row), default=0.0)
         drawn = cols * cell
         last = str(max(self.cols - 1, 0))
-        header = Text("row".ljust(gutter) + "0", style=AXIS)
+        header = Text.styled("row".ljust(gutter) + "0", AXIS)
         if drawn > len(last) + 1:
             header.append(" " * (drawn - 1 - len(last)) + last)
         if header.cell_len + 9 <= options.max_width:  # the axis name only where it fits
@@ -146,7 +149,7 @@ class Heatmap:
                 bg = self._color(lower[c], scale) if lower is not None and c < len(lower) else None
                 yield Segment("▀" * cell, Style(color=self._color(value, scale), bgcolor=bg))
             yield Segment.line()
-        yield Text(self._how_pooled(len(grid), cols), style=AXIS)
+        yield Text.styled(self._how_pooled(len(grid), cols), AXIS)
         yield self._legend(scale)
 
     def _how_pooled(self, shown_rows: int, shown_cols: int) -> str:

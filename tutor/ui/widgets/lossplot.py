@@ -13,9 +13,10 @@ from rich.console import Group, RenderableType
 from rich.text import Text
 from textual.widget import Widget
 
-DIM = "#7f8896"
-CURVE = "#61afef"
-COMPARE_COLOURS = ("#d19a66", "#c678dd", "#98c379")
+from tutor.ui.palette import DIM, INFO, OK, REVEAL, WARN
+
+CURVE = INFO
+COMPARE_COLOURS = (WARN, REVEAL, OK)
 # Braille cells hold 2 x 4 dots; bit of the dot at (column, row) inside one cell.
 BRAILLE_BITS = ((0x01, 0x02, 0x04, 0x40), (0x08, 0x10, 0x20, 0x80))
 
@@ -95,9 +96,9 @@ class LossPlot(Widget):
         legend = len(self.others) > 0
         plot_w = max(4, width - label_w - 1)
         plot_h = max(2, height - 2 - (1 if legend else 0))
-        title = Text("log10(loss)", style=DIM)
+        title = Text.styled("log10(loss)", DIM)
         if not shown:
-            return Group(title, Text("the curve appears once training starts", style=DIM))
+            return Group(title, Text.styled("the curve appears once training starts", DIM))
         every_value = [v for s in shown for v in s.points]
         lo, hi = min(every_value), max(every_value)
         pad = max(0.01, (hi - lo) * 0.05)
@@ -117,12 +118,12 @@ class LossPlot(Widget):
         for row in range(plot_h):
             value = hi - (hi - lo) * row / max(1, plot_h - 1)
             label = f"{value:5.2f}" if row in (0, plot_h // 2, plot_h - 1) else ""
-            line = Text(f"{label:>{label_w - 1}} ┤" if label else " " * (label_w - 1) + " │",
-                        style=DIM)
+            line = Text.styled(f"{label:>{label_w - 1}} ┤" if label else " " * (label_w - 1) + " │",
+                               DIM)
             for c in range(plot_w):
                 line.append(chr(0x2800 + dots[row][c]), style=colour[row][c])
             lines.append(line)
-        axis = Text(" " * label_w + "0", style=DIM)
+        axis = Text.styled(" " * label_w + "0", DIM)
         end = f"{spaced(x_end)} steps"
         axis.append(" " * max(1, plot_w - 1 - len(end)) + end)
         lines.append(axis)

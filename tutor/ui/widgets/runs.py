@@ -15,10 +15,10 @@ from rich.text import Text
 from textual.message import Message
 from textual.widgets import DataTable
 
+from tutor.ui.palette import ERROR, OK, WARN
 from tutor.ui.widgets.lossplot import COMPARE_COLOURS, Series, spaced
 
-DIM = "#7f8896"
-RESULT_STYLES = {"finished": "#98c379", "cancelled": "#e5c07b", "diverged": "#e06c75"}
+RESULT_STYLES = {"finished": OK, "cancelled": WARN, "diverged": ERROR}
 
 
 def when(at: str | None) -> str:
@@ -81,7 +81,7 @@ class RunsTable(DataTable):
                 f"{spaced(done)}/{spaced(planned)}"
             self.add_row(
                 self._mark(key), when(run.get("at")),
-                Text(status, style=RESULT_STYLES.get(status, "")), steps,
+                Text.styled(status, RESULT_STYLES.get(status, "")), steps,
                 "—" if run.get("train_loss") is None else f"{run['train_loss']:.3f}",
                 "—" if run.get("val_loss") is None else f"{run['val_loss']:.3f}",
                 clock(run.get("train_s")), key=key)
@@ -89,7 +89,7 @@ class RunsTable(DataTable):
     def _mark(self, key: str) -> Text:
         """The run's number, after a bar in its colour when it is drawn on the plot."""
         chosen = self.compared.get(key)
-        mark = Text("━ ", style=chosen.colour) if chosen else Text("  ")
+        mark = Text.styled("━ ", chosen.colour) if chosen else Text("  ")
         return mark + Text(f"#{key}")
 
     def toggle(self, key: str) -> None:

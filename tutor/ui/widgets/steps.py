@@ -7,9 +7,11 @@ from contextlib import suppress
 
 from rich.text import Text
 from textual.widgets import OptionList
-from textual.widgets.option_list import Option
+from textual.widgets.option_list import Option, OptionDoesNotExist
 
 from tutor.packs import Pack
+from tutor.ui import palette
+from tutor.ui.palette import HEADING, LOCKED
 from tutor.ui.progress_view import MARKERS, STATUS_STYLES, remaining_before
 
 
@@ -33,38 +35,43 @@ class StepList(OptionList):
         for exercise in self._pack.exercises:
             if options:
                 options.append(None)
-            heading = Text(f"{exercise.number} · {exercise.title}", style="bold #9da5b4")
-            options.append(Option(heading, id=f"exercise-{exercise.number}", disabled=True))
+            heading = Text.styled(f"{exercise.number} · {exercise.title}", HEADING)
+            options.append(Option(self._themed(heading), id=f"exercise-{exercise.number}",
+                                  disabled=True))
             for step in exercise.steps:
                 status = statuses.get(step.id, "locked")
                 if step.is_training:
-                    options.append(Option(self._training_prompt(step, statuses), id=step.id))
+                    options.append(Option(self._themed(self._training_prompt(step, statuses)),
+                                          id=step.id))
                     continue
                 key = "current" if step.id == current else status
-                prompt = Text(f"{MARKERS[key]} ", style=STATUS_STYLES[key])
+                prompt = Text.styled(f"{MARKERS[key]} ", STATUS_STYLES[key])
                 prompt.append(step.title, style=STATUS_STYLES[key] if key != "passed" else "")
                 if key == "current" and status != "unlocked":
                     # Re-opening a finished step still shows how it went.
                     prompt.append(f" {MARKERS[status]}", style=STATUS_STYLES[status])
-                options.append(Option(prompt, id=step.id))
+                options.append(Option(self._themed(prompt), id=step.id))
         self.set_options(options)
         with suppress(LookupError):
             self.highlighted = self.get_option_index(highlighted or current)
+
+    def _themed(self, prompt: Text) -> Text:
+        return palette.resolved(prompt, self.app.console)
 
     def follow(self, step_id: str) -> None:
         """Highlight the open step and scroll it into view."""
         try:
             self.highlighted = self.get_option_index(step_id)
-        except LookupError:
+        except OptionDoesNotExist:  # not filled in yet (see LessonScreen._after_first_frame)
             return
         self.scroll_to_highlight()
 
     def _training_prompt(self, step, statuses: Mapping[str, str]) -> Text:
         left = remaining_before(self._pack, step, statuses)
         if left:
-            text = Text(f"{MARKERS['locked']} {step.title}", style=STATUS_STYLES["locked"])
+            text = Text.styled(f"{MARKERS['locked']} {step.title}", STATUS_STYLES["locked"])
             # "after", not "to go": the steps left in the lesson include this one.
             text.append(f"\n  opens after {len(left)} more step{'s' if len(left) != 1 else ''}",
-                        style="italic #5c6370")
+                        style=LOCKED)
             return text
-        return Text(f"★ {step.title}", style="bold #e5c07b")
+        return Text.styled(f"{MARKERS['training']} {step.title}", STATUS_STYLES["training"])

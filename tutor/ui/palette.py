@@ -1,0 +1,92 @@
+"""Colours by what they mean, taken from the app's Textual theme.
+
+The panels are drawn with Rich (`Text`, `Table`), which cannot read Textual's `$success` or
+`$error`. So the app keeps a Rich theme on its console whose style names (`tutor.good`,
+`tutor.bad`, ...) are made from the current Textual theme's colours, and renews it whenever the
+theme changes: a light theme gets text that reads on light ground, and every Textual theme
+(ctrl+p → "Change theme") colours the verdicts its own way. Code in a style string names the
+role (`style=GOOD`), never a colour.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from weakref import WeakKeyDictionary
+
+from rich.console import Console
+from rich.style import Style
+from rich.text import Span, Text
+from rich.theme import Theme
+from textual.app import App
+from textual.color import Color
+
+# Style name -> (the Textual theme variable it takes its colour from, Rich attributes).
+ROLES: dict[str, tuple[str, str]] = {
+    "tutor.good": ("text-success", "bold"),  # a pass, an exact row
+    "tutor.ok": ("text-success", ""),  # done, quietly
+    "tutor.bad": ("text-error", "bold"),  # a failure's headline
+    "tutor.error": ("text-error", ""),
+    "tutor.alert": ("text-warning", "bold"),  # the open step, titles, a row to look into
+    "tutor.warn": ("text-warning", ""),  # work under way, a diagnosis
+    "tutor.info": ("text-primary", ""),  # approximate rows, what a pass unlocked
+    "tutor.info-strong": ("text-primary", "bold"),
+    "tutor.reveal": ("text-secondary", ""),  # revealed solutions
+    "tutor.reveal-strong": ("text-secondary", "bold"),
+    "tutor.heading": ("foreground", "bold"),
+    "tutor.text": ("foreground", ""),
+    "tutor.dim": ("foreground-muted", ""),  # explanations around the numbers
+    "tutor.locked": ("foreground-disabled", ""),
+    "tutor.current-row": ("primary-background", "on"),  # the forward line being worked on
+}
+
+GOOD, OK, BAD, ERROR = "tutor.good", "tutor.ok", "tutor.bad", "tutor.error"
+ALERT, WARN, INFO, INFO_STRONG = "tutor.alert", "tutor.warn", "tutor.info", "tutor.info-strong"
+REVEAL, REVEAL_STRONG = "tutor.reveal", "tutor.reveal-strong"
+HEADING, TEXT, DIM, LOCKED = "tutor.heading", "tutor.text", "tutor.dim", "tutor.locked"
+CURRENT_ROW = "tutor.current-row"
+
+
+def solid(value: str, background: Color) -> str:
+    """A theme colour as Rich can use it: translucent ones laid over the background."""
+    colour = Color.parse(value)
+    return (background + colour).hex if colour.a < 1 else colour.hex
+
+
+def rich_theme(variables: Mapping[str, str]) -> Theme:
+    """The roles' styles from a Textual theme's variables (`App.get_css_variables()`)."""
+    background = Color.parse(variables["background"])
+    styles = {}
+    for name, (variable, attributes) in ROLES.items():
+        styles[name] = f"{attributes} {solid(variables[variable], background)}".strip()
+    return Theme(styles)
+
+
+# The theme each app's console has the roles' styles for.
+_installed: WeakKeyDictionary[App, str] = WeakKeyDictionary()
+
+
+def install(app: App) -> None:
+    """Give the app's console the roles' styles for its current theme; again after the theme
+    changed, a no-op otherwise. Any app that shows the tutor's screens calls it."""
+    if _installed.get(app) == app.theme:
+        return
+    if app in _installed:
+        app.console.pop_theme()
+    app.console.push_theme(rich_theme(app.get_css_variables()))
+    _installed[app] = app.theme
+
+
+def resolved(text: Text, console: Console) -> Text:
+    """`text` with its style names replaced by the styles they stand for on `console`.
+
+    Widgets that turn Rich text into Textual content themselves (an OptionList's prompts) parse
+    style strings as Textual styles, which know no Rich theme: a name would lose its colour
+    there, and costs a failed parse each time."""
+
+    def style(value: str | Style) -> Style:
+        return console.get_style(value, default=Style.null()) if isinstance(value, str) else value
+
+    out = text.copy()
+    out.style = style(text.style)
+    out.spans = [Span(span.start, span.end, style(span.style)) for span in text.spans]
+    return out

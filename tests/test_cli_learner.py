@@ -241,7 +241,11 @@ def test_watch_started_in_the_background_still_stops_on_sigint(home, tmp_path):
         assert _wait_until(seen, "watching")
     finally:
         proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=30)
+        try:
+            _, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:  # SIGINT did not stop it: fail, leaving nothing behind
+            proc.kill()
+            _, err = proc.communicate()
     assert proc.returncode == 0 and "stopped watching" in err.decode()
 
 
@@ -259,7 +263,11 @@ def test_train_into_a_file_writes_progress_as_it_goes_and_stops_on_sigint(home):
         assert proc.poll() is None  # the line came while the run was still going
     finally:
         proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=60)
+        try:
+            _, err = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            _, err = proc.communicate()
     assert proc.returncode == 130 and "cancelling" in err.decode()
 
 

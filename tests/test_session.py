@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 from tutor import curriculum
+from tutor.controller import Session
 from tutor.packs import PackError, find_pack, load_pack
 from tutor.progress import Store
 from tutor.results import CheckResult, Status, Verdict
-from tutor.session import Session
 
 PACK = load_pack()
 FIRST, SECOND = PACK.gradient_steps[0].id, PACK.gradient_steps[1].id

@@ -20,6 +20,7 @@ from rich.console import Console
 from textual.app import App
 
 from tutor.config import Settings
+from tutor.controller import Lesson
 from tutor.packs import load_pack
 from tutor.progress import Store
 from tutor.training import training_code
@@ -123,7 +124,7 @@ async def until(pilot, condition, timeout: float = 60) -> None:
 
 
 def screen_for(evaluator, store=None, code: str = CODE, steps: int = STEPS) -> TrainingScreen:
-    return TrainingScreen(evaluator, store, PACK, code, steps=steps)
+    return TrainingScreen(Lesson(PACK, store, evaluator), code, steps=steps)
 
 
 # --- with the stand-in evaluator ------------------------------------------------------------------

@@ -8,12 +8,13 @@ import io
 from rich.console import Console
 
 from tutor.curriculum import tally
+from tutor.durations import spoken as duration
 from tutor.packs import load_pack
 from tutor.ui.activity import ActiveClock
 from tutor.ui.placeholders import merge_typed_assignment, next_placeholder, placeholders
 from tutor.ui.prose import prose
 from tutor.ui.screens.training import parse_steps
-from tutor.ui.summary import duration, hardest
+from tutor.ui.summary import hardest
 from tutor.ui.widgets.feedback import result_view
 from tutor.ui.widgets.footer import fit
 from tutor.ui.widgets.forward import forward_rows

@@ -22,10 +22,10 @@ from tutor.commands.base import (
     try_open_store,
 )
 from tutor.config import Settings
+from tutor.controller import Session, save
 from tutor.report import format_result, format_table
 from tutor.results import CheckResult
 from tutor.sandbox.client import Evaluator, EvaluatorError
-from tutor.session import Session, save
 from tutor.source import MAX_FILE_BYTES, size_problem
 
 _LEADING_LINE = re.compile(r"\Aline (\d+)\b")

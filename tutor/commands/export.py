@@ -16,9 +16,9 @@ from tutor.commands.base import (
     regraded_steps,
 )
 from tutor.config import Settings
+from tutor.controller import save
 from tutor.curriculum import tally
 from tutor.export import export_script
-from tutor.session import save
 
 
 def _export_args(p: argparse.ArgumentParser) -> None:
@@ -91,9 +91,9 @@ def run_watch(args: argparse.Namespace, settings: Settings) -> int:
     from watchfiles import watch
 
     from tutor.commands.check import check_cells, record_cells, report_unsaved
+    from tutor.controller import Session
     from tutor.report import format_table
     from tutor.sandbox.client import Evaluator, EvaluatorError
-    from tutor.session import Session
 
     path = Path(args.file).resolve()
     # A clear usage error now, rather than a silent watch of nothing.

@@ -8,9 +8,9 @@ import sys
 
 from tutor.commands.base import Command, lesson_pack, open_store, position, step_id
 from tutor.config import Settings
+from tutor.controller import Session
 from tutor.packs import Step
 from tutor.report import terminal_width, wrap
-from tutor.session import Session
 
 
 def _args(p: argparse.ArgumentParser) -> None:

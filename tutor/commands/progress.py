@@ -9,6 +9,7 @@ import sys
 from tutor.commands.base import Command, UsageError, lesson_pack, open_store, step_id
 from tutor.config import Settings
 from tutor.curriculum import tally
+from tutor.durations import compact
 from tutor.results import Status
 
 
@@ -24,7 +25,7 @@ def progress_table(rows: list[dict]) -> str:
     for number, r in enumerate(rows, start=1):
         lines.append(f"{Status(r['status']).mark:<2} {number:>2}. {r['id']:<24} "
                      f"{r['status']:<9} {r['attempts']:>8} {r['hints']:>5} "
-                     f"{best_maxdiff(r):>13} {duration(r['seconds']):>7}")
+                     f"{best_maxdiff(r):>13} {compact(r['seconds']):>7}")
     lines.append("\n" + summary_line(rows))
     return "\n".join(lines)
 
@@ -33,7 +34,7 @@ def summary_line(rows: list[dict]) -> str:
     """"8 of 22 steps done (6 exact, 2 passed), 31 attempts, 4 hints, 12m05"."""
     total = tally(rows)
     return (f"{total.sentence()}, {total.attempts} attempts, {total.hints} hints, "
-            f"{duration(total.seconds)}")
+            f"{compact(total.seconds)}")
 
 
 def best_maxdiff(row: dict) -> str:
@@ -51,11 +52,6 @@ def run_progress(args: argparse.Namespace, settings: Settings) -> int:
     else:
         print(progress_table(rows))
     return 0
-
-
-def duration(seconds: float) -> str:
-    minutes, sec = divmod(int(seconds), 60)
-    return f"{minutes // 60}h{minutes % 60:02d}" if minutes >= 60 else f"{minutes}m{sec:02d}"
 
 
 def _reset_args(p: argparse.ArgumentParser) -> None:

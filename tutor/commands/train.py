@@ -14,11 +14,12 @@ import time
 
 from tutor.commands.base import Command, UsageError, lesson_pack, open_store, read_source
 from tutor.config import Settings
+from tutor.controller import save
+from tutor.durations import clock
 from tutor.packs import Pack
 from tutor.progress import Store
 from tutor.report import VERDICT_MARK, terminal_width, wrap
 from tutor.sandbox.client import Evaluator, EvaluatorError
-from tutor.session import save
 from tutor.source import size_problem
 from tutor.training.plan import (
     backward_sections,
@@ -204,14 +205,6 @@ def _run(ev: Evaluator, payload: dict,
 # --- progress on a terminal ------------------------------------------------------------------
 
 
-def _duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "?"
-    seconds = int(round(seconds))
-    minutes, s = divmod(seconds, 60)
-    return f"{minutes}:{s:02d}" if minutes < 60 else f"{minutes // 60}:{minutes % 60:02d}:{s:02d}"
-
-
 def _spaced(number: float) -> str:
     return f"{number:,.0f}".replace(",", " ")
 
@@ -269,7 +262,7 @@ def progress_line(p: dict) -> str:
     rate = f"{_spaced(p['steps_per_s'])} steps/s" if p.get("steps_per_s") else "… steps/s"
     loss = f" · loss {p['loss']:.4f}" if p.get("loss") is not None else ""
     return (f"{bar} {_spaced(p['step'])}/{_spaced(p['steps'])} · {rate} · "
-            f"{_duration(p.get('eta_s'))} left{loss}")
+            f"{clock(p.get('eta_s'), '?')} left{loss}")
 
 
 # --- the result as text ------------------------------------------------------------------------
@@ -323,8 +316,9 @@ def format_run(r: dict) -> str:
         if s.get("compiled"):
             compiled = f" · torch.compile {r['compile_s']:.1f} s, not counted"
         status = "cancelled after" if r["status"] == "cancelled" else "trained"
+        took = clock(r.get("train_s"), "?")
         lines.append(f"\n{status.capitalize()} {_spaced(steps)} of {_spaced(s.get('steps', 0))} "
-                     f"steps on {s.get('device')} in {_duration(r.get('train_s'))}{rate}{compiled}")
+                     f"steps on {s.get('device')} in {took}{rate}{compiled}")
     if r.get("train_loss") is not None:
         lecture = r.get("lecture") or {}
         lines += [
@@ -343,7 +337,7 @@ def format_run(r: dict) -> str:
         head = r["stdout"].splitlines()[:10]
         lines.append("\nyour print output (first lines):")
         lines += [f"  {line}" for line in head]
-    lines.append(f"\nwall time {_duration(r.get('wall_s'))}"
+    lines.append(f"\nwall time {clock(r.get('wall_s'), '?')}"
                  + (f" · run #{r['run_id']} saved" if r.get("run_id") else ""))
     return "\n".join(lines)
 

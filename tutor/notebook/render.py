@@ -9,14 +9,14 @@ import re
 
 from tutor.commands.progress import (
     best_maxdiff,
-    duration,
     progress_table,
     summary_line,
 )
+from tutor.controller import CheckOutcome, Hints
+from tutor.durations import compact
 from tutor.notebook.png import heatmap_png
 from tutor.report import format_result, row_detail, row_label, row_mark
 from tutor.results import Status
-from tutor.session import CheckOutcome, Hints
 
 Bundle = dict[str, str]  # a display's MIME bundle: "text/plain", "text/html", "image/png"
 
@@ -169,7 +169,7 @@ def progress_bundle(rows: list[dict]) -> Bundle:
         (Status(r["status"]).mark, "left"), (f"{n}.", "right"),
         (f"<code>{html.escape(r['id'])}</code>", "left"), (r["status"], "left"),
         (r["attempts"], "right"), (r["hints"], "right"), (best_maxdiff(r), "right"),
-        (duration(r["seconds"]), "right")]) for n, r in enumerate(rows, start=1))
+        (compact(r["seconds"]), "right")]) for n, r in enumerate(rows, start=1))
     summary = summary_line(rows)
     page = (f"<div style=\"{_STYLE}\"><table style=\"border-collapse: collapse\">"
             f"{head}{body}</table><div>{summary}</div></div>")

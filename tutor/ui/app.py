@@ -25,8 +25,8 @@ from textual.binding import Binding
 from textual.screen import Screen
 
 from tutor.config import Settings
+from tutor.controller import Lesson, Store, StoreError, open_store
 from tutor.packs import Pack, Step, find_pack, load_pack
-from tutor.session import Session
 from tutor.ui import palette
 from tutor.ui.activity import ActiveClock
 from tutor.ui.messages import EvaluatorFailed, EvaluatorReady, TrainingRecorded
@@ -35,7 +35,6 @@ from tutor.ui.screens.packs import PackScreen, last_pack, offered_packs, remembe
 from tutor.ui.widgets.editor import CodeEditor
 
 if TYPE_CHECKING:
-    from tutor.progress import Store
     from tutor.sandbox.client import Evaluator
 
 READY_POLL = 0.25  # seconds per wait for the evaluator, so shutdown is never held up
@@ -113,7 +112,7 @@ class TutorApp(App[int], inherit_bindings=False):
         self._pack: Pack | None = None
         self._evaluator = evaluator
         self._evaluator_lock = threading.Lock()
-        self._session: Session | None = None
+        self._session: Lesson | None = None
         self.info: dict | None = None  # from evaluator.info(), once PyTorch is ready
         self.evaluator_error: str | None = None
         self.lesson: LessonScreen | None = None  # once a pack is open
@@ -145,14 +144,12 @@ class TutorApp(App[int], inherit_bindings=False):
         self.settings = replace(self.settings, pack=name)  # the evaluator serves this pack
         self._pack = load_pack(find_pack(name))
         if self._store is None:
-            from tutor.progress import Store
-
-            self._store = Store.open(self.settings.data_home, self._pack)
+            self._store = open_store(self.settings.data_home, self._pack)
         if name in self.lessons:
             remember_pack(self.settings.data_home, name)
 
     def _new_lesson(self) -> LessonScreen:
-        self.lesson = LessonScreen(self.pack, self.store, greet=self.greet)
+        self.lesson = LessonScreen(self.session, greet=self.greet)
         return self.lesson
 
     # -- screens --------------------------------------------------------------------------
@@ -176,8 +173,6 @@ class TutorApp(App[int], inherit_bindings=False):
                              self._pack_chosen)
 
     def _pack_chosen(self, name: str | None) -> None:
-        from tutor.progress import StoreError
-
         if name is None:
             return
         try:
@@ -252,7 +247,7 @@ class TutorApp(App[int], inherit_bindings=False):
         if seconds <= 0:
             return
         try:
-            self.store.add_time(self._timed_step, seconds)
+            self.session.add_time(self._timed_step, seconds)
         except Exception as exc:  # a full disk must not end the session
             self.log.warning(f"could not save time: {exc}")
 
@@ -267,10 +262,11 @@ class TutorApp(App[int], inherit_bindings=False):
     # -- evaluator ------------------------------------------------------------------------
 
     @property
-    def session(self) -> Session:
-        """Check-and-record for this pack; made on first use, with the evaluator."""
+    def session(self) -> Lesson:
+        """The lesson controller for this pack: every screen's rules and records go through
+        it. The evaluator is made on its first use, not here (see `evaluator`)."""
         if self._session is None:
-            self._session = Session(self.pack, self.store, self.evaluator)
+            self._session = Lesson(self.pack, self.store, _LazyEvaluator(self))
         return self._session
 
     @property
@@ -337,7 +333,8 @@ class TutorApp(App[int], inherit_bindings=False):
         from tutor.ui.screens.progress import ProgressScreen
 
         self.flush_time()  # so the table's times include this very minute
-        self.push_screen(ProgressScreen(self.pack, self.store.summary()), self._back_to_lesson)
+        self.push_screen(ProgressScreen(self.pack, self.session.summary()),
+                         self._back_to_lesson)
 
     def help_bindings(self) -> list[Binding]:
         """Every key of the lesson and of the app, in the order the help lists them."""
@@ -440,11 +437,9 @@ def run_app(settings: Settings, packs: list[str] | None = None) -> int:
 def _run_lesson(settings: Settings, lessons: list[str]) -> TutorApp | None:
     """Run the TUI on `settings.pack` with its progress store, closed after. The app makes its
     checker itself once the first frame is out, and closes it."""
-    from tutor.progress import Store, StoreError
-
     pack = load_pack(find_pack(settings.pack))
     try:
-        store = Store.open(settings.data_home, pack)
+        store = open_store(settings.data_home, pack)
     except StoreError as exc:
         print(f"backprop-tutor: {exc}")
         return None
@@ -454,3 +449,14 @@ def _run_lesson(settings: Settings, lessons: list[str]) -> TutorApp | None:
     finally:
         store.close()
     return app
+
+
+class _LazyEvaluator:
+    """The app's evaluator as the controller sees it: made on first use (from whichever
+    thread gets there first), so opening the lesson starts no process before the first frame."""
+
+    def __init__(self, app: TutorApp):
+        self._app = app
+
+    def __getattr__(self, name: str):
+        return getattr(self._app.evaluator, name)

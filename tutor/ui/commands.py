@@ -6,7 +6,7 @@ from functools import partial
 
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 
-from tutor.ui.progress_view import MARKERS, is_enterable, remaining_before
+from tutor.ui.progress_view import MARKERS
 
 
 class StepCommands(Provider):
@@ -22,20 +22,11 @@ class StepCommands(Provider):
         if lesson is None:  # the learner is still choosing a pack
             return []
         pack = lesson.pack
-        statuses = lesson.store.statuses()
         out = []
-        for step in pack.steps:
-            status = statuses.get(step.id, "locked")
+        for step, status in lesson.lesson.open_steps():
             exercise = pack.exercise(step.exercise)
-            if step.is_training:
-                # Unlocked by the exercises it requires, not by the step before it.
-                if remaining_before(pack, step, statuses):
-                    continue
-                marker = MARKERS["training" if status == "unlocked" else status]
-            elif not is_enterable(status):
-                continue
-            else:
-                marker = MARKERS[status]
+            training = step.is_training and status == "unlocked"
+            marker = MARKERS["training" if training else status]
             title = f"Go to {step.exercise} · {step.title}"
             help_text = f"{marker} {status} · {step.id} · {exercise.title}"
             out.append((title, step.id, help_text, f"{step.id} {exercise.title}"))

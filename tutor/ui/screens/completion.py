@@ -18,10 +18,11 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from tutor.curriculum import Tally, tally
+from tutor.durations import clock, spoken
 from tutor.packs import Exercise, Pack
 from tutor.ui.palette import ALERT, DIM, GOOD
 from tutor.ui.prose import prose
-from tutor.ui.summary import duration, hardest, short_duration
+from tutor.ui.summary import hardest
 
 TITLE = ALERT
 
@@ -34,7 +35,7 @@ def _figures(t: Tally) -> Table:
     per_step = f" ({t.attempts / t.steps:.1f} per step)" if t.steps > 1 and t.attempts else ""
     table.add_row(Text.styled("attempts", DIM), f"{t.attempts}{per_step}")
     table.add_row(Text.styled("hints", DIM), str(t.hints))
-    table.add_row(Text.styled("time", DIM), duration(t.seconds))
+    table.add_row(Text.styled("time", DIM), spoken(t.seconds))
     return table
 
 
@@ -51,7 +52,7 @@ def run_lines(run: Mapping | None) -> list[RenderableType]:
                           f"{lecture['val_loss']:.4f})", style=DIM)
     steps = f"{run.get('steps_done', 0):,}".replace(",", " ")
     lines: list[RenderableType] = [Text(f"Your gradients trained the network for {steps} steps "
-                                        f"in {duration(run.get('train_s') or 0)}.")]
+                                        f"in {spoken(run.get('train_s') or 0)}.")]
     if losses.plain:
         lines.append(losses)
     if run.get("samples"):
@@ -91,7 +92,7 @@ def lesson_view(pack: Pack, rows: Sequence[Mapping], run: Mapping | None) -> Gro
     for ex in pack.exercises:
         t = tally(r for r in rows if r["exercise"] == ex.number)
         table.add_row(f"{ex.number} {ex.title}", t.parts, str(t.attempts), str(t.hints),
-                      short_duration(t.seconds))
+                      clock(t.seconds))
     parts.append(table)
     if run:
         parts += [Text(""), *run_lines(run)]

@@ -3,7 +3,9 @@
 The screen owns everything about the open step: its widgets, its bindings and actions (check,
 hint, solution, scratch run, template, moving between steps), the draft in the editor, this
 session's results, and the moments when an exercise is done. What outlives a screen stays on
-the app: settings, pack, progress store, the evaluator and its session, active time, quitting.
+the app: settings, the lesson controller (pack, progress, evaluator), active time, quitting.
+Every rule (what is locked, what a check unlocks or completes, when a solution needs asking
+for) is the controller's (`tutor.controller.Lesson`); this screen shows what it says.
 
 Checks and scratch runs go to the evaluator from thread workers that only post messages back
 to this screen; the widgets change in the message handlers, on the app's thread.
@@ -24,21 +26,17 @@ from textual.timer import Timer
 from textual.widgets import OptionList, TextArea
 from textual.widgets.text_area import Selection
 
-from tutor import curriculum
-from tutor.packs import Exercise, Pack, Step
-from tutor.results import CheckResult, Status
+from tutor.controller import (
+    Celebration,
+    Lesson,
+    differentiated_lines,
+    position_in_lesson,
+)
+from tutor.packs import Exercise, Step
 from tutor.source import size_problem
 from tutor.ui.highlight import warm_up
 from tutor.ui.messages import CheckFailed, CheckFinished, ScratchFinished
 from tutor.ui.palette import BAD, DIM, WARN
-from tutor.ui.progress_view import (
-    differentiated_lines,
-    is_done,
-    is_enterable,
-    position_in_lesson,
-    remaining_before,
-)
-from tutor.ui.summary import done_exercises
 from tutor.ui.widgets.editor import CodeEditor
 from tutor.ui.widgets.feedback import Feedback
 from tutor.ui.widgets.footer import TutorFooter
@@ -47,8 +45,7 @@ from tutor.ui.widgets.steps import StepList
 from tutor.ui.widgets.topbar import TopBar
 
 if TYPE_CHECKING:
-    from tutor.progress import Store
-    from tutor.ui.app import TutorApp
+    from tutor.ui.host import LessonHost
 
 DRAFT_DELAY = 0.5  # seconds of quiet typing before the draft is saved
 NARROW = 100  # below this many columns the steps sidebar starts hidden
@@ -99,11 +96,11 @@ class LessonScreen(Screen[None]):
                 tooltip="Show or hide the steps sidebar"),
     ]
 
-    def __init__(self, pack: Pack, store: Store, *, greet: bool = True) -> None:
+    def __init__(self, lesson: Lesson, *, greet: bool = True) -> None:
         """`greet=False` skips the welcome and the exercise introductions."""
         super().__init__(id="lesson")
-        self.pack = pack
-        self.store = store
+        self.lesson = lesson
+        self.pack = lesson.pack
         self.greet = greet
         self.checking = False  # a check is under way
         self.scratching = False  # a run without grading is under way
@@ -125,13 +122,13 @@ class LessonScreen(Screen[None]):
         self._first_frame_out = False
         # Every step's status as last read from the store: the verdict is shown before the
         # attempt is written, with what it will unlock worked out from these.
-        self._statuses = store.statuses()
-        self._done = done_exercises(pack, self._statuses)  # for completion moments
+        self._statuses = lesson.statuses()
+        self._milestones = lesson.milestones()  # for completion moments
 
     @property
-    def tutor(self) -> TutorApp:
-        """The app, typed: the evaluator, the session and the active-time clock live there."""
-        return cast("TutorApp", self.app)
+    def tutor(self) -> LessonHost:
+        """The app, as this screen needs it: the evaluator's state and the active-time clock."""
+        return cast("LessonHost", self.app)
 
     # -- layout ---------------------------------------------------------------------------
 
@@ -166,10 +163,9 @@ class LessonScreen(Screen[None]):
     def _greet(self) -> None:
         """The welcome on the first launch, else the open exercise's introduction the first
         time: over the lesson's first frame, not in it (Markdown is slow to start)."""
-        if self.greet and self.store.remembered("welcomed") is None:
+        if self.greet and self.lesson.first_time("welcomed"):
             first = self.pack.exercises[0]
-            self.store.remember("welcomed", "1")
-            self.store.remember(f"intro.{first.number}", "1")  # the welcome includes it
+            self.lesson.first_time(f"intro.{first.number}")  # the welcome includes it
             self.show_welcome()
         else:
             self._introduce(self.step.exercise)
@@ -203,17 +199,16 @@ class LessonScreen(Screen[None]):
             return
         key = f"intro.{exercise_number}"
         exercise = self.pack.exercise(exercise_number)
-        if not exercise.intro.strip() or self.store.remembered(key) is not None:
+        if not exercise.intro.strip() or not self.lesson.first_time(key):
             return
         from tutor.ui.screens.welcome import IntroScreen
 
-        self.store.remember(key, "1")
         self.app.push_screen(IntroScreen(exercise), self.back_to_editor)
 
     def show_welcome(self) -> None:
         from tutor.ui.screens.welcome import WelcomeScreen
 
-        self.app.push_screen(WelcomeScreen(self.store.path, self.pack),
+        self.app.push_screen(WelcomeScreen(self.lesson.progress_path, self.pack),
                              self.back_to_editor)
 
     # -- the evaluator, as the app reports it -------------------------------------------------
@@ -240,25 +235,14 @@ class LessonScreen(Screen[None]):
     # -- steps ----------------------------------------------------------------------------
 
     def _opening_step(self) -> Step:
-        """The step the learner was on last time; a finished pack reopens its last step."""
-        try:
-            step = self.pack.step(self.store.current_step())
-        except (KeyError, TypeError):
-            step = self.pack.steps[0]
-        if step.is_training:
-            step = self.pack.gradient_steps[-1]
-        return step
+        return self.lesson.opening_step()
 
     def goto_step(self, step_id: str) -> bool:
         """Open a step if it is not locked; say why when it is."""
         step = self.pack.step(step_id)
-        statuses = self.store.statuses()
-        if not is_enterable(statuses.get(step.id, "locked")):
-            left = remaining_before(self.pack, step, statuses)
-            more = f" and {len(left) - 1} more" if len(left) > 1 else ""
-            first = left[0].title if left else "the steps before it"
-            self.notify(f"{step.title} is locked: finish {first}{more} first.",
-                        title="Locked", severity="warning")
+        locked = self.lesson.locked_reason(step.id)
+        if locked is not None:
+            self.notify(locked, title="Locked", severity="warning")
             self.query_one(StepList).follow(self.step.id)
             return False
         if step.is_training:
@@ -268,7 +252,7 @@ class LessonScreen(Screen[None]):
             self.leave_step()
             self.step = step
             self.tutor.count_time_on(step.id)
-            self.store.set_current_step(step.id)
+            self.lesson.open_step(step.id)
             self._open(step)
             self._introduce(step.exercise)
         return True
@@ -276,20 +260,18 @@ class LessonScreen(Screen[None]):
     def _open_training(self, step: Step) -> None:
         """The training exercise has a screen of its own; its editor starts from the learner's
         accepted steps."""
-        from tutor.training import training_code
         from tutor.ui.screens.training import TrainingScreen
 
         self._save_draft()
         self.tutor.count_time_on(step.id)
-        code = self.store.draft(step.id) or training_code(
-            self.pack, self.store.accepted_codes(), revealed=self.store.revealed())
+        code = self.lesson.training_code()
 
         def closed(_result: object) -> None:
             self.tutor.count_time_on(self.step.id)
             self._show_progress()
             self.back_to_editor()
 
-        self.app.push_screen(TrainingScreen(self.tutor.evaluator, self.store, self.pack, code),
+        self.app.push_screen(TrainingScreen(self.lesson, code),
                              closed)
         self._introduce(step.exercise)
 
@@ -303,17 +285,16 @@ class LessonScreen(Screen[None]):
     def _remember_cursor(self) -> None:
         try:
             row, col = self.query_one("#editor", CodeEditor).cursor_location
-            self.store.remember(f"cursor.{self.step.id}", f"{row},{col}")
+            self.lesson.remember_cursor(self.step.id, row, col)
         except Exception as exc:  # at shutdown the editor is gone; a cursor is not worth more
             self.log.warning(f"could not save the cursor: {exc}")
 
     def _restore_cursor(self, editor: CodeEditor, step: Step) -> bool:
         """Put the cursor back where the learner left it in this step's draft."""
-        saved = self.store.remembered(f"cursor.{step.id}")
-        try:
-            row, col = (int(x) for x in (saved or "").split(","))
-        except ValueError:
+        saved = self.lesson.cursor(step.id)
+        if saved is None:
             return False
+        row, col = saved
         row = min(max(row, 0), editor.document.line_count - 1)
         col = min(max(col, 0), len(editor.document.get_line(row)))
         editor.move_cursor((row, col), center=True)
@@ -321,7 +302,7 @@ class LessonScreen(Screen[None]):
 
     def _open(self, step: Step) -> None:
         editor = self.query_one("#editor", CodeEditor)
-        draft = self.store.draft(step.id)
+        draft = self.lesson.draft(step.id)
         text = draft if draft is not None else step.template
         self._loaded_text = self._editor_text = text
         editor.load_text(text)
@@ -335,9 +316,9 @@ class LessonScreen(Screen[None]):
             feedback.show_result(*last)
         else:
             feedback.show_result(None)
-        shown = self.store.hints_shown(step.id)
-        feedback.show_hints(list(step.hints[:shown]), len(step.hints))
-        statuses = self._statuses = self.store.statuses()
+        hints = self.lesson.next_hint(step.id, count=False)
+        feedback.show_hints(list(hints.shown), hints.total)
+        statuses = self._statuses = self.lesson.statuses()
         revealed = statuses.get(step.id) == "revealed"
         feedback.show_solution(step.solution if revealed else None)
         if not self.checking and self.tutor.info is not None:
@@ -356,7 +337,7 @@ class LessonScreen(Screen[None]):
 
     def _show_progress(self, statuses: dict[str, str] | None = None) -> None:
         """Refresh everything that depends on statuses: sidebar, forward marks, top bar."""
-        statuses = statuses if statuses is not None else self.store.statuses()
+        statuses = statuses if statuses is not None else self.lesson.statuses()
         self._statuses = statuses
         step = self.step
         if self._first_frame_out:
@@ -400,7 +381,7 @@ class LessonScreen(Screen[None]):
             self._draft_timer = None
         text = self._editor_text
         if text != self._loaded_text:
-            self.store.save_draft(self.step.id, text)
+            self.lesson.save_draft(self.step.id, text)
             self._loaded_text = text
             self._remember_cursor()
 
@@ -430,7 +411,7 @@ class LessonScreen(Screen[None]):
         code = self._begin_run("check", "Not checked", f"Checking {self.step.title}…")
         if code is not None:
             self.checking = True
-            self._run_check(self.step.id, code, dict(self.store.accepted_codes()))
+            self._run_check(self.step.id, code, self.lesson.prior())
 
     def _begin_run(self, action: str, refused: str, status: str) -> str | None:
         """What a check and a scratch run share before they start: the draft saved, the size
@@ -471,7 +452,7 @@ class LessonScreen(Screen[None]):
     @work(thread=True, exclusive=True, group="check", exit_on_error=False)
     def _run_check(self, step_id: str, code: str, prior: dict[str, str]) -> None:
         try:
-            result = self.tutor.session.evaluate(step_id, code, prior)
+            result = self.lesson.evaluate(step_id, code, prior)
         except Exception as exc:
             self.post_message(CheckFailed(step_id, describe(exc)))
             return
@@ -483,16 +464,8 @@ class LessonScreen(Screen[None]):
         self.checking = False
         sid, result = message.step_id, message.result
         superseded = self._queued is not None and self._queued[1] == sid
-        before = self._statuses
-        earned = CheckResult.from_dict(result).achievement
-        after = curriculum.after_check(self.pack, before, sid, earned)
-        unlocked = [self.pack.step(s) for s in curriculum.unlocked(before, after)]
-        note = None
-        if unlocked and not unlocked[0].is_training:
-            note = unlocked[0].title
-        elif unlocked:
-            note = f"{unlocked[0].title} (everything it needs is done)"
-        revealed = earned is not None and before.get(sid) is Status.REVEALED
+        preview = self.lesson.preview(sid, result, self._statuses)
+        note, revealed = preview.note, preview.revealed
         self.results[sid] = (result, note, revealed)
         if sid == self.step.id and not superseded:
             feedback = self.query_one(Feedback)
@@ -507,7 +480,7 @@ class LessonScreen(Screen[None]):
         """Save the attempts whose verdicts are on screen, then bring the statuses up to date."""
         if not self._save_attempts():
             return
-        after = self.store.statuses()
+        after = self.lesson.statuses()
         self._show_progress(after)
         if not self._run_queued():
             self._celebrate(after)
@@ -518,7 +491,7 @@ class LessonScreen(Screen[None]):
         saved = bool(self._unrecorded)
         while self._unrecorded:
             message = self._unrecorded.pop(0)
-            outcome = self.tutor.session.record(message.step_id, message.code, message.result)
+            outcome = self.lesson.record(message.step_id, message.code, message.result)
             if outcome.problem:
                 self.notify(f"Could not save this attempt: {outcome.problem}", severity="error")
         return saved
@@ -548,7 +521,7 @@ class LessonScreen(Screen[None]):
 
     def action_hint(self) -> None:
         step = self.step
-        hints = self.tutor.session.next_hint(step.id)
+        hints = self.lesson.next_hint(step.id)
         if not hints.new:
             self.notify(f"All {hints.total} hints for this step are shown below.", title="Hints")
         if hints.problem:
@@ -561,18 +534,15 @@ class LessonScreen(Screen[None]):
 
     def action_reveal(self) -> None:
         step = self.step
-        status = self.store.statuses().get(step.id, "locked")
-        if is_done(status):
-            # Nothing left to lose: a finished step shows the reference without asking, and
-            # a solved step stays solved (the store never lowers an achievement).
-            self._show_solution(step, revealed=status == "revealed")
+        if not self.lesson.reveal_needs_asking(step.id):
+            self._show_solution(step, revealed=self.lesson.solution_shown(step.id))
             return
 
         def decided(reveal: bool | None) -> None:
             if reveal and step.id == self.step.id:
-                self.store.reveal(step.id)
+                self.lesson.reveal(step.id)
                 self._show_solution(step, revealed=True)
-                self._celebrate(self.store.statuses())
+                self._celebrate(self.lesson.statuses())
 
         from tutor.ui.screens.confirm import ConfirmReveal
 
@@ -592,12 +562,12 @@ class LessonScreen(Screen[None]):
         code = self._begin_run("scratch", "Not run", "Running your code without grading…")
         if code is not None:
             self.scratching = True
-            self._run_scratch(self.step.id, code, dict(self.store.accepted_codes()))
+            self._run_scratch(self.step.id, code, self.lesson.prior())
 
     @work(thread=True, exclusive=True, group="check", exit_on_error=False)
     def _run_scratch(self, step_id: str, code: str, prior: dict[str, str]) -> None:
         try:
-            result = self.tutor.evaluator.scratch(step_id, code, prior)
+            result = self.lesson.scratch(step_id, code, prior)
         except Exception as exc:
             self.post_message(CheckFailed(step_id, describe(exc)))
             return
@@ -643,33 +613,24 @@ class LessonScreen(Screen[None]):
     def training_recorded(self) -> None:
         """The training screen kept a run: it may have finished its exercise."""
         self._show_progress()
-        self._celebrate(self.store.statuses())
+        self._celebrate(self.lesson.statuses())
 
     def _celebrate(self, statuses: dict[str, str]) -> None:
         """A summary for each exercise this change completed, then one for the whole lesson,
         shown one after the other."""
         from tutor.ui.screens.completion import CompletionScreen, exercise_view, lesson_view
 
-        done = done_exercises(self.pack, statuses)
-        finished = sorted(done - self._done)
-        lesson_done = len(done) == len(self.pack.exercises) and len(self._done) < len(done)
-        self._done = done
-        if not finished:
+        moment: Celebration | None = self._milestones.after(statuses, self.tutor.flush_time)
+        if moment is None:
             return
-        self.tutor.flush_time()
-        rows = self.store.summary()
-        runs = self.store.training_runs()
-        run = next((r for r in reversed(runs) if r.get("status") == "finished"), None)
+        rows, run = moment.rows, moment.run
         queue: list[tuple[CompletionScreen, Exercise | None]] = []
-        for number in finished:
-            exercise = self.pack.exercise(number)
-            following = next((ex for ex in self.pack.exercises
-                              if ex.number > number and ex.number not in done), None)
+        for exercise, following in moment.finished:
             hint = (f"enter: on to exercise {following.number} · esc: stay here" if following
                     else "enter or esc to close")
             body = exercise_view(self.pack, exercise, rows, run, following)
             queue.append((CompletionScreen(body, hint), following))
-        if lesson_done:
+        if moment.lesson_done:
             queue.append((CompletionScreen(lesson_view(self.pack, rows, run),
                                            "enter or esc to close"), None))
         self._show_in_turn(queue)
@@ -689,10 +650,7 @@ class LessonScreen(Screen[None]):
 
     def _after_celebration(self, go_on: bool | None, following: Exercise | None) -> None:
         if go_on and following is not None and self.is_active:
-            statuses = self.store.statuses()
-            step = next((s for s in following.steps
-                         if not is_done(statuses.get(s.id, "locked"))), following.steps[0])
-            self.goto_step(step.id)
+            self.goto_step(self.lesson.first_open_step(following).id)
         else:
             self.back_to_editor()
 

@@ -14,10 +14,10 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from tutor.curriculum import tally
+from tutor.durations import clock, spoken
 from tutor.packs import Pack
 from tutor.ui.palette import DIM, HEADING
 from tutor.ui.progress_view import MARKERS, STATUS_STYLES
-from tutor.ui.summary import duration, short_duration
 
 
 def progress_table(pack: Pack, rows: Sequence[Mapping]) -> Group:
@@ -40,11 +40,11 @@ def progress_table(pack: Pack, rows: Sequence[Mapping]) -> Group:
             f"{number:>2} {pack.step(r['id']).title}",
             Text.styled(status, STATUS_STYLES.get(status, "")),
             str(r["attempts"]), str(r["hints"]), best,
-            short_duration(r["seconds"]) if r["seconds"] else "—",
+            clock(r["seconds"]) if r["seconds"] else "—",
         )
     total = tally(rows)
     line = Text(f"{total.sentence()}, {total.attempts} attempts, {total.hints} hints, "
-                f"{duration(total.seconds)}. maxdiff: the best of the passing attempts.")
+                f"{spoken(total.seconds)}. maxdiff: the best of the passing attempts.")
     return Group(table, Text(""), line)
 
 

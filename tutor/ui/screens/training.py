@@ -9,8 +9,6 @@ moment. Like the rest of the UI, this module never imports torch.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
@@ -22,14 +20,11 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Input, ProgressBar, Static, TextArea
 
-from tutor.packs import Pack
+from tutor.controller import Lesson, StoreError
 from tutor.training import (
     TrainingSettings,
-    record_run,
     speed_notes,
-    training_code,
     training_exercise,
-    training_step,
     with_header,
 )
 from tutor.ui import palette
@@ -42,9 +37,6 @@ from tutor.ui.widgets.runs import RunsTable, clock, when
 
 __all__ = ["LossPlot", "Series", "TrainingScreen", "braille_curve", "parse_steps", "spaced"]
 
-if TYPE_CHECKING:
-    from tutor.progress import Store
-    from tutor.sandbox.client import Evaluator
 
 DRAFT_DELAY = 0.5  # seconds of quiet typing before the edited code is saved
 MAX_STEPS = 10_000_000  # more would run for hours; the evaluator holds no checkpoint
@@ -74,10 +66,6 @@ class TrainingFailed(Message, bubble=False):
 
 
 # --- small helpers ----------------------------------------------------------------------------
-
-
-def duration(seconds: float | None) -> str:
-    return clock(seconds)
 
 
 def parse_steps(text: str) -> int | None:
@@ -189,16 +177,16 @@ class TrainingScreen(Screen):
                 tooltip="Stop a run, leave the steps field, or leave this screen"),
     ]
 
-    def __init__(self, evaluator: Evaluator, store: Store | None, pack: Pack, code: str, *,
-                 steps: int | None = None, gradcheck_steps: int | None = None,
-                 compile: bool = False) -> None:
+    def __init__(self, lesson: Lesson, code: str, *, steps: int | None = None,
+                 gradcheck_steps: int | None = None, compile: bool = False) -> None:
         super().__init__()
-        self.evaluator, self.store, self.pack, self.code = evaluator, store, pack, code
+        self.lesson, self.pack, self.code = lesson, lesson.pack, code
+        self.evaluator = lesson.evaluator  # to stop a run: cancelling is not a lesson's rule
         self.gradcheck_steps, self.compile = gradcheck_steps, compile
-        if steps is None and store is not None:
-            steps = parse_steps(store.remembered("train.steps") or "")  # the last choice
+        if steps is None and lesson.keeps_progress:
+            steps = parse_steps(lesson.remembered("train.steps") or "")  # the last choice
         self.steps = steps
-        self.settings = TrainingSettings.from_pack(pack, steps=steps,
+        self.settings = TrainingSettings.from_pack(self.pack, steps=steps,
                                                    gradcheck_steps=gradcheck_steps)
         self.code = with_header(code, self.settings)
         self.running = False
@@ -269,10 +257,10 @@ class TrainingScreen(Screen):
 
     # -- earlier runs -------------------------------------------------------------------------
     def _runs(self) -> list[dict]:
-        if self.store is None:
+        if not self.lesson.keeps_progress:
             return []
         try:
-            return self.store.training_runs()
+            return self.lesson.training_runs()
         except Exception:  # noqa: BLE001 - the screen works without its history
             return []
 
@@ -333,8 +321,8 @@ class TrainingScreen(Screen):
                                maintain_selection_offset=True)
             if not self.running and self.result is None:
                 self._phase(self._idle_text())
-            if self.store is not None:
-                self.store.remember("train.steps", str(steps))
+            if self.lesson.keeps_progress:
+                self.lesson.remember("train.steps", str(steps))
         return True
 
     def action_run(self) -> None:
@@ -396,9 +384,7 @@ class TrainingScreen(Screen):
     def action_reset_code(self) -> None:
         if self.running:
             return
-        accepted = self.store.accepted_codes() if self.store else None
-        revealed = self.store.revealed() if self.store else ()
-        code = training_code(self.pack, accepted, self.steps, revealed)
+        code = self.lesson.training_code(self.steps, draft=False)
         self._show_code()
         editor = self.query_one("#train-code", CodeEditor)
         # One edit, so ctrl+z brings the learner's version back.
@@ -411,7 +397,7 @@ class TrainingScreen(Screen):
 
     @on(TextArea.Changed, "#train-code")
     def _edited(self) -> None:
-        if self.store is None:
+        if not self.lesson.keeps_progress:
             return
         if self._draft_timer is not None:
             self._draft_timer.stop()
@@ -419,34 +405,32 @@ class TrainingScreen(Screen):
 
     def save_draft(self) -> None:
         """Keep the code as the training step's draft (also called by the app on quit)."""
-        from tutor.progress import StoreError
-
         if self._draft_timer is not None:
             self._draft_timer.stop()
             self._draft_timer = None
-        if self.store is None:
+        if not self.lesson.keeps_progress:
             return
         try:
-            self.store.save_draft(training_step(self.pack).id,
-                                  self.query_one("#train-code", CodeEditor).text)
+            self.lesson.save_training_draft(self.query_one("#train-code", CodeEditor).text)
         except StoreError as exc:
             self.notify(str(exc), severity="error")
 
     # -- the worker ---------------------------------------------------------------------------
     @work(thread=True, exclusive=True, group="training")
     def _train(self, code: str, steps: int) -> None:
-        payload = {"code": code, "steps": steps, "gradcheck_steps": self.gradcheck_steps,
-                   "compile": self.compile, "reference": False}
         try:
-            result = self.evaluator.request("train", payload, None, self._relay)
+            result = self.lesson.train(code, steps, gradcheck_steps=self.gradcheck_steps,
+                                       compile=self.compile, progress=self._relay)
         except Exception as exc:  # noqa: BLE001 - the evaluator could not run it at all
             self.post_message(TrainingFailed(str(exc)))
             return
-        if self.store is not None and "status" in result:
+        if self.lesson.keeps_progress and "status" in result:
             try:
-                result["run_id"] = record_run(self.store, self.pack, code, result)
-            except Exception as exc:  # noqa: BLE001 - the run is still shown
-                result.setdefault("notes", []).append(f"the run could not be saved: {exc}")
+                problem = self.lesson.keep_run(code, result)
+            except Exception as exc:  # noqa: BLE001 - whatever the store did, the run is shown
+                problem = str(exc)
+            if problem:  # the run is still shown
+                result.setdefault("notes", []).append(f"the run could not be saved: {problem}")
         self.post_message(TrainingFinished(result))
 
     def _relay(self, payload: dict) -> None:
@@ -474,7 +458,7 @@ class TrainingScreen(Screen):
             rate = p.get("steps_per_s")
             loss = f" · loss {p['loss']:.4f}" if p.get("loss") is not None else ""
             self.query_one("#train-rate", Static).update(
-                f"{spaced(rate)} steps/s · {duration(p.get('eta_s'))} left{loss}" if rate
+                f"{spaced(rate)} steps/s · {clock(p.get('eta_s'))} left{loss}" if rate
                 else f"{spaced(p['step'])} steps{loss}")
             self.query_one("#train-plot", LossPlot).extend(p.get("points", []), p.get("every"))
         elif p["phase"] == "results":
@@ -539,7 +523,7 @@ class TrainingScreen(Screen):
         if status == "finished":
             device = (r.get("settings") or {}).get("device", "?")
             return Text.styled(
-                f"Finished: {spaced(done)} steps in {duration(r.get('train_s'))}{rate} "
+                f"Finished: {spaced(done)} steps in {clock(r.get('train_s'))}{rate} "
                 f"on {device}.{saved}", GOOD)
         if status == "cancelled":
             return Text.styled(f"Stopped after {spaced(done)} of {spaced(planned)} steps; "

@@ -15,6 +15,7 @@ from rich.text import Text
 from textual.message import Message
 from textual.widgets import DataTable
 
+from tutor.durations import clock
 from tutor.ui.palette import ERROR, OK, WARN
 from tutor.ui.widgets.lossplot import COMPARE_COLOURS, Series, spaced
 
@@ -27,13 +28,6 @@ def when(at: str | None) -> str:
         return datetime.fromisoformat(str(at)).astimezone().strftime("%m-%d %H:%M")
     except ValueError:
         return "?"
-
-
-def clock(seconds: float | None) -> str:
-    if seconds is None or not math.isfinite(seconds):
-        return "—"
-    minutes, s = divmod(int(round(seconds)), 60)
-    return f"{minutes}:{s:02d}" if minutes < 60 else f"{minutes // 60}:{minutes % 60:02d}:{s:02d}"
 
 
 def series_of(run: Mapping, colour: str) -> Series:

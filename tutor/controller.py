@@ -1,0 +1,446 @@
+"""The lesson controller: a learner's session with one pack, with no UI in it.
+
+Every front end (the TUI's screens, the CLI's commands, the notebook's magics) talks to a
+`Lesson` and to nothing below it: it runs checks and records them, says where each step stands
+and why a locked one is locked, what a check unlocked and completed (a step, an exercise, the
+lesson), hands out hints and solutions, runs code without grading, runs and keeps training
+runs, and keeps drafts, the cursor and the open step. A front end shows what it says and sends
+what the learner does; a new front end needs no rule of its own (see docs/architecture.md).
+
+A front end that must show the verdict before anything can go wrong with the record (the CLI,
+the TUI) calls `evaluate` and then `record`; the others call `check`.
+
+The store may be missing (progress that cannot be opened): checks still run, with the
+reference solutions standing in for the earlier steps, and every outcome says what was not
+saved and why.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from tutor import curriculum
+from tutor.curriculum import Tally, tally
+from tutor.packs import Exercise, Pack, Step
+from tutor.progress import Store, StoreError
+from tutor.results import CheckResult, Status
+from tutor.training.plan import record_run, training_code, training_draft, training_step
+
+# What front ends may name without reaching below the controller: the store's error (a store
+# that cannot be opened is the learner's problem to hear about) and the progress counts.
+__all__ = ["CheckOutcome", "Celebration", "Hints", "Lesson", "Milestones", "Preview",
+           "Session", "Store", "StoreError", "Tally", "done_exercises", "is_done",
+           "is_enterable", "open_store", "save", "tally"]
+
+
+def open_store(data_home, pack: Pack) -> Store:
+    """The learner's progress with `pack`; raises StoreError when it cannot be opened."""
+    return Store.open(data_home, pack)
+
+
+def is_done(status: str) -> bool:
+    return status in DONE
+
+
+def is_enterable(status: str) -> bool:
+    return status != Status.LOCKED
+
+
+DONE = frozenset(str(s) for s in Status if s.done)
+
+
+def done_exercises(pack: Pack, statuses: Mapping[str, str]) -> set[int]:
+    """Numbers of the exercises whose every step is done."""
+    return {ex.number for ex in pack.exercises
+            if all(is_done(statuses.get(s.id, "locked")) for s in ex.steps)}
+
+
+def remaining_before(pack: Pack, step: Step, statuses: Mapping[str, str]) -> list[Step]:
+    """The steps not done yet that keep `step` locked (see `curriculum.blockers`)."""
+    return curriculum.blockers(pack, step.id,
+                               {sid for sid, st in statuses.items() if is_done(str(st))})
+
+
+def differentiated_lines(pack: Pack, statuses: Mapping[str, str]) -> set[str]:
+    """Targets of the forward lines whose step is done."""
+    return {name for s in pack.gradient_steps if is_done(statuses.get(s.id, "locked"))
+            for name in s.lines}
+
+
+def position_in_lesson(pack: Pack, step: Step) -> tuple[int, int]:
+    """1-based position of the step in the whole lesson, and the lesson's step count: the
+    numbers `backprop-tutor list` gives, so every front end counts alike."""
+    return pack.index(step.id) + 1, len(pack.steps)
+
+
+def save(write: Callable[[], object], tries: int = 2) -> str | None:
+    """Run one write to the progress store, by default trying twice; None when it worked, else
+    why not. A store locked by another process, read-only, or missing a table must cost the
+    learner this record, never the verdict."""
+    reason = ""
+    for _ in range(tries):
+        try:
+            write()
+            return None
+        # ValueError: text sqlite cannot encode (UnicodeEncodeError), whatever got it this far.
+        except (StoreError, sqlite3.Error, OSError, ValueError) as exc:
+            reason = str(exc).strip() or type(exc).__name__
+    return reason
+
+
+@dataclass
+class Hints:
+    """The hints of one step shown so far, after asking for the next: `new` says whether this
+    ask showed one (the last hint stays the last), `problem` why it could not be counted."""
+
+    step: str
+    shown: tuple[str, ...]
+    total: int
+    new: bool
+    problem: str | None = None
+
+
+@dataclass
+class CheckOutcome:
+    """A check and what it changed: the step's status after it, the steps it opened, and why
+    it was not saved when it was not."""
+
+    result: dict  # the JSON contract of docs/json.md, as the evaluator returned it
+    status: Status | None = None  # None when nothing was recorded
+    unlocked: list[str] = field(default_factory=list)
+    problem: str | None = None
+
+    @property
+    def typed(self) -> CheckResult:
+        return CheckResult.from_dict(self.result)
+
+    @property
+    def revealed_pass(self) -> bool:
+        """Right, on a step whose solution was shown: it counts as an attempt, not a solve."""
+        return bool(self.result.get("passed")) and self.status is Status.REVEALED
+
+
+class Session:
+    def __init__(self, pack: Pack, store: Store | None, evaluator, problem: str | None = None):
+        self.pack = pack
+        self.store = store
+        self.evaluator = evaluator
+        self.problem = problem  # why there is no store, when there is none
+
+    def prior(self) -> dict[str, str]:
+        """The accepted code of every solved step; empty (reference solutions stand in) when
+        progress cannot be read."""
+        if self.store is None:
+            return {}
+        prior: dict[str, str] = {}
+        problem = save(lambda: prior.update(self.store.accepted_codes()))
+        if problem:
+            self.problem = problem
+            return {}
+        return prior
+
+    def statuses(self) -> dict[str, Status]:
+        if self.store is None:
+            return curriculum.statuses(self.pack, {})
+        return self.store.statuses()
+
+    def evaluate(self, step_id: str, code: str, prior: dict[str, str] | None = None) -> dict:
+        """Run the candidate against autograd; nothing is recorded."""
+        return self.evaluator.check(step_id, code, self.prior() if prior is None else prior)
+
+    def record(self, step_id: str, code: str, result: dict) -> CheckOutcome:
+        """Record an attempt and say what it changed."""
+        if self.store is None:
+            return CheckOutcome(result, problem=self.problem or "there is no progress store")
+        store = self.store
+        before = store.statuses()
+        problem = save(lambda: store.record_attempt(step_id, code, result))
+        after = store.statuses()
+        sid = self.pack.step(step_id).id
+        return CheckOutcome(result, after.get(sid), curriculum.unlocked(before, after), problem)
+
+    def check(self, step_id: str, code: str) -> CheckOutcome:
+        return self.record(step_id, code, self.evaluate(step_id, code))
+
+    def is_attempt(self, step_id: str, code: str) -> bool:
+        """Whether checking `code` counts as an attempt: the untouched template does not (a
+        workbook or a file run from the top checks every step, solved or not)."""
+        return code.strip() != self.pack.step(step_id).template.strip()
+
+    def hints_shown(self, step_id: str) -> int:
+        return 0 if self.store is None else self.store.hints_shown(step_id)
+
+    def next_hint(self, step_id: str, count: bool = True) -> Hints:
+        """Show the step's next hint and count it; with `count` False, only the hints shown so
+        far. Shown even when it cannot be counted: the learner asked for help, and gets it."""
+        step = self.pack.step(step_id)
+        before = self.hints_shown(step.id)
+        new = count and before < len(step.hints)
+        problem = None
+        if new:
+            if self.store is None:
+                problem = self.problem or "there is no progress store"
+            else:
+                problem = save(lambda: self.store.show_hint(step.id))
+        shown = before + 1 if new else before
+        return Hints(step.id, tuple(step.hints[:shown]), len(step.hints), new, problem)
+
+    def record_training_run(self, run: dict) -> tuple[int | None, str | None]:
+        """(the run's id, None), or (None, why it was not saved)."""
+        if self.store is None:
+            return None, self.problem or "there is no progress store"
+        saved: list[int] = []
+        problem = save(lambda: saved.append(self.store.record_training_run(run)), tries=1)
+        return (saved[0] if saved else None), problem
+
+
+@dataclass
+class Preview:
+    """What a verdict on screen will change once its attempt is recorded: the first step it
+    opens, said as a note, and whether it passed a step whose solution stays revealed."""
+
+    note: str | None
+    revealed: bool
+
+
+@dataclass
+class Celebration:
+    """What a change completed: each exercise (with the next one not done, if any), then
+    possibly the whole lesson, and the figures their summaries show."""
+
+    finished: list[tuple[Exercise, Exercise | None]]
+    lesson_done: bool
+    rows: list[dict]
+    run: dict | None  # the last finished training run
+
+
+class Milestones:
+    """The exercises done so far, so that each completion is celebrated once."""
+
+    def __init__(self, lesson: Lesson, statuses: Mapping[str, str]):
+        self.lesson = lesson
+        self.done = done_exercises(lesson.pack, statuses)
+
+    def after(self, statuses: Mapping[str, str],
+              before_summary: Callable[[], object] | None = None) -> Celebration | None:
+        """What this change completed, or None when it completed no exercise.
+        `before_summary` runs first when there is something to summarize (a front end saves
+        the time it counts, so the summary includes this very minute)."""
+        pack = self.lesson.pack
+        done = done_exercises(pack, statuses)
+        finished = sorted(done - self.done)
+        lesson_done = len(done) == len(pack.exercises) and len(self.done) < len(done)
+        self.done = done
+        if not finished:
+            return None
+        if before_summary is not None:
+            before_summary()
+        rows = self.lesson.summary()
+        runs = self.lesson.training_runs()
+        run = next((r for r in reversed(runs) if r.get("status") == "finished"), None)
+        pairs = []
+        for number in finished:
+            following = next((ex for ex in pack.exercises
+                              if ex.number > number and ex.number not in done), None)
+            pairs.append((pack.exercise(number), following))
+        return Celebration(pairs, lesson_done, rows, run)
+
+
+class Lesson(Session):
+    """The whole lesson for a front end: `Session`'s check-and-record, and every rule a screen
+    would otherwise decide. Reads that need the store assume there is one (a TUI always has
+    one); the CLI's commands work without."""
+
+    store: Store
+
+    @property
+    def keeps_progress(self) -> bool:
+        """Whether there is a progress store to read and record in."""
+        return self.store is not None
+
+    @property
+    def progress_path(self):
+        """Where the learner's progress is kept (the welcome says so)."""
+        return self.store.path
+
+    # -- where the learner is -------------------------------------------------------------
+
+    def opening_step(self) -> Step:
+        """The step the learner was on last time; a finished pack reopens its last step. The
+        training step is never the opening one: it has a screen of its own."""
+        try:
+            step = self.pack.step(self.store.current_step())
+        except (KeyError, TypeError):
+            step = self.pack.steps[0]
+        if step.is_training:
+            step = self.pack.gradient_steps[-1]
+        return step
+
+    def open_step(self, step_id: str) -> None:
+        self.store.set_current_step(step_id)
+
+    def status(self, step_id: str) -> str:
+        return str(self.statuses().get(self.pack.step(step_id).id, Status.LOCKED))
+
+    def locked_reason(self, step_id: str, statuses: Mapping[str, str] | None = None
+                      ) -> str | None:
+        """Why the step cannot be opened, in one line; None when it can."""
+        step = self.pack.step(step_id)
+        statuses = self.statuses() if statuses is None else statuses
+        if is_enterable(statuses.get(step.id, "locked")):
+            return None
+        left = remaining_before(self.pack, step, statuses)
+        more = f" and {len(left) - 1} more" if len(left) > 1 else ""
+        first = left[0].title if left else "the steps before it"
+        return f"{step.title} is locked: finish {first}{more} first."
+
+    def open_steps(self) -> list[tuple[Step, str]]:
+        """Every step the learner may open now, with its status, in lesson order. The
+        training step opens with the exercises it requires, not with the step before it."""
+        statuses = self.statuses()
+        out = []
+        for step in self.pack.steps:
+            status = str(statuses.get(step.id, Status.LOCKED))
+            if step.is_training:
+                if remaining_before(self.pack, step, statuses):
+                    continue
+            elif not is_enterable(status):
+                continue
+            out.append((step, status))
+        return out
+
+    def first_open_step(self, exercise: Exercise) -> Step:
+        """Where to go on in an exercise: its first step not done, else its first."""
+        statuses = self.statuses()
+        return next((s for s in exercise.steps if not is_done(statuses.get(s.id, "locked"))),
+                    exercise.steps[0])
+
+    def first_time(self, key: str) -> bool:
+        """Whether this is the first time for something shown once (the welcome, an
+        exercise's introduction); it is not the first time any more once asked."""
+        if self.store.remembered(key) is not None:
+            return False
+        self.store.remember(key, "1")
+        return True
+
+    def seen(self, key: str) -> bool:
+        return self.store.remembered(key) is not None
+
+    # -- what a check changes -------------------------------------------------------------
+
+    def preview(self, step_id: str, result, before: Mapping[str, Status]) -> Preview:
+        """What recording `result` will change, worked out from the statuses `before` it, so
+        a front end shows it with the verdict, before the write."""
+        sid = self.pack.step(step_id).id
+        earned = _typed(result).achievement
+        after = curriculum.after_check(self.pack, before, sid, earned)
+        unlocked = [self.pack.step(s) for s in curriculum.unlocked(before, after)]
+        note = None
+        if unlocked and not unlocked[0].is_training:
+            note = unlocked[0].title
+        elif unlocked:
+            note = f"{unlocked[0].title} (everything it needs is done)"
+        return Preview(note, earned is not None and before.get(sid) is Status.REVEALED)
+
+    def milestones(self) -> Milestones:
+        """A tracker of completed exercises from now on (see `Milestones.after`)."""
+        return Milestones(self, self.statuses())
+
+    def summary(self) -> list[dict]:
+        return self.store.summary()
+
+    def training_runs(self) -> list[dict]:
+        return self.store.training_runs()
+
+    def add_time(self, step_id: str, seconds: float) -> None:
+        self.store.add_time(step_id, seconds)
+
+    # -- solutions ------------------------------------------------------------------------
+
+    def reveal_needs_asking(self, step_id: str) -> bool:
+        """A finished step shows its solution without asking: nothing is left to lose, and a
+        solved step stays solved (the store never lowers an achievement)."""
+        return not is_done(self.status(step_id))
+
+    def reveal(self, step_id: str) -> None:
+        self.store.reveal(self.pack.step(step_id).id)
+
+    def solution_shown(self, step_id: str) -> bool:
+        return self.status(step_id) == Status.REVEALED
+
+    # -- drafts and the cursor ------------------------------------------------------------
+
+    def draft(self, step_id: str) -> str | None:
+        return self.store.draft(step_id)
+
+    def save_draft(self, step_id: str, code: str) -> None:
+        self.store.save_draft(step_id, code)
+
+    def cursor(self, step_id: str) -> tuple[int, int] | None:
+        saved = self.store.remembered(f"cursor.{step_id}")
+        try:
+            row, col = (int(x) for x in (saved or "").split(","))
+        except ValueError:
+            return None
+        return row, col
+
+    def remember_cursor(self, step_id: str, row: int, col: int) -> None:
+        self.store.remember(f"cursor.{step_id}", f"{row},{col}")
+
+    # -- a run without grading ------------------------------------------------------------
+
+    def scratch(self, step_id: str, code: str, prior: dict[str, str] | None = None) -> dict:
+        """Run the code without grading: its print output and the shapes it makes; nothing
+        is recorded."""
+        return self.evaluator.scratch(step_id, code, self.prior() if prior is None else prior)
+
+    # -- training -------------------------------------------------------------------------
+
+    def training_code(self, steps: int | None = None, *, draft: bool = True) -> str:
+        """The training step's code: the learner's draft when there is one (and `draft`),
+        else the training loop assembled from the accepted steps."""
+        if draft and (kept := self.store.draft(training_step(self.pack).id)):
+            return kept
+        return training_code(self.pack, self.store.accepted_codes(), steps,
+                             revealed=self.store.revealed())
+
+    def save_training_draft(self, code: str) -> None:
+        self.store.save_draft(training_step(self.pack).id, code)
+
+    def training_draft(self) -> str | None:
+        return training_draft(self.store, self.pack)
+
+    def remembered(self, key: str) -> str | None:
+        return self.store.remembered(key)
+
+    def remember(self, key: str, value: str) -> None:
+        self.store.remember(key, value)
+
+    def train(self, code: str, steps: int, *, gradcheck_steps: int | None = None,
+              compile: bool = False, reference: bool = False,
+              progress: Callable[[dict], None] | None = None) -> dict:
+        """Run the training loop in the evaluator; `progress` hears how it goes. Nothing is
+        recorded (see `keep_run`)."""
+        payload = {"code": code, "steps": steps, "gradcheck_steps": gradcheck_steps,
+                   "compile": compile, "reference": reference}
+        return self.evaluator.request("train", payload, None, progress)
+
+    def keep_run(self, code: str, result: dict) -> str | None:
+        """Keep a training run (a finished run of the learner's own code also passes the
+        training step) and put its id in `result`; None when kept, else why not. Not
+        retried: the run and its attempt are two writes, and a retry after the first could
+        keep the run twice."""
+        if self.store is None:
+            return self.problem or "there is no progress store"
+        kept: dict = {}
+        problem = save(lambda: kept.update(run_id=record_run(self.store, self.pack, code,
+                                                             result)), tries=1)
+        result.update(kept)
+        return problem
+
+
+def _typed(result) -> CheckResult:
+    # The evaluator's result, whatever its form on this side of the boundary.
+    return result if isinstance(result, CheckResult) else CheckResult.from_dict(result)

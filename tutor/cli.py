@@ -17,7 +17,7 @@ from tutor import __version__
 from tutor.commands import COMMANDS
 from tutor.commands.base import UsageError
 from tutor.config import DEVICES, ConfigError, resolve, unavailable_device
-from tutor.progress import StoreError
+from tutor.controller import StoreError
 
 
 def _global_options(parser: argparse.ArgumentParser, suppress: bool) -> None:

@@ -63,10 +63,10 @@ def regraded_steps(pack: Pack) -> set[str]:
 
 def try_open_store(settings: Settings, pack: Pack | None = None):
     """(the learner's progress store, None), or (None, why it cannot be used)."""
-    from tutor.progress import Store, StoreError
+    from tutor.controller import StoreError, open_store
 
     try:
-        store = Store.open(settings.data_home, pack or lesson_pack(settings))
+        store = open_store(settings.data_home, pack or lesson_pack(settings))
     except StoreError as exc:
         return None, str(exc)
     for notice in store.notices:

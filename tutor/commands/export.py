@@ -16,8 +16,7 @@ from tutor.commands.base import (
     regraded_steps,
 )
 from tutor.config import Settings
-from tutor.controller import save
-from tutor.curriculum import tally
+from tutor.controller import save, tally
 from tutor.export import export_script
 
 

@@ -8,7 +8,7 @@ import sys
 
 from tutor.commands.base import Command, UsageError, lesson_pack, open_store, step_id
 from tutor.config import Settings
-from tutor.curriculum import tally
+from tutor.controller import tally
 from tutor.durations import compact
 from tutor.results import Status
 

@@ -14,16 +14,14 @@ import time
 
 from tutor.commands.base import Command, UsageError, lesson_pack, open_store, read_source
 from tutor.config import Settings
-from tutor.controller import save
+from tutor.controller import Lesson, Store
 from tutor.durations import clock
 from tutor.packs import Pack
-from tutor.progress import Store
 from tutor.report import VERDICT_MARK, terminal_width, wrap
 from tutor.sandbox.client import Evaluator, EvaluatorError
 from tutor.source import size_problem
 from tutor.training.plan import (
     backward_sections,
-    record_run,
     speed_notes,
     training_code,
     training_draft,
@@ -103,12 +101,10 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         # Recorded before printing, because the run's id is part of what is printed; a failure
         # costs the record and one warning, never the run. Not retried: the run and its
         # attempt are two writes, and a retry after the first could keep the run twice.
-        kept: dict = {}
-        reason = save(lambda: kept.update(run_id=record_run(store, pack, code, result)), tries=1)
+        reason = Lesson(pack, store, None).keep_run(code, result)
         if reason:
             print(f"backprop-tutor: warning: this run was not saved to your progress: {reason}",
                   file=sys.stderr)
-        result.update(kept)
     if store is not None:
         store.close()
     print(json.dumps(result, indent=2) if args.json else format_run(result))

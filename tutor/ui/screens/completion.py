@@ -17,7 +17,7 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from tutor.curriculum import Tally, tally
+from tutor.controller import Tally, tally
 from tutor.durations import clock, spoken
 from tutor.packs import Exercise, Pack
 from tutor.ui.palette import ALERT, DIM, GOOD

@@ -13,7 +13,7 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from tutor.curriculum import tally
+from tutor.controller import tally
 from tutor.durations import clock, spoken
 from tutor.packs import Pack
 from tutor.ui.palette import DIM, HEADING

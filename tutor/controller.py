@@ -349,7 +349,27 @@ class Lesson(Session):
         return Milestones(self, self.statuses())
 
     def summary(self) -> list[dict]:
+        """One row per step: status, attempts, hints, best maxdiff, time."""
         return self.store.summary()
+
+    def accepted_codes(self) -> dict[str, str]:
+        """The accepted code of every solved step (raises when progress cannot be read; see
+        `prior` for the forgiving read a check uses)."""
+        return self.store.accepted_codes()
+
+    def redone_by_reset(self, step_id: str) -> list[str]:
+        """The done steps that resetting `step_id` sends back to be redone: they replay its
+        code."""
+        statuses = self.statuses()
+        return [d for d in self.store.dependents(self.pack.step(step_id).id)
+                if is_done(statuses.get(d, Status.LOCKED))]
+
+    def reset(self, step_id: str) -> list[str]:
+        """Start a step over, and what depends on it; returns the steps that changed."""
+        return self.store.reset(self.pack.step(step_id).id)
+
+    def reset_all(self) -> None:
+        self.store.reset_all()
 
     def training_runs(self) -> list[dict]:
         return self.store.training_runs()

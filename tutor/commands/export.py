@@ -16,7 +16,7 @@ from tutor.commands.base import (
     regraded_steps,
 )
 from tutor.config import Settings
-from tutor.controller import save, tally
+from tutor.controller import Lesson, save, tally
 from tutor.export import export_script
 
 
@@ -32,8 +32,8 @@ def run_export(args: argparse.Namespace, settings: Settings) -> int:
     if store is None:
         return 1
     with store:
-        accepted = store.accepted_codes()
-        rows = store.summary()
+        lesson = Lesson(pack, store, None)
+        accepted, rows = lesson.accepted_codes(), lesson.summary()
     name = Path(args.out).name if args.out else "backward.py"
     statuses = {r["id"]: r["status"] for r in rows}
     script = export_script(pack, settings, accepted, name, statuses)

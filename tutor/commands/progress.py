@@ -8,7 +8,7 @@ import sys
 
 from tutor.commands.base import Command, UsageError, lesson_pack, open_store, step_id
 from tutor.config import Settings
-from tutor.controller import tally
+from tutor.controller import Lesson, tally
 from tutor.durations import compact
 from tutor.results import Status
 
@@ -46,7 +46,7 @@ def run_progress(args: argparse.Namespace, settings: Settings) -> int:
     if store is None:
         return 1
     with store:
-        rows = store.summary()
+        rows = Lesson(store.pack, store, None).summary()
     if args.json:
         print(json.dumps({"steps": rows, "total": tally(rows).to_dict()}, indent=2))
     else:
@@ -77,12 +77,12 @@ def run_reset(args: argparse.Namespace, settings: Settings) -> int:
     if store is None:
         return 1
     with store:
+        lesson = Lesson(pack, store, None)
         if args.all:
             plan = ("This clears every step's status, accepted code, hints and drafts. Your "
                     "attempt history, time and training runs are kept.")
         else:
-            affected = [d for d in store.dependents(sid)
-                        if Status(store.status(d)).done]
+            affected = lesson.redone_by_reset(sid)
             plan = f"This clears {sid}: its status, accepted code, hints and draft."
             if affected:
                 plan += (" These later steps replay its code, so they go back to be redone "
@@ -94,10 +94,10 @@ def run_reset(args: argparse.Namespace, settings: Settings) -> int:
             print("Nothing was changed.")
             return 1
         if args.all:
-            store.reset_all()
+            lesson.reset_all()
             print("Everything was reset.")
         else:
-            changed = store.reset(sid)
+            changed = lesson.reset(sid)
             print(f"Reset {sid}." + (f" Changed: {', '.join(changed)}." if changed else ""))
     return 0
 

@@ -7,10 +7,12 @@ result, and keeps the run in the progress store. Ctrl+C stops the run and keeps 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 import threading
 import time
+from collections.abc import Callable
 
 from tutor.commands.base import Command, UsageError, lesson_pack, open_store, read_source
 from tutor.config import Settings
@@ -80,8 +82,6 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     width = terminal_width()
     for note in speed_notes(code):
         print("\n".join(wrap(note, "note: ", " " * 6, width)), file=sys.stderr)
-    payload = {"code": code, "steps": args.steps, "gradcheck_steps": args.gradcheck_steps,
-               "compile": args.compile, "reference": args.reference}
     show: Progress | ProgressLog | None = None
     if sys.stderr.isatty():
         show = Progress(sys.stderr)
@@ -90,7 +90,11 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         show = ProgressLog(sys.stdout)
     try:
         with Evaluator(settings) as ev:
-            result, interrupted = _run(ev, payload, show)
+            run = functools.partial(
+                Lesson(pack, store, ev).train, code, args.steps,
+                gradcheck_steps=args.gradcheck_steps, compile=args.compile,
+                reference=args.reference)
+            result, interrupted = _run(ev, run, show)
     except EvaluatorError as exc:
         print(f"backprop-tutor: {exc}", file=sys.stderr)
         return 1
@@ -157,10 +161,11 @@ def _say(origin: str | None) -> None:
         print("\n".join(wrap(origin, "backprop-tutor train: ", "  ")), file=sys.stderr)
 
 
-def _run(ev: Evaluator, payload: dict,
+def _run(ev: Evaluator, run: Callable[..., dict],
          show: Progress | ProgressLog | None) -> tuple[dict, bool]:
-    """The request runs in a thread so Ctrl+C reaches us: the first one cancels the run (its
-    partial result still comes back), a second one gives up waiting."""
+    """`run(progress=...)` (the controller's training run) runs in a thread so Ctrl+C reaches
+    us: the first one cancels the run (its partial result still comes back), a second one
+    gives up waiting."""
     box: dict = {}
     interrupted = False
 
@@ -173,7 +178,7 @@ def _run(ev: Evaluator, payload: dict,
 
     def request() -> None:
         try:
-            box["result"] = ev.request("train", payload, None, progress)
+            box["result"] = run(progress=progress)
         except Exception as exc:  # noqa: BLE001 - re-raised on the main thread
             box["error"] = exc
         finally:

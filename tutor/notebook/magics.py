@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 from tutor.commands.base import UsageError, lesson_pack, position, step_id, try_open_store
 from tutor.config import ConfigError, Settings, resolve, unavailable_device
-from tutor.controller import CheckOutcome, Session, StoreError
+from tutor.controller import CheckOutcome, Lesson, Session, StoreError
 from tutor.notebook import render
 from tutor.packs import Pack, PackError
 from tutor.sandbox.client import Evaluator, EvaluatorError
@@ -143,7 +143,7 @@ class NotebookTutor:
         if store is None:
             raise UsageError(problem or "your progress cannot be opened")
         with store:
-            rows = store.summary()
+            rows = Lesson(self.pack, store, None).summary()
         show(render.progress_bundle(rows))
 
     @one_line

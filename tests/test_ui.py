@@ -896,7 +896,7 @@ def two_packs(tmp_path, monkeypatch):
 
 
 def test_several_packs_are_offered_only_when_none_was_named(two_packs, tmp_path):
-    from tutor.ui.screens.packs import offered_packs
+    from tutor.controller import offered_packs
 
     assert offered_packs(Settings()) == ["makemore", "tiny"]
     assert offered_packs(Settings(pack="tiny")) == []
@@ -908,7 +908,8 @@ def test_several_packs_are_offered_only_when_none_was_named(two_packs, tmp_path)
 
 def test_the_learner_chooses_the_pack_before_the_lesson_opens(settings, two_packs):
     async def scenario():
-        from tutor.ui.screens.packs import PackScreen, offered_packs
+        from tutor.controller import offered_packs
+        from tutor.ui.screens.packs import PackScreen
 
         app = TutorApp(settings, evaluator=SlowEvaluator(), greet=False,  # type: ignore[arg-type]
                        packs=offered_packs(settings))
@@ -960,8 +961,9 @@ def test_the_lesson_opened_last_opens_directly_and_the_chooser_is_one_key_away(
         settings, two_packs, monkeypatch):
     """run_app: the first launch asks; the next opens the lesson chosen then; ctrl+l in it
     asks again, with that lesson highlighted."""
+    from tutor.controller import last_pack, offered_packs
     from tutor.ui import app as app_module
-    from tutor.ui.screens.packs import PackScreen, last_pack, offered_packs
+    from tutor.ui.screens.packs import PackScreen
 
     offered = offered_packs(settings)
     runs: list[tuple[str, str | None]] = []
@@ -1000,7 +1002,7 @@ def test_the_lesson_opened_last_opens_directly_and_the_chooser_is_one_key_away(
 
 def test_ctrl_l_saves_and_leaves_for_the_chooser(settings, two_packs):
     async def scenario():
-        from tutor.ui.screens.packs import offered_packs
+        from tutor.controller import offered_packs
 
         app = TutorApp(replace(settings, pack="tiny"), evaluator=SlowEvaluator(),  # type: ignore[arg-type]
                        greet=False, lessons=offered_packs(settings))

@@ -211,8 +211,8 @@ def test_progress_view_small_terminal(snap_compare, tmp_path, evaluator):
 
 def test_chooser_small_terminal(snap_compare, tmp_path):
     """The lesson chooser at 80×24, with the lesson opened last highlighted."""
+    from tutor.controller import remember_pack
     from tutor.packs import installed_packs
-    from tutor.ui.screens.packs import remember_pack
 
     home = tmp_path / "home"
     packs = installed_packs()

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import platformdirs
 
+from tutor.packs import DEFAULT_PACK
 from tutor.source import SourceError, decode
 
 if sys.version_info >= (3, 11):
@@ -46,7 +47,7 @@ class Settings:
     home: Path | None = None  # None: the platform data folder
     timeout: float = DEFAULT_TIMEOUT
     memory_limit_gb: float = 2.0  # address-space cap for the sandbox worker on CPU
-    pack: str = "makemore"  # an installed pack's id, or the folder of a pack
+    pack: str = DEFAULT_PACK  # an installed pack's id, or the folder of a pack
     isolation: str = "auto"  # one of ISOLATIONS
 
     @property
@@ -192,7 +193,7 @@ def _pack(value: object, source: str) -> str:
     from tutor.packs import PackError, find_pack
 
     if value is None:
-        return "makemore"
+        return DEFAULT_PACK
     if not isinstance(value, str) or not value.strip():
         raise ConfigError(f"{source} must name a pack, not {value!r}")
     try:

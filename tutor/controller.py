@@ -23,16 +23,19 @@ from dataclasses import dataclass, field
 
 from tutor import curriculum
 from tutor.curriculum import Tally, tally
-from tutor.packs import Exercise, Pack, Step
+from tutor.packchoice import last_pack, loadable_pack, offered_packs, remember_pack
+from tutor.packs import DEFAULT_PACK, Exercise, Pack, Step
 from tutor.progress import Store, StoreError
 from tutor.results import CheckResult, Status
 from tutor.training.plan import record_run, training_code, training_draft, training_step
 
 # What front ends may name without reaching below the controller: the store's error (a store
-# that cannot be opened is the learner's problem to hear about) and the progress counts.
-__all__ = ["CheckOutcome", "Celebration", "Hints", "Lesson", "Milestones", "Preview",
-           "Session", "Store", "StoreError", "Tally", "done_exercises", "is_done",
-           "is_enterable", "open_store", "save", "tally"]
+# that cannot be opened is the learner's problem to hear about), the progress counts, and
+# which lesson opens (the default pack, the choice at launch).
+__all__ = ["DEFAULT_PACK", "CheckOutcome", "Celebration", "Hints", "Lesson", "Milestones",
+           "Preview", "Session", "Store", "StoreError", "Tally", "done_exercises", "is_done",
+           "is_enterable", "last_pack", "loadable_pack", "offered_packs", "open_store",
+           "remember_pack", "save", "tally"]
 
 
 def open_store(data_home, pack: Pack) -> Store:

@@ -35,6 +35,8 @@ def data_dir() -> Path:
 
 
 # Entries of [lesson] that size the batches; every other number there sizes the network.
+DEFAULT_PACK = "makemore"  # the lesson that opens when the learner names none
+
 BATCH_KEYS = ("batch_size", "heldout_batch_size")
 
 
@@ -374,7 +376,7 @@ def _validate(pack: Pack) -> None:
 def installed_packs() -> list[str]:
     """The ids of the packs that come with the tutor, makemore first."""
     found = sorted(p.name for p in exercises_dir().iterdir() if (p / "pack.toml").is_file())
-    return sorted(found, key=lambda name: name != "makemore")
+    return sorted(found, key=lambda name: name != DEFAULT_PACK)
 
 
 def find_pack(name: str) -> Path:
@@ -391,7 +393,7 @@ def find_pack(name: str) -> Path:
 @cache
 def load_pack(root: Path | None = None) -> Pack:
     """Load a pack folder (the bundled makemore pack by default)."""
-    root = Path(root) if root else exercises_dir() / "makemore"
+    root = Path(root) if root else exercises_dir() / DEFAULT_PACK
     meta = _load_toml(root / "pack.toml")
     head = meta.get("pack", {})
     exercises = []

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from tutor import curriculum
-from tutor.packs import Pack, Step
+from tutor.packs import DEFAULT_PACK, Pack, Step
 from tutor.results import CheckResult, Status
 
 FILENAME = "progress.sqlite3"
@@ -31,7 +31,7 @@ FILENAME = "progress.sqlite3"
 
 def store_filename(pack: Pack) -> str:
     """Each pack keeps its own progress; the first pack keeps the original file name."""
-    return FILENAME if pack.id == "makemore" else f"progress-{pack.id}.sqlite3"
+    return FILENAME if pack.id == DEFAULT_PACK else f"progress-{pack.id}.sqlite3"
 BUSY_TIMEOUT = 5.0  # seconds to wait for another process's write before giving up
 ELSEWHERE = "Use another folder with --home or BACKPROP_TUTOR_HOME."
 

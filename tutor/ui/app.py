@@ -25,13 +25,21 @@ from textual.binding import Binding
 from textual.screen import Screen
 
 from tutor.config import Settings
-from tutor.controller import Lesson, Store, StoreError, open_store
+from tutor.controller import (
+    Lesson,
+    Store,
+    StoreError,
+    last_pack,
+    offered_packs,
+    open_store,
+    remember_pack,
+)
 from tutor.packs import Pack, Step, find_pack, load_pack
 from tutor.ui import palette
 from tutor.ui.activity import ActiveClock
 from tutor.ui.messages import EvaluatorFailed, EvaluatorReady, TrainingRecorded
 from tutor.ui.screens.lesson import LessonScreen, describe
-from tutor.ui.screens.packs import PackScreen, last_pack, offered_packs, remember_pack
+from tutor.ui.screens.packs import PackScreen
 from tutor.ui.widgets.editor import CodeEditor
 
 if TYPE_CHECKING:

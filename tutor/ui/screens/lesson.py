@@ -33,6 +33,7 @@ from tutor.controller import (
     position_in_lesson,
 )
 from tutor.packs import Exercise, Step
+from tutor.results import Status
 from tutor.source import size_problem
 from tutor.ui.highlight import warm_up
 from tutor.ui.messages import CheckFailed, CheckFinished, ScratchFinished
@@ -49,10 +50,11 @@ if TYPE_CHECKING:
 
 DRAFT_DELAY = 0.5  # seconds of quiet typing before the draft is saved
 NARROW = 100  # below this many columns the steps sidebar starts hidden
-DONE_WORDS = {"exact": "≡ Done: your code matched autograd bit for bit.",
-              "passed": "✓ Done: your code matched autograd within float32 rounding.",
-              "revealed": "◇ Done by revealing the solution; a passing check of your own "
-                          "version is still recorded."}
+DONE_WORDS = {str(status): f"{status.mark} {words}" for status, words in (
+    (Status.EXACT, "Done: your code matched autograd bit for bit."),
+    (Status.PASSED, "Done: your code matched autograd within float32 rounding."),
+    (Status.REVEALED, "Done by revealing the solution; a passing check of your own version "
+                      "is still recorded."))}
 
 
 def idle_text(step: Step, status: str = "unlocked") -> Text:

@@ -17,25 +17,36 @@ saved and why.
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from tutor import curriculum
+from tutor.cells import Cell, parse_cells
 from tutor.curriculum import Tally, tally
 from tutor.packchoice import last_pack, loadable_pack, offered_packs, remember_pack
 from tutor.packs import DEFAULT_PACK, Exercise, Pack, Step
 from tutor.progress import Store, StoreError
 from tutor.results import CheckResult, Status
-from tutor.training.plan import record_run, training_code, training_draft, training_step
+from tutor.source import size_problem
+from tutor.training.plan import (
+    backward_sections,
+    record_run,
+    training_code,
+    training_draft,
+    training_step,
+)
 
 # What front ends may name without reaching below the controller: the store's error (a store
 # that cannot be opened is the learner's problem to hear about), the progress counts, and
 # which lesson opens (the default pack, the choice at launch).
-__all__ = ["DEFAULT_PACK", "CheckOutcome", "Celebration", "Hints", "Lesson", "Milestones",
-           "Preview", "Session", "Store", "StoreError", "Tally", "done_exercises", "is_done",
-           "is_enterable", "last_pack", "loadable_pack", "offered_packs", "open_store",
-           "remember_pack", "save", "tally"]
+__all__ = [
+    "DEFAULT_PACK", "CheckOutcome", "Celebration", "Hints", "Lesson", "Milestones", "Preview",
+    "Session", "Store", "StoreError", "Tally", "TrainingSource", "cell_size_problem",
+    "done_exercises", "is_done", "is_enterable", "last_pack", "loadable_pack", "offered_packs",
+    "open_store", "remember_pack", "save", "tally",
+]
 
 
 def open_store(data_home, pack: Pack) -> Store:
@@ -125,7 +136,9 @@ class CheckOutcome:
         return bool(self.result.get("passed")) and self.status is Status.REVEALED
 
 
-class Session:
+class _CheckAndRecord:
+    """Checking and recording, which work without a store too (the CLI's commands)."""
+
     def __init__(self, pack: Pack, store: Store | None, evaluator, problem: str | None = None):
         self.pack = pack
         self.store = store
@@ -209,6 +222,24 @@ class Preview:
 
 
 @dataclass
+class TrainingSource:
+    """The training code to run: the learner's draft (and whether it differs from the code
+    assembled from the solved steps), or the assembled code with the steps not solved yet,
+    whose reference solutions stand in."""
+
+    code: str
+    draft: bool
+    differs: bool
+    missing: list[str]
+
+
+def _statements(code: str) -> list[str]:
+    """The lines that run: the header's comments mention a step count that may differ."""
+    return [line.rstrip() for line in code.splitlines()
+            if line.strip() and not line.lstrip().startswith("#")]
+
+
+@dataclass
 class Celebration:
     """What a change completed: each exercise (with the next one not done, if any), then
     possibly the whole lesson, and the figures their summaries show."""
@@ -251,8 +282,8 @@ class Milestones:
         return Celebration(pairs, lesson_done, rows, run)
 
 
-class Lesson(Session):
-    """The whole lesson for a front end: `Session`'s check-and-record, and every rule a screen
+class Lesson(_CheckAndRecord):
+    """The whole lesson for a front end: checking and recording, and every rule a screen
     would otherwise decide. Reads that need the store assume there is one (a TUI always has
     one); the CLI's commands work without."""
 
@@ -429,11 +460,22 @@ class Lesson(Session):
         return training_code(self.pack, self.store.accepted_codes(), steps,
                              revealed=self.store.revealed())
 
+    def training_source(self, steps: int | None = None, *,
+                        from_exercises: bool = False) -> TrainingSource:
+        """The training code `train` runs, and where it comes from: the training screen's
+        draft (the screen reopens with it, so the command line runs the same code), unless
+        `from_exercises` asks for the code assembled from the solved steps."""
+        accepted = self.store.accepted_codes()
+        assembled = training_code(self.pack, accepted, steps, self.store.revealed())
+        draft = None if from_exercises else training_draft(self.store, self.pack)
+        if draft is None:
+            missing = [s.step.id for s in backward_sections(self.pack, accepted) if not s.yours]
+            return TrainingSource(assembled, draft=False, differs=False, missing=missing)
+        return TrainingSource(draft, draft=True,
+                              differs=_statements(draft) != _statements(assembled), missing=[])
+
     def save_training_draft(self, code: str) -> None:
         self.store.save_draft(training_step(self.pack).id, code)
-
-    def training_draft(self) -> str | None:
-        return training_draft(self.store, self.pack)
 
     def remembered(self, key: str) -> str | None:
         return self.store.remembered(key)
@@ -450,6 +492,17 @@ class Lesson(Session):
                    "compile": compile, "reference": reference}
         return self.evaluator.request("train", payload, None, progress)
 
+    def check_cells(self, text: str, prior: dict[str, str]) -> list[dict]:
+        """Check each `# %% STEP_ID` cell of a file in order; nothing is recorded. A failing
+        cell's step falls back to the reference for the cells after it, so one mistake is
+        reported once instead of cascading."""
+        return _check_cells(self.evaluator, self.pack, text, prior)
+
+    def record_cells(self, text: str, results: list[dict]) -> list[str | None]:
+        """Record each checked cell as an attempt (see `_record_cells`); per recorded cell,
+        why it was not saved (None when it was)."""
+        return _record_cells(self, text, results)
+
     def keep_run(self, code: str, result: dict) -> str | None:
         """Keep a training run (a finished run of the learner's own code also passes the
         training step) and put its id in `result`; None when kept, else why not. Not
@@ -462,6 +515,83 @@ class Lesson(Session):
                                                              result)), tries=1)
         result.update(kept)
         return problem
+
+
+# --- a file of `# %% STEP_ID` cells, checked from the top (check --all, watch) -----------------
+
+_LEADING_LINE = re.compile(r"\Aline (\d+)\b")
+
+
+def _check_cells(ev, pack: Pack, text: str, prior: dict[str, str]) -> list[dict]:
+    """Check each cell in order. A failing cell's step falls back to the reference for the cells
+    after it, so one mistake is reported once instead of cascading."""
+    prior = dict(prior)
+    results = []
+    for cell in parse_cells(text):
+        result = _check_cell(ev, pack, cell, prior)
+        result["cell_line"] = cell.line
+        results.append(result)
+        if result["passed"]:
+            prior[result["step"]] = cell.code
+        else:
+            prior.pop(result["step"], None)
+    return results
+
+
+def _check_cell(ev, pack: Pack, cell: Cell, prior: dict[str, str]) -> dict:
+    """One cell's result; a cell that cannot be checked gets a result with an error."""
+    try:
+        sid = pack.step(cell.step).id
+    except KeyError:
+        return _cell_error(cell.step, f"line {cell.line}: no step '{cell.step}'")
+    if pack.step(sid).is_training:
+        return _cell_error(sid, "the training cell runs with `backprop-tutor train`")
+    too_big = cell_size_problem(cell, sid)
+    if too_big:
+        return _cell_error(sid, too_big)
+    result = ev.check(sid, cell.code, prior)
+    _to_file_lines(result, cell)
+    return result
+
+
+def cell_size_problem(cell: Cell, sid: str) -> str | None:
+    """Why a cell is too big to check, or None."""
+    return size_problem(cell.code, f"the cell for {sid} on line {cell.line}")
+
+
+def _to_file_lines(result: dict, cell: Cell) -> None:
+    """The evaluator counts lines from the top of the cell; the learner's editor counts them
+    from the top of the file. Shift the error's line, and the "line N" its message starts with."""
+    error = result.get("error")
+    if not error or not error.get("line"):
+        return
+    shift = cell.code_line - 1
+    error["line"] += shift
+    error["message"] = _LEADING_LINE.sub(
+        lambda m: f"line {int(m[1]) + shift}", error.get("message") or ""
+    )
+
+
+def _record_cells(session: Lesson, text: str, results: list[dict]) -> list[str | None]:
+    """Record each checked cell as an attempt, as the TUI would; untouched templates are not
+    attempts, and cells naming no step have nothing to record. Returns, per recorded cell,
+    why it was not saved (None when it was)."""
+    reasons = []
+    for cell, result in zip(parse_cells(text), results, strict=False):
+        if (result.get("error") or {}).get("kind") == "usage":
+            continue
+        if not session.is_attempt(result["step"], cell.code):
+            continue
+        reasons.append(session.record(result["step"], cell.code, result).problem)
+    return reasons
+
+
+def _cell_error(step: str, message: str) -> dict:
+    return CheckResult.failure(step, {"kind": "usage", "message": message}).to_dict()
+
+
+# The name the check-and-record half had before the controller grew around it.
+Session = Lesson
 
 
 def _typed(result) -> CheckResult:

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from tutor.cells import Cell, parse_cells
+from tutor.cells import parse_cells
 from tutor.commands.base import (
     Command,
     UsageError,
@@ -22,13 +21,10 @@ from tutor.commands.base import (
     try_open_store,
 )
 from tutor.config import Settings
-from tutor.controller import Session, save
+from tutor.controller import Session, cell_size_problem, save
 from tutor.report import format_result, format_table
-from tutor.results import CheckResult
 from tutor.sandbox.client import Evaluator, EvaluatorError
-from tutor.source import MAX_FILE_BYTES, size_problem
-
-_LEADING_LINE = re.compile(r"\Aline (\d+)\b")
+from tutor.source import MAX_FILE_BYTES
 
 
 def _args(p: argparse.ArgumentParser) -> None:
@@ -129,87 +125,20 @@ def report_unsaved(reasons: list[str | None]) -> None:
           f"{failed[-1]}", file=sys.stderr)
 
 
-def check_cells(ev: Evaluator, pack, text: str, prior: dict[str, str]) -> list[dict]:
-    """Check each cell in order. A failing cell's step falls back to the reference for the cells
-    after it, so one mistake is reported once instead of cascading."""
-    prior = dict(prior)
-    results = []
-    for cell in parse_cells(text):
-        result = _check_cell(ev, pack, cell, prior)
-        result["cell_line"] = cell.line
-        results.append(result)
-        if result["passed"]:
-            prior[result["step"]] = cell.code
-        else:
-            prior.pop(result["step"], None)
-    return results
-
-
-def _check_cell(ev: Evaluator, pack, cell: Cell, prior: dict[str, str]) -> dict:
-    """One cell's result; a cell that cannot be checked gets a result with an error."""
-    try:
-        sid = pack.step(cell.step).id
-    except KeyError:
-        return _cell_error(cell.step, f"line {cell.line}: no step '{cell.step}'")
-    if pack.step(sid).is_training:
-        return _cell_error(sid, "the training cell runs with `backprop-tutor train`")
-    too_big = _oversize(cell, sid)
-    if too_big:
-        return _cell_error(sid, too_big)
-    result = ev.check(sid, cell.code, prior)
-    _to_file_lines(result, cell)
-    return result
-
-
-def _oversize(cell: Cell, sid: str) -> str | None:
-    return size_problem(cell.code, f"the cell for {sid} on line {cell.line}")
-
-
-def _to_file_lines(result: dict, cell: Cell) -> None:
-    """The evaluator counts lines from the top of the cell; the learner's editor counts them
-    from the top of the file. Shift the error's line, and the "line N" its message starts with."""
-    error = result.get("error")
-    if not error or not error.get("line"):
-        return
-    shift = cell.code_line - 1
-    error["line"] += shift
-    error["message"] = _LEADING_LINE.sub(
-        lambda m: f"line {int(m[1]) + shift}", error.get("message") or ""
-    )
-
-
-def record_cells(session: Session, text: str, results: list[dict]) -> list[str | None]:
-    """Record each checked cell as an attempt, as the TUI would; untouched templates are not
-    attempts, and cells naming no step have nothing to record. Returns, per recorded cell,
-    why it was not saved (None when it was)."""
-    reasons = []
-    for cell, result in zip(parse_cells(text), results, strict=False):
-        if (result.get("error") or {}).get("kind") == "usage":
-            continue
-        if not session.is_attempt(result["step"], cell.code):
-            continue
-        reasons.append(session.record(result["step"], cell.code, result).problem)
-    return reasons
-
-
-def _cell_error(step: str, message: str) -> dict:
-    return CheckResult.failure(step, {"kind": "usage", "message": message}).to_dict()
-
-
 def _run_all(args: argparse.Namespace, settings: Settings, pack) -> int:
     text = read_source(args.all_file, MAX_FILE_BYTES)
     cells = parse_cells(text)
     if not cells:
         raise UsageError(f"{args.all_file} has no `# %% STEP_ID` cells")
     for cell in cells:  # refused before anything starts, as a single code file would be
-        too_big = _oversize(cell, cell.step)
+        too_big = cell_size_problem(cell, cell.step)
         if too_big:
             raise UsageError(too_big)
     store, prior, problem = _progress(args, settings, pack)
     try:
         with Evaluator(settings) as ev:
             session = Session(pack, store, ev, problem)
-            results = check_cells(ev, pack, text, prior)
+            results = session.check_cells(text, prior)
     except EvaluatorError as exc:
         print(f"backprop-tutor: {exc}", file=sys.stderr)
         if store is not None:
@@ -218,7 +147,7 @@ def _run_all(args: argparse.Namespace, settings: Settings, pack) -> int:
     table = format_table(results, regraded_steps(pack), Path(args.all_file).name)
     print(json.dumps(results, indent=2) if args.json else table, flush=True)
     if not args.no_record:
-        _record(session, lambda: record_cells(session, text, results))
+        _record(session, lambda: session.record_cells(text, results))
     return 0 if all(r["passed"] for r in results) else 1
 
 

@@ -89,7 +89,7 @@ def _watch_args(p: argparse.ArgumentParser) -> None:
 def run_watch(args: argparse.Namespace, settings: Settings) -> int:
     from watchfiles import watch
 
-    from tutor.commands.check import check_cells, record_cells, report_unsaved
+    from tutor.commands.check import report_unsaved
     from tutor.controller import Session
     from tutor.report import format_table
     from tutor.sandbox.client import Evaluator, EvaluatorError
@@ -122,14 +122,15 @@ def run_watch(args: argparse.Namespace, settings: Settings) -> int:
         else:
             prior: dict[str, str] = {}
             unread = save(lambda: prior.update(store.accepted_codes()))
-            results = check_cells(ev, pack, text, prior)
+            lesson = Session(pack, store, ev)
+            results = lesson.check_cells(text, prior)
             _show(format_table(results, regraded, path.name))
             if unread:
                 print("backprop-tutor: warning: your progress could not be read, so earlier "
                       f"steps used their reference solutions and nothing was saved: {unread}",
                       file=sys.stderr)
             else:
-                report_unsaved(record_cells(Session(pack, store, ev), text, results))
+                report_unsaved(lesson.record_cells(text, results))
         print(f"\nwatching {path.name} — save it to check again, Ctrl+C to stop", flush=True)
 
     try:

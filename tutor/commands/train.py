@@ -22,12 +22,7 @@ from tutor.packs import Pack
 from tutor.report import VERDICT_MARK, terminal_width, wrap
 from tutor.sandbox.client import Evaluator, EvaluatorError
 from tutor.source import size_problem
-from tutor.training.plan import (
-    backward_sections,
-    speed_notes,
-    training_code,
-    training_draft,
-)
+from tutor.training.plan import speed_notes, training_code
 
 LOG_INTERVAL = 2.0  # seconds between progress lines written to a file or a pipe
 BAR_WIDTH = 24
@@ -128,31 +123,23 @@ def _training_code(args: argparse.Namespace, pack: Pack,
         return read_source(args.file), None
     if args.reference:
         return training_code(pack, None, args.steps), None
-    accepted = store.accepted_codes()
-    assembled = training_code(pack, accepted, args.steps, store.revealed())
-    draft = None if args.from_exercises else training_draft(store, pack)
-    if draft is None:
-        missing = [s.step.id for s in backward_sections(pack, accepted) if not s.yours]
-        if not missing:
-            return assembled, None
-        return assembled, ("not solved yet, so their reference solutions are used: "
-                           + ", ".join(missing))
-    too_big = size_problem(draft, "your exercise-4 draft")  # the limit of any code
+    chosen = Lesson(pack, store, None).training_source(args.steps,
+                                                       from_exercises=args.from_exercises)
+    if not chosen.draft:
+        if not chosen.missing:
+            return chosen.code, None
+        return chosen.code, ("not solved yet, so their reference solutions are used: "
+                             + ", ".join(chosen.missing))
+    too_big = size_problem(chosen.code, "your exercise-4 draft")  # the limit of any code
     if too_big:
         raise UsageError(too_big)
-    differs = _statements(draft) != _statements(assembled)
     # The screen's key for "Reset code" is the UI's to choose; its footer shows it.
-    return draft, (
+    return chosen.code, (
         "this is your exercise-4 draft, as the tutor's training screen saved it"
-        + (", which differs from the code assembled from your solved steps" if differs else "")
+        + (", which differs from the code assembled from your solved steps"
+           if chosen.differs else "")
         + ". `backprop-tutor train --from-exercises` runs the assembled code instead; "
         "\"Reset code\" in that screen's footer puts it back into the draft.")
-
-
-def _statements(code: str) -> list[str]:
-    """The lines that run: the header's comments mention a step count that may differ."""
-    return [line.rstrip() for line in code.splitlines()
-            if line.strip() and not line.lstrip().startswith("#")]
 
 
 def _say(origin: str | None) -> None:

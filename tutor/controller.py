@@ -21,6 +21,7 @@ import re
 import sqlite3
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from tutor import curriculum
 from tutor.cells import Cell, parse_cells
@@ -49,9 +50,12 @@ __all__ = [
 ]
 
 
-def open_store(data_home, pack: Pack) -> Store:
+def open_store(data_home: Path, pack: Pack) -> Store:
     """The learner's progress with `pack`; raises StoreError when it cannot be opened."""
     return Store.open(data_home, pack)
+
+
+DONE = frozenset(str(s) for s in Status if s.done)
 
 
 def is_done(status: str) -> bool:
@@ -60,9 +64,6 @@ def is_done(status: str) -> bool:
 
 def is_enterable(status: str) -> bool:
     return status != Status.LOCKED
-
-
-DONE = frozenset(str(s) for s in Status if s.done)
 
 
 def done_exercises(pack: Pack, statuses: Mapping[str, str]) -> set[int]:
@@ -287,15 +288,13 @@ class Lesson(_CheckAndRecord):
     would otherwise decide. Reads that need the store assume there is one (a TUI always has
     one); the CLI's commands work without."""
 
-    store: Store
-
     @property
     def keeps_progress(self) -> bool:
         """Whether there is a progress store to read and record in."""
         return self.store is not None
 
     @property
-    def progress_path(self):
+    def progress_path(self) -> Path:
         """Where the learner's progress is kept (the welcome says so)."""
         return self.store.path
 

@@ -2,8 +2,9 @@
 
 The lesson itself (forward pass, editor, feedback, steps, and the keys that act on them) is
 `LessonScreen`. The app holds what outlives any one screen: the settings, the pack and its
-progress store, the evaluator and the session that records checks, active time, the keys that
-work everywhere (progress, help, quit) and the command palette. When several packs are
+progress store, the evaluator and the lesson controller (`session`, a `tutor.controller.Lesson`,
+which the screens ask for every rule and record), active time, the keys that work everywhere
+(progress, help, quit) and the command palette. When several packs are
 installed and none was named, the app first asks which one (`PackScreen`).
 
 The app never imports torch. The evaluator is a separate process that holds torch; it starts

@@ -20,9 +20,9 @@ warnings.filterwarnings("ignore", message=".*NumPy.*")
 
 from tutor.config import Settings  # noqa: E402
 from tutor.engine import Engine  # noqa: E402
+from tutor.evaluator.client import Evaluator  # noqa: E402
 from tutor.packs import load_pack  # noqa: E402
 from tutor.sandbox import spawn  # noqa: E402
-from tutor.sandbox.client import Evaluator  # noqa: E402
 
 STEPS = ["atomic/probs", "atomic/logits", "atomic/bndiff", "atomic/C", "fused/cross_entropy"]
 RUNS = 60

@@ -186,7 +186,7 @@ async def _minimal_verdicts(evaluator, runs: int) -> list[float]:
 
 async def _verdicts(runs: int) -> tuple[list[float], list[float], list[float]]:
     from tutor.config import Settings
-    from tutor.sandbox.client import Evaluator
+    from tutor.evaluator.client import Evaluator
     from tutor.ui.app import TutorApp
 
     with tempfile.TemporaryDirectory() as home:

@@ -33,8 +33,8 @@ import pytest
 from escape_corpus import ATTEMPTS, CONTAINED, CONTROLS, GLOBAL_LEAKS, REFUSED, TIMEOUT
 
 from tutor.config import Settings
+from tutor.evaluator.client import Evaluator
 from tutor.packs import load_pack
-from tutor.sandbox.client import Evaluator
 
 ROOT = Path(__file__).resolve().parents[1]
 PACK = load_pack()
@@ -615,7 +615,7 @@ def _cmdline(pid: int) -> str:
 
 
 def _assert_tree_dies_with(client: subprocess.Popen, tree: set[int]) -> None:
-    workers = {p for p in tree if "tutor.sandbox.worker" in _cmdline(p)}
+    workers = {p for p in tree if "tutor.evaluator.worker" in _cmdline(p)}
     assert workers, f"no worker process found under the client: {tree}"
     sessions = set(tree)
     client.kill()
@@ -644,7 +644,7 @@ def test_the_worker_dies_with_an_evaluator_killed_mid_check(isolation):
     script = textwrap.dedent(f"""
         import sys
         from tutor.config import Settings
-        from tutor.sandbox.client import Evaluator
+        from tutor.evaluator.client import Evaluator
         ev = Evaluator(Settings(device="cpu", timeout=60, isolation={isolation!r}))
         ev.info()
         print("READY", flush=True)

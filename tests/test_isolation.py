@@ -17,9 +17,9 @@ import pytest
 import torch
 
 from tutor.config import ConfigError, Settings, resolve
+from tutor.evaluator.client import Evaluator
 from tutor.packs import load_pack
 from tutor.sandbox import spawn
-from tutor.sandbox.client import Evaluator
 from tutor.training import training_code
 
 PACK = load_pack()
@@ -170,7 +170,7 @@ def test_the_client_waits_for_a_child_still_starting(tmp_path, monkeypatch):
     # Every started child here takes 4 s to start, twice the client's limit for this check: the
     # worker says it is waiting for one, and the client waits instead of restarting it.
     (tmp_path / "sitecustomize.py").write_text(
-        "import sys, time\nif 'tutor.sandbox.child' in sys.orig_argv:\n    time.sleep(4)\n")
+        "import sys, time\nif 'tutor.evaluator.child' in sys.orig_argv:\n    time.sleep(4)\n")
     monkeypatch.setenv("PYTHONPATH", str(tmp_path))
     with Evaluator(Settings(device="cpu", timeout=0.5, isolation="spawn")) as ev:
         ev.info()
@@ -191,7 +191,7 @@ def _crash_in_child(monkeypatch, engine) -> None:
             sys.executable, "-c",
             "import os, signal, tutor.execution as e\n"
             "e.run_spec = lambda *a: os.kill(os.getpid(), signal.SIGSEGV)\n"
-            "from tutor.sandbox.child import main\nmain()\n"))
+            "from tutor.evaluator.child import main\nmain()\n"))
     engine.close()  # children started before the stand-in do not have it
 
 
@@ -240,7 +240,7 @@ def test_a_training_step_that_swallows_the_stop_is_stopped_from_outside(evaluato
                                        "dh = dlogits @ W2.T\n" + SWALLOWS_THE_STOP)
     started = time.monotonic()
     result = evaluator.request("train", {"code": code, "steps": 1000}, None)
-    from tutor.sandbox.worker import STEP_GRACE
+    from tutor.evaluator.worker import STEP_GRACE
 
     assert result["status"] == "error" and result["error"]["kind"] == "timeout"
     assert "stopped from outside" in result["error"]["message"]

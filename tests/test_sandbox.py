@@ -6,7 +6,7 @@ import time
 import pytest
 
 from tutor.config import Settings
-from tutor.sandbox.client import Evaluator, EvaluatorError
+from tutor.evaluator.client import Evaluator, EvaluatorError
 from tutor.sandbox.policy import inspect
 
 SOLUTION = "dprobs = (1.0 / probs) * dlogprobs"
@@ -55,7 +55,7 @@ def test_huge_allocation_is_a_memory_error(evaluator):
 def test_client_does_not_import_torch():
     import subprocess
 
-    code = "import sys, tutor.sandbox.client, tutor.cli; print('torch' in sys.modules)"
+    code = "import sys, tutor.evaluator.client, tutor.cli; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 

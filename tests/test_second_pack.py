@@ -70,7 +70,7 @@ def test_training_runs_on_the_learners_gradients_and_learns(tiny_engine):
 
 
 def test_the_worker_serves_a_pack_given_by_folder():
-    from tutor.sandbox.client import Evaluator
+    from tutor.evaluator.client import Evaluator
 
     with Evaluator(Settings(device="cpu", pack=str(TINY))) as ev:
         assert ev.info()["parameters"] == sum(
@@ -111,8 +111,8 @@ def test_the_tui_teaches_the_pack(tmp_path):
     import asyncio
     import time
 
+    from tutor.evaluator.client import Evaluator
     from tutor.progress import Store
-    from tutor.sandbox.client import Evaluator
     from tutor.ui.app import TutorApp
     from tutor.ui.widgets.editor import CodeEditor
 

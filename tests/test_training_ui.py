@@ -149,7 +149,7 @@ async def test_run_streams_progress_then_shows_results():
 async def test_a_run_stopped_from_outside_says_why():
     from types import SimpleNamespace
 
-    from tutor.sandbox.worker import stopped
+    from tutor.evaluator.worker import stopped
 
     class Stopping(MadeUpEvaluator):
         def request(self, op, payload, limit, on_progress=None) -> dict:
@@ -251,7 +251,7 @@ def test_the_screen_does_not_import_torch():
 
 @pytest.fixture(scope="module")
 def evaluator(tmp_path_factory):
-    from tutor.sandbox.client import Evaluator
+    from tutor.evaluator.client import Evaluator
 
     ev = Evaluator(Settings(device="cpu", home=tmp_path_factory.mktemp("ev")))
     ev.start()

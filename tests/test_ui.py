@@ -12,8 +12,8 @@ import pytest
 from rich.console import Console
 
 from tutor.config import Settings
+from tutor.evaluator.client import Evaluator, EvaluatorNotReady
 from tutor.progress import Store
-from tutor.sandbox.client import Evaluator, EvaluatorNotReady
 from tutor.ui.app import TutorApp
 from tutor.ui.screens.confirm import ConfirmReveal
 from tutor.ui.screens.help import HelpScreen

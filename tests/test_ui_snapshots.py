@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from tutor.config import Settings
+from tutor.evaluator.client import Evaluator
 from tutor.packs import load_pack
 from tutor.progress import Store
-from tutor.sandbox.client import Evaluator
 from tutor.ui.app import TutorApp
 from tutor.ui.widgets.editor import CodeEditor
 

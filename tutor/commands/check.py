@@ -22,8 +22,8 @@ from tutor.commands.base import (
 )
 from tutor.config import Settings
 from tutor.controller import Session, cell_size_problem, save
+from tutor.evaluator.client import Evaluator, EvaluatorError
 from tutor.report import format_result, format_table
-from tutor.sandbox.client import Evaluator, EvaluatorError
 from tutor.source import MAX_FILE_BYTES
 
 

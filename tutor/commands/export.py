@@ -91,8 +91,8 @@ def run_watch(args: argparse.Namespace, settings: Settings) -> int:
 
     from tutor.commands.check import report_unsaved
     from tutor.controller import Session
+    from tutor.evaluator.client import Evaluator, EvaluatorError
     from tutor.report import format_table
-    from tutor.sandbox.client import Evaluator, EvaluatorError
 
     path = Path(args.file).resolve()
     # A clear usage error now, rather than a silent watch of nothing.

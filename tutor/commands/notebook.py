@@ -21,7 +21,7 @@ def _args(p: argparse.ArgumentParser) -> None:
 
 
 def _shapes(settings: Settings) -> dict[str, dict]:
-    from tutor.sandbox.client import Evaluator, EvaluatorError
+    from tutor.evaluator.client import Evaluator, EvaluatorError
 
     try:
         with Evaluator(settings) as ev:

@@ -63,7 +63,7 @@ def run_show(args: argparse.Namespace, settings: Settings) -> int:
     step = pack.step(step_id(pack, args.step))
     annotations: dict[str, dict] = {}
     if not args.no_shapes:
-        from tutor.sandbox.client import Evaluator, EvaluatorError
+        from tutor.evaluator.client import Evaluator, EvaluatorError
 
         try:
             with Evaluator(settings) as ev:

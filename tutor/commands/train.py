@@ -18,9 +18,9 @@ from tutor.commands.base import Command, UsageError, lesson_pack, open_store, re
 from tutor.config import Settings
 from tutor.controller import Lesson, Store
 from tutor.durations import clock
+from tutor.evaluator.client import Evaluator, EvaluatorError
 from tutor.packs import Pack
 from tutor.report import VERDICT_MARK, terminal_width, wrap
-from tutor.sandbox.client import Evaluator, EvaluatorError
 from tutor.source import size_problem
 from tutor.training.plan import speed_notes, training_code
 

@@ -19,9 +19,9 @@ from collections.abc import Callable
 from tutor.commands.base import UsageError, lesson_pack, position, step_id, try_open_store
 from tutor.config import ConfigError, Settings, resolve, unavailable_device
 from tutor.controller import CheckOutcome, Lesson, Session, StoreError
+from tutor.evaluator.client import Evaluator, EvaluatorError
 from tutor.notebook import render
 from tutor.packs import Pack, PackError
-from tutor.sandbox.client import Evaluator, EvaluatorError
 from tutor.source import size_problem
 
 _EXPECTED = (UsageError, ConfigError, EvaluatorError, StoreError, PackError, OSError)

@@ -2,7 +2,7 @@
 
 A child forked from the worker (isolate.py) is the fast path, but CUDA cannot be used in a child
 forked after it was initialised, MPS neither, Windows has no fork, and `torch.compile` runs a
-compiler the forked child's limits refuse. There the worker starts `python -m tutor.sandbox.child`
+compiler the forked child's limits refuse. There the worker starts `python -m tutor.evaluator.child`
 instead: a new interpreter that imports torch, initialises the device, builds what its kind of
 work needs, confines itself (confine.py, with the device's libraries readable), says it is
 ready, then waits for one request. Starting one costs about as much as importing torch, so the
@@ -37,7 +37,7 @@ import torch
 
 from tutor.sandbox.isolate import _HEADER, MAX_MESSAGE, Outcome, loads_plain
 
-CHILD_COMMAND = (sys.executable, "-m", "tutor.sandbox.child")
+CHILD_COMMAND = (sys.executable, "-m", "tutor.evaluator.child")
 # Loading torch in a new interpreter takes about a second on an idle machine; on a busy one, or a
 # GPU's first initialisation, much longer. Past this the child is taken for broken.
 START_LIMIT = 120.0

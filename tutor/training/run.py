@@ -290,7 +290,7 @@ class TrainingRun:
 
         self.engine, self.progress, self.cancel = engine, progress, cancel
         # Tells whoever watches the clock from outside what comes next ("step", "compile",
-        # "results"), so that it can allow that much silence (see sandbox/worker.py).
+        # "results"), so that it can allow that much silence (see evaluator/worker.py).
         self.window = window or (lambda _what: None)
         self.pack = engine.pack
         self.s = TrainingSettings.from_pack(self.pack, engine.settings.seed, request.get("steps"),

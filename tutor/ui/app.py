@@ -44,7 +44,7 @@ from tutor.ui.screens.packs import PackScreen
 from tutor.ui.widgets.editor import CodeEditor
 
 if TYPE_CHECKING:
-    from tutor.sandbox.client import Evaluator
+    from tutor.evaluator.client import Evaluator
 
 READY_POLL = 0.25  # seconds per wait for the evaluator, so shutdown is never held up
 TIME_FLUSH = 20.0  # seconds between saves of the active time, so a crash loses little
@@ -283,7 +283,7 @@ class TutorApp(App[int], inherit_bindings=False):
         # Created on first use, from whichever worker thread gets there first.
         with self._evaluator_lock:
             if self._evaluator is None:
-                from tutor.sandbox.client import Evaluator
+                from tutor.evaluator.client import Evaluator
 
                 self._evaluator = Evaluator(self.settings)
             return self._evaluator
@@ -294,7 +294,7 @@ class TutorApp(App[int], inherit_bindings=False):
 
     @work(thread=True, exclusive=True, group="evaluator", exit_on_error=False)
     def _start_evaluator(self) -> None:
-        from tutor.sandbox.client import EvaluatorNotReady  # after the first frame, off its path
+        from tutor.evaluator.client import EvaluatorNotReady  # after the first frame, off its path
 
         try:
             evaluator = self.evaluator

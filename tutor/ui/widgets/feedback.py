@@ -1,6 +1,6 @@
 """The feedback panel: the verdict of a check, hints taken and a revealed solution.
 
-A result is the evaluator's plain dict (see tutor.sandbox.client); this module turns it into
+A result is the evaluator's plain dict (see tutor.evaluator.client); this module turns it into
 something a learner can read at a glance, in the spirit of the notebook's `cmp` line.
 """
 

@@ -18,8 +18,8 @@ import time
 from collections.abc import Callable
 
 from tutor.config import Settings
+from tutor.evaluator import protocol
 from tutor.results import CheckResult
-from tutor.sandbox import protocol
 
 # How much longer than the in-worker limit to wait before killing the process: the worker stops
 # Python loops itself at the limit; only a single long-running tensor op needs the hard stop.
@@ -63,7 +63,7 @@ class Evaluator:
             self._stderr = tempfile.TemporaryFile()
             env = dict(os.environ, PYTHONWARNINGS="ignore")
             self._proc = subprocess.Popen(
-                [sys.executable, "-m", "tutor.sandbox.worker"],
+                [sys.executable, "-m", "tutor.evaluator.worker"],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=self._stderr,

@@ -1,6 +1,6 @@
 """The sandbox worker: a long-lived process that holds torch, the lesson and the engine.
 
-Started by `tutor.sandbox.client.Evaluator` as `python -m tutor.sandbox.worker`. It reads
+Started by `tutor.evaluator.client.Evaluator` as `python -m tutor.evaluator.worker`. It reads
 requests from stdin and answers on the original stdout; anything else that writes to stdout
 (warnings, learner prints are captured anyway) is sent to stderr so it cannot corrupt the pipe.
 
@@ -19,7 +19,7 @@ import threading
 import traceback
 import warnings
 
-from tutor.sandbox import protocol
+from tutor.evaluator import protocol
 
 # Importing torch without NumPy present prints a warning that means nothing to a learner.
 warnings.filterwarnings("ignore", message=".*NumPy.*")

@@ -1,6 +1,6 @@
 """The spawned child: a fresh interpreter that runs one piece of learner code, confined.
 
-Started by `spawn.Spawned` as `python -m tutor.sandbox.child`. Its life, in order:
+Started by `spawn.Spawned` as `python -m tutor.evaluator.child`. Its life, in order:
 
 1. read its setup from the worker (its kind of work, the device, the settings);
 2. import torch, initialise the device and warm up what a check or a run uses, while files can

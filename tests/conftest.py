@@ -19,3 +19,4 @@ def _isolated_home(tmp_path, monkeypatch):
     # No test may touch the real progress folder or config.
     monkeypatch.setenv("BACKPROP_TUTOR_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.setenv("BACKPROP_TUTOR_CACHE", str(tmp_path / "cache"))

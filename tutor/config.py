@@ -18,11 +18,6 @@ import platformdirs
 from tutor.packs import DEFAULT_PACK
 from tutor.source import SourceError, decode
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
-
 APP_NAME = "backprop-tutor"
 DEVICES = ("auto", "cpu", "cuda", "mps")
 # How learner code is kept apart from the evaluator (see docs/architecture.md): a child forked
@@ -74,6 +69,10 @@ def config_file() -> Path:
 def _read_config(path: Path) -> dict:
     if not path.is_file():
         return {}
+    if sys.version_info >= (3, 11):  # imported only when there is a file: most launches have none
+        import tomllib
+    else:  # pragma: no cover
+        import tomli as tomllib
     try:
         return tomllib.loads(decode(path.read_bytes(), "the file"))
     except OSError as exc:

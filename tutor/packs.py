@@ -13,10 +13,7 @@ from dataclasses import dataclass, field
 from functools import cache, cached_property
 from pathlib import Path
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib
+from tutor import packcache
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 # Installed wheels carry the content inside the package; a checkout has it at the top level.
@@ -274,12 +271,22 @@ def _names(table: dict, key: str, where: str) -> tuple[str, ...]:
 
 def _load_toml(path: Path) -> dict:
     try:
-        with path.open("rb") as fh:
-            return tomllib.load(fh)
+        content = path.read_bytes()
     except FileNotFoundError as exc:
         raise PackError(f"missing pack file: {path}") from exc
-    except tomllib.TOMLDecodeError as exc:
+    tables = packcache.recall(content)
+    if tables is not None:
+        return tables
+    if sys.version_info >= (3, 11):  # imported only when a file has to be parsed
+        import tomllib
+    else:  # pragma: no cover - exercised on 3.10 only
+        import tomli as tomllib
+    try:
+        tables = tomllib.loads(content.decode())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise PackError(f"{path.name}: {exc}") from exc
+    packcache.keep(content, tables)
+    return tables
 
 
 def _load_step(raw: dict, exercise: int, where: str, kind: str) -> Step:

@@ -476,6 +476,10 @@ class LessonScreen(Screen[None]):
             self._fit_to_feedback()
             self._point_at_error(result.get("error"))
         self._unrecorded.append(message)
+        # The panels' own refreshes reach the screen only after this handler, so without a
+        # pending layout here the callback would run (and write to disk, and redraw the
+        # sidebar) before the verdict is painted.
+        self.refresh(repaint=False, layout=True)
         self.call_after_refresh(self._record)
 
     def _record(self) -> None:

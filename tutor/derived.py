@@ -46,6 +46,7 @@ from tutor import rewrites
 from tutor.diagnosis import _close as close
 from tutor.diagnosis import diagnosis
 from tutor.packs import Pack, Step
+from tutor.results import Diagnosis
 
 Tensor = torch.Tensor
 
@@ -91,7 +92,7 @@ def explain(
     ref: Tensor,
     before: dict,
     n: int,
-) -> dict | None:
+) -> Diagnosis | None:
     """The diagnosis of a wrong same-shape answer that matches a rewrite of the solution."""
     if value.shape != ref.shape or not torch.isfinite(value).all():
         return None
@@ -107,7 +108,7 @@ def explain(
 
 def _explain(
     pack: Pack, step: Step, tensor: str, value: Tensor, ref: Tensor, before: dict, n: int
-) -> dict | None:
+) -> Diagnosis | None:
     found = _values(pack, step, tensor, before, n)
     grad = f"d{tensor}"
     off = _distance(value, ref)
@@ -306,7 +307,7 @@ def _family_rewrites(tree: ast.Module, ctx: _Context):
 
 def explain_function(step: Step, name: str, value: Tensor, ref: Tensor, inputs: dict,
                      call: Callable[[str], dict | None], start: Tensor | None = None
-                     ) -> dict | None:
+                     ) -> Diagnosis | None:
     """A function step's wrong output, matched against rewrites of its reference function.
 
     `call(source)` defines the rewritten function and calls it on copies of the case's inputs
@@ -908,7 +909,7 @@ def _entry_close(value: Tensor, ref: Tensor) -> Tensor:
     return (v - r).abs() <= 1e-4 * scale + 1e-4 * r.abs()
 
 
-def _subset(grad: str, value: Tensor, ref: Tensor, scope: dict) -> dict | None:
+def _subset(grad: str, value: Tensor, ref: Tensor, scope: dict) -> Diagnosis | None:
     """Right except on a recognisable subset of entries: where a branch is missing."""
     if value.dim() != 2:
         return None
@@ -948,7 +949,7 @@ def _masks(scope: dict, rows: int, cols: int) -> Iterator[tuple[Tensor, str]]:
         yield maxima, "at the largest logit of each row"
 
 
-def _per_slice(grad: str, value: Tensor, ref: Tensor, scope: dict) -> dict | None:
+def _per_slice(grad: str, value: Tensor, ref: Tensor, scope: dict) -> Diagnosis | None:
     """Right up to a factor that differs from row to row, or from column to column."""
     if value.dim() != 2:
         return None

@@ -55,19 +55,15 @@ class CheckOutcome:
     """A check and what it changed: the step's status after it, the steps it opened, and why
     it was not saved when it was not."""
 
-    result: dict  # the JSON contract of docs/json.md, as the evaluator returned it
+    result: CheckResult
     status: Status | None = None  # None when nothing was recorded
     unlocked: list[str] = field(default_factory=list)
     problem: str | None = None
 
     @property
-    def typed(self) -> CheckResult:
-        return CheckResult.from_dict(self.result)
-
-    @property
     def revealed_pass(self) -> bool:
         """Right, on a step whose solution was shown: it counts as an attempt, not a solve."""
-        return bool(self.result.get("passed")) and self.status is Status.REVEALED
+        return self.result.passed and self.status is Status.REVEALED
 
 
 class Session:
@@ -94,11 +90,12 @@ class Session:
             return curriculum.statuses(self.pack, {})
         return self.store.statuses()
 
-    def evaluate(self, step_id: str, code: str, prior: dict[str, str] | None = None) -> dict:
+    def evaluate(self, step_id: str, code: str, prior: dict[str, str] | None = None
+                 ) -> CheckResult:
         """Run the candidate against autograd; nothing is recorded."""
         return self.evaluator.check(step_id, code, self.prior() if prior is None else prior)
 
-    def record(self, step_id: str, code: str, result: dict) -> CheckOutcome:
+    def record(self, step_id: str, code: str, result: CheckResult) -> CheckOutcome:
         """Record an attempt and say what it changed."""
         if self.store is None:
             return CheckOutcome(result, problem=self.problem or "there is no progress store")

@@ -23,7 +23,7 @@ from tutor.commands.base import (
 )
 from tutor.config import Settings
 from tutor.report import format_result, format_table
-from tutor.results import CheckResult
+from tutor.results import CheckError, CheckResult, ErrorKind
 from tutor.sandbox.client import Evaluator, EvaluatorError
 from tutor.session import Session, save
 from tutor.source import MAX_FILE_BYTES, size_problem
@@ -78,11 +78,12 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         print(f"backprop-tutor: {exc}", file=sys.stderr)
         return 1
     # The verdict goes out first: whatever then happens to the record, the learner has seen it.
-    text = json.dumps(result, indent=2) if args.json else format_result(result, position(pack, sid))
+    text = (json.dumps(result.to_dict(), indent=2) if args.json else
+            format_result(result, position(pack, sid)))
     print(text, flush=True)
     if not args.no_record:
         _record(session, lambda: [session.record(sid, code, result).problem])
-    return 0 if result["passed"] else 1
+    return 0 if result.passed else 1
 
 
 def _progress(args: argparse.Namespace, settings: Settings, pack):
@@ -129,23 +130,23 @@ def report_unsaved(reasons: list[str | None]) -> None:
           f"{failed[-1]}", file=sys.stderr)
 
 
-def check_cells(ev: Evaluator, pack, text: str, prior: dict[str, str]) -> list[dict]:
+def check_cells(ev: Evaluator, pack, text: str, prior: dict[str, str]) -> list[CheckResult]:
     """Check each cell in order. A failing cell's step falls back to the reference for the cells
     after it, so one mistake is reported once instead of cascading."""
     prior = dict(prior)
     results = []
     for cell in parse_cells(text):
         result = _check_cell(ev, pack, cell, prior)
-        result["cell_line"] = cell.line
+        result.extra["cell_line"] = cell.line
         results.append(result)
-        if result["passed"]:
-            prior[result["step"]] = cell.code
+        if result.passed:
+            prior[result.step] = cell.code
         else:
-            prior.pop(result["step"], None)
+            prior.pop(result.step, None)
     return results
 
 
-def _check_cell(ev: Evaluator, pack, cell: Cell, prior: dict[str, str]) -> dict:
+def _check_cell(ev: Evaluator, pack, cell: Cell, prior: dict[str, str]) -> CheckResult:
     """One cell's result; a cell that cannot be checked gets a result with an error."""
     try:
         sid = pack.step(cell.step).id
@@ -165,35 +166,33 @@ def _oversize(cell: Cell, sid: str) -> str | None:
     return size_problem(cell.code, f"the cell for {sid} on line {cell.line}")
 
 
-def _to_file_lines(result: dict, cell: Cell) -> None:
+def _to_file_lines(result: CheckResult, cell: Cell) -> None:
     """The evaluator counts lines from the top of the cell; the learner's editor counts them
     from the top of the file. Shift the error's line, and the "line N" its message starts with."""
-    error = result.get("error")
-    if not error or not error.get("line"):
+    error = result.error
+    if not error or not error.line:
         return
     shift = cell.code_line - 1
-    error["line"] += shift
-    error["message"] = _LEADING_LINE.sub(
-        lambda m: f"line {int(m[1]) + shift}", error.get("message") or ""
-    )
+    error.line += shift
+    error.message = _LEADING_LINE.sub(lambda m: f"line {int(m[1]) + shift}", error.message)
 
 
-def record_cells(session: Session, text: str, results: list[dict]) -> list[str | None]:
+def record_cells(session: Session, text: str, results: list[CheckResult]) -> list[str | None]:
     """Record each checked cell as an attempt, as the TUI would; untouched templates are not
     attempts, and cells naming no step have nothing to record. Returns, per recorded cell,
     why it was not saved (None when it was)."""
     reasons = []
     for cell, result in zip(parse_cells(text), results, strict=False):
-        if (result.get("error") or {}).get("kind") == "usage":
+        if result.error and result.error.kind is ErrorKind.USAGE:
             continue
-        if not session.is_attempt(result["step"], cell.code):
+        if not session.is_attempt(result.step, cell.code):
             continue
-        reasons.append(session.record(result["step"], cell.code, result).problem)
+        reasons.append(session.record(result.step, cell.code, result).problem)
     return reasons
 
 
-def _cell_error(step: str, message: str) -> dict:
-    return CheckResult.failure(step, {"kind": "usage", "message": message}).to_dict()
+def _cell_error(step: str, message: str) -> CheckResult:
+    return CheckResult.failure(step, CheckError(ErrorKind.USAGE, message))
 
 
 def _run_all(args: argparse.Namespace, settings: Settings, pack) -> int:
@@ -216,10 +215,11 @@ def _run_all(args: argparse.Namespace, settings: Settings, pack) -> int:
             store.close()
         return 1
     table = format_table(results, regraded_steps(pack), Path(args.all_file).name)
-    print(json.dumps(results, indent=2) if args.json else table, flush=True)
+    print(json.dumps([r.to_dict() for r in results], indent=2) if args.json else table,
+          flush=True)
     if not args.no_record:
         _record(session, lambda: record_cells(session, text, results))
-    return 0 if all(r["passed"] for r in results) else 1
+    return 0 if all(r.passed for r in results) else 1
 
 
 CHECK = Command("check", "check backward code for a step against autograd", _args, run)

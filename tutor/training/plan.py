@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from tutor.config import DEFAULT_SEED
 from tutor.packs import Exercise, Pack, Step
+from tutor.results import CheckResult
 
 if TYPE_CHECKING:
 
@@ -378,9 +379,9 @@ def record_run(store: Store, pack: Pack, code: str, result: dict) -> int | None:
     settings = result.get("settings", {})
     if result["status"] == "finished" and not settings.get("reference"):
         gradcheck = result.get("gradcheck") or {}
-        store.record_attempt(training_step(pack).id, code, {
+        store.record_attempt(training_step(pack).id, code, CheckResult.from_dict({
             "passed": bool(gradcheck.get("passed", True)),
             "checks": gradcheck.get("checks", []),
             "error": None,
-        })
+        }))
     return run_id

@@ -26,7 +26,7 @@ from textual.widgets.text_area import Selection
 
 from tutor import curriculum
 from tutor.packs import Exercise, Pack, Step
-from tutor.results import CheckResult, Status
+from tutor.results import CheckError, Status
 from tutor.source import size_problem
 from tutor.ui.highlight import warm_up
 from tutor.ui.messages import CheckFailed, CheckFinished, ScratchFinished
@@ -484,7 +484,7 @@ class LessonScreen(Screen[None]):
         sid, result = message.step_id, message.result
         superseded = self._queued is not None and self._queued[1] == sid
         before = self._statuses
-        earned = CheckResult.from_dict(result).achievement
+        earned = result.achievement
         after = curriculum.after_check(self.pack, before, sid, earned)
         unlocked = [self.pack.step(s) for s in curriculum.unlocked(before, after)]
         note = None
@@ -499,7 +499,7 @@ class LessonScreen(Screen[None]):
             feedback.show_result(result, note, revealed)
             self._show_idle()
             self._fit_to_feedback()
-            self._point_at_error(result.get("error"))
+            self._point_at_error(result.error)
         self._unrecorded.append(message)
         self.call_after_refresh(self._record)
 
@@ -532,13 +532,13 @@ class LessonScreen(Screen[None]):
         self.refresh_bindings()
         self._run_queued()
 
-    def _point_at_error(self, error: dict | None) -> None:
+    def _point_at_error(self, error: CheckError | None) -> None:
         """Put the editor cursor on the reported line and column, and tint the line."""
-        if not error or not error.get("line"):
+        if not error or not error.line:
             return
         editor = self.query_one("#editor", CodeEditor)
-        row = min(max(int(error["line"]) - 1, 0), editor.document.line_count - 1)
-        col = max(int(error.get("col") or 1) - 1, 0)
+        row = min(max(error.line - 1, 0), editor.document.line_count - 1)
+        col = max((error.col or 1) - 1, 0)
         col = min(col, len(editor.document.get_line(row)))
         editor.move_cursor((row, col))
         editor.mark_error(row)
@@ -613,7 +613,7 @@ class LessonScreen(Screen[None]):
         self._show_idle()
         self._fit_to_feedback()
         feedback.scroll_to_part("scratch")
-        self._point_at_error(message.result.get("error"))
+        self._point_at_error(message.result.error)
 
     def _expected_shapes(self) -> dict[str, list[int] | None]:
         """The shape each gradient of the open step must have, where it is known: forward
@@ -621,8 +621,8 @@ class LessonScreen(Screen[None]):
         lines = (self.tutor.info or {}).get("lines", [])
         shapes = {line["target"]: line.get("shape") for line in lines}
         last = self.results.get(self.step.id)
-        for check in (last[0].get("checks") or []) if last else []:
-            shapes.setdefault(check.get("tensor"), check.get("expected_shape"))
+        for check in last[0].checks if last else []:
+            shapes.setdefault(check.tensor, check.expected_shape)
         if self.step.is_function:
             return {}  # its arguments' shapes change from case to case
         return {f"d{t}": shapes[t] for t in self.step.checks if shapes.get(t) is not None}

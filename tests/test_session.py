@@ -33,7 +33,7 @@ class FakeEvaluator:
 
     def check(self, step_id, code, prior):
         self.calls.append((step_id, code, dict(prior)))
-        return _result(step_id, self.passed)
+        return CheckResult.from_dict(_result(step_id, self.passed))
 
 
 def test_a_pass_is_recorded_and_says_what_it_opened(tmp_path):
@@ -64,7 +64,7 @@ def test_without_a_store_the_check_runs_and_says_nothing_was_saved():
     outcome = Session(PACK, None, FakeEvaluator(False), "locked by another process").check(
         FIRST, "code")
     assert outcome.status is None and outcome.problem == "locked by another process"
-    assert outcome.result["passed"] is False
+    assert outcome.result.passed is False
 
 
 def test_curriculum_opens_steps_in_order_and_training_last():

@@ -72,7 +72,7 @@ async def check(pilot, code: str, key: str = "ctrl+j") -> dict:
     await wait_until(pilot, lambda: not lesson.checking
                      and lesson.results.get(lesson.step.id) is not before)
     await pilot.pause()
-    return lesson.results[lesson.step.id][0]
+    return lesson.results[lesson.step.id][0].to_dict()
 
 
 def feedback_text(app) -> str:
@@ -291,7 +291,7 @@ async def check_current(pilot) -> dict:
     await pilot.press("ctrl+j")
     await wait_until(pilot, lambda: not lesson.checking and lesson.step.id in lesson.results)
     await pilot.pause()
-    return lesson.results[lesson.step.id][0]
+    return lesson.results[lesson.step.id][0].to_dict()
 
 
 def test_help_lists_every_binding(settings, evaluator):

@@ -232,7 +232,7 @@ class Tally:
             self.maxdiff = max(self.maxdiff, g.maxdiff)
         order = ("exact", "approximate", "wrong", "shape", "missing")
         if order.index(g.verdict) > order.index(self.verdict):
-            self.verdict = g.verdict
+            self.verdict = str(g.verdict)
 
     def to_dict(self) -> dict:
         return {"tensor": self.tensor, "grad": f"d{self.tensor}", "shape": self.shape,
@@ -583,11 +583,12 @@ class TrainingRun:
                         "gradient along the backward pass that differs; those it is computed "
                         "from match autograd.")
         if diag:
-            message += f" {diag['message']}"
+            message += f" {diag.message}"
         message += " Training stopped before a wrong gradient could change the network."
         return {"step": i, "tensor": first, "grad": f"d{first}", "wrong": [f"d{p}" for p in wrong],
-                "maxdiff": g.maxdiff, "verdict": g.verdict, "cause": f"d{cause}",
-                "line": line.get(f"d{cause}"), "diagnosis": diag, "message": message}
+                "maxdiff": g.maxdiff, "verdict": str(g.verdict), "cause": f"d{cause}",
+                "line": line.get(f"d{cause}"), "diagnosis": diag.to_dict() if diag else None,
+                "message": message}
 
     # -- phase 2 -----------------------------------------------------------------------------
     def _train(self) -> str:

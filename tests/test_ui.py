@@ -200,7 +200,7 @@ def test_an_endless_loop_times_out_and_the_app_keeps_answering(settings, evaluat
             await pilot.press("f1")
             assert app.store.hints_shown("atomic/logprobs") == 1
             await wait_until(pilot, lambda: not app.lesson.checking)
-            result = app.lesson.results["atomic/logprobs"][0]
+            result = app.lesson.results["atomic/logprobs"][0].to_dict()
             assert result["error"]["kind"] == "timeout"
             assert "Time limit reached" in feedback_text(app)
             await pilot.press("f1")

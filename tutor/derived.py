@@ -43,6 +43,7 @@ import torch
 import torch.nn.functional as F
 
 from tutor import rewrites
+from tutor.code_facts import changed_in_place, write_targets
 from tutor.diagnosis import _close as close
 from tutor.diagnosis import diagnosis
 from tutor.packs import Pack, Step
@@ -221,7 +222,7 @@ def candidates(pack: Pack, step: Step, tensor: str, scope: dict) -> Iterator[Can
     except SyntaxError:
         return
     ctx = _context(pack, step, tensor, scope)
-    writes = _writes(tree)  # rewrites only replace expressions: they write no new names
+    writes = changed_in_place(tree)  # rewrites only replace expressions: they write no new names
     _SLOTS.clear()
     seen: set[str] = {ast.unparse(tree)}
     if _accumulates(tree, ctx.grad):
@@ -255,7 +256,7 @@ def candidates(pack: Pack, step: Step, tensor: str, scope: dict) -> Iterator[Can
                 continue
             seen.add(source)
             # Its own writes, not the solution's: no rewrite may change a tensor it did not copy.
-            yield Candidate(kind, message, source, ctx.grad, _writes(ast.parse(source)))
+            yield Candidate(kind, message, source, ctx.grad, changed_in_place(ast.parse(source)))
 
 
 def _skipped_line_rewrites(tree: ast.Module, ctx: _Context):
@@ -502,7 +503,7 @@ def _nodes(tree: ast.Module) -> Iterator[tuple[int, ast.AST]]:
     (`dlogits[...] -= 1`) or an in-place method changes (`dC.index_add_`) is left alone: a swap
     there would make the rewrite change another tensor of the namespace instead."""
     fixed = {
-        id(sub) for node in ast.walk(tree) for root in _written(node) for sub in ast.walk(root)
+        id(sub) for node in ast.walk(tree) for root in write_targets(node) for sub in ast.walk(root)
     }
     for i, node in enumerate(_preorder(tree)):
         if id(node) not in fixed:
@@ -806,35 +807,6 @@ def _factor_rewrites(tree: ast.Module, ctx: _Context):
                     f"{_involving(dropped, ctx)}."
                 )
             yield (_replace(tree, i, lambda _n, k=kept: k), "derived", message)
-
-
-def _written(node: ast.AST) -> Iterator[ast.AST]:
-    """What one statement or call writes through: its targets, or the receiver of `x.add_()`."""
-    if isinstance(node, ast.AugAssign):
-        yield node.target
-    elif isinstance(node, ast.Assign):
-        yield from node.targets
-    elif (
-        isinstance(node, ast.Call)
-        and isinstance(node.func, ast.Attribute)
-        and node.func.attr.endswith("_")
-        and not node.func.attr.startswith("_")
-    ):
-        yield node.func.value
-
-
-def _writes(tree: ast.AST) -> tuple[str, ...]:
-    """Names a piece of code changes in place: `x += ...`, `x[i] = ...`, `x.add_(...)`."""
-    out: list[str] = []
-    for node in ast.walk(tree):
-        for target in _written(node):
-            if isinstance(node, ast.Assign) and isinstance(target, ast.Name):
-                continue  # `x = ...` rebinds the name; the old tensor is untouched
-            while isinstance(target, (ast.Subscript, ast.Attribute)):
-                target = target.value
-            if isinstance(target, ast.Name):
-                out.append(target.id)
-    return tuple(dict.fromkeys(out))
 
 
 def _evaluate(candidate: Candidate, scope: dict) -> Tensor | None:

@@ -19,8 +19,8 @@ from typing import Any
 
 import torch
 
+from tutor import code_facts, probe
 from tutor import diagnosis as dx
-from tutor import probe
 from tutor.candidate import (
     CodeError,
     Output,
@@ -35,7 +35,6 @@ from tutor.execution import (
     CheckSpec,
     FunctionCheckSpec,
     Replay,
-    assigned_names,
     call_function,
     run_spec,
 )
@@ -795,7 +794,7 @@ class Engine:
         self, step: Step, facts: dict, code: str, grades: list[TensorCheck], notes: list[str]
     ) -> None:
         """Earlier gradients must come out of a step as they went in; forward tensors too."""
-        written = assigned_names(code)
+        written = code_facts.of(code).bound
         by_grad = {g.grad: g for g in grades}
         for change in facts.get("changed", []):
             name = str(change.get("name"))
@@ -930,20 +929,12 @@ def _refuse(heldout: Heldout, grades: list[TensorCheck]) -> None:
 def _writes_the_batch_size(code: str, n: int, sizes: dict) -> bool:
     """Whether a number in the code could be the lesson's batch size, or a count made from it
     (n - 1, 1/n, n times a size): the one thing the fresh batch changes besides the values."""
-    import ast
-
     counts = {n, n - 1, n + 1} | {n * v for v in sizes.values() if isinstance(v, int) and v > 1}
-    try:
-        tree = ast.parse(code)
-    except SyntaxError:
+    said = code_facts.of(code)
+    if said.tree is None:
         return True
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) \
-                and not isinstance(node.value, bool) and node.value:
-            value = float(node.value)
-            if any(abs(value - c) < 1e-9 or abs(value * c - 1) < 1e-6 for c in counts):
-                return True
-    return False
+    return any(abs(value - c) < 1e-9 or abs(value * c - 1) < 1e-6
+               for value in said.numbers for c in counts)
 
 
 def _scale_size(case: Case) -> int:

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from tutor import code_facts
 from tutor.grading import PROBE_HEADROOM, as_graded, grade
 from tutor.packs import Pack, Step
 from tutor.results import Diagnosis, Verdict
@@ -91,7 +92,7 @@ def spec_for(pack: Pack, step: Step, earlier: list[Step], seed: int, replay=None
     started = [s for s in earlier if set(s.partials) & set(step.checks)]
     if started:
         starts.append((earlier.index(started[0]), arriving(started[0])))
-    reads = _reads(code)
+    reads = code_facts.of(code).names
     for i, s in enumerate(earlier):
         for t in s.checks:
             if f"d{t}" in reads and f"d{t}" not in upstream and t not in step.checks:
@@ -286,13 +287,6 @@ def _route(out: Outcome) -> str:
     return ""
 
 
-def _reads(code: str) -> set[str]:
-    try:
-        return {node.id for node in ast.walk(ast.parse(code)) if isinstance(node, ast.Name)}
-    except SyntaxError:
-        return set()
-
-
 def _explained(pack: Pack, step: Step, tensor: str, value: Tensor, expected: Tensor,
                scope: dict, n: int) -> Diagnosis | None:
     """The catalogued mistake or derived rewrite the answer matches under the probe, if any."""
@@ -321,7 +315,7 @@ def apply(pack: Pack, step: Step, graph: Graph, spec: ProbeSpec, before: dict, r
           line: dict | None, fork: dict | None, grades: list, n: int, code: str = "") -> bool:
     """Refuse every accepted gradient whose rule the probes refuse; True when all still stand."""
     standing = True
-    unread = [u for u in spec.upstream if u in before and u not in _reads(code)]
+    unread = [u for u in spec.upstream if u in before and u not in code_facts.of(code).names]
     for g in grades:
         if not g.accepted or g.diagnosis:
             continue

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from tutor import code_facts
 from tutor.packs import Pack
 from tutor.sandbox.clean import clean
 
@@ -25,7 +26,6 @@ if TYPE_CHECKING:
 
 from tutor.training.plan import (
     TrainingSettings,
-    assigned_names,
     speed_notes,
     training_code,
 )
@@ -255,9 +255,8 @@ class Gradients:
         g = cls()
         tree = ast.parse(code)
         for stmt in tree.body:
-            written = {n for n in assigned_names(stmt) if n.startswith("d") and len(n) > 1}
-            read = {n.id for n in ast.walk(stmt) if isinstance(n, ast.Name)
-                    and isinstance(n.ctx, ast.Load) and n.id.startswith("d")}
+            written = {n for n in code_facts.written(stmt) if n.startswith("d") and len(n) > 1}
+            read = {n for n in code_facts.read(stmt) if n.startswith("d")}
             for name in written:
                 g.line.setdefault(name, stmt.lineno)
                 g.inputs.setdefault(name, set()).update(read - {name})

@@ -560,7 +560,8 @@ def test_setting_does_not_outlive_its_check_in_the_engine(setter_id, setter, pro
 @pytest.mark.parametrize("setter_id, setter, probes", SETTERS, ids=[s[0] for s in SETTERS])
 def test_setting_does_not_outlive_its_check_in_the_worker(setter_id, setter, probes,
                                                           evaluator):
-    problems = _pair_problems(evaluator.check, setter, probes, in_process=False)
+    problems = _pair_problems(lambda step, code: evaluator.check(step, code).to_dict(), setter,
+                              probes, in_process=False)
     if problems:
         _restart(evaluator)
     assert not problems, f"{setter_id} leaked:\n  " + "\n  ".join(problems)

@@ -40,7 +40,7 @@ def measure(check, runs: int = RUNS, between=lambda: None) -> list[float]:
             started = time.perf_counter()
             result = check(step, code)
             times.append((time.perf_counter() - started) * 1000)
-            assert result["passed"], result
+            assert result.passed, result
     return times
 
 
@@ -75,7 +75,7 @@ def cold_start() -> tuple[list[float], list[float]]:
     for _ in range(3):
         engine.close()
         started = time.perf_counter()
-        assert engine.check("atomic/probs", code)["passed"]
+        assert engine.check("atomic/probs", code).passed
         checks.append((time.perf_counter() - started) * 1000)
     engine.close()
     return starts, checks

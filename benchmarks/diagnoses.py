@@ -21,6 +21,7 @@ warnings.filterwarnings("ignore", message=".*NumPy.*")
 from tutor.config import Settings  # noqa: E402
 from tutor.engine import Engine  # noqa: E402
 from tutor.packs import load_pack  # noqa: E402
+from tutor.results import CheckResult  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -50,17 +51,16 @@ def wrong_answers() -> dict[str, list[tuple[str, str | None, str]]]:
     return out
 
 
-def classify(result: dict, tensor: str | None) -> str:
-    if result.get("error"):
+def classify(result: CheckResult, tensor: str | None) -> str:
+    if result.error:
         return "error"
-    if result["passed"]:
+    if result.passed:
         return "accepted"
-    checks = result["checks"]
-    check = next((c for c in checks if tensor in (c["tensor"], c["grad"])), None) if tensor \
+    checks = result.checks
+    check = next((c for c in checks if tensor in (c.tensor, c.grad)), None) if tensor \
         else None
-    wrong = [check] if check else [c for c in checks if c["diagnosis"]
-                                   or c["verdict"] not in ("exact", "approximate")]
-    if any(c["diagnosis"] for c in wrong):
+    wrong = [check] if check else [c for c in checks if not c.accepted]
+    if any(c.diagnosis for c in wrong):
         return "specific"
     return "generic"
 

@@ -150,8 +150,8 @@ def _minimal_checker(evaluator):
             result = evaluator.check("atomic/logprobs", CORRECT, {})
             self.call_from_thread(self._show, result)
 
-        def _show(self, result: dict) -> None:
-            self.query_one("#out", Static).update(CheckResult.from_dict(result).summary())
+        def _show(self, result: CheckResult) -> None:
+            self.query_one("#out", Static).update(result.summary())
             self.result = result
 
     return MinimalChecker()

@@ -329,12 +329,12 @@ def _assert_passed(result: dict) -> None:
 
 @pytest.mark.parametrize("step_id", REFERENCE_CASES)
 def test_reference_solution_passes(engine, step_id):
-    _assert_passed(engine.check(step_id, PACK.step(step_id).solution))
+    _assert_passed(engine.check(step_id, PACK.step(step_id).solution).to_dict())
 
 
 @pytest.mark.parametrize("step_id, code", CORRECT_CASES)
 def test_correct_form_passes(engine, step_id, code):
-    _assert_passed(engine.check(step_id, code.lstrip("\n")))
+    _assert_passed(engine.check(step_id, code.lstrip("\n")).to_dict())
 
 
 def test_every_step_has_three_correct_forms():
@@ -348,7 +348,7 @@ def test_mistake_is_recognised(engine, step_id, index):
     step = PACK.step(step_id)
     mistake = step.mistakes[index]
     tensor = mistake.tensor or step.checks[0]
-    result = engine.check(step_id, mistake.code)
+    result = engine.check(step_id, mistake.code).to_dict()
     assert result["error"] is None, result["error"]
     assert not result["passed"]
     check = next(c for c in result["checks"] if c["tensor"] == tensor)

@@ -28,6 +28,7 @@ from tutor.config import ConfigError, resolve
 from tutor.packs import load_pack
 from tutor.progress import Store, StoreError
 from tutor.report import format_result, format_table
+from tutor.results import CheckResult, TensorCheck
 from tutor.source import MAX_CODE_BYTES, SourceError, decode, from_argument, size_problem
 
 PACK = load_pack()
@@ -490,9 +491,10 @@ def _check(tensor: str, verdict: str = "exact", diagnosis: dict | None = None,
             "partial": False, "heatmap": None, "shape": [32, 27], "expected_shape": [32, 27]}
 
 
-def _result(checks: list[dict], passed: bool, heldout: dict | None = None) -> dict:
-    return {"step": "atomic/logprobs", "passed": passed, "device": "cpu", "checks": checks,
-            "heldout": heldout, "error": None, "stdout": "", "notes": [], "figure": None}
+def _result(checks: list[dict], passed: bool, heldout: dict | None = None) -> CheckResult:
+    return CheckResult.from_dict(
+        {"step": "atomic/logprobs", "passed": passed, "device": "cpu", "checks": checks,
+         "heldout": heldout, "error": None, "stdout": "", "notes": [], "figure": None})
 
 
 HELDOUT_RESULT = _result(
@@ -522,7 +524,7 @@ def test_cli_rows_agree_with_the_verdict():
     assert "✓" not in table and table.count("fresh batch of 17 it fails") == 1
 
 
-def _feedback_text(result: dict) -> str:
+def _feedback_text(result: CheckResult) -> str:
     from tutor.ui.widgets.feedback import result_view
 
     console = Console(width=110, file=io.StringIO(), record=True, color_system=None)
@@ -541,13 +543,13 @@ def test_tui_rows_agree_with_the_verdict():
     assert "✓" not in aliased and "exact here, but see below" in aliased
     assert aliased.count("same tensor in memory") == 1
     # Nothing in a row under "Not yet" is styled as a success.
-    table = checks_table(MIXED_RESULT["checks"], passed=False)
+    table = checks_table(MIXED_RESULT.checks, passed=False)
     for column in table.columns:
         for cell in column._cells:
             assert getattr(cell, "style", "") != GOOD
     mixed = _feedback_text(MIXED_RESULT)
     assert "see below" not in mixed and "dW2 is off" in mixed
-    passed = checks_table([_check("logprobs")], passed=True)
+    passed = checks_table([TensorCheck.from_dict(_check("logprobs"))], passed=True)
     assert passed.columns[4]._cells[0].plain == "exact"
 
 

@@ -11,6 +11,7 @@ import pytest
 
 from tutor.packs import load_pack
 from tutor.progress import Store
+from tutor.results import CheckResult
 
 PACK = load_pack()
 
@@ -31,8 +32,8 @@ def solve(home, step_ids):
     """Mark steps solved with their reference code, as a learner's passing checks would."""
     with Store.open(home, PACK) as store:
         for sid in step_ids:
-            result = {"passed": True, "checks": [{"verdict": "exact", "maxdiff": 0.0,
-                                                  "diagnosis": None}], "error": None}
+            result = CheckResult.from_dict({"passed": True, "checks": [
+                {"verdict": "exact", "maxdiff": 0.0, "diagnosis": None}], "error": None})
             store.record_attempt(sid, PACK.step(sid).solution, result)
 
 
@@ -139,9 +140,10 @@ def _wait_for(proc, text, timeout=60.0):
 def test_progress_export_and_the_json_count_the_same_way(home, tmp_path):
     """One vocabulary, one count: exact + passed + revealed = done, in progress, its JSON and
     export's summary alike."""
-    exact = {"passed": True, "checks": [{"verdict": "exact", "maxdiff": 0.0}], "error": None}
-    approx = {"passed": True, "checks": [{"verdict": "approximate", "maxdiff": 4e-9}],
-              "error": None}
+    exact = CheckResult.from_dict(
+        {"passed": True, "checks": [{"verdict": "exact", "maxdiff": 0.0}], "error": None})
+    approx = CheckResult.from_dict(
+        {"passed": True, "checks": [{"verdict": "approximate", "maxdiff": 4e-9}], "error": None})
     steps = [s.id for s in PACK.gradient_steps]
     with Store.open(home, PACK) as store:
         for sid in steps[:3]:

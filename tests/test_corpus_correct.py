@@ -612,14 +612,14 @@ def test_the_corpus_is_big_and_covers_every_step():
 
 @pytest.mark.parametrize("step_id, code", CASES)
 def test_correct_answer_passes(engine, step_id, code):
-    _assert_passed(engine.check(step_id, code))
+    _assert_passed(engine.check(step_id, code).to_dict())
 
 
 @pytest.mark.parametrize(
     "step_id, prior, code", [pytest.param(*v, id=k) for k, v in DOWNSTREAM.items()]
 )
 def test_accepted_shape_works_downstream(engine, step_id, prior, code):
-    _assert_passed(engine.check(step_id, code, prior))
+    _assert_passed(engine.check(step_id, code, prior).to_dict())
 
 
 @pytest.mark.parametrize(
@@ -634,7 +634,7 @@ def test_accepted_shape_works_downstream(engine, step_id, prior, code):
     ],
 )
 def test_other_accepted_shapes_carry_a_note(engine, step_id, code, tensor):
-    result = engine.check(step_id, code.lstrip("\n"))
+    result = engine.check(step_id, code.lstrip("\n")).to_dict()
     check = next(c for c in result["checks"] if c["tensor"] == tensor)
     assert check["shape"] != check["expected_shape"]
     assert check["note"] and f"d{tensor}" in check["note"]
@@ -645,7 +645,7 @@ def test_other_accepted_shapes_carry_a_note(engine, step_id, code, tensor):
 
 def test_keepdim_note_speaks_of_parameters(engine):
     code = CORRECT["atomic/bngain"]["lecture-no-keepdim"].lstrip("\n")
-    note = next(c["note"] for c in engine.check("atomic/bngain", code)["checks"]
+    note = next(c["note"] for c in engine.check("atomic/bngain", code).to_dict()["checks"]
                 if c["tensor"] == "bngain")
     assert "keepdim" in note and "bngain -= lr * dbngain" in note
 
@@ -657,7 +657,7 @@ def test_lecture_sizes_follow_the_batch(engine):
         "assert n_hidden == 64 and block_size == 3\n"
         "dprobs = dlogprobs / probs\n"
     )
-    _assert_passed(engine.check("atomic/probs", code))
+    _assert_passed(engine.check("atomic/probs", code).to_dict())
 
 
 COMPLETE_AT_FIRST_BRANCH = [
@@ -688,7 +688,7 @@ COMPLETE_AT_FIRST_BRANCH = [
 
 @pytest.mark.parametrize("step_id, code, tensor", COMPLETE_AT_FIRST_BRANCH)
 def test_complete_gradient_at_a_first_branch_step_is_recognised(engine, step_id, code, tensor):
-    result = engine.check(step_id, code)
+    result = engine.check(step_id, code).to_dict()
     assert result["error"] is None, result["error"]
     check = next(c for c in result["checks"] if c["tensor"] == tensor)
     assert check["partial"] and check["verdict"] in ("exact", "approximate"), check
@@ -698,7 +698,7 @@ def test_complete_gradient_at_a_first_branch_step_is_recognised(engine, step_id,
 
 @pytest.mark.parametrize("step_id, code, tensor", COMPLETE_AT_FIRST_BRANCH)
 def test_complete_gradient_at_a_first_branch_step_passes(engine, step_id, code, tensor):
-    _assert_passed(engine.check(step_id, code))
+    _assert_passed(engine.check(step_id, code).to_dict())
 
 
 @pytest.mark.parametrize("gradcheck_steps", [pytest.param(20, id="checked"),

@@ -399,7 +399,7 @@ def test_the_corpus_is_big_enough():
 
 @pytest.mark.parametrize("step_id, tensor, code, kind", CASES)
 def test_wrong_answer_is_refused_and_diagnosed(engine, step_id, tensor, code, kind):
-    result = engine.check(step_id, code)
+    result = engine.check(step_id, code).to_dict()
     check = _graded(result, step_id, tensor)
     assert not result["passed"]
     assert check["verdict"] in ("wrong", "shape"), check
@@ -429,19 +429,22 @@ def test_wrong_answer_is_refused_and_diagnosed(engine, step_id, tensor, code, ki
 )
 def test_derived_messages_say_what_matches(engine, name, words):
     step_id, tensor, code, _ = WRONG[name]
-    message = _graded(engine.check(step_id, code), step_id, tensor)["diagnosis"]["message"]
+    message = _graded(engine.check(step_id,
+                                   code).to_dict(), step_id, tensor)["diagnosis"]["message"]
     for word in words:
         assert word in message, (word, message)
 
 
 def test_catalogue_first_then_derived(engine):
     # Catalogued at atomic/bndiff (written out of place there): the catalogue's message wins.
-    check = _graded(engine.check("atomic/bndiff", "dbndiff += 2 * bndiff"), "atomic/bndiff", None)
+    check = _graded(engine.check("atomic/bndiff",
+                                 "dbndiff += 2 * bndiff").to_dict(), "atomic/bndiff", None)
     assert check["diagnosis"]["kind"] == "known_mistake"
     # Not catalogued at atomic/bnvar_inv: the local derivative without dbnraw is derived.
     check = _graded(
         engine.check("atomic/bnvar_inv",
-                     "dbnvar_inv = bndiff.sum(0, keepdim=True)\ndbndiff = bnvar_inv * dbnraw"),
+                     "dbnvar_inv = bndiff.sum(0, keepdim=True)\ndbndiff = bnvar_inv * dbnraw"
+                     ).to_dict(),
         "atomic/bnvar_inv", None,
     )
     assert check["diagnosis"]["kind"] == "derived"
@@ -499,7 +502,7 @@ def test_a_branch_added_to_an_already_complete_gradient(engine, first_step, firs
                                                          step_id, code):
     # Both branches typed at the first step are accepted there; adding the second branch again
     # at the closing step counts it twice, and the diagnosis says so.
-    check = _graded(engine.check(step_id, code, {first_step: first_code}), step_id, None)
+    check = _graded(engine.check(step_id, code, {first_step: first_code}).to_dict(), step_id, None)
     assert check["verdict"] == "wrong"
     assert check["diagnosis"]["kind"] == "derived"
     assert "twice" in check["diagnosis"]["message"]

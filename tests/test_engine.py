@@ -15,7 +15,7 @@ def only(result):
 
 @pytest.mark.parametrize("step_id", GRADIENT_STEPS)
 def test_every_reference_solution_passes(engine, step_id):
-    result = engine.check(step_id, PACK.step(step_id).solution)
+    result = engine.check(step_id, PACK.step(step_id).solution).to_dict()
     assert result["passed"], result
     assert result["heldout"] == {"passed": True, "batch_size": 17, "message": None}
     for check in result["checks"]:
@@ -36,7 +36,7 @@ def test_lesson_matches_the_lecture(engine):
 
 
 def test_a_wrong_answer_is_wrong_with_maxdiff(engine):
-    check = only(engine.check("atomic/probs", "dprobs = probs * dlogprobs"))
+    check = only(engine.check("atomic/probs", "dprobs = probs * dlogprobs").to_dict())
     assert check["verdict"] == "wrong"
     assert not check["exact"] and not check["approximate"]
     assert check["maxdiff"] > 0.1
@@ -52,12 +52,13 @@ def test_a_wrong_answer_is_wrong_with_maxdiff(engine):
     ],
 )
 def test_generic_diagnoses(engine, code, kind):
-    check = only(engine.check("atomic/logprobs", code))
+    check = only(engine.check("atomic/logprobs", code).to_dict())
     assert check["diagnosis"]["kind"] == kind
 
 
 def test_partial_branch_overwritten(engine):
-    check = only(engine.check("atomic/counts", "dcounts = torch.ones_like(counts) * dcounts_sum"))
+    check = only(engine.check("atomic/counts",
+                              "dcounts = torch.ones_like(counts) * dcounts_sum").to_dict())
     assert check["diagnosis"]["kind"] == "partial"
     assert "+=" in check["diagnosis"]["message"]
 
@@ -66,7 +67,7 @@ def test_first_branch_is_graded_where_it_starts(engine):
     result = engine.check(
         "atomic/counts_sum_inv",
         "dcounts_sum_inv = (counts * dprobs).sum(1, keepdim=True)\ndcounts = dprobs",
-    )
+    ).to_dict()
     assert not result["passed"]
     partial = result["checks"][1]
     assert partial["tensor"] == "counts" and partial["partial"] and partial["verdict"] == "wrong"
@@ -75,7 +76,7 @@ def test_first_branch_is_graded_where_it_starts(engine):
 def test_b2_with_an_extra_dimension_is_refused_and_explained(engine):
     result = engine.check(
         "atomic/h", "dh = dlogits @ W2.T\ndW2 = h.T @ dlogits\ndb2 = dlogits.sum(0, keepdim=True)"
-    )
+    ).to_dict()
     b2 = result["checks"][2]
     assert b2["verdict"] == "shape" and not result["passed"]
     assert b2["shape"] == [1, 27] and b2["expected_shape"] == [27]
@@ -86,7 +87,7 @@ def test_broadcast_shape_explained(engine):
     result = engine.check(
         "atomic/counts_sum_inv",
         "dcounts_sum_inv = counts * dprobs\ndcounts = counts_sum_inv * dprobs",
-    )
+    ).to_dict()
     check = result["checks"][0]
     assert check["verdict"] == "shape" and check["diagnosis"]["kind"] == "shape"
     assert "broadcast" in check["message"]
@@ -95,13 +96,13 @@ def test_broadcast_shape_explained(engine):
 def test_transposed_matmul_result(engine):
     result = engine.check(
         "atomic/h", "dh = dlogits @ W2.T\ndW2 = dlogits.T @ h\ndb2 = dlogits.sum(0)"
-    )
+    ).to_dict()
     assert result["checks"][1]["diagnosis"]["kind"] == "transpose"
 
 
 def test_hard_coded_batch_size_fails_heldout(engine):
     code = "dlogprobs = torch.zeros((32, 27))\ndlogprobs[range(n), Yb] = -1.0 / 32"
-    result = engine.check("atomic/logprobs", code)
+    result = engine.check("atomic/logprobs", code).to_dict()
     assert result["checks"][0]["verdict"] == "exact"  # right on the batch of 32 ...
     assert not result["passed"]  # ... but not in general
     assert result["heldout"]["passed"] is False and result["heldout"]["batch_size"] == 17
@@ -113,12 +114,12 @@ def test_mathematically_zero_gradients_pass(engine):
     result = engine.check(
         "atomic/embcat",
         "dembcat = dhprebn @ W1.T\ndW1 = embcat.T @ dhprebn\ndb1 = torch.zeros_like(b1)",
-    )
+    ).to_dict()
     assert result["checks"][2]["verdict"] in ("exact", "approximate"), result["checks"][2]
     result = engine.check(
         "atomic/logit_maxes",
         "dlogits = dnorm_logits.clone()\ndlogit_maxes = torch.zeros_like(logit_maxes)",
-    )
+    ).to_dict()
     assert result["passed"], result
 
 
@@ -131,16 +132,18 @@ def test_mathematically_zero_gradients_pass(engine):
     ],
 )
 def test_equivalent_forms_pass(engine, step_id, code):
-    assert engine.check(step_id, code)["passed"]
+    assert engine.check(step_id, code).to_dict()["passed"]
 
 
 def test_in_place_mutation_does_not_leak(engine):
-    bad = engine.check("atomic/probs", "probs.zero_()\ndlogprobs.fill_(7.0)\ndprobs = dlogprobs")
+    bad = engine.check("atomic/probs",
+                       "probs.zero_()\ndlogprobs.fill_(7.0)\ndprobs = dlogprobs").to_dict()
     assert not bad["passed"]
     assert any("probs" in note for note in bad["notes"])
-    good = engine.check("atomic/probs", PACK.step("atomic/probs").solution)
+    good = engine.check("atomic/probs", PACK.step("atomic/probs").solution).to_dict()
     assert good["passed"] and good["checks"][0]["verdict"] == "exact"
-    later = engine.check("atomic/counts_sum_inv", PACK.step("atomic/counts_sum_inv").solution)
+    later = engine.check("atomic/counts_sum_inv",
+                         PACK.step("atomic/counts_sum_inv").solution).to_dict()
     assert later["passed"]
 
 
@@ -150,18 +153,18 @@ def test_missing_clone_is_aliasing(engine):
         "dlogit_maxes = (-dnorm_logits).sum(1, keepdim=True)"
     }
     code = "dlogits += F.one_hot(logits.max(1).indices, num_classes=27) * dlogit_maxes"
-    result = engine.check("atomic/logits", code, prior)
+    result = engine.check("atomic/logits", code, prior).to_dict()
     assert not result["passed"]
     assert result["checks"][0]["diagnosis"]["kind"] == "aliasing"
     assert ".clone()" in result["checks"][0]["diagnosis"]["message"]
     # the same line is fine when the earlier step cloned
-    assert engine.check("atomic/logits", code)["passed"]
+    assert engine.check("atomic/logits", code).to_dict()["passed"]
 
 
 def test_learners_earlier_code_is_replayed(engine):
     # An accepted, differently written earlier step feeds the next one, as in the notebook.
     prior = {"atomic/logprobs": "dlogprobs = -F.one_hot(Yb, 27).float() / n"}
-    assert engine.check("atomic/probs", "dprobs = dlogprobs / probs", prior)["passed"]
+    assert engine.check("atomic/probs", "dprobs = dlogprobs / probs", prior).to_dict()["passed"]
 
 
 @pytest.mark.parametrize(
@@ -190,7 +193,7 @@ def test_learners_earlier_code_is_replayed(engine):
     ],
 )
 def test_errors_are_explained(engine, code, kind, line):
-    result = engine.check("atomic/probs", code)
+    result = engine.check("atomic/probs", code).to_dict()
     assert not result["passed"]
     if kind is None:  # harmless code that simply defines no gradient
         assert result["error"] is None and result["checks"][0]["verdict"] == "missing"
@@ -201,25 +204,27 @@ def test_errors_are_explained(engine, code, kind, line):
 
 
 def test_refusal_names_the_construct_and_why(engine):
-    message = engine.check("atomic/probs", "dprobs = probs.grad")["error"]["message"]
+    message = engine.check("atomic/probs", "dprobs = probs.grad").to_dict()["error"]["message"]
     assert ".grad" in message and "answer away" in message
 
 
 def test_print_output_is_captured(engine):
-    result = engine.check("atomic/probs", "print(probs.shape)\ndprobs = (1.0 / probs) * dlogprobs")
+    result = engine.check("atomic/probs",
+                          "print(probs.shape)\ndprobs = (1.0 / probs) * dlogprobs").to_dict()
     assert result["stdout"] == "torch.Size([32, 27])\n"
     assert result["passed"]
 
 
 def test_ellipsis_template_is_reported(engine):
-    check = only(engine.check("atomic/probs", "dprobs = ..."))
+    check = only(engine.check("atomic/probs", "dprobs = ...").to_dict())
     assert check["verdict"] == "missing" and "`...`" in check["message"]
 
 
 def test_fused_exercises_start_without_exercise_one_gradients(engine):
-    result = engine.check("fused/cross_entropy", "dlogits = dnorm_logits")
+    result = engine.check("fused/cross_entropy", "dlogits = dnorm_logits").to_dict()
     assert result["error"]["kind"] == "runtime"
-    assert engine.check("fused/batchnorm", PACK.step("fused/batchnorm").solution)["passed"]
+    assert engine.check("fused/batchnorm",
+                        PACK.step("fused/batchnorm").solution).to_dict()["passed"]
 
 
 def test_shape_annotations_flag_broadcasts(engine):
@@ -231,7 +236,7 @@ def test_shape_annotations_flag_broadcasts(engine):
 
 
 def test_print_output_is_capped(engine):
-    result = engine.check("atomic/probs", "print('x' * 10**7)\nprint('more')")
+    result = engine.check("atomic/probs", "print('x' * 10**7)\nprint('more')").to_dict()
     assert 0 < len(result["stdout"]) <= 20_000
 
 
@@ -239,11 +244,11 @@ def test_a_first_branch_not_started_early_is_not_required(engine):
     # Checking only dcounts_sum_inv, as a learner might, passes; autograd's first branch then
     # stands in for dcounts so the later `+=` still has something to add to.
     code = "dcounts_sum_inv = (counts * dprobs).sum(1, keepdim=True)"
-    result = engine.check("atomic/counts_sum_inv", code)
+    result = engine.check("atomic/counts_sum_inv", code).to_dict()
     assert result["passed"] and [c["tensor"] for c in result["checks"]] == ["counts_sum_inv"]
     assert any("atomic/counts" in note for note in result["notes"])
     later = engine.check("atomic/counts", "dcounts += torch.ones_like(counts) * dcounts_sum",
-                         {"atomic/counts_sum_inv": code})
+                         {"atomic/counts_sum_inv": code}).to_dict()
     assert later["passed"] and any("stands in" in note for note in later["notes"])
 
 
@@ -259,8 +264,8 @@ def test_without_fork_a_held_mode_does_not_outlive_its_check():
     held = ("def g():\n    with torch.no_grad():\n        yield 1\n"
             "it = g()\nnext(it)\ndprobs = (1.0 / probs) * dlogprobs")
     try:
-        engine.check("atomic/probs", held)
+        engine.check("atomic/probs", held).to_dict()
         assert torch.is_grad_enabled()
-        assert engine.check("atomic/probs", PACK.step("atomic/probs").solution)["passed"]
+        assert engine.check("atomic/probs", PACK.step("atomic/probs").solution).to_dict()["passed"]
     finally:
         engine.close()

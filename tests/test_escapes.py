@@ -203,7 +203,7 @@ class TorchState:
 def run_in_engine(engine, step: str, code: str) -> tuple[dict | None, str | None]:
     """The result, or why there is none: nothing learner code does may escape Engine.check."""
     try:
-        return engine.check(step, code), None
+        return engine.check(step, code).to_dict(), None
     except BaseException as exc:  # noqa: BLE001 - SystemExit and KeyboardInterrupt included
         return None, f"{type(exc).__name__} escaped Engine.check: {str(exc)[:300]}"
 
@@ -272,7 +272,7 @@ def engine_ready(engine, isolation):
     from tutor.engine import Engine
 
     ready = engine if isolation == "fork" else Engine(Settings(device="cpu", isolation=isolation))
-    assert ready.check("atomic/probs", SOLUTION)["passed"]
+    assert ready.check("atomic/probs", SOLUTION).to_dict()["passed"]
     yield ready
     if ready is not engine:
         ready.close()
@@ -332,9 +332,9 @@ def test_attempt_is_held_by_the_engine(attempt, engine_ready, files):
 def test_attempt_is_held_by_the_worker(attempt, evaluator, files):
     target = files.folder / f"{attempt.id}.target"
     code = files.fill(attempt.code, target)
-    result = evaluator.check(attempt.step, code)
+    result = evaluator.check(attempt.step, code).to_dict()
     problems = violations(attempt, code, result, target, files, "worker")
-    after = evaluator.check("atomic/probs", SOLUTION)
+    after = evaluator.check("atomic/probs", SOLUTION).to_dict()
     if not after.get("passed"):
         problems.append(f"worker: the next correct answer failed: {after.get('error')}")
         _restart(evaluator)
@@ -343,8 +343,8 @@ def test_attempt_is_held_by_the_worker(attempt, evaluator, files):
 
 @pytest.mark.parametrize("name, code, printed", CONTROLS, ids=[c[0] for c in CONTROLS])
 def test_ordinary_code_still_works(name, code, printed, engine_ready, evaluator):
-    for where, result in (("engine", engine_ready.check("atomic/probs", code)),
-                          ("worker", evaluator.check("atomic/probs", code))):
+    for where, result in (("engine", engine_ready.check("atomic/probs", code).to_dict()),
+                          ("worker", evaluator.check("atomic/probs", code).to_dict())):
         assert result["error"] is None, (where, result["error"])
         assert result["stdout"] == printed, where
         if name == "correct-answer":
@@ -560,7 +560,8 @@ def test_setting_does_not_outlive_its_check_in_the_engine(setter_id, setter, pro
 @pytest.mark.parametrize("setter_id, setter, probes", SETTERS, ids=[s[0] for s in SETTERS])
 def test_setting_does_not_outlive_its_check_in_the_worker(setter_id, setter, probes,
                                                           evaluator):
-    problems = _pair_problems(evaluator.check, setter, probes, in_process=False)
+    problems = _pair_problems(lambda step, code: evaluator.check(step, code).to_dict(), setter,
+                              probes, in_process=False)
     if problems:
         _restart(evaluator)
     assert not problems, f"{setter_id} leaked:\n  " + "\n  ".join(problems)
@@ -648,7 +649,7 @@ def test_the_worker_dies_with_an_evaluator_killed_mid_check(isolation):
         ev = Evaluator(Settings(device="cpu", timeout=60, isolation={isolation!r}))
         ev.info()
         print("READY", flush=True)
-        ev.check("atomic/probs", {SWALLOW!r})
+        ev.check("atomic/probs", {SWALLOW!r}).to_dict()
     """)
     client = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, stdout=subprocess.PIPE,
                               stderr=subprocess.DEVNULL, text=True)
@@ -771,7 +772,7 @@ def test_odd_tensor_kind_as_the_gradient(name, code, expected, engine_ready, eva
     problems = [f"engine: {raised}"] if raised else []
     problems += [f"engine: {p}" for p in _odd_problems(result, expected)]
     problems += [f"worker: {p}" for p in _odd_problems(
-        evaluator.check("atomic/probs", code), expected)]
+        evaluator.check("atomic/probs", code).to_dict(), expected)]
     assert not problems, f"{name}:\n  " + "\n  ".join(problems)
 
 
@@ -779,7 +780,7 @@ def test_odd_tensor_kind_as_the_gradient(name, code, expected, engine_ready, eva
 def test_deleting_a_gradient_the_step_was_handed(name, step, code, engine_ready, evaluator):
     result, raised = run_in_engine(engine_ready, step, code)
     problems = [f"engine: {raised}"] if raised else []
-    for where, r in (("engine", result), ("worker", evaluator.check(step, code))):
+    for where, r in (("engine", result), ("worker", evaluator.check(step, code).to_dict())):
         if r is None:
             continue
         error = r.get("error") or {}
@@ -804,7 +805,8 @@ RAW_ESCAPE_IN_SOURCE = 'x = "\x1b]0;PASSED\x07"; 1 / 0\n'  # the error message q
 def test_terminal_escapes_are_removed_and_messages_capped(code, engine_ready, evaluator):
     result, raised = run_in_engine(engine_ready, "atomic/probs", code)
     problems = [f"engine: {raised}"] if raised else []
-    for where, r in (("engine", result), ("worker", evaluator.check("atomic/probs", code))):
+    for where, r in (("engine", result), ("worker", evaluator.check("atomic/probs",
+                                                                    code).to_dict())):
         if r is None:
             continue
         message = str((r.get("error") or {}).get("message") or "")
@@ -847,14 +849,14 @@ def _kept_too_large(result: dict) -> list[str]:
 
 def test_a_namespace_too_large_to_send_is_named_and_later_checks_still_get_verdicts(evaluator):
     prior = {"atomic/logprobs": PACK.step("atomic/logprobs").solution + KEEPS_BIG}
-    first = evaluator.check("atomic/logprobs", prior["atomic/logprobs"])
+    first = evaluator.check("atomic/logprobs", prior["atomic/logprobs"]).to_dict()
     assert first["passed"], first["error"]  # its own check sends only its gradient
     problems = []
     for step in LATER:
-        result = evaluator.check(step, PACK.step(step).solution, prior)
+        result = evaluator.check(step, PACK.step(step).solution, prior).to_dict()
         problems += [f"{step}: {p}" for p in _kept_too_large(result)]
     for step, code in CORRECT:  # without the big tensor, or in another exercise: graded as ever
-        result = evaluator.check(step, code)
+        result = evaluator.check(step, code).to_dict()
         if not result["passed"]:
             problems.append(f"{step} no longer passes: {result['error']}")
     assert not problems, "\n".join(problems)
@@ -864,22 +866,24 @@ def test_many_tensors_kept_together_are_named_by_the_largest(engine_ready):
     code = PACK.step("atomic/logprobs").solution + (
         "\na = torch.zeros(2 * 2**20)\nb = torch.zeros(3 * 2**20)\nview = b[:2]\n"
         "c = torch.zeros(2 * 2**20)\nnote = 'x' * 10**7\n")
-    result = engine_ready.check("atomic/probs", SOLUTION, {"atomic/logprobs": code})
+    result = engine_ready.check("atomic/probs", SOLUTION, {"atomic/logprobs": code}).to_dict()
     message = (result["error"] or {}).get("message", "")
     assert result["error"]["kind"] == "memory", result["error"]
     assert "of tensors between steps, the largest a 12 MB tensor `b`" in message, message
     assert "the limit is 16 MB" in message
     # A long string kept between steps is not sent back at all: it does not stop the check.
     small = PACK.step("atomic/logprobs").solution + "\nnote = 'x' * 10**8\n"
-    assert engine_ready.check("atomic/probs", SOLUTION, {"atomic/logprobs": small})["passed"]
+    assert engine_ready.check("atomic/probs",
+                              SOLUTION, {"atomic/logprobs": small}).to_dict()["passed"]
 
 
 def test_an_answer_too_large_to_send_is_a_clear_error(engine_ready):
     flood = SOLUTION + "for i in range(40):\n    cmp(f'x{i}', torch.zeros(4_000_000), None)\n"
-    assert engine_ready.check("atomic/probs", flood)["passed"]  # past the budget: not compared
+    assert engine_ready.check("atomic/probs",
+                              flood).to_dict()["passed"]  # past the budget: not compared
     # Three gradients of 31 MB each: more than one answer may carry, each within its own cap.
     huge = "dh = torch.zeros(4_000_000, dtype=torch.float64)\ndW2 = dh + 1\ndb2 = dh + 2\n"
-    error = engine_ready.check("atomic/h", huge)["error"] or {}
+    error = engine_ready.check("atomic/h", huge).to_dict()["error"] or {}
     assert error.get("kind") == "memory", error
     assert re.search(r"comes to 9\d MB \(`d\w+` alone is 31 MB\); the limit is 60 MB",
                      error["message"]), error["message"]
@@ -907,8 +911,8 @@ def test_check_all_names_the_kept_tensor_and_grades_the_other_cells(tmp_path):
 
 def test_zz_still_grading_after_the_whole_corpus(engine_ready, evaluator):
     for step, code in CORRECT:
-        assert engine_ready.check(step, code)["passed"], step
-        assert evaluator.check(step, code)["passed"], step
-    assert not engine_ready.check("atomic/probs", "dprobs = probs\n")["passed"]
-    assert not evaluator.check("atomic/probs", "dprobs = probs\n")["passed"]
+        assert engine_ready.check(step, code).to_dict()["passed"], step
+        assert evaluator.check(step, code).to_dict()["passed"], step
+    assert not engine_ready.check("atomic/probs", "dprobs = probs\n").to_dict()["passed"]
+    assert not evaluator.check("atomic/probs", "dprobs = probs\n").to_dict()["passed"]
 

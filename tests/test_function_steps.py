@@ -47,7 +47,7 @@ def test_the_pack_reads_the_call():
 
 @pytest.mark.parametrize("step_id", [LN, SGD])
 def test_the_reference_passes_on_the_lesson_and_on_fresh_sizes(fn_engine, step_id):
-    result = fn_engine.check(step_id, PACK.step(step_id).solution)
+    result = fn_engine.check(step_id, PACK.step(step_id).solution).to_dict()
     assert result["passed"], result
     held = result["heldout"]
     assert held["passed"] and held["what"].startswith("fresh sizes (")
@@ -65,7 +65,7 @@ def test_the_fresh_cases_have_other_sizes_than_the_lesson(fn_engine):
 
 @pytest.mark.parametrize("code", [HARD_CODED, GLOBAL_SIZE], ids=["literal", "lesson-size"])
 def test_a_hard_coded_dimension_passes_the_lesson_and_fails_the_fresh_sizes(fn_engine, code):
-    result = fn_engine.check(LN, code)
+    result = fn_engine.check(LN, code).to_dict()
     assert not result["passed"]
     assert result["checks"][0]["verdict"] in ("exact", "approximate")
     held = result["heldout"]
@@ -76,14 +76,14 @@ def test_a_hard_coded_dimension_passes_the_lesson_and_fails_the_fresh_sizes(fn_e
 
 def test_a_catalogued_mistake_is_recognised_on_the_lesson_case(fn_engine):
     step = PACK.step(LN)
-    check = fn_engine.check(LN, step.mistakes[0].code)["checks"][0]
+    check = fn_engine.check(LN, step.mistakes[0].code).to_dict()["checks"][0]
     assert check["grad"] == "dinp" and check["verdict"] == "wrong"
     assert check["diagnosis"]["message"] == step.mistakes[0].message
 
 
 def test_an_uncatalogued_scale_mistake_is_named(fn_engine):
     code = PACK.step(LN).solution.replace("return dinp", "return 2 * dinp")
-    check = fn_engine.check(LN, code)["checks"][0]
+    check = fn_engine.check(LN, code).to_dict()["checks"][0]
     assert check["diagnosis"]["kind"] == "scale"
     assert check["message"].startswith("dinp is 2 times")
 
@@ -91,7 +91,7 @@ def test_an_uncatalogued_scale_mistake_is_named(fn_engine):
 def test_an_update_that_does_not_happen_in_place_is_explained(fn_engine):
     code = ("def momentum_update(param, grad, m, v, t, lr, beta):\n"
             "    m = beta * m + grad\n    param = param - lr * m\n")
-    check = fn_engine.check(SGD, code)["checks"][0]
+    check = fn_engine.check(SGD, code).to_dict()["checks"][0]
     assert check["grad"] == "param"
     assert check["diagnosis"]["kind"] == "unchanged"
     assert "in place" in check["message"]
@@ -100,7 +100,7 @@ def test_an_update_that_does_not_happen_in_place_is_explained(fn_engine):
 def test_a_changed_argument_is_noted(fn_engine):
     code = PACK.step(LN).solution.replace("    C = inp.shape[1]", "    C = inp.shape[1]\n"
                                           "    dout = dout.mul_(2.0) / 2")
-    result = fn_engine.check(LN, code)
+    result = fn_engine.check(LN, code).to_dict()
     assert result["passed"]
     assert any("changed its argument dout in place" in n for n in result["notes"])
 
@@ -113,7 +113,7 @@ def test_a_changed_argument_is_noted(fn_engine):
     ("def layernorm_backward(dout, inp, rstd):\n    return dout[:, :3] @ dout\n", "line 2"),
 ])
 def test_calling_errors_are_told_in_the_learners_terms(fn_engine, code, words):
-    result = fn_engine.check(LN, code)
+    result = fn_engine.check(LN, code).to_dict()
     assert not result["passed"]
     assert words in result["error"]["message"], result["error"]
 
@@ -131,7 +131,7 @@ def test_returning_the_wrong_number_of_values_is_explained(fn_engine):
 
 
 def test_a_scratch_run_calls_the_function_on_the_lesson_case(fn_engine):
-    result = fn_engine.scratch(LN, PACK.step(LN).solution + "print('hello')\n")
+    result = fn_engine.scratch(LN, PACK.step(LN).solution + "print('hello')\n").to_dict()
     assert result["error"] is None
     assert result["defined"] == [{"name": "dinp", "what": "tensor [24, 16] float32"}]
 
@@ -139,7 +139,7 @@ def test_a_scratch_run_calls_the_function_on_the_lesson_case(fn_engine):
 def test_the_function_cannot_read_the_answers(fn_engine):
     code = ("def layernorm_backward(dout, inp, rstd):\n"
             "    return reference\n")
-    result = fn_engine.check(LN, code)
+    result = fn_engine.check(LN, code).to_dict()
     assert not result["passed"]
     assert "NameError" in result["error"]["message"]
 

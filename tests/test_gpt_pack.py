@@ -103,13 +103,13 @@ def test_the_pack_is_installed_by_id():
 
 def test_the_sizes_are_in_scope_by_their_names(engine):
     code = "print(vocab_size, block_size, n_embd, n_head, head_size, n, tuple(Xb.shape))"
-    result = engine.check("block/logits", code)
+    result = engine.check("block/logits", code).to_dict()
     assert result["stdout"].strip() == "27 16 32 4 8 4 (4, 16)"
 
 
 @pytest.mark.parametrize("step_id", REFERENCE_CASES)
 def test_reference_solution_passes(engine, step_id):
-    result = engine.check(step_id, PACK.step(step_id).solution)
+    result = engine.check(step_id, PACK.step(step_id).solution).to_dict()
     _assert_passed(result)
     if PACK.step(step_id).is_function:
         assert result["heldout"]["what"].startswith("fresh sizes (")
@@ -119,7 +119,7 @@ def test_reference_solution_passes(engine, step_id):
 
 @pytest.mark.parametrize("step_id", list(CORRECT))
 def test_another_correct_form_passes(engine, step_id):
-    _assert_passed(engine.check(step_id, CORRECT[step_id].lstrip("\n")))
+    _assert_passed(engine.check(step_id, CORRECT[step_id].lstrip("\n")).to_dict())
 
 
 @pytest.mark.parametrize("step_id, index", MISTAKE_CASES)
@@ -127,7 +127,7 @@ def test_mistake_is_recognised_as_itself(engine, step_id, index):
     step = PACK.step(step_id)
     mistake = step.mistakes[index]
     tensor = mistake.tensor or step.checks[0]
-    result = engine.check(step_id, mistake.code)
+    result = engine.check(step_id, mistake.code).to_dict()
     assert result["error"] is None, result["error"]
     assert not result["passed"]
     check = next(c for c in result["checks"] if c["tensor"] == tensor)
@@ -173,7 +173,7 @@ def test_the_traps_are_catalogued():
                   "                  for t in (dq, dk, dv)], -1)\n"),
 ])
 def test_a_hard_coded_batch_size_fails_the_fresh_batch(engine, step_id, code):
-    result = engine.check(step_id, code)
+    result = engine.check(step_id, code).to_dict()
     assert not result["passed"]
     assert result["heldout"]["passed"] is False and result["heldout"]["batch_size"] == 7
 
@@ -214,7 +214,7 @@ def test_the_functions_are_llm_cs():
 def test_a_hard_coded_dimension_fails_the_fresh_sizes(engine, step_id, old, new):
     solution = PACK.step(step_id).solution
     assert old in solution
-    result = engine.check(step_id, solution.replace(old, new, 1))
+    result = engine.check(step_id, solution.replace(old, new, 1)).to_dict()
     assert all(c["verdict"] in ("exact", "approximate") for c in result["checks"]), result
     assert result["heldout"]["passed"] is False, result["heldout"]
     assert "right on the lesson's tensors" in result["heldout"]["message"]
@@ -231,7 +231,7 @@ def test_every_function_step_has_fresh_sizes_unlike_the_lesson(engine, step):
 
 def test_the_template_of_a_function_runs_and_says_what_is_missing(engine):
     step = PACK.step("functions/layernorm_backward")
-    result = engine.check(step.id, step.template)
+    result = engine.check(step.id, step.template).to_dict()
     assert not result["passed"]
     assert result["error"] is not None or result["checks"][0]["verdict"] != "exact"
 

@@ -143,15 +143,15 @@ def _comparable(result: dict) -> dict:
 @pytest.mark.parametrize("pack, step, code, prior", CASES,
                          ids=[f"{c[1]}-{i}" for i, c in enumerate(CASES)])
 def test_a_started_child_gives_the_verdict_a_forked_one_gives(engines, pack, step, code, prior):
-    forked = engines[("fork", pack)].check(step, code, prior)
-    started = engines[("spawn", pack)].check(step, code, prior)
+    forked = engines[("fork", pack)].check(step, code, prior).to_dict()
+    started = engines[("spawn", pack)].check(step, code, prior).to_dict()
     assert _comparable(started) == _comparable(forked)
 
 
 def test_scratch_runs_match_too(engines):
     code = "print(probs.shape)\nx = probs.sum()"
-    assert (engines[("spawn", "makemore")].scratch("atomic/probs", code)
-            == engines[("fork", "makemore")].scratch("atomic/probs", code))
+    assert (engines[("spawn", "makemore")].scratch("atomic/probs", code).to_dict()
+            == engines[("fork", "makemore")].scratch("atomic/probs", code).to_dict())
 
 
 def test_a_check_waits_for_a_child_still_starting():
@@ -160,7 +160,7 @@ def test_a_check_waits_for_a_child_still_starting():
         engine.close()  # no child ready: this check starts its own
         waited = []
         engine.on_wait = waited.append
-        assert engine.check("atomic/probs", SOLUTION)["passed"]
+        assert engine.check("atomic/probs", SOLUTION).to_dict()["passed"]
         assert waited == [spawn.START_LIMIT]
     finally:
         engine.close()
@@ -174,7 +174,7 @@ def test_the_client_waits_for_a_child_still_starting(tmp_path, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", str(tmp_path))
     with Evaluator(Settings(device="cpu", timeout=0.5, isolation="spawn")) as ev:
         ev.info()
-        assert ev.check("atomic/probs", SOLUTION)["passed"]
+        assert ev.check("atomic/probs", SOLUTION).to_dict()["passed"]
 
 
 # --- a crash or a hang ends a child, never the evaluator ------------------------------------
@@ -200,12 +200,12 @@ def test_a_crashed_child_is_reported_and_the_next_check_gets_a_verdict(isolation
     engine = _engine(isolation)
     try:
         _crash_in_child(monkeypatch, engine)
-        result = engine.check("atomic/probs", SOLUTION)
+        result = engine.check("atomic/probs", SOLUTION).to_dict()
         assert result["error"]["kind"] == "internal"
         assert "SIGSEGV" in result["error"]["message"]
         monkeypatch.undo()
         engine.close()
-        assert engine.check("atomic/probs", SOLUTION)["passed"]
+        assert engine.check("atomic/probs", SOLUTION).to_dict()["passed"]
     finally:
         engine.close()
 
@@ -220,19 +220,20 @@ def evaluator(request):
 
 def test_a_hang_that_swallows_the_stop_ends_only_its_child(evaluator):
     started = time.monotonic()
-    result = evaluator.check("atomic/probs", SWALLOWS_THE_STOP)
+    result = evaluator.check("atomic/probs", SWALLOWS_THE_STOP).to_dict()
     assert result["error"]["kind"] == "timeout"
     # A started child may still have been loading torch when the check came: that is not
     # counted in the limit, so only a bound is asserted here.
     assert time.monotonic() - started < 1.0 + 1.5 + 30
-    assert evaluator.check("atomic/probs", SOLUTION)["passed"]
+    assert evaluator.check("atomic/probs", SOLUTION).to_dict()["passed"]
 
 
 def test_one_long_tensor_operation_and_a_huge_allocation_end_only_their_child(evaluator):
     code = "x = torch.ones(4000, 4000)\nfor _ in range(1):\n    y = x.matrix_power(400)"
-    assert evaluator.check("atomic/probs", code)["error"]["kind"] == "timeout"
-    assert evaluator.check("atomic/probs", "x = torch.ones(2**31)")["error"]["kind"] == "memory"
-    assert evaluator.check("atomic/probs", SOLUTION)["passed"]
+    assert evaluator.check("atomic/probs", code).to_dict()["error"]["kind"] == "timeout"
+    assert evaluator.check("atomic/probs",
+                           "x = torch.ones(2**31)").to_dict()["error"]["kind"] == "memory"
+    assert evaluator.check("atomic/probs", SOLUTION).to_dict()["passed"]
 
 
 def test_a_training_step_that_swallows_the_stop_is_stopped_from_outside(evaluator):
@@ -245,7 +246,7 @@ def test_a_training_step_that_swallows_the_stop_is_stopped_from_outside(evaluato
     assert result["status"] == "error" and result["error"]["kind"] == "timeout"
     assert "stopped from outside" in result["error"]["message"]
     assert time.monotonic() - started < 1.0 + STEP_GRACE + 10  # + starting a child
-    assert evaluator.check("atomic/probs", SOLUTION)["passed"]
+    assert evaluator.check("atomic/probs", SOLUTION).to_dict()["passed"]
 
 
 def test_cancel_reaches_the_training_child(evaluator):

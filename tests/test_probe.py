@@ -73,7 +73,7 @@ def test_the_reference_passes_with_the_probe(engines, monkeypatch, lesson, step_
     seen: list = []
     monkeypatch.setattr(engine, "_befores", {})
     monkeypatch.setattr(engine, "execute", _run_here(engine, False, seen))
-    result = engine.check(step_id, engine.pack.step(step_id).solution)
+    result = engine.check(step_id, engine.pack.step(step_id).solution).to_dict()
     assert result["passed"], [c["message"] for c in result["checks"]]
     assert seen[0]["records"]["main"]["probe"]["line"], "the probe did not run"
 
@@ -86,7 +86,7 @@ def test_autograds_numbers_without_a_rule_are_refused(engines, monkeypatch, less
     monkeypatch.setattr(engine, "_befores", {})
     monkeypatch.setattr(engine, "execute", _run_here(engine, True, []))
     code = "\n".join(f"d{t} = frozen_d{t}.clone()" for t in step.checks + step.partials)
-    result = engine.check(step_id, code)
+    result = engine.check(step_id, code).to_dict()
     assert not result["passed"]
     refused = [c for c in result["checks"] if c["verdict"] == "wrong"]
     assert refused, result["checks"]
@@ -102,7 +102,7 @@ def test_autograds_numbers_without_a_rule_are_refused(engines, monkeypatch, less
     "dlogits = dlogits + torch.zeros_like(logits) * dlogit_maxes",
 ])
 def test_the_branch_through_logit_maxes_must_be_written(engine, code):
-    result = engine.check("atomic/logits", code)
+    result = engine.check("atomic/logits", code).to_dict()
     (check,) = result["checks"]
     assert not result["passed"]
     assert check["verdict"] == "wrong"
@@ -112,12 +112,12 @@ def test_the_branch_through_logit_maxes_must_be_written(engine, code):
 
 def test_the_lectures_dlogits_and_a_recomputed_upstream_pass(engine):
     step = MAKEMORE.step("atomic/logits")
-    assert engine.check(step.id, step.solution)["passed"]
+    assert engine.check(step.id, step.solution).to_dict()["passed"]
     # dlogit_maxes recomputed from further up: the fork probe sees the same random gradient
     # where the branch began, so this is right too.
     recomputed = ("dlogits += F.one_hot(logits.max(1).indices, num_classes=logits.shape[1]) "
                   "* (-dnorm_logits.sum(1, keepdim=True))")
-    assert engine.check(step.id, recomputed)["passed"]
+    assert engine.check(step.id, recomputed).to_dict()["passed"]
 
 
 def test_both_branches_at_the_first_step_then_nothing_at_the_second(engine):
@@ -127,13 +127,13 @@ def test_both_branches_at_the_first_step_then_nothing_at_the_second(engine):
         "dlogit_maxes = -dnorm_logits.sum(1, keepdim=True)\n"
         "dlogits = dnorm_logits.clone() + F.one_hot(logits.max(1).indices, "
         "num_classes=logits.shape[1]) * dlogit_maxes")}
-    assert engine.check("atomic/logit_maxes", prior["atomic/logit_maxes"])["passed"]
-    assert engine.check("atomic/logits", "pass", prior)["passed"]
+    assert engine.check("atomic/logit_maxes", prior["atomic/logit_maxes"]).to_dict()["passed"]
+    assert engine.check("atomic/logits", "pass", prior).to_dict()["passed"]
 
 
 def test_zero_by_reasoning_is_still_accepted_with_a_note(engine):
     code = "dlogits = dnorm_logits.clone()\ndlogit_maxes = torch.zeros_like(logit_maxes)"
-    result = engine.check("atomic/logit_maxes", code)
+    result = engine.check("atomic/logit_maxes", code).to_dict()
     assert result["passed"]
     assert "writes that zero directly" in result["checks"][0]["note"]
 
@@ -147,7 +147,7 @@ SECOND_BRANCHES = [pytest.param("makemore", s.id, id=s.id) for s in MAKEMORE.gra
 @pytest.mark.parametrize("lesson, step_id", SECOND_BRANCHES)
 def test_a_second_branch_left_out_is_refused(engines, lesson, step_id):
     engine = engines[lesson]
-    result = engine.check(step_id, "pass")
+    result = engine.check(step_id, "pass").to_dict()
     assert not result["passed"]
     assert any(c["verdict"] == "wrong" and c["diagnosis"] for c in result["checks"])
 
@@ -155,12 +155,13 @@ def test_a_second_branch_left_out_is_refused(engines, lesson, step_id):
 def test_a_masked_gradient_may_keep_its_zeros(engines):
     # dpreatt_masked is exactly 0 above the diagonal, for any loss: the probe keeps those zeros,
     # so a copy without the mask is as right as the masked one.
-    assert engines["gpt"].check("block/preatt", "dpreatt = dpreatt_masked.clone()")["passed"]
+    assert engines["gpt"].check("block/preatt",
+                                "dpreatt = dpreatt_masked.clone()").to_dict()["passed"]
 
 
 def test_the_probe_is_deterministic(engine):
-    first = engine.check("atomic/logits", "dlogits += dlogit_maxes")
-    again = engine.check("atomic/logits", "dlogits += dlogit_maxes")
+    first = engine.check("atomic/logits", "dlogits += dlogit_maxes").to_dict()
+    again = engine.check("atomic/logits", "dlogits += dlogit_maxes").to_dict()
     assert first["checks"][0]["message"] == again["checks"][0]["message"]
 
 
@@ -178,5 +179,6 @@ def test_a_gradient_from_further_up_is_varied_with_the_line(engine):
     # The fused batchnorm formula typed at the per-line step: it reads dhpreact, three steps up,
     # instead of dbnmeani. The fork varies dhpreact and replays the steps in between.
     fused = MAKEMORE.step("fused/batchnorm").solution
-    assert engine.check("atomic/hprebn", fused.replace("dhprebn =", "dhprebn = 0 * dhprebn +"))[
+    assert engine.check("atomic/hprebn",
+                        fused.replace("dhprebn =", "dhprebn = 0 * dhprebn +")).to_dict()[
         "passed"]

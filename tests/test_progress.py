@@ -20,27 +20,29 @@ import tutor
 from tutor import progress
 from tutor.packs import Pack, load_pack
 from tutor.progress import FILENAME, Store, StoreError
+from tutor.results import CheckResult
 
 REPO = Path(tutor.__file__).resolve().parent.parent
+typed = CheckResult.from_dict  # the store takes the typed result
 
-EXACT = {"passed": True, "checks": [{"verdict": "exact", "maxdiff": 0.0, "diagnosis": None}]}
-APPROX = {
+EXACT = typed({"passed": True, "checks": [{"verdict": "exact", "maxdiff": 0.0, "diagnosis": None}]})
+APPROX = typed({
     "passed": True,
     "checks": [
         {"verdict": "exact", "maxdiff": 0.0, "diagnosis": None},
         {"verdict": "approximate", "maxdiff": 4e-9, "diagnosis": None},
     ],
     "error": None,
-}
-WRONG = {
+})
+WRONG = typed({
     "passed": False,
     "checks": [
         {"verdict": "exact", "maxdiff": 0.0, "diagnosis": None},
         {"verdict": "wrong", "maxdiff": 0.75, "diagnosis": {"kind": "sign", "message": "..."}},
     ],
     "error": None,
-}
-SYNTAX = {"passed": False, "checks": [], "error": {"kind": "syntax", "message": "..."}}
+})
+SYNTAX = typed({"passed": False, "checks": [], "error": {"kind": "syntax", "message": "..."}})
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +60,7 @@ def ids(pack: Pack, exercise: int) -> list[str]:
     return [s.id for s in pack.steps if s.exercise == exercise]
 
 
-def solve(store: Store, step_ids: list[str], result: dict = EXACT) -> None:
+def solve(store: Store, step_ids: list[str], result: CheckResult = EXACT) -> None:
     for sid in step_ids:
         store.record_attempt(sid, f"# code for {sid}\n", result)
 
@@ -323,7 +325,9 @@ RECORD_FOREVER = """
     from tutor.progress import Store
     store = Store.open(sys.argv[1], load_pack())
     i = int(sys.argv[2])
-    result = {"passed": True, "checks": [{"verdict": "exact", "maxdiff": 0.0}], "error": None}
+    from tutor.results import CheckResult
+    result = CheckResult.from_dict(
+        {"passed": True, "checks": [{"verdict": "exact", "maxdiff": 0.0}], "error": None})
     while True:
         store.record_attempt("atomic/logprobs", f"attempt {i}", result)
         store.save_draft("atomic/probs", f"draft {i}")
@@ -369,9 +373,11 @@ SOLVE_MY_SHARE = """
     home, tag, go = sys.argv[1], sys.argv[2], sys.argv[3]
     pack = load_pack()
     share = [s.id for i, s in enumerate(pack.steps) if i % 2 == (tag == "B")]
-    exact = {"passed": True, "checks": [{"verdict": "exact", "maxdiff": 0.0}], "error": None}
-    approx = {"passed": True, "checks": [{"verdict": "approximate", "maxdiff": 1e-9}]}
-    wrong = {"passed": False, "checks": [{"verdict": "wrong", "maxdiff": 1.0}]}
+    from tutor.results import CheckResult
+    exact, approx, wrong = (CheckResult.from_dict(d) for d in (
+        {"passed": True, "checks": [{"verdict": "exact", "maxdiff": 0.0}], "error": None},
+        {"passed": True, "checks": [{"verdict": "approximate", "maxdiff": 1e-9}]},
+        {"passed": False, "checks": [{"verdict": "wrong", "maxdiff": 1.0}]}))
     store = Store.open(home, pack)
     print("ready", flush=True)
     while not os.path.exists(go):

@@ -23,33 +23,33 @@ def evaluator():
 @pytest.mark.serial
 def test_runaway_loop_is_stopped_and_the_next_check_works(evaluator):
     started = time.monotonic()
-    result = evaluator.check("atomic/probs", "while True: pass")
+    result = evaluator.check("atomic/probs", "while True: pass").to_dict()
     assert result["error"]["kind"] == "timeout"
     assert time.monotonic() - started < 1.5 + 1.5 + 1.5
-    assert evaluator.check("atomic/probs", SOLUTION)["passed"]
+    assert evaluator.check("atomic/probs", SOLUTION).to_dict()["passed"]
 
 
 def test_a_loop_that_swallows_the_stop_is_killed(evaluator):
     code = "while True:\n    try:\n        while True: pass\n    except Exception:\n        pass"
-    result = evaluator.check("atomic/probs", code)
+    result = evaluator.check("atomic/probs", code).to_dict()
     assert result["error"]["kind"] == "timeout"
-    assert evaluator.check("atomic/probs", SOLUTION)["passed"]
+    assert evaluator.check("atomic/probs", SOLUTION).to_dict()["passed"]
 
 
 @pytest.mark.serial
 def test_one_long_tensor_operation_is_killed_within_the_limit(evaluator):
     started = time.monotonic()
     code = "x = torch.ones(4000, 4000)\nfor _ in range(1):\n    y = x.matrix_power(400)"
-    result = evaluator.check("atomic/probs", code)
+    result = evaluator.check("atomic/probs", code).to_dict()
     assert result["error"]["kind"] == "timeout"
     assert time.monotonic() - started < 1.5 + 1.5 + 1.5
-    assert evaluator.check("atomic/probs", SOLUTION)["passed"]
+    assert evaluator.check("atomic/probs", SOLUTION).to_dict()["passed"]
 
 
 def test_huge_allocation_is_a_memory_error(evaluator):
-    result = evaluator.check("atomic/probs", "x = torch.ones(2**31)")
+    result = evaluator.check("atomic/probs", "x = torch.ones(2**31)").to_dict()
     assert result["error"]["kind"] == "memory"
-    assert evaluator.check("atomic/probs", SOLUTION)["passed"]
+    assert evaluator.check("atomic/probs", SOLUTION).to_dict()["passed"]
 
 
 def test_client_does_not_import_torch():
@@ -98,7 +98,8 @@ def test_close_during_a_running_check_returns_promptly():
     ev = Evaluator(Settings(device="cpu", timeout=30))
     ev.info()
     results = []
-    runner = threading.Thread(target=lambda: results.append(ev.check("probs", "while True: pass")))
+    runner = threading.Thread(target=lambda: results.append(ev.check("probs",
+                                                                     "while True: pass").to_dict()))
     runner.start()
     time.sleep(0.5)
     started = time.monotonic()

@@ -30,32 +30,33 @@ def test_a_pack_is_found_by_folder_or_by_installed_id():
 
 @pytest.mark.parametrize("step_id", [s.id for s in PACK.gradient_steps])
 def test_every_reference_solution_passes(tiny_engine, step_id):
-    result = tiny_engine.check(step_id, PACK.step(step_id).solution)
+    result = tiny_engine.check(step_id, PACK.step(step_id).solution).to_dict()
     assert result["passed"], result
     assert result["heldout"]["batch_size"] == 13
 
 
 def test_the_sizes_are_in_scope_by_the_packs_names(tiny_engine):
-    result = tiny_engine.check("tiny/logits", "print(n_in, n_hidden, n_classes, batch_size)")
+    result = tiny_engine.check("tiny/logits",
+                               "print(n_in, n_hidden, n_classes, batch_size)").to_dict()
     assert result["stdout"].strip() == "6 16 5 24"
 
 
 def test_a_catalogued_mistake_is_recognised(tiny_engine):
     code = "dlogits = F.softmax(logits, 1)\ndlogits[range(n), Yb] -= 1"
-    check = tiny_engine.check("tiny/logits", code)["checks"][0]
+    check = tiny_engine.check("tiny/logits", code).to_dict()["checks"][0]
     assert check["diagnosis"]["kind"] == "scale"
 
 
 def test_an_uncatalogued_mistake_gets_a_diagnosis_from_the_step(tiny_engine):
     code = "dhpre = rstd * (dxn - dxn.mean(1, keepdim=True))"
-    check = tiny_engine.check("tiny/hpre", code)["checks"][0]
+    check = tiny_engine.check("tiny/hpre", code).to_dict()["checks"][0]
     assert check["verdict"] == "wrong"
     assert check["diagnosis"] is not None and check["diagnosis"]["kind"] == "partial"
 
 
 def test_a_hard_coded_batch_size_fails_the_fresh_batch(tiny_engine):
     code = "dlogits = F.softmax(logits, 1)\ndlogits[range(n), Yb] -= 1\ndlogits /= 24"
-    result = tiny_engine.check("tiny/logits", code)
+    result = tiny_engine.check("tiny/logits", code).to_dict()
     assert not result["passed"] and result["heldout"]["passed"] is False
 
 
@@ -75,7 +76,7 @@ def test_the_worker_serves_a_pack_given_by_folder():
     with Evaluator(Settings(device="cpu", pack=str(TINY))) as ev:
         assert ev.info()["parameters"] == sum(
             a * b for a, b in ((6, 16), (16, 5))) + 16 * 3 + 5
-        assert ev.check("tiny/W1", PACK.step("tiny/W1").solution)["passed"]
+        assert ev.check("tiny/W1", PACK.step("tiny/W1").solution).to_dict()["passed"]
 
 
 def test_each_pack_keeps_its_own_progress(tmp_path):

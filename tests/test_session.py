@@ -10,7 +10,16 @@ from tutor import curriculum
 from tutor.controller import Session
 from tutor.packs import PackError, find_pack, load_pack
 from tutor.progress import Store
-from tutor.results import CheckResult, Status, Verdict
+from tutor.results import (
+    CheckError,
+    CheckResult,
+    Diagnosis,
+    ErrorKind,
+    Heldout,
+    ScratchResult,
+    Status,
+    Verdict,
+)
 
 PACK = load_pack()
 FIRST, SECOND = PACK.gradient_steps[0].id, PACK.gradient_steps[1].id
@@ -33,7 +42,7 @@ class FakeEvaluator:
 
     def check(self, step_id, code, prior):
         self.calls.append((step_id, code, dict(prior)))
-        return _result(step_id, self.passed)
+        return CheckResult.from_dict(_result(step_id, self.passed))
 
 
 def test_a_pass_is_recorded_and_says_what_it_opened(tmp_path):
@@ -64,7 +73,7 @@ def test_without_a_store_the_check_runs_and_says_nothing_was_saved():
     outcome = Session(PACK, None, FakeEvaluator(False), "locked by another process").check(
         FIRST, "code")
     assert outcome.status is None and outcome.problem == "locked by another process"
-    assert outcome.result["passed"] is False
+    assert outcome.result.passed is False
 
 
 def test_curriculum_opens_steps_in_order_and_training_last():
@@ -125,6 +134,30 @@ def test_the_typed_result_round_trips_the_json_contract():
     assert typed.failed() == typed.checks and typed.summary() == "dlogprobs wrong"
     assert typed.to_dict() == raw
     assert CheckResult.from_dict(_result(FIRST, True)).achievement is Status.EXACT
+
+
+def test_errors_diagnoses_and_fresh_checks_round_trip_their_json():
+    internal = CheckError.internal("the sandbox stopped")
+    assert internal.kind is ErrorKind.INTERNAL
+    assert internal.to_dict() == {"kind": "internal", "message": "the sandbox stopped",
+                                  "line": None, "col": None}
+    # An unknown kind from elsewhere reads as a runtime error, never as a crash.
+    assert CheckError.from_dict({"kind": "odd", "message": "m", "line": 2}).kind is \
+        ErrorKind.RUNTIME
+    raw = _result(FIRST, False, "wrong")
+    raw["checks"][0]["diagnosis"] = {"kind": "sign", "message": "the wrong sign"}
+    raw["heldout"] = {"passed": False, "batch_size": None, "what": "fresh sizes (B=3)",
+                      "message": "wrong there"}
+    raw["error"] = {"kind": "runtime", "message": "boom", "line": 1, "col": 4}
+    typed = CheckResult.from_dict(raw)
+    assert typed.checks[0].diagnosis == Diagnosis("sign", "the wrong sign")
+    assert typed.heldout == Heldout(False, None, "wrong there", "fresh sizes (B=3)")
+    assert typed.error == CheckError(ErrorKind.RUNTIME, "boom", 1, 4)
+    assert typed.to_dict() == raw and list(typed.to_dict()["heldout"]) == list(raw["heldout"])
+    assert typed.summary() == "runtime error"
+    scratch = {"step": FIRST, "stdout": "hi\n", "error": None,
+               "defined": [{"name": "x", "what": "tensor [2]"}]}
+    assert ScratchResult.from_dict(scratch).to_dict() == scratch
 
 
 def test_statuses_print_as_their_words():

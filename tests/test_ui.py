@@ -72,7 +72,7 @@ async def check(pilot, code: str, key: str = "ctrl+j") -> dict:
     await wait_until(pilot, lambda: not lesson.checking
                      and lesson.results.get(lesson.step.id) is not before)
     await pilot.pause()
-    return lesson.results[lesson.step.id][0]
+    return lesson.results[lesson.step.id][0].to_dict()
 
 
 def feedback_text(app) -> str:
@@ -200,7 +200,7 @@ def test_an_endless_loop_times_out_and_the_app_keeps_answering(settings, evaluat
             await pilot.press("f1")
             assert app.store.hints_shown("atomic/logprobs") == 1
             await wait_until(pilot, lambda: not app.lesson.checking)
-            result = app.lesson.results["atomic/logprobs"][0]
+            result = app.lesson.results["atomic/logprobs"][0].to_dict()
             assert result["error"]["kind"] == "timeout"
             assert "Time limit reached" in feedback_text(app)
             await pilot.press("f1")
@@ -291,7 +291,7 @@ async def check_current(pilot) -> dict:
     await pilot.press("ctrl+j")
     await wait_until(pilot, lambda: not lesson.checking and lesson.step.id in lesson.results)
     await pilot.pause()
-    return lesson.results[lesson.step.id][0]
+    return lesson.results[lesson.step.id][0].to_dict()
 
 
 def test_help_lists_every_binding(settings, evaluator):

@@ -10,6 +10,7 @@ from rich.console import Console
 from tutor.curriculum import tally
 from tutor.durations import spoken as duration
 from tutor.packs import load_pack
+from tutor.results import CheckResult
 from tutor.ui.activity import ActiveClock
 from tutor.ui.placeholders import merge_typed_assignment, next_placeholder, placeholders
 from tutor.ui.prose import prose
@@ -96,7 +97,8 @@ def test_the_rounding_sentence_is_said_once_per_check():
     checks = [{"tensor": t, "grad": f"d{t}", "exact": False, "approximate": True,
                "maxdiff": 1e-9, "verdict": "approximate", "diagnosis": None,
                "message": rounding, "heatmap": None, "note": None} for t in ("h", "W2", "b2")]
-    text = " ".join(plain(result_view({"passed": True, "checks": checks}, None)).split())
+    result = CheckResult.from_dict({"passed": True, "checks": checks})
+    text = " ".join(plain(result_view(result, None)).split())
     assert text.count("float32 rounding") == 1
     assert "dh, dW2 and db2 differ from autograd only by float32 rounding" in text
 

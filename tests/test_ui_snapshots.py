@@ -17,6 +17,7 @@ from tutor.config import Settings
 from tutor.evaluator.client import Evaluator
 from tutor.packs import load_pack
 from tutor.progress import Store
+from tutor.results import CheckResult
 from tutor.ui.app import TutorApp
 from tutor.ui.widgets.editor import CodeEditor
 
@@ -139,9 +140,10 @@ class StillClock:
 def test_completion_summary(snap_compare, tmp_path, evaluator):
     pack = load_pack()
     home = tmp_path / "home"
-    passed = {"passed": True, "checks": [{"verdict": "exact", "maxdiff": 0.0}]}
-    wrong = {"passed": False, "checks": [{"verdict": "wrong", "maxdiff": 0.5,
-                                          "diagnosis": {"kind": "sign"}}]}
+    passed = CheckResult.from_dict({"passed": True, "checks": [{"verdict": "exact",
+                                                                 "maxdiff": 0.0}]})
+    wrong = CheckResult.from_dict({"passed": False, "checks": [
+        {"verdict": "wrong", "maxdiff": 0.5, "diagnosis": {"kind": "sign"}}]})
     with Store.open(home, pack) as store:
         for k, step in enumerate(pack.exercise(1).steps[:-1]):
             if k in (11, 12):
@@ -187,8 +189,10 @@ def test_progress_view_small_terminal(snap_compare, tmp_path, evaluator):
     """ctrl+o at 80×24: every column whole, and one count of exact, passed and revealed."""
     pack = load_pack()
     home = tmp_path / "home"
-    exact = {"passed": True, "checks": [{"verdict": "exact", "maxdiff": 0.0}]}
-    approx = {"passed": True, "checks": [{"verdict": "approximate", "maxdiff": 4.66e-9}]}
+    exact = CheckResult.from_dict({"passed": True, "checks": [{"verdict": "exact",
+                                                                "maxdiff": 0.0}]})
+    approx = CheckResult.from_dict({"passed": True, "checks": [{"verdict": "approximate",
+                                                                 "maxdiff": 4.66e-9}]})
     with Store.open(home, pack) as store:
         for k, step in enumerate(pack.exercise(1).steps[:9]):
             if k in (3, 4):

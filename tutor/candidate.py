@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from tutor.results import CheckError
 from tutor.sandbox.classes import TypeOf
 from tutor.sandbox.clean import MAX_MESSAGE, MAX_TEXT, clean
 from tutor.sandbox.guard import GUARD_NAME, Refused, rewrite
@@ -109,6 +110,10 @@ class CodeError(Exception):
     def __init__(self, kind: str, message: str, line: int | None = None, col: int | None = None):
         super().__init__(message)
         self.payload = {"kind": kind, "message": message, "line": line, "col": col}
+
+    @property
+    def error(self) -> CheckError:
+        return CheckError.from_dict(self.payload)
 
 
 class CheckTimeout(BaseException):

@@ -29,7 +29,7 @@ from tutor.curriculum import Tally, tally
 from tutor.packchoice import last_pack, loadable_pack, offered_packs, remember_pack
 from tutor.packs import DEFAULT_PACK, Exercise, Pack, Step
 from tutor.progress import Store, StoreError
-from tutor.results import CheckResult, Status
+from tutor.results import CheckError, CheckResult, ErrorKind, ScratchResult, Status
 from tutor.source import size_problem
 from tutor.training.plan import (
     backward_sections,
@@ -122,19 +122,15 @@ class CheckOutcome:
     """A check and what it changed: the step's status after it, the steps it opened, and why
     it was not saved when it was not."""
 
-    result: dict  # the JSON contract of docs/json.md, as the evaluator returned it
+    result: CheckResult
     status: Status | None = None  # None when nothing was recorded
     unlocked: list[str] = field(default_factory=list)
     problem: str | None = None
 
     @property
-    def typed(self) -> CheckResult:
-        return CheckResult.from_dict(self.result)
-
-    @property
     def revealed_pass(self) -> bool:
         """Right, on a step whose solution was shown: it counts as an attempt, not a solve."""
-        return bool(self.result.get("passed")) and self.status is Status.REVEALED
+        return self.result.passed and self.status is Status.REVEALED
 
 
 class _CheckAndRecord:
@@ -163,11 +159,12 @@ class _CheckAndRecord:
             return curriculum.statuses(self.pack, {})
         return self.store.statuses()
 
-    def evaluate(self, step_id: str, code: str, prior: dict[str, str] | None = None) -> dict:
+    def evaluate(self, step_id: str, code: str, prior: dict[str, str] | None = None
+                 ) -> CheckResult:
         """Run the candidate against autograd; nothing is recorded."""
         return self.evaluator.check(step_id, code, self.prior() if prior is None else prior)
 
-    def record(self, step_id: str, code: str, result: dict) -> CheckOutcome:
+    def record(self, step_id: str, code: str, result: CheckResult) -> CheckOutcome:
         """Record an attempt and say what it changed."""
         if self.store is None:
             return CheckOutcome(result, problem=self.problem or "there is no progress store")
@@ -363,11 +360,12 @@ class Lesson(_CheckAndRecord):
 
     # -- what a check changes -------------------------------------------------------------
 
-    def preview(self, step_id: str, result, before: Mapping[str, Status]) -> Preview:
+    def preview(self, step_id: str, result: CheckResult, before: Mapping[str, Status]
+                ) -> Preview:
         """What recording `result` will change, worked out from the statuses `before` it, so
         a front end shows it with the verdict, before the write."""
         sid = self.pack.step(step_id).id
-        earned = _typed(result).achievement
+        earned = result.achievement
         after = curriculum.after_check(self.pack, before, sid, earned)
         unlocked = [self.pack.step(s) for s in curriculum.unlocked(before, after)]
         note = None
@@ -444,7 +442,8 @@ class Lesson(_CheckAndRecord):
 
     # -- a run without grading ------------------------------------------------------------
 
-    def scratch(self, step_id: str, code: str, prior: dict[str, str] | None = None) -> dict:
+    def scratch(self, step_id: str, code: str, prior: dict[str, str] | None = None
+                ) -> ScratchResult:
         """Run the code without grading: its print output and the shapes it makes; nothing
         is recorded."""
         return self.evaluator.scratch(step_id, code, self.prior() if prior is None else prior)
@@ -491,13 +490,13 @@ class Lesson(_CheckAndRecord):
                    "compile": compile, "reference": reference}
         return self.evaluator.request("train", payload, None, progress)
 
-    def check_cells(self, text: str, prior: dict[str, str]) -> list[dict]:
+    def check_cells(self, text: str, prior: dict[str, str]) -> list[CheckResult]:
         """Check each `# %% STEP_ID` cell of a file in order; nothing is recorded. A failing
         cell's step falls back to the reference for the cells after it, so one mistake is
         reported once instead of cascading."""
         return _check_cells(self.evaluator, self.pack, text, prior)
 
-    def record_cells(self, text: str, results: list[dict]) -> list[str | None]:
+    def record_cells(self, text: str, results: list[CheckResult]) -> list[str | None]:
         """Record each checked cell as an attempt (see `_record_cells`); per recorded cell,
         why it was not saved (None when it was)."""
         return _record_cells(self, text, results)
@@ -521,23 +520,23 @@ class Lesson(_CheckAndRecord):
 _LEADING_LINE = re.compile(r"\Aline (\d+)\b")
 
 
-def _check_cells(ev, pack: Pack, text: str, prior: dict[str, str]) -> list[dict]:
+def _check_cells(ev, pack: Pack, text: str, prior: dict[str, str]) -> list[CheckResult]:
     """Check each cell in order. A failing cell's step falls back to the reference for the cells
     after it, so one mistake is reported once instead of cascading."""
     prior = dict(prior)
     results = []
     for cell in parse_cells(text):
         result = _check_cell(ev, pack, cell, prior)
-        result["cell_line"] = cell.line
+        result.extra["cell_line"] = cell.line
         results.append(result)
-        if result["passed"]:
-            prior[result["step"]] = cell.code
+        if result.passed:
+            prior[result.step] = cell.code
         else:
-            prior.pop(result["step"], None)
+            prior.pop(result.step, None)
     return results
 
 
-def _check_cell(ev, pack: Pack, cell: Cell, prior: dict[str, str]) -> dict:
+def _check_cell(ev, pack: Pack, cell: Cell, prior: dict[str, str]) -> CheckResult:
     """One cell's result; a cell that cannot be checked gets a result with an error."""
     try:
         sid = pack.step(cell.step).id
@@ -558,41 +557,35 @@ def cell_size_problem(cell: Cell, sid: str) -> str | None:
     return size_problem(cell.code, f"the cell for {sid} on line {cell.line}")
 
 
-def _to_file_lines(result: dict, cell: Cell) -> None:
+def _to_file_lines(result: CheckResult, cell: Cell) -> None:
     """The evaluator counts lines from the top of the cell; the learner's editor counts them
     from the top of the file. Shift the error's line, and the "line N" its message starts with."""
-    error = result.get("error")
-    if not error or not error.get("line"):
+    error = result.error
+    if not error or not error.line:
         return
     shift = cell.code_line - 1
-    error["line"] += shift
-    error["message"] = _LEADING_LINE.sub(
-        lambda m: f"line {int(m[1]) + shift}", error.get("message") or ""
-    )
+    error.line += shift
+    error.message = _LEADING_LINE.sub(lambda m: f"line {int(m[1]) + shift}", error.message)
 
 
-def _record_cells(session: Lesson, text: str, results: list[dict]) -> list[str | None]:
+def _record_cells(session: Lesson, text: str, results: list[CheckResult]) -> list[str | None]:
     """Record each checked cell as an attempt, as the TUI would; untouched templates are not
     attempts, and cells naming no step have nothing to record. Returns, per recorded cell,
     why it was not saved (None when it was)."""
     reasons = []
     for cell, result in zip(parse_cells(text), results, strict=False):
-        if (result.get("error") or {}).get("kind") == "usage":
+        if result.error and result.error.kind is ErrorKind.USAGE:
             continue
-        if not session.is_attempt(result["step"], cell.code):
+        if not session.is_attempt(result.step, cell.code):
             continue
-        reasons.append(session.record(result["step"], cell.code, result).problem)
+        reasons.append(session.record(result.step, cell.code, result).problem)
     return reasons
 
 
-def _cell_error(step: str, message: str) -> dict:
-    return CheckResult.failure(step, {"kind": "usage", "message": message}).to_dict()
+def _cell_error(step: str, message: str) -> CheckResult:
+    return CheckResult.failure(step, CheckError(ErrorKind.USAGE, message))
 
 
 # The name the check-and-record half had before the controller grew around it.
 Session = Lesson
 
-
-def _typed(result) -> CheckResult:
-    # The evaluator's result, whatever its form on this side of the boundary.
-    return result if isinstance(result, CheckResult) else CheckResult.from_dict(result)

@@ -43,9 +43,11 @@ import torch
 import torch.nn.functional as F
 
 from tutor import rewrites
+from tutor.code_facts import changed_in_place, write_targets
 from tutor.diagnosis import _close as close
 from tutor.diagnosis import diagnosis
 from tutor.packs import Pack, Step
+from tutor.results import Diagnosis
 
 Tensor = torch.Tensor
 
@@ -91,7 +93,7 @@ def explain(
     ref: Tensor,
     before: dict,
     n: int,
-) -> dict | None:
+) -> Diagnosis | None:
     """The diagnosis of a wrong same-shape answer that matches a rewrite of the solution."""
     if value.shape != ref.shape or not torch.isfinite(value).all():
         return None
@@ -107,7 +109,7 @@ def explain(
 
 def _explain(
     pack: Pack, step: Step, tensor: str, value: Tensor, ref: Tensor, before: dict, n: int
-) -> dict | None:
+) -> Diagnosis | None:
     found = _values(pack, step, tensor, before, n)
     grad = f"d{tensor}"
     off = _distance(value, ref)
@@ -220,7 +222,7 @@ def candidates(pack: Pack, step: Step, tensor: str, scope: dict) -> Iterator[Can
     except SyntaxError:
         return
     ctx = _context(pack, step, tensor, scope)
-    writes = _writes(tree)  # rewrites only replace expressions: they write no new names
+    writes = changed_in_place(tree)  # rewrites only replace expressions: they write no new names
     _SLOTS.clear()
     seen: set[str] = {ast.unparse(tree)}
     if _accumulates(tree, ctx.grad):
@@ -254,7 +256,7 @@ def candidates(pack: Pack, step: Step, tensor: str, scope: dict) -> Iterator[Can
                 continue
             seen.add(source)
             # Its own writes, not the solution's: no rewrite may change a tensor it did not copy.
-            yield Candidate(kind, message, source, ctx.grad, _writes(ast.parse(source)))
+            yield Candidate(kind, message, source, ctx.grad, changed_in_place(ast.parse(source)))
 
 
 def _skipped_line_rewrites(tree: ast.Module, ctx: _Context):
@@ -306,7 +308,7 @@ def _family_rewrites(tree: ast.Module, ctx: _Context):
 
 def explain_function(step: Step, name: str, value: Tensor, ref: Tensor, inputs: dict,
                      call: Callable[[str], dict | None], start: Tensor | None = None
-                     ) -> dict | None:
+                     ) -> Diagnosis | None:
     """A function step's wrong output, matched against rewrites of its reference function.
 
     `call(source)` defines the rewritten function and calls it on copies of the case's inputs
@@ -501,7 +503,7 @@ def _nodes(tree: ast.Module) -> Iterator[tuple[int, ast.AST]]:
     (`dlogits[...] -= 1`) or an in-place method changes (`dC.index_add_`) is left alone: a swap
     there would make the rewrite change another tensor of the namespace instead."""
     fixed = {
-        id(sub) for node in ast.walk(tree) for root in _written(node) for sub in ast.walk(root)
+        id(sub) for node in ast.walk(tree) for root in write_targets(node) for sub in ast.walk(root)
     }
     for i, node in enumerate(_preorder(tree)):
         if id(node) not in fixed:
@@ -807,35 +809,6 @@ def _factor_rewrites(tree: ast.Module, ctx: _Context):
             yield (_replace(tree, i, lambda _n, k=kept: k), "derived", message)
 
 
-def _written(node: ast.AST) -> Iterator[ast.AST]:
-    """What one statement or call writes through: its targets, or the receiver of `x.add_()`."""
-    if isinstance(node, ast.AugAssign):
-        yield node.target
-    elif isinstance(node, ast.Assign):
-        yield from node.targets
-    elif (
-        isinstance(node, ast.Call)
-        and isinstance(node.func, ast.Attribute)
-        and node.func.attr.endswith("_")
-        and not node.func.attr.startswith("_")
-    ):
-        yield node.func.value
-
-
-def _writes(tree: ast.AST) -> tuple[str, ...]:
-    """Names a piece of code changes in place: `x += ...`, `x[i] = ...`, `x.add_(...)`."""
-    out: list[str] = []
-    for node in ast.walk(tree):
-        for target in _written(node):
-            if isinstance(node, ast.Assign) and isinstance(target, ast.Name):
-                continue  # `x = ...` rebinds the name; the old tensor is untouched
-            while isinstance(target, (ast.Subscript, ast.Attribute)):
-                target = target.value
-            if isinstance(target, ast.Name):
-                out.append(target.id)
-    return tuple(dict.fromkeys(out))
-
-
 def _evaluate(candidate: Candidate, scope: dict) -> Tensor | None:
     """Run one rewrite on copies of what it writes; anything that fails simply matches nothing."""
     ns = dict(scope)
@@ -908,7 +881,7 @@ def _entry_close(value: Tensor, ref: Tensor) -> Tensor:
     return (v - r).abs() <= 1e-4 * scale + 1e-4 * r.abs()
 
 
-def _subset(grad: str, value: Tensor, ref: Tensor, scope: dict) -> dict | None:
+def _subset(grad: str, value: Tensor, ref: Tensor, scope: dict) -> Diagnosis | None:
     """Right except on a recognisable subset of entries: where a branch is missing."""
     if value.dim() != 2:
         return None
@@ -948,7 +921,7 @@ def _masks(scope: dict, rows: int, cols: int) -> Iterator[tuple[Tensor, str]]:
         yield maxima, "at the largest logit of each row"
 
 
-def _per_slice(grad: str, value: Tensor, ref: Tensor, scope: dict) -> dict | None:
+def _per_slice(grad: str, value: Tensor, ref: Tensor, scope: dict) -> Diagnosis | None:
     """Right up to a factor that differs from row to row, or from column to column."""
     if value.dim() != 2:
         return None

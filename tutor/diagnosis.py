@@ -12,12 +12,13 @@ from collections.abc import Callable
 import torch
 
 from tutor.packs import Mistake
+from tutor.results import Diagnosis
 
 Tensor = torch.Tensor
 
 
-def diagnosis(kind: str, message: str) -> dict:
-    return {"kind": kind, "message": message}
+def diagnosis(kind: str, message: str) -> Diagnosis:
+    return Diagnosis(kind, message)
 
 
 def _close(a: Tensor, b: Tensor) -> bool:
@@ -72,7 +73,7 @@ def explain_shape(name: str, got: list[int], want: list[int]) -> str:
     return f"{head}. A gradient always has the shape of the tensor it belongs to."
 
 
-def shape_diagnosis(name: str, value: Tensor, ref: Tensor) -> dict:
+def shape_diagnosis(name: str, value: Tensor, ref: Tensor) -> Diagnosis:
     if value.dim() == 2 and value.shape == ref.shape[::-1] and _close(value.T, ref):
         return diagnosis(
             "transpose",
@@ -120,7 +121,7 @@ def _same(value: Tensor, produced: Tensor) -> bool:
 def matching_mistake(
     value: Tensor, mistakes: list[tuple[Mistake, Callable[[], Tensor | None]]],
     start: Tensor | None = None,
-) -> dict | None:
+) -> Diagnosis | None:
     """The catalogued mistake whose result the learner's tensor reproduces, if any. With
     `start` (a tensor updated in place), what is compared is the change from it."""
     for mistake, evaluate in mistakes:
@@ -146,7 +147,7 @@ def value_diagnosis(
     prior: Tensor | None,
     mistakes: list[tuple[Mistake, Callable[[], Tensor | None]]],
     source: str = "",
-) -> dict | None:
+) -> Diagnosis | None:
     """The most specific explanation for a same-shape wrong answer, or None. `source` is the
     forward code of the step's lines, for messages that depend on what is on them."""
     known = matching_mistake(value, mistakes)  # first: a catalogued mistake may well be NaN

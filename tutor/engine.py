@@ -5,8 +5,8 @@ goes to a confined child that replays the earlier steps and runs the candidate o
 the fresh batch (execution.py), then sends back plain tensors. The child is forked from this
 process (sandbox/isolate.py) where that serves, or else a freshly started interpreter that gets
 the plan without answers (sandbox/spawn.py): on a GPU, on Windows, or when asked for. Grading,
-diagnosis and the held-out verdict happen here, on that data. Results are plain data (the JSON
-contract of docs/json.md).
+diagnosis and the held-out verdict happen here, on that data. A check returns a typed
+`CheckResult` (tutor/results.py); the worker turns it into the plain data of docs/json.md.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from typing import Any
 
 import torch
 
+from tutor import code_facts, probe
 from tutor import diagnosis as dx
-from tutor import probe
 from tutor.candidate import (
     CodeError,
     Output,
@@ -35,15 +35,24 @@ from tutor.execution import (
     CheckSpec,
     FunctionCheckSpec,
     Replay,
-    assigned_names,
     call_function,
     run_spec,
 )
 from tutor.functions import SAME_SIZES, Case, cases, is_gradient, output_label, same_sizes_case
-from tutor.grading import APPROXIMATE_WHY, Grade, grade, heatmap, rounding_note
+from tutor.grading import APPROXIMATE_WHY, grade, heatmap, rounding_note
 from tutor.lesson import Batch, DeviceError, Lesson, resolve_device
 from tutor.packs import Pack, Step, find_pack, load_pack
-from tutor.results import CheckResult
+from tutor.results import (
+    CheckError,
+    CheckResult,
+    Defined,
+    Diagnosis,
+    ErrorKind,
+    Heldout,
+    ScratchResult,
+    TensorCheck,
+    Verdict,
+)
 from tutor.sandbox import isolate, spawn
 from tutor.sandbox.clean import MAX_MESSAGE, clean
 from tutor.sandbox.confine import prepare
@@ -316,55 +325,49 @@ class Engine:
         return _answer(outcome)
 
     # -- the check -----------------------------------------------------------------------------
-    def check(self, step_id: str, code: str, prior: dict[str, str] | None = None) -> dict:
+    def check(self, step_id: str, code: str, prior: dict[str, str] | None = None
+              ) -> CheckResult:
         with self._lock:  # one check at a time: the lesson's caches are shared
             return self._check(step_id, code, prior or {})
 
-    def scratch(self, step_id: str, code: str, prior: dict[str, str] | None = None) -> dict:
+    def scratch(self, step_id: str, code: str, prior: dict[str, str] | None = None
+                ) -> ScratchResult:
         """Run code against the lesson without grading it or counting an attempt: its printed
         output, its error if any, and a line about each name it defined or changed."""
         step = self.pack.step(step_id)
-        result = {"step": step.id, "stdout": "", "error": None, "defined": []}
+        result = ScratchResult(step.id)
         try:
             compile_candidate(code)
         except CodeError as exc:
-            result["error"] = exc.payload
+            result.error = exc.error
             return result
         with self._lock:
             outcome = self.execute(step, code, prior or {}, scratch=True)
         if outcome.get("timeout"):
-            result["error"] = timeout_error(self.settings.timeout).payload
+            result.error = timeout_error(self.settings.timeout).error
             return result
         if "stdout" not in outcome:
-            why = clean(outcome.get("crashed") or "it ended without an answer", MAX_MESSAGE)
-            result["error"] = {"kind": "internal", "line": None, "col": None,
-                               "message": f"the sandbox stopped before answering: {why}"}
+            result.error = _stopped(outcome)
             return result
-        result["stdout"] = clean(outcome.get("stdout", ""))
-        result["error"] = _clean_error(outcome["error"]) if outcome.get("error") else None
-        result["defined"] = [
-            {"name": clean(d.get("name", ""), 60), "what": clean(d.get("what", ""), 200)}
+        result.stdout = clean(outcome.get("stdout", ""))
+        result.error = _clean_error(outcome["error"]) if outcome.get("error") else None
+        result.defined = [
+            Defined(clean(d.get("name", ""), 60), clean(d.get("what", ""), 200))
             for d in (outcome.get("defined") or [])[:100] if isinstance(d, dict)]
         return result
 
-    def _empty_result(self, step: Step) -> dict:
-        return CheckResult(step.id, passed=False, device=str(self.device)).to_dict()
-
-    def _check(self, step_id: str, code: str, prior: dict[str, str]) -> dict:
+    def _check(self, step_id: str, code: str, prior: dict[str, str]) -> CheckResult:
         step = self.pack.step(step_id)
-        result = self._empty_result(step)
+        result = CheckResult(step.id, passed=False, device=str(self.device))
         if step.is_training:
-            result["error"] = {
-                "kind": "usage",
-                "message": "the training step is run with `backprop-tutor train`, not checked",
-                "line": None,
-                "col": None,
-            }
+            result.error = CheckError(
+                ErrorKind.USAGE,
+                "the training step is run with `backprop-tutor train`, not checked")
             return result
         try:
             compile_candidate(code)  # syntax errors and refusals, before any process starts
         except CodeError as exc:
-            result["error"] = exc.payload
+            result.error = exc.error
             return result
         outcome = self.execute(step, code, prior)
         records = outcome.get("records") or {}
@@ -381,35 +384,33 @@ class Engine:
             if heldout and not heldout.get("error"):
                 self._remember(heldout, step, self.lesson.heldout, prior)
         except Exception:  # noqa: BLE001 - the child's data did not decode: never trust it
-            result["error"] = {"kind": "internal", "line": None, "col": None,
-                               "message": "the sandbox sent back data that does not read as "
-                                          "tensors; the check was not graded"}
+            result.error = _unreadable()
             return result
-        result["notes"] += [clean(n, MAX_MESSAGE) for n in main.get("notes", [])]
+        result.notes += [clean(n, MAX_MESSAGE) for n in main.get("notes", [])]
         grades = self._grade(step, run, batch, prior)
-        self._check_mutations(step, main.get("mutations") or {}, code, grades, result["notes"])
-        self._partial_notes(step, run, result["notes"])
-        result["stdout"] = self._with_cmp_rows(step, main, result["stdout"])
+        self._check_mutations(step, main.get("mutations") or {}, code, grades, result.notes)
+        self._partial_notes(step, run, result.notes)
+        result.stdout = self._with_cmp_rows(step, main, result.stdout)
         for g in grades:
             value = run.namespace.get(g.grad)
             if isinstance(value, Tensor) and value.dtype in (torch.float16, torch.bfloat16):
-                result["notes"].append(
+                result.notes.append(
                     f"{g.grad} is a {str(value.dtype)[6:]} tensor, which keeps only about three "
                     "significant digits; compute gradients in float32, like the forward pass")
         passed = all(g.accepted and not g.diagnosis for g in grades)
         if passed:
             passed = self._rule_probe(step, run, main.get("probe"), grades, code)
         if passed:
-            result["heldout"] = self._heldout(step, records.get("heldout"),
-                                              bool(outcome.get("timeout")), grades, code)
-            passed = result["heldout"]["passed"]
-        result["checks"] = [g.to_dict() for g in grades]
-        result["passed"] = passed
+            result.heldout = self._heldout(step, records.get("heldout"),
+                                           bool(outcome.get("timeout")), grades, code)
+            passed = result.heldout.passed
+        result.checks = grades
+        result.passed = passed
         if passed:
-            result["figure"] = self._figure(step, run)
+            result.figure = self._figure(step, run)
         return result
 
-    def _rule_probe(self, step: Step, run: Run, record: Any, grades: list[Grade],
+    def _rule_probe(self, step: Step, run: Run, record: Any, grades: list[TensorCheck],
                     code: str) -> bool:
         """The verdict on the rule (tutor/probe.py): False when it refused a gradient."""
         spec = probe.spec_for(self.pack, step, self._earlier(step), self.settings.seed,
@@ -427,7 +428,7 @@ class Engine:
                            fork, grades, self.lesson.main.n, code)
 
     # -- function steps ------------------------------------------------------------------------
-    def _grade_function(self, step: Step, outcome: dict, result: dict) -> dict:
+    def _grade_function(self, step: Step, outcome: dict, result: CheckResult) -> CheckResult:
         """The lesson's case decides the rows and their diagnoses; the fresh sizes must agree."""
         lesson, *fresh = self.function_cases(step)
         records = outcome.get("records") or {}
@@ -435,33 +436,31 @@ class Engine:
         try:
             values = decode_namespace(record.get("after"))
         except Exception:  # noqa: BLE001 - the child's data did not decode: never trust it
-            result["error"] = {"kind": "internal", "line": None, "col": None,
-                               "message": "the sandbox sent back data that does not read as "
-                                          "tensors; the check was not graded"}
+            result.error = _unreadable()
             return result
         grades = [self._grade_output(step, name, values.get(name), lesson)
                   for name in step.checks]
         for name in record.get("changed") or []:
             if isinstance(name, str):
-                result["notes"].append(
+                result.notes.append(
                     f"your function changed its argument {clean(name, 40)} in place, but the "
                     "caller may still need it (a backward pass reads its inputs again): compute "
                     "into new tensors instead.")
         passed = all(g.accepted and not g.diagnosis for g in grades)
         if passed:
-            result["heldout"] = self._fresh_verdict(step, lesson, fresh, records,
-                                                    bool(outcome.get("timeout")), grades)
-            passed = result["heldout"]["passed"]
-        result["checks"] = [g.to_dict() for g in grades]
-        result["passed"] = passed
+            result.heldout = self._fresh_verdict(step, lesson, fresh, records,
+                                                 bool(outcome.get("timeout")), grades)
+            passed = result.heldout.passed
+        result.checks = grades
+        result.passed = passed
         return result
 
-    def _grade_output(self, step: Step, name: str, value: Any, case: Case) -> Grade:
+    def _grade_output(self, step: Step, name: str, value: Any, case: Case) -> TensorCheck:
         g = self._measure_output(step, name, value, case)
         g.tensor = name  # the row is the output, by the name the call gives it
         return g
 
-    def _measure_output(self, step: Step, name: str, value: Any, case: Case) -> Grade:
+    def _measure_output(self, step: Step, name: str, value: Any, case: Case) -> TensorCheck:
         tensor = output_label(name)
         ref32, ref64 = case.reference[name], case.reference64[name]
         if isinstance(value, (OddTensor, Foreign)):
@@ -481,7 +480,7 @@ class Engine:
             known = dx.matching_mistake(value, mistakes, start)
         if known:
             g.diagnosis = known
-        elif g.verdict == "shape":
+        elif g.verdict is Verdict.SHAPE:
             g.diagnosis = dx.matching_mistake(value, mistakes) or (
                 dx.shape_diagnosis(tensor, value, ref32) if is_gradient(name) else
                 dx.diagnosis("shape", f"{name} has shape {g.shape}; it must keep its shape "
@@ -495,21 +494,21 @@ class Engine:
         elif is_gradient(name):
             g.diagnosis = dx.value_diagnosis(tensor, value, ref32, _scale_size(case), None,
                                              mistakes)
-        if g.verdict != "shape" and (g.diagnosis is None or (
-                g.diagnosis["kind"] == "scale" and "constant factors" in g.diagnosis["message"])):
+        if g.verdict is not Verdict.SHAPE and (g.diagnosis is None or (
+                g.diagnosis.kind == "scale" and "constant factors" in g.diagnosis.message)):
             # A factor no count explains may still be a rewrite (a size for another).
             g.diagnosis = self._derived_output(step, name, value, ref32, case) or g.diagnosis
         pattern = dx.where_wrong(value, ref32) if (
-            g.verdict != "shape" and torch.isfinite(value).all()
-            and (g.diagnosis or {}).get("kind") != "unchanged") else ""
-        g.message = (g.diagnosis["message"] if g.diagnosis else f"{name} is wrong") + (
+            g.verdict is not Verdict.SHAPE and torch.isfinite(value).all()
+            and (g.diagnosis is None or g.diagnosis.kind != "unchanged")) else ""
+        g.message = (g.diagnosis.message if g.diagnosis else f"{name} is wrong") + (
             f" ({pattern})" if pattern else "")
         if pattern:
             g.heatmap = heatmap(value.to(ref32.dtype) - ref32)
         return g
 
     def _derived_output(self, step: Step, name: str, value: Tensor, ref: Tensor, case: Case
-                        ) -> dict | None:
+                        ) -> Diagnosis | None:
         """Nobody catalogued this one: rewrites of the reference function, then the state's
         own patterns (tutor/derived.py, tutor/rewrites.py)."""
         from tutor import derived
@@ -545,16 +544,15 @@ class Engine:
         return evaluate
 
     def _fresh_verdict(self, step: Step, lesson: Case, fresh: list[Case], records: dict,
-                       timed_out: bool, grades: list[Grade]) -> dict:
+                       timed_out: bool, grades: list[TensorCheck]) -> Heldout:
         where = "; ".join(c.describe() for c in fresh)
-        out = {"passed": True, "batch_size": None, "what": f"fresh sizes ({where})",
-               "message": None}
+        out = Heldout(what=f"fresh sizes ({where})")
         for case in fresh:
             record = records.get(case.name)
             if record is None:
                 reason = "it ran out of time" if timed_out else "it did not finish"
             elif record.get("error"):
-                reason = f"it fails: {_clean_error(record['error'])['message']}"
+                reason = f"it fails: {_clean_error(record['error']).message}"
             else:
                 values = decode_namespace(record.get("after"))
                 failures = []
@@ -562,7 +560,7 @@ class Engine:
                     value = values.get(name)
                     h = grade(output_label(name), value if isinstance(value, Tensor) else None,
                               case.reference[name], case.reference64[name], label=name)
-                    if h.verdict == "shape":
+                    if h.verdict is Verdict.SHAPE:
                         failures.append(f"{name} has shape {h.shape} where {h.expected_shape} "
                                         "is needed")
                     elif not h.accepted:
@@ -574,26 +572,24 @@ class Engine:
             if same is not None and self._fails(step, same, records.get(same.name)):
                 # Wrong at the lesson's own sizes too: the values made the difference.
                 found = self._explain_case(step, same, records[same.name])
-                out["message"] = (
+                out.message = (
                     f"right on the lesson's tensors ({lesson.describe()}), but at "
                     f"{case.describe()} {reason}, and it is also wrong for fresh values at the "
                     f"lesson's own sizes: no size is to blame. It is right only for these "
                     f"particular values: check the parts whose effect is tiny here (a term "
                     f"scaled by a small constant, the order of two updates)."
-                    + (f" {found['message']}" if found else ""))
+                    + (f" {found.message}" if found else ""))
             else:
-                out["message"] = (
+                out.message = (
                     f"right on the lesson's tensors ({lesson.describe()}), but at "
                     f"{case.describe()} {reason}. Does the function use a size of the lesson (a "
                     f"number such as {_lesson_numbers(lesson)}{self._size_names(lesson)}) "
                     "instead of reading every size off its arguments' shapes?")
-            out["passed"] = False
-            grades[0].diagnosis = dx.diagnosis("heldout", out["message"])
-            grades[0].message = out["message"]
+            _refuse(out, grades)
             break
         return out
 
-    def _explain_case(self, step: Step, case: Case, record: dict) -> dict | None:
+    def _explain_case(self, step: Step, case: Case, record: dict) -> Diagnosis | None:
         """The derived diagnosis of the first wrong output of a case, if any."""
         if record.get("error"):
             return None
@@ -687,7 +683,8 @@ class Engine:
         pieces.append(stdout[last:])
         return "".join(pieces)
 
-    def _grade(self, step: Step, run: Run, batch: Batch, prior: dict[str, str]) -> list[Grade]:
+    def _grade(self, step: Step, run: Run, batch: Batch, prior: dict[str, str]
+               ) -> list[TensorCheck]:
         grades = []
         names = [(t, False) for t in step.checks] + [(t, True) for t in step.partials]
         for tensor, partial in names:
@@ -721,7 +718,7 @@ class Engine:
 
     def _diagnose(
         self,
-        g: Grade,
+        g: TensorCheck,
         step: Step,
         value: Tensor,
         ref: Tensor,
@@ -731,10 +728,10 @@ class Engine:
     ) -> None:
         role = " (its first branch, completed in a later step)" if g.partial else ""
         mistakes = self._mistakes_for(g.tensor, step, batch, prior)
-        if g.verdict == "shape":
+        if g.verdict is Verdict.SHAPE:
             known = dx.matching_mistake(value, mistakes)
             g.diagnosis = known or dx.shape_diagnosis(g.tensor, value, ref)
-            g.message = g.diagnosis["message"]
+            g.message = g.diagnosis.message
             return
         if g.accepted:
             g.message = rounding_note(g) + ("" if g.reference_step else role)
@@ -759,7 +756,7 @@ class Engine:
                 self.pack, step, g.tensor, value, ref, run.before, batch.n
             )
         pattern = dx.where_wrong(value, ref) if torch.isfinite(value).all() else ""
-        g.message = (g.diagnosis["message"] if g.diagnosis else f"d{g.tensor} is wrong{role}") + (
+        g.message = (g.diagnosis.message if g.diagnosis else f"d{g.tensor} is wrong{role}") + (
             f" ({pattern})" if pattern else ""
         )
         if torch.isfinite(value).all():
@@ -794,10 +791,10 @@ class Engine:
         return evaluate
 
     def _check_mutations(
-        self, step: Step, facts: dict, code: str, grades: list[Grade], notes: list[str]
+        self, step: Step, facts: dict, code: str, grades: list[TensorCheck], notes: list[str]
     ) -> None:
         """Earlier gradients must come out of a step as they went in; forward tensors too."""
-        written = assigned_names(code)
+        written = code_facts.of(code).bound
         by_grad = {g.grad: g for g in grades}
         for change in facts.get("changed", []):
             name = str(change.get("name"))
@@ -824,7 +821,7 @@ class Engine:
                 f"Start {culprit.grad} from {name}.clone(), or update it out of place "
                 f"(`{culprit.grad} = {culprit.grad} + ...`).",
             )
-            culprit.message = culprit.diagnosis["message"]
+            culprit.message = culprit.diagnosis.message
         for grad, other in (facts.get("shared") or {}).items():
             if grad in by_grad:
                 notes.append(
@@ -833,9 +830,9 @@ class Engine:
                 )
 
     def _heldout(self, step: Step, record: dict | None, timed_out: bool,
-                 grades: list[Grade], code: str = "") -> dict:
+                 grades: list[TensorCheck], code: str = "") -> Heldout:
         batch = self.lesson.heldout
-        out = {"passed": True, "batch_size": batch.n, "message": None}
+        out = Heldout(batch_size=batch.n)
         advice = "Is a batch size written in as a number? Use n or a tensor's .shape instead."
         if (code and record is not None and not record.get("error")
                 and not _writes_the_batch_size(code, self.lesson.main.n, self.lesson.sizes)):
@@ -848,8 +845,8 @@ class Engine:
             if record is None:
                 reason = ("it ran out of time" if timed_out else "it did not finish")
             else:
-                reason = f"it fails: {_clean_error(record['error'])['message']}"
-            out["message"] = (f"right for this batch of {self.lesson.main.n}, but on a fresh "
+                reason = f"it fails: {_clean_error(record['error']).message}"
+            out.message = (f"right for this batch of {self.lesson.main.n}, but on a fresh "
                               f"batch of {batch.n} {reason} {advice}")
         else:
             namespace = decode_namespace(record.get("after"))
@@ -868,14 +865,12 @@ class Engine:
                 if not h.accepted and not (g.partial and value is None):
                     failures.append(f"{g.grad} ({h.verdict})")
             if failures:
-                out["message"] = (
+                out.message = (
                     f"right for this batch of {self.lesson.main.n}, but wrong on a fresh batch "
                     f"of {batch.n}: {', '.join(failures)}. {advice}"
                 )
-        if out["message"]:
-            out["passed"] = False
-            grades[0].diagnosis = dx.diagnosis("heldout", out["message"])
-            grades[0].message = out["message"]
+        if out.message:
+            _refuse(out, grades)
         return out
 
     def _figure(self, step: Step, run: Run) -> dict | None:
@@ -899,41 +894,47 @@ def _answer(outcome: isolate.Outcome) -> dict:
     return {"timeout": False, "records": {}, "crashed": outcome.why}
 
 
-def _usable(outcome: dict, first: dict | None, result: dict, timeout: float) -> bool:
+def _usable(outcome: dict, first: dict | None, result: CheckResult, timeout: float) -> bool:
     """Whether the child answered for the first batch (or case) without an error; if not, the
     result says why."""
     if first is None:
-        if outcome.get("timeout"):
-            result["error"] = timeout_error(timeout).payload
-        else:
-            why = clean(outcome.get("crashed") or "it ended without an answer", MAX_MESSAGE)
-            result["error"] = {"kind": "internal", "line": None, "col": None,
-                               "message": f"the sandbox stopped before answering: {why}"}
+        result.error = (timeout_error(timeout).error if outcome.get("timeout") else
+                        _stopped(outcome))
         return False
-    result["stdout"] = clean(first.get("stdout", ""))
+    result.stdout = clean(first.get("stdout", ""))
     if first.get("error"):
-        result["error"] = _clean_error(first["error"])
+        result.error = _clean_error(first["error"])
         return False
     return True
+
+
+def _stopped(outcome: dict) -> CheckError:
+    """The child ended without an answer (it crashed or was killed): an internal error."""
+    why = clean(outcome.get("crashed") or "it ended without an answer", MAX_MESSAGE)
+    return CheckError.internal(f"the sandbox stopped before answering: {why}")
+
+
+def _unreadable() -> CheckError:
+    return CheckError.internal("the sandbox sent back data that does not read as tensors; "
+                                 "the check was not graded")
+
+
+def _refuse(heldout: Heldout, grades: list[TensorCheck]) -> None:
+    """The fresh re-check failed: the first row carries why."""
+    heldout.passed = False
+    grades[0].diagnosis = dx.diagnosis("heldout", heldout.message or "")
+    grades[0].message = heldout.message or ""
 
 
 def _writes_the_batch_size(code: str, n: int, sizes: dict) -> bool:
     """Whether a number in the code could be the lesson's batch size, or a count made from it
     (n - 1, 1/n, n times a size): the one thing the fresh batch changes besides the values."""
-    import ast
-
     counts = {n, n - 1, n + 1} | {n * v for v in sizes.values() if isinstance(v, int) and v > 1}
-    try:
-        tree = ast.parse(code)
-    except SyntaxError:
+    said = code_facts.of(code)
+    if said.tree is None:
         return True
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) \
-                and not isinstance(node.value, bool) and node.value:
-            value = float(node.value)
-            if any(abs(value - c) < 1e-9 or abs(value * c - 1) < 1e-6 for c in counts):
-                return True
-    return False
+    return any(abs(value - c) < 1e-9 or abs(value * c - 1) < 1e-6
+               for value in said.numbers for c in counts)
 
 
 def _scale_size(case: Case) -> int:
@@ -950,11 +951,11 @@ def _lesson_numbers(case: Case) -> str:
 
 
 def _unusable(tensor: str, value: OddTensor | Foreign, ref: Tensor, partial: bool,
-              label: str | None = None) -> Grade:
+              label: str | None = None) -> TensorCheck:
     """A verdict for a value that cannot be compared with autograd's at all."""
-    g = Grade(tensor, label or f"d{tensor}", list(ref.shape), partial=partial)
+    g = TensorCheck(tensor, label or f"d{tensor}", list(ref.shape), partial=partial)
     if isinstance(value, OddTensor):
-        g.verdict = "wrong"
+        g.verdict = Verdict.WRONG
         g.message = f"{g.grad} is {value.why}."
     else:
         g.message = (f"{g.grad} is a {value.type_name}, but it must be a tensor of shape "
@@ -962,17 +963,17 @@ def _unusable(tensor: str, value: OddTensor | Foreign, ref: Tensor, partial: boo
     return g
 
 
-def _clean_error(payload: Any) -> dict:
+# The kinds of error a child may report; anything else it says is read as a runtime error.
+_CHILD_KINDS = (ErrorKind.SYNTAX, ErrorKind.FORBIDDEN, ErrorKind.RUNTIME, ErrorKind.TIMEOUT,
+                ErrorKind.MEMORY)
+
+
+def _clean_error(payload: Any) -> CheckError:
     """An error from the child, shown as is but never trusted to be well formed."""
     if not isinstance(payload, dict):
-        return {"kind": "internal", "message": "the sandbox sent a malformed error",
-                "line": None, "col": None}
-    line, col = payload.get("line"), payload.get("col")
-    kind = payload.get("kind")
-    return {
-        "kind": kind if kind in ("syntax", "forbidden", "runtime", "timeout", "memory") else
-        "runtime",
-        "message": clean(payload.get("message", ""), MAX_MESSAGE),
-        "line": line if isinstance(line, int) else None,
-        "col": col if isinstance(col, int) else None,
-    }
+        return CheckError.internal("the sandbox sent a malformed error")
+    error = CheckError.from_dict(payload)
+    if error.kind not in _CHILD_KINDS:
+        error.kind = ErrorKind.RUNTIME
+    error.message = clean(error.message, MAX_MESSAGE)
+    return error

@@ -7,7 +7,6 @@ the candidate; autograd's gradients stay with the engine, which grades the plain
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import time
 from dataclasses import dataclass, field
@@ -16,6 +15,7 @@ from typing import Any
 
 import torch
 
+from tutor import code_facts
 from tutor.candidate import (
     CheckTimeout,
     CodeError,
@@ -371,10 +371,7 @@ def run_probe(spec: CheckSpec, probe: ProbeSpec, base: dict, deadline: float) ->
 
 
 def _names_or_none(code: str | None) -> set[str]:
-    try:
-        return assigned_names(code) if code else set()
-    except SyntaxError:
-        return set()
+    return set(code_facts.of(code).bound) if code else set()
 
 
 def _quiet(code: str, ns: dict, names: set[str], deadline: float) -> dict | None:
@@ -386,11 +383,6 @@ def _quiet(code: str, ns: dict, names: set[str], deadline: float) -> dict | None
     except Exception:  # noqa: BLE001 - a failure here is the real run's to report, not ours
         return None
     return encode_namespace(ns, names)
-
-
-def assigned_names(code: str) -> set[str]:
-    return {n.id for n in ast.walk(ast.parse(code)) if isinstance(n, ast.Name)
-            and isinstance(n.ctx, (ast.Store, ast.Del))}
 
 
 def describe(value: Any) -> str:
@@ -424,7 +416,7 @@ def run_scratch(spec: CheckSpec) -> dict:
             error = exc.payload
         except Exception as exc:  # noqa: BLE001 - any failure of learner code is reported
             error = runtime_error(exc, spec.code, list(after)).payload
-        assigned = assigned_names(spec.code)
+        assigned = code_facts.of(spec.code).bound
         defined = [{"name": k, "what": describe(v)} for k, v in after.items()
                    if k in assigned or k not in base]
         return {"timeout": False, "stdout": out.text(), "error": error, "defined": defined}

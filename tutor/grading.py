@@ -16,9 +16,9 @@ is not.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
+
+from tutor.results import TensorCheck, Verdict
 
 Tensor = torch.Tensor
 
@@ -34,45 +34,6 @@ PROBE_HEADROOM = 64.0
 RELATIVE_FLOOR = 1e-6  # errors below this fraction of the gradient's size are rounding
 
 
-@dataclass
-class Grade:
-    tensor: str
-    grad: str
-    expected_shape: list[int]
-    shape: list[int] | None = None
-    exact: bool = False
-    approximate: bool = False
-    maxdiff: float | None = None
-    accepted: bool = False
-    verdict: str = "missing"  # exact | approximate | wrong | shape | missing
-    message: str = ""
-    diagnosis: dict | None = None
-    partial: bool = False
-    heatmap: list[list[float]] | None = None
-    note: str | None = None  # why an accepted answer of another shape counts, or similar
-    # Whose reference the verdict was measured against, when not the step's own: a first branch
-    # typed complete is graded against the step that closes the tensor (kept out of the JSON).
-    reference_step: str | None = None
-
-    def to_dict(self) -> dict:
-        return {
-            "tensor": self.tensor,
-            "grad": self.grad,
-            "shape": self.shape,
-            "expected_shape": self.expected_shape,
-            "exact": self.exact,
-            "approximate": self.approximate,
-            "maxdiff": self.maxdiff,
-            "verdict": self.verdict,
-            "diagnosis": self.diagnosis,
-            "message": self.message,
-            "partial": self.partial,
-            "heatmap": self.heatmap,
-            "note": self.note,
-        }
-
-
-
 def grade(
     tensor: str,
     value,
@@ -82,14 +43,14 @@ def grade(
     parameter: bool = False,
     label: str | None = None,
     headroom: float | None = None,
-) -> Grade:
+) -> TensorCheck:
     """Compare a learner's gradient with autograd's; no diagnosis yet, only the facts.
 
     `parameter` says the tensor is trained with `p -= lr * dp`, which decides which shapes other
     than the exact one can stand. `label` is the name the learner's code gives the value, when
     it is not `d<tensor>` (a function step's outputs).
     """
-    g = Grade(tensor, label or f"d{tensor}", list(ref32.shape), partial=partial)
+    g = TensorCheck(tensor, label or f"d{tensor}", list(ref32.shape), partial=partial)
     if value is None:
         g.message = f"your code does not define {g.grad}"
         return g
@@ -105,24 +66,24 @@ def grade(
     g.shape = list(value.shape)
     if value.shape != ref32.shape:
         if not fits(value.shape, ref32.shape, parameter):
-            g.verdict = "shape"
+            g.verdict = Verdict.SHAPE
             return g
         # A shape that only stands if its values are right: compare what it broadcasts to.
         _measure(g, as_graded(value, ref32), ref32, ref64, headroom)
-        if not g.accepted and value.numel() != ref32.numel():
+        if not g.right and value.numel() != ref32.numel():
             # [1, 64] for [n, 64] is a shape mistake unless every row of the truth is the same.
             g.exact = g.approximate = False
             g.maxdiff = None
-            g.verdict = "shape"
+            g.verdict = Verdict.SHAPE
             return g
-        if g.accepted:
+        if g.right:
             g.note = shape_note(tensor, g.shape, g.expected_shape, parameter)
         return g
     _measure(g, value, ref32, ref64, headroom)
     return g
 
 
-def _measure(g: Grade, value: Tensor, ref32: Tensor, ref64: Tensor,
+def _measure(g: TensorCheck, value: Tensor, ref32: Tensor, ref64: Tensor,
              headroom: float | None = None) -> None:
     """exact / approximate / maxdiff against float32, acceptance against float64."""
     if not value.is_floating_point():
@@ -133,12 +94,13 @@ def _measure(g: Grade, value: Tensor, ref32: Tensor, ref64: Tensor,
     g.maxdiff = float((value.to(ref32.dtype) - ref32).abs().max().item()) if value.numel() else 0.0
     ours = value.detach().to("cpu", torch.float64)
     if not torch.isfinite(ours).all():
-        g.verdict = "wrong"
+        g.verdict = Verdict.WRONG
         return
-    g.accepted = g.exact or (accepts(ours, ref32, ref64) if headroom is None else
-                             accepts(ours, ref32, ref64, headroom))
-    g.verdict = "exact" if g.exact else "approximate" if g.accepted else "wrong"
-    if g.accepted and not g.approximate:
+    accepted = g.exact or (accepts(ours, ref32, ref64) if headroom is None else
+                           accepts(ours, ref32, ref64, headroom))
+    g.verdict = (Verdict.EXACT if g.exact else Verdict.APPROXIMATE if accepted else
+                 Verdict.WRONG)
+    if accepted and not g.approximate:
         g.note = APPROXIMATE_WHY  # the row says False under a pass: say why, once
 
 
@@ -198,16 +160,17 @@ def shape_note(tensor: str, got: list[int], want: list[int], parameter: bool) ->
     )
 
 
-def closing_grade(g: Grade, value, full32: Tensor, full64: Tensor, closing: str) -> Grade:
+def closing_grade(g: TensorCheck, value, full32: Tensor, full64: Tensor, closing: str
+                  ) -> TensorCheck:
     """A first-branch row that holds the complete gradient already (both branches) is right.
 
     The learner added the later branch early; grade against the full gradient of the step that
     closes the tensor and say what that means for that step.
     """
-    if not isinstance(value, Tensor) or g.accepted:
+    if not isinstance(value, Tensor) or g.right:
         return g
     full = grade(g.tensor, value, full32, full64, partial=True)
-    if not full.accepted:
+    if not full.right:
         return g
     full.reference_step = closing
     full.note = (
@@ -231,10 +194,10 @@ def accepts(ours64: Tensor, ref32: Tensor, ref64: Tensor,
     return float((ours64 - ref64).abs().max()) <= tolerance
 
 
-def rounding_note(g: Grade) -> str:
-    if g.verdict == "exact":
+def rounding_note(g: TensorCheck) -> str:
+    if g.verdict is Verdict.EXACT:
         return "bit for bit what autograd computed"
-    if g.verdict == "approximate":
+    if g.verdict is Verdict.APPROXIMATE:
         return (
             "correct: it differs from autograd only by float32 rounding "
             f"(maxdiff {g.maxdiff:.1e}; both are that close to the float64 gradient)"

@@ -104,18 +104,16 @@ def _cases(engine, step: Step) -> list[Problem]:
 
 def _solution(engine, step: Step) -> list[Problem]:
     result = engine.check(step.id, step.solution)
-    if result["passed"]:
+    if result.passed:
         return []
-    if result["error"]:
-        return [Problem(step.id, f"reference solution fails to run: "
-                                 f"{result['error']['message']}")]
-    wrong = [f"{c['grad']} ({c['verdict']})" for c in result["checks"]
-             if c["verdict"] not in ("exact", "approximate")]
+    if result.error:
+        return [Problem(step.id, f"reference solution fails to run: {result.error.message}")]
+    wrong = [f"{c.grad} ({c.verdict})" for c in result.checks if not c.right]
     if wrong:
         return [Problem(step.id, f"reference solution disagrees with autograd: "
                                  f"{', '.join(wrong)}")]
     return [Problem(step.id, f"reference solution fails the fresh batch: "
-                             f"{(result['heldout'] or {}).get('message')}")]
+                             f"{result.heldout.message if result.heldout else None}")]
 
 
 def _mistakes(engine, step: Step) -> list[Problem]:
@@ -123,23 +121,23 @@ def _mistakes(engine, step: Step) -> list[Problem]:
     for i, mistake in enumerate(step.mistakes, 1):
         where = f"{step.id} mistake {i}"
         result = engine.check(step.id, mistake.code)
-        if result["passed"]:
+        if result.passed:
             problems.append(Problem(where, "passes: a catalogued mistake must be wrong"))
             continue
-        if result["error"]:
-            problems.append(Problem(where, f"does not run: {result['error']['message']}"))
+        if result.error:
+            problems.append(Problem(where, f"does not run: {result.error.message}"))
             continue
         tensor = mistake.tensor or step.checks[0]
         label = tensor if step.is_function else f"d{tensor}"
-        row = next((c for c in result["checks"] if c["grad"] == label), None)
-        diagnosis = (row or {}).get("diagnosis") or {}
-        if row is None or diagnosis.get("message") != mistake.message:
-            got = diagnosis.get("kind") or (row or {}).get("verdict") or "no row"
+        row = next((c for c in result.checks if c.grad == label), None)
+        diagnosis = row.diagnosis if row else None
+        if row is None or diagnosis is None or diagnosis.message != mistake.message:
+            got = (diagnosis.kind if diagnosis else None) or (row.verdict if row else "no row")
             problems.append(Problem(where, f"is not recognised as itself on {label} (the "
                                            f"tutor says: {got})"))
-        elif diagnosis.get("kind") != mistake.kind:
+        elif diagnosis.kind != mistake.kind:
             problems.append(Problem(where, f"is recognised, but with kind "
-                                           f"{diagnosis.get('kind')} instead of {mistake.kind}"))
+                                           f"{diagnosis.kind} instead of {mistake.kind}"))
     return problems
 
 

@@ -31,8 +31,10 @@ from dataclasses import dataclass, field
 
 import torch
 
+from tutor import code_facts
 from tutor.grading import PROBE_HEADROOM, as_graded, grade
 from tutor.packs import Pack, Step
+from tutor.results import Diagnosis, Verdict
 
 Tensor = torch.Tensor
 
@@ -90,7 +92,7 @@ def spec_for(pack: Pack, step: Step, earlier: list[Step], seed: int, replay=None
     started = [s for s in earlier if set(s.partials) & set(step.checks)]
     if started:
         starts.append((earlier.index(started[0]), arriving(started[0])))
-    reads = _reads(code)
+    reads = code_facts.of(code).names
     for i, s in enumerate(earlier):
         for t in s.checks:
             if f"d{t}" in reads and f"d{t}" not in upstream and t not in step.checks:
@@ -237,7 +239,7 @@ def judge(pack: Pack, step: Step, graph: Graph, before: dict, real: dict, probe:
     g = grade(tensor, change, want32.float(), want64, headroom=PROBE_HEADROOM)
     scale = float(want64.abs().max()) or 1.0
     nothing = float(change.abs().max()) <= 1e-6 * scale
-    if fork or not g.accepted and g.verdict == "shape":
+    if fork or not g.accepted and g.verdict is Verdict.SHAPE:
         return Outcome(tensor, g.accepted, nothing)
     value = as_graded(ours_probe.detach().to(want32.device, torch.float32), want32)
     expected = as_graded(ours_real.detach().to(want32.device, torch.float32), want32) + want32
@@ -285,15 +287,8 @@ def _route(out: Outcome) -> str:
     return ""
 
 
-def _reads(code: str) -> set[str]:
-    try:
-        return {node.id for node in ast.walk(ast.parse(code)) if isinstance(node, ast.Name)}
-    except SyntaxError:
-        return set()
-
-
 def _explained(pack: Pack, step: Step, tensor: str, value: Tensor, expected: Tensor,
-               scope: dict, n: int) -> dict | None:
+               scope: dict, n: int) -> Diagnosis | None:
     """The catalogued mistake or derived rewrite the answer matches under the probe, if any."""
     from tutor import derived
     from tutor.candidate import Output, compile_candidate, copy_namespace, execute
@@ -310,7 +305,7 @@ def _explained(pack: Pack, step: Step, tensor: str, value: Tensor, expected: Ten
         produced = ns.get(f"d{tensor}")
         if isinstance(produced, Tensor) and produced.shape == value.shape and _close(value,
                                                                                      produced):
-            return {"kind": m.kind, "message": m.message.strip()}
+            return Diagnosis(m.kind, m.message.strip())
     if value.shape != expected.shape or not torch.isfinite(value).all():
         return None
     return derived.explain(pack, step, tensor, value.to(expected.device), expected, scope, n)
@@ -320,7 +315,7 @@ def apply(pack: Pack, step: Step, graph: Graph, spec: ProbeSpec, before: dict, r
           line: dict | None, fork: dict | None, grades: list, n: int, code: str = "") -> bool:
     """Refuse every accepted gradient whose rule the probes refuse; True when all still stand."""
     standing = True
-    unread = [u for u in spec.upstream if u in before and u not in _reads(code)]
+    unread = [u for u in spec.upstream if u in before and u not in code_facts.of(code).names]
     for g in grades:
         if not g.accepted or g.diagnosis:
             continue
@@ -351,37 +346,35 @@ def apply(pack: Pack, step: Step, graph: Graph, spec: ProbeSpec, before: dict, r
         found = None
         started = isinstance(before.get(g.grad), Tensor)  # a branch to add to was there
         if out.added_nothing and started:
-            found = {"kind": "partial", "message": (
+            found = Diagnosis("partial", (
                 f"Your code adds nothing to {g.grad} for {lines}: that branch is missing, "
-                f"however small its numbers are for this batch{_route(out)}.")}
+                f"however small its numbers are for this batch{_route(out)}."))
         elif unread and len(unread) == len([u for u in spec.upstream if u in before]):
             names = " and ".join(f"`{u}`" for u in unread)
-            found = {"kind": "partial" if out.added_nothing else "derived", "message": (
+            found = Diagnosis("partial" if out.added_nothing else "derived", (
                 f"Your code never reads {names}, the gradient arriving at {lines}: whatever "
                 f"it computes cannot follow a change in it, so it is right for this batch's "
                 f"numbers only. The chain rule takes the gradient from above and applies the "
-                f"line's local derivative to it.")}
+                f"line's local derivative to it."))
         elif out.added_nothing:
-            found = {"kind": "partial", "message": (
+            found = Diagnosis("partial", (
                 f"Your code adds nothing to {g.grad} for {lines}: that branch is missing, "
-                "however small its numbers are for this batch.")}
+                "however small its numbers are for this batch."))
         elif out.value is not None and out.expected is not None:
             scope = {**before, **cotangents(before, spec.upstream, spec.seed,
                                             step.checks + step.partials)}
             found = _explained(pack, step, g.tensor, out.value, out.expected, scope, n)
-        kind = found["kind"] if found else "rule"
-        detail = found["message"] if found else ""
+        kind = found.kind if found else "rule"
+        detail = found.message if found else ""
         if out.value is not None and out.expected is not None:
             from tutor.diagnosis import where_wrong
 
             # Where a random arriving gradient shows the difference: one entry per row for a
             # max, the kept positions of a mask, ...
             detail += f" With a random one, {where_wrong(out.value, out.expected)}."
-        g.accepted = False
-        g.verdict = "wrong"
-        g.diagnosis = {"kind": kind,
-                       "message": message(step, g.grad, before, real[g.grad], detail)}
-        g.message = g.diagnosis["message"]
+        g.verdict = Verdict.WRONG
+        g.diagnosis = Diagnosis(kind, message(step, g.grad, before, real[g.grad], detail))
+        g.message = g.diagnosis.message
         g.note = None
         standing = False
     return standing

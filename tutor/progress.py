@@ -187,14 +187,13 @@ def _move_aside(path: Path) -> Path:
     return target
 
 
-def _summarize(result: dict) -> tuple[bool, str, float | None, str | None]:
+def _summarize(typed: CheckResult) -> tuple[bool, str, float | None, str | None]:
     """Reduce a check to (passed, verdict, max maxdiff, diagnosis kind) for the attempts table.
 
     The verdict of a passing attempt is the status it earns ("exact" or "passed"); of a failing
     one, the error ("error"), the most telling failing check verdict, or "failed" (e.g. every
     check was close but the held-out batch was not).
     """
-    typed = CheckResult.from_dict(result)
     verdicts = [c.verdict.value for c in typed.checks]
     if typed.error:
         verdict = "error"
@@ -203,9 +202,9 @@ def _summarize(result: dict) -> tuple[bool, str, float | None, str | None]:
     else:
         verdict = next((v for v in FAILING_VERDICTS if v in verdicts), "failed")
     diffs = [c.maxdiff for c in typed.checks if c.maxdiff is not None]
-    kinds = [c.diagnosis.get("kind") for c in typed.checks if c.diagnosis]
+    kinds = [c.diagnosis.kind for c in typed.checks if c.diagnosis]
     if typed.error:
-        kinds.append(typed.error.get("kind"))
+        kinds.append(typed.error.kind.value)
     return typed.passed, verdict, max(diffs, default=None), kinds[0] if kinds else None
 
 
@@ -359,7 +358,7 @@ class Store:
 
     # -- attempts ---------------------------------------------------------------------------
 
-    def record_attempt(self, step_id: str, code: str, result: dict) -> str:
+    def record_attempt(self, step_id: str, code: str, result: CheckResult) -> str:
         """Store an attempt; a pass records the code as accepted. Returns the step's new status.
 
         An achievement only ever goes up (passed < exact), and the accepted code is the code that

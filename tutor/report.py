@@ -7,8 +7,9 @@ import shutil
 import textwrap
 from collections.abc import Collection
 
+from tutor.results import CheckResult, TensorCheck
+
 VERDICT_MARK = {"exact": "✓", "approximate": "✓", "wrong": "✗", "shape": "✗", "missing": "✗"}
-ACCEPTED = ("exact", "approximate")
 UNSETTLED_MARK = "!"  # right on its own, but the result did not pass: the lines below say why
 
 DEFAULT_WIDTH = 100  # a pipe or a file has no width; this is the pack files' own
@@ -55,55 +56,55 @@ def _wrap_line(line: str, prefix: str, rest: str, width: int) -> list[str]:
                          break_long_words=False, break_on_hyphens=False) or [prefix.rstrip()]
 
 
-def cmp_line(check: dict, width: int = 15, tag: str | None = None) -> str:
-    maxdiff = check["maxdiff"]
+def cmp_line(check: TensorCheck, width: int = 15, tag: str | None = None) -> str:
+    maxdiff = check.maxdiff
     diff = "—" if maxdiff is None else f"{maxdiff:.3g}" if maxdiff else "0.0"
     return (
-        f"{row_label(check, tag):<{width}} | exact: {str(check['exact']):<5} | "
-        f"approximate: {str(check['approximate']):<5} | maxdiff: {diff}"
+        f"{row_label(check, tag):<{width}} | exact: {str(check.exact):<5} | "
+        f"approximate: {str(check.approximate):<5} | maxdiff: {diff}"
     )
 
 
-def row_label(check: dict, tag: str | None = None) -> str:
+def row_label(check: TensorCheck, tag: str | None = None) -> str:
     """The tensor's name, plus what tells this row apart from another row of the same tensor:
     "partial" for a first branch, `tag` (a step id) for a later step that grades it again."""
-    notes = [n for n in ("partial" if check.get("partial") else None, tag) if n]
-    return check["tensor"] + (f" ({', '.join(notes)})" if notes else "")
+    notes = [n for n in ("partial" if check.partial else None, tag) if n]
+    return check.tensor + (f" ({', '.join(notes)})" if notes else "")
 
 
-def row_mark(check: dict, passed: bool) -> str:
+def row_mark(check: TensorCheck, passed: bool) -> str:
     """A row's mark. Under a result that did not pass, a row that is right on its own gets "!"
     rather than ✓: a tick above "NOT PASSED" reads as a contradiction."""
-    if check["verdict"] in ACCEPTED and not passed:
+    if check.right and not passed:
         return UNSETTLED_MARK
-    return VERDICT_MARK[check["verdict"]]
+    return VERDICT_MARK[check.verdict.value]
 
 
-def explained_below(check: dict, checks: Collection[dict]) -> bool:
+def explained_below(check: TensorCheck, checks: Collection[TensorCheck]) -> bool:
     """Whether the lines under a result that did not pass concern this row, which is right on
     its own: it has a diagnosis of its own (aliasing, a fresh batch), or no other row failed,
     so what failed is the whole answer. When another row is what failed, "see below" would
     send the learner to text about another tensor."""
-    if check.get("diagnosis"):
+    if check.diagnosis:
         return True
-    return not any(c is not check and (c["verdict"] not in ACCEPTED or c.get("diagnosis"))
-                   for c in checks)
+    return not any(c is not check and not c.accepted for c in checks)
 
 
-def row_detail(check: dict, passed: bool, checks: Collection[dict] = ()) -> str | None:
+def row_detail(check: TensorCheck, passed: bool, checks: Collection[TensorCheck] = ()
+               ) -> str | None:
     """The line under a row, if it needs one: what is wrong, or where to look. `checks` are
     all the result's rows."""
-    diagnosis = check.get("diagnosis")
+    diagnosis = check.diagnosis
     # A held-out failure is printed once, as the fresh batch's own line, not again here.
-    if diagnosis and diagnosis.get("kind") != "heldout":
-        return f"[{diagnosis['kind']}] {check['message']}"
-    if check["verdict"] not in ACCEPTED:
-        return f"[{check['verdict']}] {check['message']}"
+    if diagnosis and diagnosis.kind != "heldout":
+        return f"[{diagnosis.kind}] {check.message}"
+    if not check.right:
+        return f"[{check.verdict}] {check.message}"
     if not passed:
-        return f"{check['verdict']} here, but see below" if explained_below(check, checks) \
+        return f"{check.verdict} here, but see below" if explained_below(check, checks) \
             else None
-    if check.get("note"):  # accepted, with something worth knowing (a shape that broadcasts)
-        return f"note: {check['note']}"
+    if check.note:  # accepted, with something worth knowing (a shape that broadcasts)
+        return f"note: {check.note}"
     return None
 
 
@@ -111,37 +112,37 @@ def _label_width(labels: list[str]) -> int:
     return max([15] + [len(label) for label in labels])
 
 
-def format_result(result: dict, position: str | None = None, width: int | None = None) -> str:
+def format_result(result: CheckResult, position: str | None = None, width: int | None = None
+                  ) -> str:
     """One check as text. `position` (e.g. "exercise 1, step 2 of 23") follows the step id."""
     width = width or terminal_width()
-    lines = [result["step"] + (f" ({position})" if position else "")]
-    passed = bool(result["passed"])
-    error = result.get("error")
+    lines = [result.step + (f" ({position})" if position else "")]
+    passed = result.passed
+    error = result.error
     if error:
-        lines += wrap(f"{error['kind']} error: {error['message']}", "  ✗ ", "    ", width)
-    column = _label_width([row_label(c) for c in result["checks"]])
-    for check in result["checks"]:
+        lines += wrap(f"{error.kind} error: {error.message}", "  ✗ ", "    ", width)
+    column = _label_width([row_label(c) for c in result.checks])
+    for check in result.checks:
         lines.append(f"  {row_mark(check, passed)} {cmp_line(check, column)}")
-        detail = row_detail(check, passed, result["checks"])
+        detail = row_detail(check, passed, result.checks)
         if detail:
             lines += wrap(detail, "      ", "        ", width)
-    heldout = result.get("heldout")
+    heldout = result.heldout
     if heldout:
-        mark = "✓" if heldout["passed"] else "✗"
-        what = heldout.get("what") or f"fresh batch of {heldout.get('batch_size')}"
-        text = what + (
-            f": {heldout['message']}" if heldout.get("message") else "")
+        mark = "✓" if heldout.passed else "✗"
+        what = heldout.what or f"fresh batch of {heldout.batch_size}"
+        text = what + (f": {heldout.message}" if heldout.message else "")
         lines += wrap(text, f"  {mark} ", "    ", width)
-    for note in result.get("notes", []):
+    for note in result.notes:
         lines += wrap(note, "  note: ", "        ", width)
-    if result.get("stdout"):
+    if result.stdout:
         lines.append("  your print output:")
-        lines += [f"    {line}" for line in result["stdout"].rstrip("\n").splitlines()]
+        lines += [f"    {line}" for line in result.stdout.rstrip("\n").splitlines()]
     lines.append("  PASSED" if passed else "  NOT PASSED")
     return "\n".join(lines)
 
 
-def format_table(results: list[dict], tagged: Collection[str] = (),
+def format_table(results: list[CheckResult], tagged: Collection[str] = (),
                  source: str | None = None, width: int | None = None) -> str:
     """One row per checked tensor of every cell, in the style of the notebook's cmp calls.
 
@@ -150,38 +151,38 @@ def format_table(results: list[dict], tagged: Collection[str] = (),
     width = width or terminal_width()
     rows = []
 
-    def tag(result: dict) -> str | None:
-        return result["step"] if result["step"] in tagged else None
+    def tag(result: CheckResult) -> str | None:
+        return result.step if result.step in tagged else None
 
-    column = _label_width([row_label(c, tag(r)) for r in results for c in r["checks"]])
+    column = _label_width([row_label(c, tag(r)) for r in results for c in r.checks])
     for result in results:
-        if result.get("error") or not result["checks"]:
-            message = result["error"]["message"] if result.get("error") else "nothing to check"
-            rows += wrap(f"{result['step']}: {message}", "✗ ", "    ", width)
+        if result.error or not result.checks:
+            message = result.error.message if result.error else "nothing to check"
+            rows += wrap(f"{result.step}: {message}", "✗ ", "    ", width)
             continue
-        passed = bool(result["passed"])
-        for check in result["checks"]:
+        passed = result.passed
+        for check in result.checks:
             rows.append(f"{row_mark(check, passed)} {cmp_line(check, column, tag(result))}")
-            detail = row_detail(check, passed, result["checks"])
+            detail = row_detail(check, passed, result.checks)
             if detail:
                 rows += wrap(detail, "      ", "        ", width)
-        heldout = result.get("heldout")
-        if heldout and not heldout["passed"]:
-            rows += wrap(heldout["message"], "      ", "        ", width)
+        heldout = result.heldout
+        if heldout and not heldout.passed:
+            rows += wrap(heldout.message or "", "      ", "        ", width)
     rows += wrap(_summary(results, source), "", "  ", width)
     return "\n".join(rows)
 
 
-def _summary(results: list[dict], source: str | None) -> str:
+def _summary(results: list[CheckResult], source: str | None) -> str:
     """"N of M cells passed", and where the cells that did not pass are in the file."""
-    passed = sum(r["passed"] for r in results)
-    failing = [_cell_name(r, source) for r in results if not r["passed"]]
+    passed = sum(r.passed for r in results)
+    failing = [_cell_name(r, source) for r in results if not r.passed]
     where = f"; not passed: {', '.join(failing)}" if failing else ""
     return f"{passed} of {len(results)} cells passed{where}"
 
 
-def _cell_name(result: dict, source: str | None) -> str:
-    line = result.get("cell_line")
+def _cell_name(result: CheckResult, source: str | None) -> str:
+    line = result.extra.get("cell_line")
     if line is None:
-        return result["step"]
-    return f"{result['step']} ({source + ', ' if source else ''}line {line})"
+        return result.step
+    return f"{result.step} ({source + ', ' if source else ''}line {line})"

@@ -1,9 +1,9 @@
 """What a check says, typed once for everything that reads it: the engine's result, the client,
 the progress store, the CLI and the TUI.
 
-The engine still speaks the JSON contract of docs/json.md across the process boundary; a
-`CheckResult` is that contract read back into types (`from_dict`), and `to_dict` writes it out
-again unchanged. No torch here.
+The engine builds a `CheckResult`; it becomes the plain data of docs/json.md (`to_dict`) only
+where it crosses a process boundary (the worker's pipe, `check --json`) and is read back into
+types on the other side (`from_dict`). No torch here.
 """
 
 from __future__ import annotations
@@ -66,40 +66,137 @@ _WORDS = {Status.LOCKED: "locked", Status.UNLOCKED: "open",
 ACHIEVEMENTS = (Status.PASSED, Status.EXACT)
 
 
+class ErrorKind(str, Enum):
+    """Why code could not be graded (docs/json.md, "Errors")."""
+
+    SYNTAX = "syntax"
+    FORBIDDEN = "forbidden"
+    RUNTIME = "runtime"
+    TIMEOUT = "timeout"
+    MEMORY = "memory"
+    USAGE = "usage"  # the step was called the wrong way
+    INTERNAL = "internal"  # the tutor itself failed
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass
+class CheckError:
+    """Why a check (or a scratch run) has no rows: what went wrong and where in the code."""
+
+    kind: ErrorKind
+    message: str
+    line: int | None = None
+    col: int | None = None
+
+    @classmethod
+    def internal(cls, message: str) -> CheckError:
+        """The tutor itself failed (the sandbox died, sent bad data, was closed)."""
+        return cls(ErrorKind.INTERNAL, message)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> CheckError:
+        line, col = d.get("line"), d.get("col")
+        try:
+            kind = ErrorKind(d.get("kind", "runtime"))
+        except ValueError:
+            kind = ErrorKind.RUNTIME
+        return cls(kind, str(d.get("message", "")), line if isinstance(line, int) else None,
+                   col if isinstance(col, int) else None)
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind.value, "message": self.message, "line": self.line,
+                "col": self.col}
+
+
+@dataclass
+class Diagnosis:
+    """What a mistake most likely is: a kind (sign, scale, shape, heldout, ...) and a sentence."""
+
+    kind: str
+    message: str
+
+    @classmethod
+    def from_dict(cls, d: dict | None) -> Diagnosis | None:
+        if not d:
+            return None
+        return cls(str(d.get("kind", "")), str(d.get("message", "")))
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, "message": self.message}
+
+
+@dataclass
+class Heldout:
+    """The re-check on a fresh batch (or, for a function step, at fresh sizes)."""
+
+    passed: bool = True
+    batch_size: int | None = None
+    message: str | None = None
+    what: str | None = None  # what was fresh, when it was not a batch (function steps)
+
+    @classmethod
+    def from_dict(cls, d: dict | None) -> Heldout | None:
+        if d is None:
+            return None
+        return cls(bool(d.get("passed")), d.get("batch_size"), d.get("message"), d.get("what"))
+
+    def to_dict(self) -> dict:
+        if self.what is None:
+            return {"passed": self.passed, "batch_size": self.batch_size, "message": self.message}
+        return {"passed": self.passed, "batch_size": self.batch_size, "what": self.what,
+                "message": self.message}
+
+
 @dataclass
 class TensorCheck:
-    """One gradient's row: the notebook's cmp columns, the verdict and why."""
+    """One gradient's row: the notebook's cmp columns, the verdict and why. The engine's grading
+    builds it (tutor/grading.py); everything else reads it."""
 
     tensor: str
     grad: str
-    verdict: Verdict
-    shape: list[int] | None = None
     expected_shape: list[int] | None = None
+    verdict: Verdict = Verdict.MISSING
+    shape: list[int] | None = None
     exact: bool = False
     approximate: bool = False
     maxdiff: float | None = None
-    diagnosis: dict | None = None
+    diagnosis: Diagnosis | None = None
     message: str = ""
     partial: bool = False
-    note: str | None = None
+    note: str | None = None  # why an accepted answer of another shape counts, or similar
     heatmap: list[list[float]] | None = None
+    # Whose reference the verdict was measured against, when not the step's own: a first branch
+    # typed complete is graded against the step that closes the tensor (kept out of the JSON).
+    reference_step: str | None = None
     extra: dict = field(default_factory=dict)  # fields this version does not know, kept as is
 
-    _KNOWN = ("tensor", "grad", "verdict", "shape", "expected_shape", "exact", "approximate",
-              "maxdiff", "diagnosis", "message", "partial", "note", "heatmap")
+    # The JSON row's keys, in the order docs/json.md shows them.
+    _KNOWN = ("tensor", "grad", "shape", "expected_shape", "exact", "approximate", "maxdiff",
+              "verdict", "diagnosis", "message", "partial", "heatmap", "note")
 
     @classmethod
     def from_dict(cls, d: dict) -> TensorCheck:
-        known = {k: d[k] for k in cls._KNOWN if k in d and k not in ("verdict", "tensor", "grad")}
+        plain = ("shape", "expected_shape", "exact", "approximate", "maxdiff", "message",
+                 "partial", "note", "heatmap")
+        known = {k: d[k] for k in plain if k in d}
         tensor = str(d.get("tensor", ""))
         return cls(tensor=tensor, grad=str(d.get("grad", f"d{tensor}")), **known,
                    verdict=Verdict(d.get("verdict", "missing")),
+                   diagnosis=Diagnosis.from_dict(d.get("diagnosis")),
                    extra={k: v for k, v in d.items() if k not in cls._KNOWN})
 
     def to_dict(self) -> dict:
         d = {k: getattr(self, k) for k in self._KNOWN}
         d["verdict"] = self.verdict.value
+        d["diagnosis"] = self.diagnosis.to_dict() if self.diagnosis else None
         return {**d, **self.extra}
+
+    @property
+    def right(self) -> bool:
+        """The values match autograd's (exactly or within rounding), whatever else is said."""
+        return self.verdict.accepted
 
     @property
     def accepted(self) -> bool:
@@ -113,8 +210,8 @@ class CheckResult:
     step: str
     passed: bool
     checks: list[TensorCheck] = field(default_factory=list)
-    heldout: dict | None = None
-    error: dict | None = None
+    heldout: Heldout | None = None
+    error: CheckError | None = None
     stdout: str = ""
     notes: list[str] = field(default_factory=list)
     figure: dict | None = None
@@ -125,10 +222,9 @@ class CheckResult:
               "device")
 
     @classmethod
-    def failure(cls, step: str, error: dict, device: str | None = None) -> CheckResult:
+    def failure(cls, step: str, error: CheckError, device: str | None = None) -> CheckResult:
         """A check that could not run: no rows, only the error."""
-        return cls(step=step, passed=False, error={"line": None, "col": None, **error},
-                   device=device)
+        return cls(step=step, passed=False, error=error, device=device)
 
     @classmethod
     def from_dict(cls, d: dict) -> CheckResult:
@@ -136,8 +232,8 @@ class CheckResult:
             step=d.get("step", ""),
             passed=bool(d.get("passed")),
             checks=[TensorCheck.from_dict(c) for c in d.get("checks") or []],
-            heldout=d.get("heldout"),
-            error=d.get("error"),
+            heldout=Heldout.from_dict(d.get("heldout")),
+            error=CheckError.from_dict(d["error"]) if d.get("error") else None,
             stdout=d.get("stdout") or "",
             notes=list(d.get("notes") or []),
             figure=d.get("figure"),
@@ -147,9 +243,10 @@ class CheckResult:
 
     def to_dict(self) -> dict:
         return {"step": self.step, "passed": self.passed,
-                "checks": [c.to_dict() for c in self.checks], "heldout": self.heldout,
-                "error": self.error, "stdout": self.stdout, "notes": self.notes,
-                "figure": self.figure, "device": self.device, **self.extra}
+                "checks": [c.to_dict() for c in self.checks],
+                "heldout": self.heldout.to_dict() if self.heldout else None,
+                "error": self.error.to_dict() if self.error else None, "stdout": self.stdout,
+                "notes": self.notes, "figure": self.figure, "device": self.device, **self.extra}
 
     def failed(self) -> list[TensorCheck]:
         """The rows that keep the check from passing."""
@@ -166,12 +263,42 @@ class CheckResult:
     def summary(self) -> str:
         """One line: what the check came to."""
         if self.error:
-            return f"{self.error.get('kind', 'runtime')} error"
+            return f"{self.error.kind} error"
         if self.passed:
             return "exact" if self.achievement is Status.EXACT else "passed"
         failing = self.failed()
         if failing:
             return ", ".join(f"{c.grad} {c.verdict.value}" for c in failing)
-        if self.heldout and not self.heldout.get("passed"):
+        if self.heldout and not self.heldout.passed:
             return "wrong on the fresh batch"
         return "not passed"
+
+
+@dataclass
+class Defined:
+    """A name a scratch run defined or changed, and a few words on what it holds."""
+
+    name: str
+    what: str
+
+
+@dataclass
+class ScratchResult:
+    """A run of code against the lesson, not graded: its output, its error, what it defined."""
+
+    step: str
+    stdout: str = ""
+    error: CheckError | None = None
+    defined: list[Defined] = field(default_factory=list)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> ScratchResult:
+        return cls(str(d.get("step", "")), d.get("stdout") or "",
+                   CheckError.from_dict(d["error"]) if d.get("error") else None,
+                   [Defined(str(x.get("name", "")), str(x.get("what", "")))
+                    for x in d.get("defined") or [] if isinstance(x, dict)])
+
+    def to_dict(self) -> dict:
+        return {"step": self.step, "stdout": self.stdout,
+                "error": self.error.to_dict() if self.error else None,
+                "defined": [{"name": x.name, "what": x.what} for x in self.defined]}

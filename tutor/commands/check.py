@@ -74,11 +74,12 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         print(f"backprop-tutor: {exc}", file=sys.stderr)
         return 1
     # The verdict goes out first: whatever then happens to the record, the learner has seen it.
-    text = json.dumps(result, indent=2) if args.json else format_result(result, position(pack, sid))
+    text = (json.dumps(result.to_dict(), indent=2) if args.json else
+            format_result(result, position(pack, sid)))
     print(text, flush=True)
     if not args.no_record:
         _record(session, lambda: [session.record(sid, code, result).problem])
-    return 0 if result["passed"] else 1
+    return 0 if result.passed else 1
 
 
 def _progress(args: argparse.Namespace, settings: Settings, pack):
@@ -145,10 +146,11 @@ def _run_all(args: argparse.Namespace, settings: Settings, pack) -> int:
             store.close()
         return 1
     table = format_table(results, regraded_steps(pack), Path(args.all_file).name)
-    print(json.dumps(results, indent=2) if args.json else table, flush=True)
+    print(json.dumps([r.to_dict() for r in results], indent=2) if args.json else table,
+          flush=True)
     if not args.no_record:
         _record(session, lambda: session.record_cells(text, results))
-    return 0 if all(r["passed"] for r in results) else 1
+    return 0 if all(r.passed for r in results) else 1
 
 
 CHECK = Command("check", "check backward code for a step against autograd", _args, run)

@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 from tutor.config import Settings
 from tutor.evaluator import protocol
-from tutor.results import CheckResult
+from tutor.results import CheckError, CheckResult, ErrorKind, ScratchResult
 
 # How much longer than the in-worker limit to wait before killing the process: the worker stops
 # Python loops itself at the limit; only a single long-running tensor op needs the hard stop.
@@ -223,26 +223,27 @@ class Evaluator:
             with contextlib.suppress(OSError, ValueError):
                 protocol.send(proc.stdin, {"op": "cancel"})
 
-    def check(self, step_id: str, code: str, prior: dict[str, str] | None = None) -> dict:
+    def check(self, step_id: str, code: str, prior: dict[str, str] | None = None
+              ) -> CheckResult:
         # The worker stops Python loops itself at the time limit; the grace covers one long
         # tensor operation that no signal can interrupt.
         limit = self.settings.timeout + HARD_KILL_GRACE
         result = self.request("check", {"step": step_id, "code": code, "prior": prior or {}}, limit)
-        if "step" not in result:  # the worker died or timed out: shape it like a check result
-            result = CheckResult.failure(step_id, result["error"],
-                                         (self._info or {}).get("device")).to_dict()
-        return result
+        if "step" not in result:  # the worker died or timed out: a check result with the error
+            return CheckResult.failure(step_id, CheckError.from_dict(result["error"]),
+                                       (self._info or {}).get("device"))
+        return CheckResult.from_dict(result)
 
 
-    def scratch(self, step_id: str, code: str, prior: dict[str, str] | None = None) -> dict:
+    def scratch(self, step_id: str, code: str, prior: dict[str, str] | None = None
+                ) -> ScratchResult:
         """Run code against the lesson without grading it: output, error, what it defined."""
         limit = self.settings.timeout + HARD_KILL_GRACE
         result = self.request("scratch", {"step": step_id, "code": code, "prior": prior or {}},
                               limit)
-        if "defined" not in result:
-            result = {"step": step_id, "stdout": "", "defined": [], **result}
-        return result
+        return ScratchResult.from_dict({"step": step_id, **result})
 
 
 def _failure(kind: str, message: str) -> dict:
-    return {"error": {"kind": kind, "message": message, "line": None, "col": None}}
+    """An answer the worker could not give, as the worker would have sent it."""
+    return {"error": CheckError(ErrorKind(kind), message).to_dict()}

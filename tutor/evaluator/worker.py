@@ -20,6 +20,7 @@ import traceback
 import warnings
 
 from tutor.evaluator import protocol
+from tutor.results import CheckError, ErrorKind
 
 # Importing torch without NumPy present prints a warning that means nothing to a learner.
 warnings.filterwarnings("ignore", message=".*NumPy.*")
@@ -99,13 +100,14 @@ class Worker:
             try:
                 result = self.handle(request, rid)
             except MemoryError:
-                result = {"error": {"kind": "memory", "message": "the sandbox ran out of memory"}}
+                result = {"error": CheckError(ErrorKind.MEMORY,
+                                              "the sandbox ran out of memory").to_dict()}
             except Exception as exc:  # noqa: BLE001
                 traceback.print_exc()
                 first = (str(exc).strip().splitlines() or [""])[0][:200]
-                result = {"error": {"kind": "internal", "line": None, "col": None,
-                                    "message": f"the tutor failed ({type(exc).__name__}: {first})"
-                                    "; this is a bug in the tutor, not in your code"}}
+                result = {"error": CheckError.internal(
+                    f"the tutor failed ({type(exc).__name__}: {first}); this is a bug in the "
+                    "tutor, not in your code").to_dict()}
             self.send({"type": "result", "id": rid, "result": result})
             try:
                 self.engine.prepare()  # the next check's child, forked while the learner reads
@@ -118,9 +120,12 @@ class Worker:
         self.engine.on_wait = lambda seconds: self.send(
             {"type": "extend", "id": rid, "seconds": seconds})
         if op == "check":
-            return self.engine.check(request["step"], request["code"], request.get("prior"))
+            # Typed until here: plain data only for the pipe (docs/json.md).
+            return self.engine.check(request["step"], request["code"],
+                                     request.get("prior")).to_dict()
         if op == "scratch":
-            return self.engine.scratch(request["step"], request["code"], request.get("prior"))
+            return self.engine.scratch(request["step"], request["code"],
+                                       request.get("prior")).to_dict()
         if op == "info":
             return self.engine.info()
         if op == "train":

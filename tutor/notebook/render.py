@@ -16,7 +16,7 @@ from tutor.controller import CheckOutcome, Hints
 from tutor.durations import compact
 from tutor.notebook.png import heatmap_png
 from tutor.report import format_result, row_detail, row_label, row_mark
-from tutor.results import Status
+from tutor.results import CheckResult, Status
 
 Bundle = dict[str, str]  # a display's MIME bundle: "text/plain", "text/html", "image/png"
 
@@ -60,7 +60,7 @@ def _after(outcome: CheckOutcome, recorded: bool) -> list[str]:
     """What the check changed in the learner's progress, and what could not be saved."""
     lines = [] if recorded else ["the step's template, unchanged: not recorded as an attempt"]
     if outcome.status is not None:
-        lines.append(f"{outcome.result['step']}: {outcome.status.words}")
+        lines.append(f"{outcome.result.step}: {outcome.status.words}")
     if outcome.unlocked:
         lines.append("unlocked: " + ", ".join(outcome.unlocked))
     if outcome.problem:
@@ -74,23 +74,23 @@ def _after_text(outcome: CheckOutcome, recorded: bool) -> str:
 
 def _check_html(outcome: CheckOutcome, position: str, recorded: bool) -> str:
     result = outcome.result
-    passed = bool(result["passed"])
-    parts = [f"<div style=\"{_STYLE}\"><b>{html.escape(result['step'])}</b> "
+    passed = result.passed
+    parts = [f"<div style=\"{_STYLE}\"><b>{html.escape(result.step)}</b> "
              f'<span style="color: {_MUTED}">({html.escape(position)})</span>']
-    error = result.get("error")
+    error = result.error
     if error:
-        parts.append(f"<div>{_mark('✗')} {html.escape(error['kind'])} error: "
-                     f"{prose(error['message'])}</div>")
-    if result["checks"]:
+        parts.append(f"<div>{_mark('✗')} {html.escape(error.kind.value)} error: "
+                     f"{prose(error.message)}</div>")
+    if result.checks:
         head = _row([("", "left"), ("gradient", "left"), ("exact", "left"),
                      ("approximate", "left"), ("maxdiff", "right")], "th")
         parts.append(f'<table style="border-collapse: collapse; margin: 4px 0">{head}')
-        for check in result["checks"]:
-            maxdiff = check["maxdiff"]
+        for check in result.checks:
+            maxdiff = check.maxdiff
             diff = "—" if maxdiff is None else f"{maxdiff:.3g}" if maxdiff else "0.0"
             cells = [(_mark(row_mark(check, passed)), "left"),
                      (f"<code>{html.escape(row_label(check))}</code>", "left"),
-                     (_bool(check["exact"]), "left"), (_bool(check["approximate"]), "left"),
+                     (_bool(check.exact), "left"), (_bool(check.approximate), "left"),
                      (diff, "right")]
             parts.append(_row(cells))
             detail = row_detail(check, passed)
@@ -98,16 +98,16 @@ def _check_html(outcome: CheckOutcome, position: str, recorded: bool) -> str:
                 parts.append(f'<tr><td></td><td colspan="4" style="{_CELL.format("left")}">'
                              f"{_WRAPPED.format(prose(detail))}</td></tr>")
         parts.append("</table>")
-    heldout = result.get("heldout")
+    heldout = result.heldout
     if heldout:
-        what = heldout.get("what") or f"fresh batch of {heldout.get('batch_size')}"
-        message = f": {heldout['message']}" if heldout.get("message") else ""
-        parts.append(f"<div>{_mark('✓' if heldout['passed'] else '✗')} "
+        what = heldout.what or f"fresh batch of {heldout.batch_size}"
+        message = f": {heldout.message}" if heldout.message else ""
+        parts.append(f"<div>{_mark('✓' if heldout.passed else '✗')} "
                      f"{prose(what + message)}</div>")
-    parts += [f"<div>note: {prose(note)}</div>" for note in result.get("notes", [])]
-    if result.get("stdout"):
+    parts += [f"<div>note: {prose(note)}</div>" for note in result.notes]
+    if result.stdout:
         parts.append(f"<div>your print output:</div><pre style=\"margin: 2px 0 2px 1em\">"
-                     f"{html.escape(result['stdout'].rstrip())}</pre>")
+                     f"{html.escape(result.stdout.rstrip())}</pre>")
     verdict = "PASSED" if passed else "NOT PASSED"
     parts.append(f'<div style="color: {_GOOD if passed else _BAD}; font-weight: bold">'
                  f"{verdict}</div>")
@@ -117,21 +117,21 @@ def _check_html(outcome: CheckOutcome, position: str, recorded: bool) -> str:
     return "".join(parts)
 
 
-def heatmap_bundles(result: dict) -> list[Bundle]:
+def heatmap_bundles(result: CheckResult) -> list[Bundle]:
     """One image per gradient whose shape is right and whose numbers are not: where they are
     wrong, as |yours − autograd| (pooled by the engine to at most 8 x 32 cells); and the step's
     figure, when it has one."""
     bundles = []
-    for check in result.get("checks", []):
-        values = check.get("heatmap")
+    for check in result.checks:
+        values = check.heatmap
         if not values:
             continue
-        shape = check.get("shape") or []
-        caption = (f"|yours − autograd| for {check['grad']} {list(shape)}: dark is right, "
+        shape = check.shape or []
+        caption = (f"|yours − autograd| for {check.grad} {list(shape)}: dark is right, "
                    "brighter is further off (each cell the largest of its block)")
         png = base64.b64encode(heatmap_png(values)).decode("ascii")
         bundles.append({"image/png": png, "text/plain": caption})
-    figure = result.get("figure")
+    figure = result.figure
     if figure and figure.get("values"):  # a solved step's gradient worth looking at
         png = base64.b64encode(heatmap_png(figure["values"], signed=True, cell=6)).decode("ascii")
         caption = (f"{figure.get('title') or 'the gradient'}: one row per example, one column "

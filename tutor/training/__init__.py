@@ -17,7 +17,6 @@ imports torch at module level, so the UI can import this package.
 from tutor.training.plan import (
     Section,
     TrainingSettings,
-    assigned_names,
     backward_sections,
     forward_for,
     names_read,
@@ -63,7 +62,6 @@ __all__ = [
     "Tally",
     "TrainingRun",
     "TrainingSettings",
-    "assigned_names",
     "backward_sections",
     "eager_step",
     "forward_for",

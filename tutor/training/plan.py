@@ -13,8 +13,10 @@ from collections.abc import Collection, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
+from tutor.code_facts import read, written
 from tutor.config import DEFAULT_SEED
 from tutor.packs import Exercise, Pack, Step
+from tutor.results import CheckResult
 
 if TYPE_CHECKING:
 
@@ -182,8 +184,7 @@ def backward_sections(pack: Pack, accepted: Mapping[str, str] | None) -> list[Se
 
 def names_read(code: str) -> set[str]:
     """Every plain name the code loads (so a forward tensor it needs must be computed first)."""
-    return {n.id for n in ast.walk(ast.parse(code)) if isinstance(n, ast.Name)
-            and isinstance(n.ctx, ast.Load)}
+    return read(ast.parse(code))
 
 
 def forward_for(pack: Pack, backward: str, loss_line: str) -> list[str]:
@@ -285,24 +286,6 @@ def training_draft(store: Store, pack: Pack) -> str | None:
 # --- notes about the code ------------------------------------------------------------------
 
 
-def assigned_names(node: ast.AST) -> set[str]:
-    """Names a statement writes: assigned, augmented, subscripted into or mutated in place."""
-    out: set[str] = set()
-    for n in ast.walk(node):
-        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
-            out.add(n.id)
-        elif isinstance(n, ast.Subscript) and isinstance(n.ctx, ast.Store):
-            base = n.value
-            while isinstance(base, ast.Subscript):
-                base = base.value
-            if isinstance(base, ast.Name):
-                out.add(base.id)
-        elif (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
-              and n.func.attr.endswith("_") and isinstance(n.func.value, ast.Name)):
-            out.add(n.func.value.id)  # torch's trailing underscore: an in-place method
-    return out
-
-
 # A loop over these sizes is the network's structure (one pass per layer), not a loop that one
 # tensor operation could replace.
 STRUCTURAL_SIZES = {"n_layer"}
@@ -335,7 +318,7 @@ def python_loops(code: str) -> list[dict]:
         return []
     return [
         {"line": loop.lineno, "kind": "for" if isinstance(loop, ast.For) else "while",
-         "gradients": sorted(n for n in assigned_names(loop) if n.startswith("d") and len(n) > 1)}
+         "gradients": sorted(n for n in written(loop) if n.startswith("d") and len(n) > 1)}
         for loop in _loops(tree.body)
     ]
 
@@ -378,9 +361,9 @@ def record_run(store: Store, pack: Pack, code: str, result: dict) -> int | None:
     settings = result.get("settings", {})
     if result["status"] == "finished" and not settings.get("reference"):
         gradcheck = result.get("gradcheck") or {}
-        store.record_attempt(training_step(pack).id, code, {
+        store.record_attempt(training_step(pack).id, code, CheckResult.from_dict({
             "passed": bool(gradcheck.get("passed", True)),
             "checks": gradcheck.get("checks", []),
             "error": None,
-        })
+        }))
     return run_id

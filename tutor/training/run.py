@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from tutor import code_facts
 from tutor.packs import Pack
 from tutor.sandbox.clean import clean
 
@@ -25,7 +26,6 @@ if TYPE_CHECKING:
 
 from tutor.training.plan import (
     TrainingSettings,
-    assigned_names,
     speed_notes,
     training_code,
 )
@@ -232,7 +232,7 @@ class Tally:
             self.maxdiff = max(self.maxdiff, g.maxdiff)
         order = ("exact", "approximate", "wrong", "shape", "missing")
         if order.index(g.verdict) > order.index(self.verdict):
-            self.verdict = g.verdict
+            self.verdict = str(g.verdict)
 
     def to_dict(self) -> dict:
         return {"tensor": self.tensor, "grad": f"d{self.tensor}", "shape": self.shape,
@@ -255,9 +255,8 @@ class Gradients:
         g = cls()
         tree = ast.parse(code)
         for stmt in tree.body:
-            written = {n for n in assigned_names(stmt) if n.startswith("d") and len(n) > 1}
-            read = {n.id for n in ast.walk(stmt) if isinstance(n, ast.Name)
-                    and isinstance(n.ctx, ast.Load) and n.id.startswith("d")}
+            written = {n for n in code_facts.written(stmt) if n.startswith("d") and len(n) > 1}
+            read = {n for n in code_facts.read(stmt) if n.startswith("d")}
             for name in written:
                 g.line.setdefault(name, stmt.lineno)
                 g.inputs.setdefault(name, set()).update(read - {name})
@@ -583,11 +582,12 @@ class TrainingRun:
                         "gradient along the backward pass that differs; those it is computed "
                         "from match autograd.")
         if diag:
-            message += f" {diag['message']}"
+            message += f" {diag.message}"
         message += " Training stopped before a wrong gradient could change the network."
         return {"step": i, "tensor": first, "grad": f"d{first}", "wrong": [f"d{p}" for p in wrong],
-                "maxdiff": g.maxdiff, "verdict": g.verdict, "cause": f"d{cause}",
-                "line": line.get(f"d{cause}"), "diagnosis": diag, "message": message}
+                "maxdiff": g.maxdiff, "verdict": str(g.verdict), "cause": f"d{cause}",
+                "line": line.get(f"d{cause}"), "diagnosis": diag.to_dict() if diag else None,
+                "message": message}
 
     # -- phase 2 -----------------------------------------------------------------------------
     def _train(self) -> str:

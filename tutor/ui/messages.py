@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from textual.message import Message
 
+from tutor.results import CheckResult, ScratchResult
+
 
 class EvaluatorReady(Message):
     """The sandbox worker has built the lesson state; `info` holds device and shapes."""
@@ -26,9 +28,9 @@ class EvaluatorFailed(Message):
 
 
 class CheckFinished(Message):
-    """A candidate was graded; `result` is the evaluator's plain dict."""
+    """A candidate was graded; `result` is the evaluator's typed result."""
 
-    def __init__(self, step_id: str, code: str, result: dict) -> None:
+    def __init__(self, step_id: str, code: str, result: CheckResult) -> None:
         super().__init__()
         self.step_id = step_id
         self.code = code
@@ -47,7 +49,7 @@ class CheckFailed(Message):
 class ScratchFinished(Message):
     """A run without grading came back; `result` has stdout, error and what the code defined."""
 
-    def __init__(self, step_id: str, result: dict) -> None:
+    def __init__(self, step_id: str, result: ScratchResult) -> None:
         super().__init__()
         self.step_id = step_id
         self.result = result

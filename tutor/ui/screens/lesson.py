@@ -33,7 +33,7 @@ from tutor.controller import (
     position_in_lesson,
 )
 from tutor.packs import Exercise, Step
-from tutor.results import Status
+from tutor.results import CheckError, Status
 from tutor.source import size_problem
 from tutor.ui.highlight import warm_up
 from tutor.ui.messages import CheckFailed, CheckFinished, ScratchFinished
@@ -474,7 +474,7 @@ class LessonScreen(Screen[None]):
             feedback.show_result(result, note, revealed)
             self._show_idle()
             self._fit_to_feedback()
-            self._point_at_error(result.get("error"))
+            self._point_at_error(result.error)
         self._unrecorded.append(message)
         # The panels' own refreshes reach the screen only after this handler, so without a
         # pending layout here the callback would run (and write to disk, and redraw the
@@ -511,13 +511,13 @@ class LessonScreen(Screen[None]):
         self.refresh_bindings()
         self._run_queued()
 
-    def _point_at_error(self, error: dict | None) -> None:
+    def _point_at_error(self, error: CheckError | None) -> None:
         """Put the editor cursor on the reported line and column, and tint the line."""
-        if not error or not error.get("line"):
+        if not error or not error.line:
             return
         editor = self.query_one("#editor", CodeEditor)
-        row = min(max(int(error["line"]) - 1, 0), editor.document.line_count - 1)
-        col = max(int(error.get("col") or 1) - 1, 0)
+        row = min(max(error.line - 1, 0), editor.document.line_count - 1)
+        col = max((error.col or 1) - 1, 0)
         col = min(col, len(editor.document.get_line(row)))
         editor.move_cursor((row, col))
         editor.mark_error(row)
@@ -589,7 +589,7 @@ class LessonScreen(Screen[None]):
         self._show_idle()
         self._fit_to_feedback()
         feedback.scroll_to_part("scratch")
-        self._point_at_error(message.result.get("error"))
+        self._point_at_error(message.result.error)
 
     def _expected_shapes(self) -> dict[str, list[int] | None]:
         """The shape each gradient of the open step must have, where it is known: forward
@@ -597,8 +597,8 @@ class LessonScreen(Screen[None]):
         lines = (self.tutor.info or {}).get("lines", [])
         shapes = {line["target"]: line.get("shape") for line in lines}
         last = self.results.get(self.step.id)
-        for check in (last[0].get("checks") or []) if last else []:
-            shapes.setdefault(check.get("tensor"), check.get("expected_shape"))
+        for check in last[0].checks if last else []:
+            shapes.setdefault(check.tensor, check.expected_shape)
         if self.step.is_function:
             return {}  # its arguments' shapes change from case to case
         return {f"d{t}": shapes[t] for t in self.step.checks if shapes.get(t) is not None}

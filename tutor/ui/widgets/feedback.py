@@ -1,6 +1,6 @@
 """The feedback panel: the verdict of a check, hints taken and a revealed solution.
 
-A result is the evaluator's plain dict (see tutor.evaluator.client); this module turns it into
+A result is the evaluator's typed `CheckResult` (tutor/results.py); this module turns it into
 something a learner can read at a glance, in the spirit of the notebook's `cmp` line.
 """
 
@@ -13,6 +13,7 @@ from textual.containers import VerticalScroll
 from textual.widgets import Static
 
 from tutor.report import explained_below
+from tutor.results import CheckError, CheckResult, ScratchResult, TensorCheck, Verdict
 from tutor.ui.highlight import python_text
 from tutor.ui.palette import (
     ALERT,
@@ -53,7 +54,6 @@ ERROR_TITLES = {
     "internal": "The checker had a problem",
 }
 UNSETTLED = ALERT  # right on its own, under a result that did not pass
-ACCEPTED = ("exact", "approximate")
 MAX_PRINTED_LINES = 40
 # The engine's sentence for an answer that is right up to float32 rounding. It is the same for
 # every gradient, so the panel says it once per check instead of once per row.
@@ -78,21 +78,21 @@ def _dims(shape) -> str:
     return "?" if shape is None else "[" + ", ".join(str(d) for d in shape) + "]"
 
 
-def _verdict_word(check: dict, passed: bool, checks: list[dict]) -> Text:
-    verdict = check.get("verdict", "wrong")
-    if verdict in ACCEPTED and not passed:
+def _verdict_word(check: TensorCheck, passed: bool, checks: list[TensorCheck]) -> Text:
+    verdict = check.verdict.value
+    if check.right and not passed:
         # Right on its own, but the step did not pass (aliasing, a fresh batch, another row):
         # green here would contradict the "Not yet" above.
         if not explained_below(check, checks):
             return Text(VERDICT_WORDS[verdict])  # another row is what failed
         return Text.styled(f"{VERDICT_WORDS[verdict]} here, but see below", UNSETTLED)
     word = Text.styled(VERDICT_WORDS.get(verdict, verdict), VERDICT_STYLES.get(verdict, ""))
-    if verdict == "shape":
-        word.append(f" {_dims(check.get('shape'))}≠{_dims(check.get('expected_shape'))}", style=DIM)
+    if check.verdict is Verdict.SHAPE:
+        word.append(f" {_dims(check.shape)}≠{_dims(check.expected_shape)}", style=DIM)
     return word
 
 
-def checks_table(checks: list[dict], passed: bool = True) -> Table:
+def checks_table(checks: list[TensorCheck], passed: bool = True) -> Table:
     """One row per graded tensor, like the notebook's cmp(name, dt, t)."""
     table = Table(box=None, pad_edge=False, padding=(0, 1), show_edge=False, expand=False)
     table.add_column("gradient", style="bold", no_wrap=True)
@@ -101,30 +101,30 @@ def checks_table(checks: list[dict], passed: bool = True) -> Table:
     table.add_column("maxdiff", justify="right", no_wrap=True)
     table.add_column("verdict", no_wrap=True)
     for check in checks:
-        name = Text(check.get("grad") or f"d{check.get('tensor', '?')}")
-        if check.get("partial"):
+        name = Text(_grad(check))
+        if check.partial:
             name.append(" (1st branch)", style=DIM)
         table.add_row(
             name,
-            _flag(check.get("exact"), passed),
-            _flag(check.get("approximate"), passed),
-            _maxdiff(check.get("maxdiff")),
+            _flag(check.exact, passed),
+            _flag(check.approximate, passed),
+            _maxdiff(check.maxdiff),
             _verdict_word(check, passed, checks),
         )
     return table
 
 
-def _grad(check: dict) -> str:
-    return check.get("grad") or f"d{check.get('tensor', '?')}"
+def _grad(check: TensorCheck) -> str:
+    return check.grad or f"d{check.tensor or '?'}"
 
 
-def _only_rounding(check: dict) -> bool:
+def _only_rounding(check: TensorCheck) -> bool:
     """An accepted row whose message is the standard float32-rounding sentence."""
-    return (check.get("verdict") == "approximate" and not check.get("diagnosis")
-            and str(check.get("message") or "").startswith(ROUNDING_PREFIX))
+    return (check.verdict is Verdict.APPROXIMATE and not check.diagnosis
+            and check.message.startswith(ROUNDING_PREFIX))
 
 
-def _rounding_line(checks: list[dict]) -> Text | None:
+def _rounding_line(checks: list[TensorCheck]) -> Text | None:
     """One sentence for every row that differs from autograd by float32 rounding alone."""
     names = [_grad(c) for c in checks if _only_rounding(c)]
     if not names:
@@ -137,26 +137,25 @@ def _rounding_line(checks: list[dict]) -> Text | None:
         "correct.", DIM)
 
 
-def _check_details(check: dict) -> list[RenderableType]:
+def _check_details(check: TensorCheck) -> list[RenderableType]:
     """The teaching part under the table: diagnosis first, then where the values differ."""
     parts: list[RenderableType] = []
     grad = _grad(check)
-    verdict = check.get("verdict")
-    diagnosis = check.get("diagnosis")
-    if diagnosis and diagnosis.get("kind") == "heldout":
+    verdict = check.verdict
+    diagnosis = check.diagnosis
+    if diagnosis and diagnosis.kind == "heldout":
         pass  # the row's message is the fresh batch's, said once on its own line below
-    elif diagnosis and diagnosis.get("message"):
-        parts.append(Text.styled(f"{grad}: ", "bold") + prose(diagnosis["message"], WARN))
-    elif verdict != "exact" and check.get("message") and not _only_rounding(check):
-        tone = DIM if verdict == "approximate" else ""
-        parts.append(Text.styled(f"{grad}: ", "bold") + prose(check["message"], tone))
-    if check.get("note"):  # e.g. a shape that differs by a size-1 dimension and still works
-        parts.append(Text.styled(f"{grad}: ", "bold") + prose(check["note"], DIM))
-    heatmap = check.get("heatmap")
-    if heatmap:
+    elif diagnosis and diagnosis.message:
+        parts.append(Text.styled(f"{grad}: ", "bold") + prose(diagnosis.message, WARN))
+    elif verdict is not Verdict.EXACT and check.message and not _only_rounding(check):
+        tone = DIM if verdict is Verdict.APPROXIMATE else ""
+        parts.append(Text.styled(f"{grad}: ", "bold") + prose(check.message, tone))
+    if check.note:  # e.g. a shape that differs by a size-1 dimension and still works
+        parts.append(Text.styled(f"{grad}: ", "bold") + prose(check.note, DIM))
+    if check.heatmap:
         parts.append(Text.styled(f"where {grad} differs from autograd (|yours − autograd|, "
                                  "brighter = further off):", DIM))
-        parts.append(Heatmap(heatmap, shape=check.get("expected_shape") or check.get("shape")))
+        parts.append(Heatmap(check.heatmap, shape=check.expected_shape or check.shape))
     return parts
 
 
@@ -177,32 +176,32 @@ def _figure(figure: dict) -> list[RenderableType]:
     return parts
 
 
-def error_text(error: dict) -> Text:
-    title = ERROR_TITLES.get(error.get("kind", ""), "Error")
+def error_text(error: CheckError) -> Text:
+    title = ERROR_TITLES.get(error.kind.value, "Error")
     where = ""
-    message = error.get("message") or ""
-    if error.get("line") and f"line {error['line']}" not in message:
-        where = f" on line {error['line']}"
-        if error.get("col"):
-            where += f", column {error['col']}"
+    message = error.message
+    if error.line and f"line {error.line}" not in message:
+        where = f" on line {error.line}"
+        if error.col:
+            where += f", column {error.col}"
     text = Text.styled(f"✗ {title}{where}", BAD)
     text.append("\n")
     text.append(message, style=WARN)
-    if error.get("line"):
+    if error.line:
         text.append("\nThe line is marked in the editor.", style=DIM)
     return text
 
 
-def result_view(result: dict, unlocked: str | None, revealed: bool = False) -> Group:
+def result_view(result: CheckResult, unlocked: str | None, revealed: bool = False) -> Group:
     """Everything one check produced, in reading order. `revealed` says the step's solution
     was shown before this check, so a pass does not change its status."""
     parts: list[RenderableType] = []
-    error = result.get("error")
-    checks = result.get("checks") or []
+    error = result.error
+    checks = result.checks
     if error:
         parts.append(error_text(error))
-    elif result.get("passed"):
-        exact = all(c.get("exact") for c in checks if not c.get("partial"))
+    elif result.passed:
+        exact = all(c.exact for c in checks if not c.partial)
         parts.append(Text.styled(
                    "✓ Correct: identical to autograd, bit for bit." if exact
                    else "✓ Correct: equal to autograd within floating-point tolerance.",
@@ -219,25 +218,25 @@ def result_view(result: dict, unlocked: str | None, revealed: bool = False) -> G
     else:
         parts.append(Text.styled("✗ Not yet.", BAD))
     if checks:
-        parts.append(checks_table(checks, bool(result.get("passed"))))
+        parts.append(checks_table(checks, result.passed))
         for check in checks:
             parts.extend(_check_details(check))
         rounding = _rounding_line(checks)
         if rounding is not None:
             parts.append(rounding)
-    heldout = result.get("heldout")
+    heldout = result.heldout
     if heldout:
-        what = heldout.get("what") or f"a fresh batch of {heldout.get('batch_size')}"
-        if heldout.get("passed"):
+        what = heldout.what or f"a fresh batch of {heldout.batch_size}"
+        if heldout.passed:
             parts.append(Text.styled(f"✓ Also correct on {what}.", INFO))
         else:
             parts.append(Text.styled(f"✗ On {what}: ", ALERT) + prose(
-                heldout.get("message") or "the answer does not hold there.", WARN))
-    for note in result.get("notes") or []:
+                heldout.message or "the answer does not hold there.", WARN))
+    for note in result.notes:
         parts.append(Text.styled("· ", DIM) + prose(note, DIM))
-    if result.get("figure"):
-        parts.extend(_figure(result["figure"]))
-    printed = printed_lines(result.get("stdout") or "")
+    if result.figure:
+        parts.extend(_figure(result.figure))
+    printed = printed_lines(result.stdout)
     if printed is not None:
         parts.append(Text.styled("printed:", DIM))
         parts.append(printed)
@@ -254,7 +253,7 @@ def printed_lines(stdout: str) -> Text | None:
     return Text.styled("\n".join(lines), TEXT)
 
 
-def scratch_view(result: dict, expected: dict[str, list[int] | None]) -> Group:
+def scratch_view(result: ScratchResult, expected: dict[str, list[int] | None]) -> Group:
     """A run without grading: what it printed, what went wrong, and what it defined.
 
     `expected` maps a gradient's name to the shape it must have, so a defined gradient says at
@@ -263,14 +262,14 @@ def scratch_view(result: dict, expected: dict[str, list[int] | None]) -> Group:
     parts: list[RenderableType] = [Text.styled(
         "Run without grading: nothing was compared with autograd and no attempt was counted.",
         INFO_STRONG)]
-    if result.get("error"):
-        parts.append(error_text(result["error"]))
-    printed = printed_lines(result.get("stdout") or "")
+    if result.error:
+        parts.append(error_text(result.error))
+    printed = printed_lines(result.stdout)
     if printed is not None:
         parts.append(Text.styled("printed:", DIM))
         parts.append(printed)
     # Modules (torch, F, math) are always there; listing them hides what the code made.
-    defined = [d for d in result.get("defined") or [] if d.get("what") != "module"]
+    defined = [d for d in result.defined if d.what != "module"]
     if defined:
         table = Table(box=None, pad_edge=False, padding=(0, 2, 0, 0), show_edge=False,
                       title="defined or changed:", title_justify="left", title_style=DIM)
@@ -278,10 +277,9 @@ def scratch_view(result: dict, expected: dict[str, list[int] | None]) -> Group:
         table.add_column("what")
         table.add_column("", no_wrap=True)
         for item in defined:
-            name, what = str(item.get("name", "?")), str(item.get("what", ""))
-            table.add_row(name, what, _shape_remark(name, what, expected))
+            table.add_row(item.name, item.what, _shape_remark(item.name, item.what, expected))
         parts.append(table)
-    elif not result.get("error") and printed is None:
+    elif not result.error and printed is None:
         parts.append(Text.styled("It ran, printed nothing and defined nothing new.", DIM))
     return Group(*parts)
 
@@ -331,7 +329,7 @@ class Feedback(VerticalScroll, can_focus=True):
         self._part("status").update(message)
         self._part("status").display = bool(str(message))
 
-    def show_result(self, result: dict | None, unlocked: str | None = None,
+    def show_result(self, result: CheckResult | None, unlocked: str | None = None,
                     revealed: bool = False) -> None:
         part = self._part("result")
         part.update(result_view(result, unlocked, revealed) if result else "")
@@ -340,7 +338,7 @@ class Feedback(VerticalScroll, can_focus=True):
         self._follow = None
         self.scroll_home(animate=False)
 
-    def show_scratch(self, result: dict | None,
+    def show_scratch(self, result: ScratchResult | None,
                      expected: dict[str, list[int] | None] | None = None) -> None:
         part = self._part("scratch")
         part.update(scratch_view(result, expected or {}) if result else "")

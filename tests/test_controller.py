@@ -4,20 +4,20 @@ check will open and complete, solutions, drafts, resets and training runs."""
 from tutor.controller import Lesson, done_exercises
 from tutor.packs import load_pack
 from tutor.progress import Store
-from tutor.results import Status
+from tutor.results import CheckResult, ScratchResult, Status
 
 PACK = load_pack()
 FIRST, SECOND = PACK.gradient_steps[0].id, PACK.gradient_steps[1].id
 
 
-def _result(step: str, passed: bool) -> dict:
-    return {"step": step, "passed": passed, "device": "cpu", "heldout": None, "error": None,
+def _result(step: str, passed: bool) -> CheckResult:
+    return CheckResult.from_dict({"step": step, "passed": passed, "device": "cpu", "heldout": None, "error": None,
             "stdout": "", "notes": [], "figure": None,
             "checks": [{"tensor": "logprobs", "grad": "dlogprobs", "shape": [32, 27],
                         "expected_shape": [32, 27], "exact": passed, "approximate": passed,
                         "maxdiff": 0.0, "verdict": "exact" if passed else "wrong",
                         "diagnosis": None, "message": "", "partial": False, "heatmap": None,
-                        "note": None}]}
+                        "note": None}]})
 
 
 class Scratchpad:
@@ -28,7 +28,7 @@ class Scratchpad:
 
     def scratch(self, step_id, code, prior):
         self.asked.append(("scratch", step_id, code, dict(prior)))
-        return {"stdout": "hi", "error": None}
+        return ScratchResult(step_id, stdout="hi")
 
     def request(self, kind, payload, timeout, progress):
         self.asked.append((kind, payload))
@@ -118,7 +118,7 @@ def test_scratch_and_training_runs_go_through_the_evaluator_and_are_kept(tmp_pat
     with Store.open(tmp_path, PACK) as store:
         ev = Scratchpad()
         lesson = Lesson(PACK, store, ev)
-        assert lesson.scratch(FIRST, "print(1)")["stdout"] == "hi"
+        assert lesson.scratch(FIRST, "print(1)").stdout == "hi"
         assert ev.asked[0][:3] == ("scratch", FIRST, "print(1)")
         heard = []
         result = lesson.train("code", 10, progress=heard.append)

@@ -11,7 +11,8 @@ FIRST, SECOND = PACK.gradient_steps[0].id, PACK.gradient_steps[1].id
 
 
 def _result(step: str, passed: bool) -> CheckResult:
-    return CheckResult.from_dict({"step": step, "passed": passed, "device": "cpu", "heldout": None, "error": None,
+    return CheckResult.from_dict({
+            "step": step, "passed": passed, "device": "cpu", "heldout": None, "error": None,
             "stdout": "", "notes": [], "figure": None,
             "checks": [{"tensor": "logprobs", "grad": "dlogprobs", "shape": [32, 27],
                         "expected_shape": [32, 27], "exact": passed, "approximate": passed,

@@ -660,7 +660,12 @@ def test_relaunch_puts_the_cursor_back(settings, evaluator):
             editor = app.query_one(CodeEditor)
             editor.load_text("dlogprobs = torch.zeros_like(logprobs)\n# more\n")
             editor.move_cursor((0, 11))
-            await pilot.pause(0.7)
+            # The draft and the cursor are saved a moment after the last key; on a loaded
+            # machine that moment is later.
+            for _ in range(100):
+                await pilot.pause(0.1)
+                if app.screen.lesson.cursor(app.screen.step.id) == (0, 11):
+                    break
 
     async def second():
         app = TutorApp(settings, evaluator=evaluator, greet=False)

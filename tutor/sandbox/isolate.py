@@ -11,7 +11,8 @@ escaped its guards could otherwise send a pickle that runs code in the worker. T
 (dtype, shape, bytes) triples (see `encode_tensor`).
 
 Fork is not available on Windows, and CUDA cannot be used in a child forked after it was
-initialised; `can_fork` says when this module applies (see `InProcess` in engine.py for the rest).
+initialised; `can_fork` says when this module applies (a started child, spawn.py, serves the
+rest).
 """
 
 from __future__ import annotations

@@ -10,13 +10,13 @@ and any that were accepted (there must be none).
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 import warnings
 from collections import Counter
 from pathlib import Path
 
 warnings.filterwarnings("ignore", message=".*NumPy.*")
+
+import corpora  # noqa: E402  (benchmarks/corpora.py: the scripts run from benchmarks/)
 
 from tutor.config import Settings  # noqa: E402
 from tutor.engine import Engine  # noqa: E402
@@ -24,14 +24,6 @@ from tutor.packs import load_pack  # noqa: E402
 from tutor.results import CheckResult  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "tests" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module
 
 
 def wrong_answers() -> dict[str, list[tuple[str, str | None, str]]]:
@@ -43,9 +35,9 @@ def wrong_answers() -> dict[str, list[tuple[str, str | None, str]]]:
                 continue
             out[lesson] += [(step.id, m.tensor or step.checks[0], m.code)
                             for m in step.mistakes]
-    corpus = _load("test_corpus_wrong")
+    corpus = corpora.load("test_corpus_wrong")
     out["makemore"] += [(s, t, c) for s, t, c, _ in corpus.WRONG.values()]
-    families = _load("test_corpus_families")
+    families = corpora.load("test_corpus_families")
     for lesson, step, tensor, code, _, _ in families.WRONG.values():
         out[lesson].append((step, tensor, code))
     return out

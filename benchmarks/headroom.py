@@ -13,14 +13,13 @@ the smallest near-miss ratio.
 
 from __future__ import annotations
 
-import importlib.util
 import inspect
-import sys
 import warnings
 from pathlib import Path
 
 warnings.filterwarnings("ignore", message=".*NumPy.*")
 
+import corpora  # noqa: E402  (benchmarks/corpora.py: the scripts run from benchmarks/)
 import torch  # noqa: E402
 
 from tutor import grading  # noqa: E402
@@ -57,14 +56,6 @@ def _where() -> str:
     return "main"
 
 
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "tests" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module
-
-
 def _run(engine: Engine, items: list[tuple[str, str, dict]]) -> list[tuple[float, str]]:
     RATIOS.clear()
     for step_id, code, prior in items:
@@ -74,7 +65,7 @@ def _run(engine: Engine, items: list[tuple[str, str, dict]]) -> list[tuple[float
 
 
 def correct_answers() -> dict[str, list[tuple[str, str, dict]]]:
-    corpus, answers, gpt = (_load(n) for n in ("test_corpus_correct", "test_answers",
+    corpus, answers, gpt = (corpora.load(n) for n in ("test_corpus_correct", "test_answers",
                                                "test_gpt_pack"))
     makemore = [(s.id, s.solution, {}) for s in corpus.PACK.gradient_steps]
     makemore += [(p.values[0], p.values[1], {}) for p in corpus.CASES]

@@ -62,6 +62,23 @@ class Settings:
         return cls(**d)
 
 
+def _choice(choices: tuple[str, ...]):
+    """A reader for a setting that is one of `choices`, `auto` when it is not set."""
+
+    def read(value: object, source: str) -> str:
+        if value is None:
+            return "auto"
+        if value not in choices:
+            raise ConfigError(f"{source} must be one of {', '.join(choices)}, not {value!r}")
+        return str(value)
+
+    return read
+
+
+_device = _choice(DEVICES)
+_isolation = _choice(ISOLATIONS)
+
+
 def config_file() -> Path:
     return Path(platformdirs.user_config_dir(APP_NAME)) / "config.toml"
 
@@ -96,14 +113,6 @@ def _pick(
     if key in cfg:
         return cfg[key], f"{key} in {path}"
     return None, key
-
-
-def _device(value: object, source: str) -> str:
-    if value is None:
-        return "auto"
-    if value not in DEVICES:
-        raise ConfigError(f"{source} must be one of {', '.join(DEVICES)}, not {value!r}")
-    return str(value)
 
 
 def _whole_number(value: object) -> int | None:
@@ -180,12 +189,6 @@ def resolve(
     )
 
 
-def _isolation(value: object, source: str) -> str:
-    if value is None:
-        return "auto"
-    if value not in ISOLATIONS:
-        raise ConfigError(f"{source} must be one of {', '.join(ISOLATIONS)}, not {value!r}")
-    return str(value)
 
 
 def _pack(value: object, source: str) -> str:

@@ -9,7 +9,6 @@ from collections.abc import Collection
 
 from tutor.results import CheckResult, TensorCheck
 
-VERDICT_MARK = {"exact": "✓", "approximate": "✓", "wrong": "✗", "shape": "✗", "missing": "✗"}
 UNSETTLED_MARK = "!"  # right on its own, but the result did not pass: the lines below say why
 
 DEFAULT_WIDTH = 100  # a pipe or a file has no width; this is the pack files' own
@@ -77,7 +76,7 @@ def row_mark(check: TensorCheck, passed: bool) -> str:
     rather than ✓: a tick above "NOT PASSED" reads as a contradiction."""
     if check.right and not passed:
         return UNSETTLED_MARK
-    return VERDICT_MARK[check.verdict.value]
+    return check.verdict.mark
 
 
 def explained_below(check: TensorCheck, checks: Collection[TensorCheck]) -> bool:

@@ -28,6 +28,19 @@ class Verdict(str, Enum):
     def accepted(self) -> bool:
         return self in (Verdict.EXACT, Verdict.APPROXIMATE)
 
+    @property
+    def mark(self) -> str:
+        """✓ or ✗: the same in the CLI, the TUI and the notebook."""
+        return "✓" if self.accepted else "✗"
+
+    @classmethod
+    def named(cls, word: object) -> Verdict | None:
+        """The verdict a plain-data row names (a training run's gradient check), or None."""
+        try:
+            return cls(word)
+        except ValueError:
+            return None
+
 
 class Status(str, Enum):
     """Where a step stands for the learner. Achievements only go up: passed < exact; revealed

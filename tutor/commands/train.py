@@ -20,7 +20,8 @@ from tutor.controller import Lesson, Store
 from tutor.durations import clock
 from tutor.evaluator.client import Evaluator, EvaluatorError
 from tutor.packs import Pack
-from tutor.report import VERDICT_MARK, terminal_width, wrap
+from tutor.report import terminal_width, wrap
+from tutor.results import Verdict
 from tutor.source import size_problem
 from tutor.training.plan import speed_notes, training_code
 
@@ -260,7 +261,8 @@ def _cmp_row(c: dict, width: int) -> str:
     steps = c.get("steps") or 0
     approx = (str(c["approximate"]) if c.get("approximate_steps", steps) in (0, steps)
               else f"{c['approximate_steps']}/{steps} steps")
-    mark = VERDICT_MARK.get(c["verdict"], "?")
+    verdict = Verdict.named(c["verdict"])
+    mark = verdict.mark if verdict else "?"
     return (f"  {mark} {c['tensor']:<{width}} | exact: {str(c['exact']):<5} | approximate: "
             f"{approx:<11} | maxdiff: {c['maxdiff']:.3g}")
 

@@ -21,6 +21,7 @@ from textual.screen import Screen
 from textual.widgets import Input, ProgressBar, Static, TextArea
 
 from tutor.controller import Lesson, StoreError
+from tutor.results import Verdict
 from tutor.training import (
     TrainingSettings,
     speed_notes,
@@ -94,9 +95,9 @@ def gradcheck_table(checks: list[dict]) -> RenderableType:
             approx = Text.styled(str(c["approximate"]), GOOD if c["approximate"] else BAD)
         else:
             approx, some_steps = Text.styled(f"{approx_steps}/{steps}", WARN), True
-        verdict = c.get("verdict")
-        mark = (Text.styled("✓", GOOD) if verdict in ("exact", "approximate")
-                else Text.styled("✗ " + str(verdict), BAD))
+        verdict = Verdict.named(c.get("verdict"))
+        mark = (Text.styled(verdict.mark, GOOD) if verdict and verdict.accepted
+                else Text.styled(f"✗ {c.get('verdict')}", BAD))
         table.add_row(Text.styled(c["grad"], "bold"), Text(str(c["exact"])), approx,
                       f"{c['maxdiff']:.2e}" if c.get("maxdiff") else "0.0", mark)
     if not some_steps:

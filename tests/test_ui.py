@@ -75,6 +75,16 @@ async def check(pilot, code: str, key: str = "ctrl+j") -> dict:
     return lesson.results[lesson.step.id][0].to_dict()
 
 
+async def start_an_endless_loop(pilot) -> CodeEditor:
+    """A check of `while True: pass`, under way; the editor it was typed into."""
+    await ready(pilot)
+    editor = pilot.app.query_one(CodeEditor)
+    editor.load_text("while True:\n    pass\n")
+    await pilot.press("ctrl+j")
+    assert pilot.app.lesson.checking
+    return editor
+
+
 def feedback_text(app) -> str:
     """What the feedback panel shows, as plain text."""
     console = Console(width=110, file=io.StringIO(), record=True, color_system=None)
@@ -191,11 +201,7 @@ def test_an_endless_loop_times_out_and_the_app_keeps_answering(settings, evaluat
     async def scenario():
         app = TutorApp(settings, evaluator=evaluator, greet=False)
         async with app.run_test(size=SIZE) as pilot:
-            await ready(pilot)
-            editor = app.query_one(CodeEditor)
-            editor.load_text("while True:\n    pass\n")
-            await pilot.press("ctrl+j")
-            assert app.lesson.checking
+            await start_an_endless_loop(pilot)
             # While the candidate runs, keys still work.
             await pilot.press("f1")
             assert app.store.hints_shown("atomic/logprobs") == 1
@@ -216,11 +222,7 @@ def test_a_check_asked_for_while_one_runs_ends_on_the_verdict_of_the_code_on_scr
     async def scenario():
         app = TutorApp(settings, evaluator=evaluator, greet=False)
         async with app.run_test(size=SIZE) as pilot:
-            await ready(pilot)
-            editor = app.query_one(CodeEditor)
-            editor.load_text("while True:\n    pass\n")
-            await pilot.press("ctrl+j")
-            assert app.lesson.checking
+            editor = await start_an_endless_loop(pilot)
             await pilot.pause()
             assert "Checking" in feedback_text(app)
             # Fixed before the time limit, and checked again at once: queued, not dropped.

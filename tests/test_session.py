@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from tutor import curriculum
-from tutor.controller import Session
+from tutor.controller import Lesson
 from tutor.packs import PackError, find_pack, load_pack
 from tutor.progress import Store
 from tutor.results import (
@@ -47,7 +47,7 @@ class FakeEvaluator:
 
 def test_a_pass_is_recorded_and_says_what_it_opened(tmp_path):
     with Store.open(tmp_path, PACK) as store:
-        outcome = Session(PACK, store, FakeEvaluator(True)).check(FIRST, "code")
+        outcome = Lesson(PACK, store, FakeEvaluator(True)).check(FIRST, "code")
         assert outcome.status is Status.EXACT and outcome.problem is None
         assert outcome.unlocked == [SECOND]
         assert store.accepted_codes()[FIRST] == "code"
@@ -56,7 +56,7 @@ def test_a_pass_is_recorded_and_says_what_it_opened(tmp_path):
 def test_earlier_accepted_code_is_passed_to_the_evaluator(tmp_path):
     with Store.open(tmp_path, PACK) as store:
         ev = FakeEvaluator(True)
-        session = Session(PACK, store, ev)
+        session = Lesson(PACK, store, ev)
         session.check(FIRST, "first")
         session.check(SECOND, "second")
         assert ev.calls[-1][2] == {FIRST: "first"}
@@ -65,12 +65,12 @@ def test_earlier_accepted_code_is_passed_to_the_evaluator(tmp_path):
 def test_a_pass_after_a_reveal_stays_revealed(tmp_path):
     with Store.open(tmp_path, PACK) as store:
         store.reveal(FIRST)
-        outcome = Session(PACK, store, FakeEvaluator(True)).check(FIRST, "shown")
+        outcome = Lesson(PACK, store, FakeEvaluator(True)).check(FIRST, "shown")
         assert outcome.status is Status.REVEALED and outcome.revealed_pass
 
 
 def test_without_a_store_the_check_runs_and_says_nothing_was_saved():
-    outcome = Session(PACK, None, FakeEvaluator(False), "locked by another process").check(
+    outcome = Lesson(PACK, None, FakeEvaluator(False), "locked by another process").check(
         FIRST, "code")
     assert outcome.status is None and outcome.problem == "locked by another process"
     assert outcome.result.passed is False
@@ -168,7 +168,7 @@ def test_statuses_print_as_their_words():
 def test_hints_come_one_at_a_time_are_counted_and_stop_at_the_last(tmp_path):
     step = PACK.step(FIRST)
     with Store.open(tmp_path, PACK) as store:
-        session = Session(PACK, store, None)
+        session = Lesson(PACK, store, None)
         seen = [session.next_hint(FIRST) for _ in range(len(step.hints) + 1)]
         assert [len(h.shown) for h in seen] == [*range(1, len(step.hints) + 1), len(step.hints)]
         assert [h.new for h in seen] == [True] * len(step.hints) + [False]
@@ -179,12 +179,12 @@ def test_hints_come_one_at_a_time_are_counted_and_stop_at_the_last(tmp_path):
 
 
 def test_without_a_store_a_hint_is_shown_and_says_it_was_not_counted():
-    hints = Session(PACK, None, None, "read-only folder").next_hint(FIRST)
+    hints = Lesson(PACK, None, None, "read-only folder").next_hint(FIRST)
     assert hints.shown == PACK.step(FIRST).hints[:1] and hints.problem == "read-only folder"
 
 
 def test_the_untouched_template_is_not_an_attempt():
-    session = Session(PACK, None, None)
+    session = Lesson(PACK, None, None)
     template = PACK.step(FIRST).template
     assert not session.is_attempt(FIRST, "\n" + template + "\n\n")
     assert session.is_attempt(FIRST, template.replace("...", "torch.zeros_like(logprobs)"))

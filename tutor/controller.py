@@ -44,7 +44,7 @@ from tutor.training.plan import (
 # which lesson opens (the default pack, the choice at launch).
 __all__ = [
     "DEFAULT_PACK", "CheckOutcome", "Celebration", "Hints", "Lesson", "Milestones", "Preview",
-    "Session", "Store", "StoreError", "Tally", "TrainingSource", "cell_size_problem",
+    "Store", "StoreError", "Tally", "TrainingSource", "cell_size_problem",
     "done_exercises", "is_done", "is_enterable", "last_pack", "loadable_pack", "offered_packs",
     "open_store", "remember_pack", "save", "tally",
 ]
@@ -200,14 +200,6 @@ class _CheckAndRecord:
                 problem = save(lambda: self.store.show_hint(step.id))
         shown = before + 1 if new else before
         return Hints(step.id, tuple(step.hints[:shown]), len(step.hints), new, problem)
-
-    def record_training_run(self, run: dict) -> tuple[int | None, str | None]:
-        """(the run's id, None), or (None, why it was not saved)."""
-        if self.store is None:
-            return None, self.problem or "there is no progress store"
-        saved: list[int] = []
-        problem = save(lambda: saved.append(self.store.record_training_run(run)), tries=1)
-        return (saved[0] if saved else None), problem
 
 
 @dataclass
@@ -586,6 +578,4 @@ def _cell_error(step: str, message: str) -> CheckResult:
     return CheckResult.failure(step, CheckError(ErrorKind.USAGE, message))
 
 
-# The name the check-and-record half had before the controller grew around it.
-Session = Lesson
 

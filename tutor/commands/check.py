@@ -21,7 +21,7 @@ from tutor.commands.base import (
     try_open_store,
 )
 from tutor.config import Settings
-from tutor.controller import Session, cell_size_problem, save
+from tutor.controller import Lesson, cell_size_problem, save
 from tutor.evaluator.client import Evaluator, EvaluatorError
 from tutor.report import format_result, format_table
 from tutor.source import MAX_FILE_BYTES
@@ -66,7 +66,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     store, prior, problem = _progress(args, settings, pack)
     try:
         with Evaluator(settings) as ev:
-            session = Session(pack, store, ev, problem)
+            session = Lesson(pack, store, ev, problem)
             result = session.evaluate(sid, code, prior)
     except EvaluatorError as exc:
         if store is not None:
@@ -101,7 +101,7 @@ def _progress(args: argparse.Namespace, settings: Settings, pack):
     return store, prior, None
 
 
-def _record(session: Session, write: Callable[[], list[str | None]]) -> None:
+def _record(session: Lesson, write: Callable[[], list[str | None]]) -> None:
     """Record after the verdict is printed; one warning line when something was not saved."""
     if session.store is None:
         print("backprop-tutor: warning: not saved to your progress, which could not be used "
@@ -138,7 +138,7 @@ def _run_all(args: argparse.Namespace, settings: Settings, pack) -> int:
     store, prior, problem = _progress(args, settings, pack)
     try:
         with Evaluator(settings) as ev:
-            session = Session(pack, store, ev, problem)
+            session = Lesson(pack, store, ev, problem)
             results = session.check_cells(text, prior)
     except EvaluatorError as exc:
         print(f"backprop-tutor: {exc}", file=sys.stderr)

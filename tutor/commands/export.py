@@ -90,7 +90,7 @@ def run_watch(args: argparse.Namespace, settings: Settings) -> int:
     from watchfiles import watch
 
     from tutor.commands.check import report_unsaved
-    from tutor.controller import Session
+    from tutor.controller import Lesson
     from tutor.evaluator.client import Evaluator, EvaluatorError
     from tutor.report import format_table
 
@@ -122,7 +122,7 @@ def run_watch(args: argparse.Namespace, settings: Settings) -> int:
         else:
             prior: dict[str, str] = {}
             unread = save(lambda: prior.update(store.accepted_codes()))
-            lesson = Session(pack, store, ev)
+            lesson = Lesson(pack, store, ev)
             results = lesson.check_cells(text, prior)
             _show(format_table(results, regraded, path.name))
             if unread:

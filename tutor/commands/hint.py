@@ -8,7 +8,7 @@ import sys
 
 from tutor.commands.base import Command, lesson_pack, open_store, position, step_id
 from tutor.config import Settings
-from tutor.controller import Session
+from tutor.controller import Lesson
 from tutor.packs import Step
 from tutor.report import terminal_width, wrap
 
@@ -27,7 +27,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     if store is None:  # without the count there is no telling which hint is next
         return 1
     with store:
-        hints = Session(pack, store, None).next_hint(step.id, count=not args.all)
+        hints = Lesson(pack, store, None).next_hint(step.id, count=not args.all)
     shown = len(hints.shown)
     if args.json:
         print(json.dumps({"step": step.id, "shown": shown, "total": hints.total,

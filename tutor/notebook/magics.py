@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 from tutor.commands.base import UsageError, lesson_pack, position, step_id, try_open_store
 from tutor.config import ConfigError, Settings, resolve, unavailable_device
-from tutor.controller import CheckOutcome, Lesson, Session, StoreError
+from tutor.controller import CheckOutcome, Lesson, StoreError
 from tutor.evaluator.client import Evaluator, EvaluatorError
 from tutor.notebook import render
 from tutor.packs import Pack, PackError
@@ -93,11 +93,11 @@ class NotebookTutor:
         if evaluator is not None:
             evaluator.close()
 
-    def session(self) -> Session:
+    def session(self) -> Lesson:
         """A session over a freshly opened store (closed by the caller), so that a kernel
         holds no lock on the progress the TUI or the CLI may be writing."""
         store, problem = try_open_store(self.settings, self.pack)
-        return Session(self.pack, store, self.evaluator(), problem)
+        return Lesson(self.pack, store, self.evaluator(), problem)
 
     # -- the magics -------------------------------------------------------------------------
     @one_line
@@ -132,7 +132,7 @@ class NotebookTutor:
         if store is None:  # without the count there is no telling which hint is next
             raise UsageError(problem or "your progress cannot be opened")
         with store:
-            hints = Session(self.pack, store, None).next_hint(sid)
+            hints = Lesson(self.pack, store, None).next_hint(sid)
         show(render.hints_bundle(hints, position(self.pack, sid)))
 
     @one_line

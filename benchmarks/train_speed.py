@@ -143,7 +143,7 @@ def compiled(setup: Setup) -> tuple[Callable, float]:
     """Compile the manual step once (timed apart); the result makes a step for any parameters."""
     params, _ = setup.network()
     ns = training_namespace(params, setup.s.batch_size, None, setup.sizes)
-    # torch.compile's guards look builtins up by name (see TrainingRun._compiled).
+    # torch.compile's guards look builtins up by name (see Trainer._compiled).
     ns["__builtins__"] = {**ns["__builtins__"], "getattr": getattr}
     fn = torch.compile(step_function(setup.code, ns, setup.s.parameters, setup.s.grad_names),
                        dynamic=False, options=COMPILE_OPTIONS)

@@ -30,6 +30,7 @@ from tutor.packchoice import last_pack, loadable_pack, offered_packs, remember_p
 from tutor.packs import DEFAULT_PACK, Exercise, Pack, Step
 from tutor.progress import Store, StoreError
 from tutor.results import CheckError, CheckResult, ErrorKind, ScratchResult, Status
+from tutor.runs import RunProgress, RunStatus, TrainingRun
 from tutor.source import size_problem
 from tutor.training.plan import (
     backward_sections,
@@ -237,7 +238,7 @@ class Celebration:
     finished: list[tuple[Exercise, Exercise | None]]
     lesson_done: bool
     rows: list[dict]
-    run: dict | None  # the last finished training run
+    run: TrainingRun | None  # the last finished training run
 
 
 class Milestones:
@@ -263,7 +264,7 @@ class Milestones:
             before_summary()
         rows = self.lesson.summary()
         runs = self.lesson.training_runs()
-        run = next((r for r in reversed(runs) if r.get("status") == "finished"), None)
+        run = next((r for r in reversed(runs) if r.status is RunStatus.FINISHED), None)
         pairs = []
         for number in finished:
             following = next((ex for ex in pack.exercises
@@ -394,8 +395,10 @@ class Lesson(_CheckAndRecord):
     def reset_all(self) -> None:
         self.store.reset_all()
 
-    def training_runs(self) -> list[dict]:
-        return self.store.training_runs()
+    def training_runs(self) -> list[TrainingRun]:
+        """Every run kept so far, oldest first, read back typed (rows kept by earlier versions
+        included)."""
+        return [TrainingRun.from_dict(row) for row in self.store.training_runs()]
 
     def add_time(self, step_id: str, seconds: float) -> None:
         self.store.add_time(step_id, seconds)
@@ -475,12 +478,11 @@ class Lesson(_CheckAndRecord):
 
     def train(self, code: str, steps: int, *, gradcheck_steps: int | None = None,
               compile: bool = False, reference: bool = False,
-              progress: Callable[[dict], None] | None = None) -> dict:
+              progress: Callable[[RunProgress], None] | None = None) -> TrainingRun:
         """Run the training loop in the evaluator; `progress` hears how it goes. Nothing is
         recorded (see `keep_run`)."""
-        payload = {"code": code, "steps": steps, "gradcheck_steps": gradcheck_steps,
-                   "compile": compile, "reference": reference}
-        return self.evaluator.request("train", payload, None, progress)
+        return self.evaluator.train(code, steps, gradcheck_steps=gradcheck_steps,
+                                    compile=compile, reference=reference, progress=progress)
 
     def check_cells(self, text: str, prior: dict[str, str]) -> list[CheckResult]:
         """Check each `# %% STEP_ID` cell of a file in order; nothing is recorded. A failing
@@ -493,17 +495,18 @@ class Lesson(_CheckAndRecord):
         why it was not saved (None when it was)."""
         return _record_cells(self, text, results)
 
-    def keep_run(self, code: str, result: dict) -> str | None:
+    def keep_run(self, code: str, run: TrainingRun) -> str | None:
         """Keep a training run (a finished run of the learner's own code also passes the
-        training step) and put its id in `result`; None when kept, else why not. Not
+        training step) and put its id in `run`; None when kept, else why not. Not
         retried: the run and its attempt are two writes, and a retry after the first could
         keep the run twice."""
         if self.store is None:
             return self.problem or "there is no progress store"
-        kept: dict = {}
-        problem = save(lambda: kept.update(run_id=record_run(self.store, self.pack, code,
-                                                             result)), tries=1)
-        result.update(kept)
+        kept: list[int | None] = []
+        problem = save(lambda: kept.append(record_run(self.store, self.pack, code, run)),
+                       tries=1)
+        if kept:
+            run.run_id, run.saved = kept[0], True
         return problem
 
 

@@ -142,16 +142,17 @@ def _mistakes(engine, step: Step) -> list[Problem]:
 
 
 def _training(engine) -> list[Problem]:
-    from tutor.training import run_training
+    from tutor.runs import RunStatus
+    from tutor.training import Trainer
 
-    result = run_training(engine, {"steps": SMOKE_STEPS, "gradcheck_steps": SMOKE_STEPS // 2},
-                          lambda _: None, threading.Event())
-    if result.get("status") != "finished":
-        message = (result.get("error") or {}).get("message", result.get("status"))
+    run = Trainer(engine, {"steps": SMOKE_STEPS, "gradcheck_steps": SMOKE_STEPS // 2},
+                  lambda _: None, threading.Event()).execute()
+    if run.status is not RunStatus.FINISHED:
+        message = run.error.message if run.error else run.status.value
         return [Problem("training", f"the smoke test did not finish: {message}")]
-    if not (result.get("gradcheck") or {}).get("passed"):
+    if not (run.gradcheck and run.gradcheck.passed):
         return [Problem("training", "the reference backward pass disagrees with autograd in "
                                     "the gradient check")]
-    if result.get("train_loss") is None:
+    if run.train_loss is None:
         return [Problem("training", "the run's evaluation gave no loss ([training.eval])")]
     return []

@@ -89,6 +89,10 @@ class ErrorKind(str, Enum):
     MEMORY = "memory"
     USAGE = "usage"  # the step was called the wrong way
     INTERNAL = "internal"  # the tutor itself failed
+    # Only a training run stops for these: a gradient whose shape cannot update its parameter,
+    # a loss that stopped being finite.
+    SHAPE = "shape"
+    NAN = "nan"
 
     def __str__(self) -> str:
         return self.value

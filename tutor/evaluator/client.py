@@ -20,6 +20,7 @@ from collections.abc import Callable
 from tutor.config import Settings
 from tutor.evaluator import protocol
 from tutor.results import CheckError, CheckResult, ErrorKind, ScratchResult
+from tutor.runs import RunProgress, TrainingRun
 
 # How much longer than the in-worker limit to wait before killing the process: the worker stops
 # Python loops itself at the limit; only a single long-running tensor op needs the hard stop.
@@ -242,6 +243,17 @@ class Evaluator:
         result = self.request("scratch", {"step": step_id, "code": code, "prior": prior or {}},
                               limit)
         return ScratchResult.from_dict({"step": step_id, **result})
+
+    def train(self, code: str, steps: int | None, *, gradcheck_steps: int | None = None,
+              compile: bool = False, reference: bool = False,
+              progress: Callable[[RunProgress], None] | None = None) -> TrainingRun:
+        """A training run (exercise 4), typed; `progress` hears how it goes. A worker that died
+        or a run stopped from outside comes back as a run that ended with an error. No time
+        limit here: the worker keeps the run's clock (see evaluator/worker.py)."""
+        payload = {"code": code, "steps": steps, "gradcheck_steps": gradcheck_steps,
+                   "compile": compile, "reference": reference}
+        relay = None if progress is None else (lambda p: progress(RunProgress.from_dict(p)))
+        return TrainingRun.from_dict(self.request("train", payload, None, relay))
 
 
 def _failure(kind: str, message: str) -> dict:

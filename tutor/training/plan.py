@@ -17,6 +17,7 @@ from tutor.code_facts import read, written
 from tutor.config import DEFAULT_SEED
 from tutor.packs import Exercise, Pack, Step
 from tutor.results import CheckResult
+from tutor.runs import RunStatus, TrainingRun
 
 if TYPE_CHECKING:
 
@@ -350,20 +351,15 @@ def speed_notes(code: str) -> list[str]:
 # --- recording a run -----------------------------------------------------------------------
 
 
-def record_run(store: Store, pack: Pack, code: str, result: dict) -> int | None:
+def record_run(store: Store, pack: Pack, code: str, run: TrainingRun) -> int | None:
     """Keep the run with its loss history; a finished run of the learner's own code also counts
     as passing exercise 4. Returns the run's id, or None for a run that never started."""
-    if result.get("status") not in ("finished", "cancelled", "diverged"):
+    if not run.status.kept:
         return None
-    run = {k: v for k, v in result.items() if k != "stdout"}
-    run["code"] = code
-    run_id = store.record_training_run(run)
-    settings = result.get("settings", {})
-    if result["status"] == "finished" and not settings.get("reference"):
-        gradcheck = result.get("gradcheck") or {}
-        store.record_attempt(training_step(pack).id, code, CheckResult.from_dict({
-            "passed": bool(gradcheck.get("passed", True)),
-            "checks": gradcheck.get("checks", []),
-            "error": None,
-        }))
+    run_id = store.record_training_run(run.stored(code))
+    if run.status is RunStatus.FINISHED and not run.settings.reference:
+        gradcheck = run.gradcheck
+        store.record_attempt(training_step(pack).id, code, CheckResult(
+            training_step(pack).id, passed=gradcheck.passed if gradcheck else True,
+            checks=list(gradcheck.checks) if gradcheck else []))
     return run_id

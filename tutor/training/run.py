@@ -15,6 +15,19 @@ from typing import TYPE_CHECKING, Any
 
 from tutor import code_facts
 from tutor.packs import Pack
+from tutor.results import CheckError, ErrorKind, TensorCheck
+from tutor.runs import (
+    GradcheckFailure,
+    GradientCheck,
+    LossHistory,
+    ParameterCheck,
+    RunPhase,
+    RunProgress,
+    RunSettings,
+    RunStatus,
+    SplitLosses,
+    TrainingRun,
+)
 from tutor.sandbox.clean import clean
 
 if TYPE_CHECKING:
@@ -207,42 +220,6 @@ def train_steps(step: Callable, update: Update, batches: Iterator, start: int, s
 
 
 @dataclass
-class Tally:
-    """One parameter's gradient over the checked steps, as the notebook's cmp would print it."""
-
-    tensor: str
-    shape: list[int] | None = None
-    expected_shape: list[int] | None = None
-    exact: bool = True
-    approximate: bool = True
-    maxdiff: float = 0.0
-    verdict: str = "exact"
-    steps: int = 0
-    exact_steps: int = 0
-    approximate_steps: int = 0  # allclose is strict near zero: a step can miss it by rounding
-
-    def add(self, g: Any) -> None:
-        self.steps += 1
-        self.exact_steps += bool(g.exact)
-        self.approximate_steps += bool(g.approximate)
-        self.shape, self.expected_shape = g.shape, g.expected_shape
-        self.exact = self.exact and g.exact
-        self.approximate = self.approximate and g.approximate
-        if g.maxdiff is not None:
-            self.maxdiff = max(self.maxdiff, g.maxdiff)
-        order = ("exact", "approximate", "wrong", "shape", "missing")
-        if order.index(g.verdict) > order.index(self.verdict):
-            self.verdict = str(g.verdict)
-
-    def to_dict(self) -> dict:
-        return {"tensor": self.tensor, "grad": f"d{self.tensor}", "shape": self.shape,
-                "expected_shape": self.expected_shape, "exact": self.exact,
-                "approximate": self.approximate, "maxdiff": self.maxdiff,
-                "verdict": self.verdict, "steps": self.steps, "exact_steps": self.exact_steps,
-                "approximate_steps": self.approximate_steps}
-
-
-@dataclass
 class Gradients:
     """Where each gradient of the code is assigned and which other gradients it is computed from
     (read off the syntax tree), so a wrong parameter gradient can be traced to its first cause."""
@@ -275,19 +252,27 @@ class Gradients:
 
 
 class CodeFailure(Exception):
-    def __init__(self, payload: dict, step: int) -> None:
-        super().__init__(payload.get("message"))
-        self.payload, self.step = payload, step
+    """The learner's code stopped the run: why, and at which step."""
+
+    def __init__(self, error: CheckError, step: int) -> None:
+        super().__init__(error.message)
+        self.error, self.step = error, step
 
 
-class TrainingRun:
-    """One run of exercise 4 inside the evaluator: the three phases, streaming progress."""
+NOT_A_LOSS = "loss must be a single number (a 0-dimensional tensor)"
+
+
+class Trainer:
+    """One run of exercise 4 inside the evaluator: the three phases, streaming progress, and
+    the typed `TrainingRun` it comes to."""
 
     def __init__(self, engine: Engine, request: dict, progress: Callable[[dict], None],
                  cancel: threading.Event, window: Callable[[str], None] | None = None) -> None:
         import torch
 
-        self.engine, self.progress, self.cancel = engine, progress, cancel
+        self.engine, self.cancel = engine, cancel
+        # Progress leaves the child as plain data (docs/json.md), like the result.
+        self.progress: Callable[[RunProgress], None] = lambda p: progress(p.to_dict())
         # Tells whoever watches the clock from outside what comes next ("step", "compile",
         # "results"), so that it can allow that much silence (see evaluator/worker.py).
         self.window = window or (lambda _what: None)
@@ -310,18 +295,15 @@ class TrainingRun:
         self.timing: dict[str, float | None] = {"gradcheck_s": None, "train_s": None,
                                                 "compile_s": None, "results_s": None}
         self.phase2_rate: float | None = None
-        self.result: dict = {
-            "status": "error", "error": None, "step": None,
-            "settings": {**self.s.to_dict(), "device": str(self.device),
-                         "reference": bool(request.get("reference")), "compile": self.compile,
-                         "compiled": False, "torch_version": torch.__version__.split("+")[0],
-                         "threads": None, "parameters_count": None},
-            "gradcheck": None, "steps_done": 0, "history": None,
-            "train_loss": None, "val_loss": None, "samples": [], "notes": self.notes,
-        }
+        self.result = TrainingRun(
+            RunStatus.ERROR, notes=self.notes,
+            settings=RunSettings(self.s.to_dict(), device=str(self.device),
+                                 reference=bool(request.get("reference")),
+                                 compile=self.compile,
+                                 torch_version=torch.__version__.split("+")[0]))
 
     # -- entry -------------------------------------------------------------------------------
-    def execute(self) -> dict:
+    def execute(self) -> TrainingRun:
         import torch
 
         from tutor.candidate import CodeError, compile_candidate
@@ -330,7 +312,7 @@ class TrainingRun:
         try:
             self.code = compile_candidate(self.code_text)
         except CodeError as exc:
-            self.result["error"] = exc.payload
+            self.result.error = exc.error
             return self._finish(started)
         self.gradients = Gradients.of(self.code_text)
         self._setup()
@@ -338,7 +320,7 @@ class TrainingRun:
         threads = torch.get_num_threads()
         if self.device.type == "cpu" and self.s.cpu_threads > 0:
             torch.set_num_threads(self.s.cpu_threads)
-        self.result["settings"]["threads"] = torch.get_num_threads()
+        self.result.settings.threads = torch.get_num_threads()
         try:
             with torch.no_grad():
                 status = self._gradcheck()
@@ -347,14 +329,15 @@ class TrainingRun:
                 # bookkeeping no_grad keeps: about a tenth of a step at this size.
                 with torch.inference_mode():
                     status = self._train()
-            self.result["status"] = status
+            self.result.status = status
         except CodeFailure as exc:
-            self.result.update(status="error", error=exc.payload, step=exc.step)
+            self.result.status, self.result.error = RunStatus.ERROR, exc.error
+            self.result.step = exc.step
         finally:
             self._disarm()
             torch.set_num_threads(threads)
         self._flush()
-        if self.result["status"] in ("finished", "cancelled") and self.steps_done > 0:
+        if self.result.status in (RunStatus.FINISHED, RunStatus.CANCELLED) and self.steps_done > 0:
             self._results()
         return self._finish(started)
 
@@ -364,7 +347,7 @@ class TrainingRun:
         self.sizes = training_sizes(self.pack, lesson.sizes, lesson.fns, lesson.dataset.text)
         self.params, generator = init_network(lesson.fns, self.sizes, self.s.seed, self.device)
         self.param_list = [self.params[k] for k in self.s.parameters]
-        self.result["settings"]["parameters_count"] = sum(p.numel() for p in self.param_list)
+        self.result.settings.parameters_count = sum(p.numel() for p in self.param_list)
         Xtr, Ytr = splits["train"]
         self.batches = Batches(lesson.fns["sample_batch"], Xtr, Ytr, self.s.batch_size,
                                generator, self.device)
@@ -388,9 +371,9 @@ class TrainingRun:
             # Looked up at each call: the learner's code defines it when it first runs.
             update = ns.get(name)
             if not callable(update):
-                raise CodeFailure({"kind": "runtime", "line": None, "col": None, "message":
-                                   f"the training code does not define {name}, which updates "
-                                   "the parameters"}, run.steps_done)
+                raise CodeFailure(CheckError(
+                    ErrorKind.RUNTIME, f"the training code does not define {name}, which "
+                    "updates the parameters"), run.steps_done)
             run._call_learner(update, *args)
 
         return learner_update(fn, self.param_list, self.s.lr_at,
@@ -405,30 +388,28 @@ class TrainingRun:
         except CodeFailure:
             raise
         except CheckTimeout:
-            raise CodeFailure({"kind": "timeout", "line": None, "col": None, "message":
-                               f"{self.s.optimizer} ran past the time limit of one step and "
-                               "was stopped. Is there a loop that never ends?"},
-                              self.steps_done) from None
+            raise CodeFailure(CheckError(
+                ErrorKind.TIMEOUT, f"{self.s.optimizer} ran past the time limit of one step "
+                "and was stopped. Is there a loop that never ends?"), self.steps_done) from None
         except Exception as exc:  # noqa: BLE001 - any failure of learner code is reported
-            payload = runtime_error(exc, self.code_text, list(self.ns)).payload
-            payload["message"] = (f"at step {self.steps_done}, in {self.s.optimizer}: "
-                                  f"{payload['message']}")
-            raise CodeFailure(payload, self.steps_done) from None
+            error = runtime_error(exc, self.code_text, list(self.ns)).error
+            error.message = f"at step {self.steps_done}, in {self.s.optimizer}: {error.message}"
+            raise CodeFailure(error, self.steps_done) from None
 
-    def _finish(self, started: float) -> dict:
+    def _finish(self, started: float) -> TrainingRun:
         r = self.result
-        r["steps_done"] = self.steps_done
+        r.steps_done = self.steps_done
         every = self.s.history_every
         tail = self.log10_loss[len(self.points) * every:]
         points = self.points + ([sum(tail) / len(tail)] if tail else [])
-        r["history"] = {"every": every, "log10_loss": points}
-        r["last_loss"] = 10 ** self.log10_loss[-1] if self.log10_loss else None
-        r["steps_per_s"] = self.phase2_rate
-        r.update(self.timing)
-        r["wall_s"] = time.monotonic() - started
-        r["stdout"] = clean(self.out.text())
-        r["lecture"] = {"train_loss": self.s.lecture_train_loss,
-                        "val_loss": self.s.lecture_val_loss}
+        r.history = LossHistory(every, points)
+        r.last_loss = 10 ** self.log10_loss[-1] if self.log10_loss else None
+        r.steps_per_s = self.phase2_rate
+        r.gradcheck_s, r.train_s = self.timing["gradcheck_s"], self.timing["train_s"]
+        r.compile_s, r.results_s = self.timing["compile_s"], self.timing["results_s"]
+        r.wall_s = time.monotonic() - started
+        r.stdout = clean(self.out.text())
+        r.lecture = SplitLosses(self.s.lecture_train_loss, self.s.lecture_val_loss)
         return r
 
     # -- the time limit per step -------------------------------------------------------------
@@ -454,16 +435,15 @@ class TrainingRun:
             try:
                 return step(Xb, Yb)
             except CheckTimeout:
-                raise CodeFailure({"kind": "timeout", "line": None, "col": None, "message":
-                                   f"one training step ran for more than {timeout:g} s and was "
-                                   "stopped. Is there a loop that never ends?"},
-                                  run.steps_done) from None
+                raise CodeFailure(CheckError(
+                    ErrorKind.TIMEOUT, f"one training step ran for more than {timeout:g} s and "
+                    "was stopped. Is there a loop that never ends?"), run.steps_done) from None
             except CodeFailure:
                 raise
             except Exception as exc:  # noqa: BLE001 - any failure of learner code is reported
-                payload = runtime_error(exc, code, list(run.ns)).payload
-                payload["message"] = f"at step {run.steps_done}: {payload['message']}"
-                raise CodeFailure(payload, run.steps_done) from None
+                error = runtime_error(exc, code, list(run.ns)).error
+                error.message = f"at step {run.steps_done}: {error.message}"
+                raise CodeFailure(error, run.steps_done) from None
 
         return guarded
 
@@ -497,8 +477,8 @@ class TrainingRun:
         inner = [g[1:] for g in self.gradients.line if g[1:] in targets]
         return list(self.s.parameters) + [t for t in inner if t not in self.s.parameters]
 
-    def _gradcheck(self) -> str | None:
-        """Phase 1. Returns a final status ("diverged", "cancelled") or None to go on."""
+    def _gradcheck(self) -> RunStatus | None:
+        """Phase 1. Returns a final status (diverged, cancelled) or None to go on."""
         import torch
 
         from tutor.grading import grade
@@ -507,14 +487,14 @@ class TrainingRun:
             return None
         started = time.monotonic()
         names = self._checked()
-        tallies = {p: Tally(p) for p in self.s.parameters}
+        tallies = {p: ParameterCheck(p, f"d{p}") for p in self.s.parameters}
         step = self._guarded(self._run_code)
         cpu = torch.device("cpu")
         report_at = 0.0
         status = None
         for i in range(self.s.gradcheck_steps):
             if self.cancel.is_set():
-                status = "cancelled"
+                status = RunStatus.CANCELLED
                 break
             Xb, Yb = next(self.batches)
             ref32 = self._autograd(Xb, Yb, torch.float32, self.device, names)
@@ -526,30 +506,27 @@ class TrainingRun:
                 tallies[p].add(grades[p])
             wrong = [p for p in self.s.parameters if not grades[p].accepted]
             if wrong:
-                self.result["gradcheck"] = self._table(tallies, i + 1, False)
-                self.result["gradcheck"]["failure"] = self._failure(i, wrong, grades, ref32)
-                status = "diverged"
+                self.result.gradcheck = GradientCheck(
+                    i + 1, False, self._failure(i, wrong, grades, ref32), list(tallies.values()))
+                status = RunStatus.DIVERGED
                 break
             if not (isinstance(loss, torch.Tensor) and loss.dim() == 0):
-                raise CodeFailure({"kind": "runtime", "line": None, "col": None, "message":
-                                   "loss must be a single number (a 0-dimensional tensor)"}, i)
+                raise CodeFailure(CheckError(ErrorKind.RUNTIME, NOT_A_LOSS), i)
             self.update([self.ns[g] for g in self.s.grad_names], i)
             self.losses.append(loss)
             self.steps_done = i + 1
             if time.monotonic() >= report_at or i + 1 == self.s.gradcheck_steps:
-                self.progress({"phase": "gradcheck", "step": i + 1, "of": self.s.gradcheck_steps,
-                               "checks": [t.to_dict() for t in tallies.values()]})
+                self.progress(RunProgress(RunPhase.GRADCHECK, i + 1, of=self.s.gradcheck_steps,
+                                          checks=list(tallies.values())))
                 report_at = time.monotonic() + REPORT_INTERVAL
-        if status != "diverged":
-            self.result["gradcheck"] = self._table(tallies, self.steps_done, status is None)
+        if status is not RunStatus.DIVERGED:
+            self.result.gradcheck = GradientCheck(self.steps_done, status is None,
+                                                  checks=list(tallies.values()))
         self.timing["gradcheck_s"] = time.monotonic() - started
         return status
 
-    def _table(self, tallies: dict[str, Tally], steps: int, passed: bool) -> dict:
-        return {"steps": steps, "passed": passed, "failure": None,
-                "checks": [t.to_dict() for t in tallies.values()]}
-
-    def _failure(self, i: int, wrong: list[str], grades: dict, ref32: dict) -> dict:
+    def _failure(self, i: int, wrong: list[str], grades: dict[str, TensorCheck],
+                 ref32: dict) -> GradcheckFailure:
         """Which parameter diverged, by how much, and the first wrong gradient behind it."""
         from tutor import diagnosis as dx
 
@@ -584,13 +561,11 @@ class TrainingRun:
         if diag:
             message += f" {diag.message}"
         message += " Training stopped before a wrong gradient could change the network."
-        return {"step": i, "tensor": first, "grad": f"d{first}", "wrong": [f"d{p}" for p in wrong],
-                "maxdiff": g.maxdiff, "verdict": str(g.verdict), "cause": f"d{cause}",
-                "line": line.get(f"d{cause}"), "diagnosis": diag.to_dict() if diag else None,
-                "message": message}
+        return GradcheckFailure(i, first, f"d{first}", [f"d{p}" for p in wrong], g.maxdiff,
+                                g.verdict, f"d{cause}", line.get(f"d{cause}"), diag, message)
 
     # -- phase 2 -----------------------------------------------------------------------------
-    def _train(self) -> str:
+    def _train(self) -> RunStatus:
         start = self.steps_done
         step = self._guarded(self.step)
         if self.compile:
@@ -623,11 +598,11 @@ class TrainingRun:
         if done > start and elapsed > 0:
             self.phase2_rate = (done - start) / elapsed
         if not self._flush() or self.blew_up:
-            return "error"
+            return RunStatus.ERROR
         self._report(start, started, time.monotonic())
         if cancelled:
-            return "cancelled"
-        return "finished"
+            return RunStatus.CANCELLED
+        return RunStatus.FINISHED
 
     def _validate(self, step: Callable) -> None:
         """Without a gradient check, at least the loss and the gradients' shapes are checked
@@ -639,15 +614,14 @@ class TrainingRun:
         Xb, Yb = self.batches.X[: self.s.batch_size], self.batches.Y[: self.s.batch_size]
         loss, grads = step(Xb.to(self.device), Yb.to(self.device))
         if not (isinstance(loss, torch.Tensor) and loss.dim() == 0):
-            raise CodeFailure({"kind": "runtime", "line": None, "col": None, "message":
-                               "loss must be a single number (a 0-dimensional tensor)"}, 0)
+            raise CodeFailure(CheckError(ErrorKind.RUNTIME, NOT_A_LOSS), 0)
         for name, p, g in zip(self.s.grad_names, self.param_list, grads, strict=True):
             # The shape rule of the checks: the update may broadcast into p, never reshape it.
             if not isinstance(g, torch.Tensor) or not fits(g.shape, p.shape, parameter=True):
                 got = list(g.shape) if isinstance(g, torch.Tensor) else type(g).__name__
-                raise CodeFailure({"kind": "shape", "line": self.gradients.line.get(name),
-                                   "col": None, "message": f"{name} is {got}, but the parameter "
-                                   f"has shape {list(p.shape)}"}, self.steps_done)
+                raise CodeFailure(CheckError(
+                    ErrorKind.SHAPE, f"{name} is {got}, but the parameter has shape "
+                    f"{list(p.shape)}", self.gradients.line.get(name)), self.steps_done)
 
     def _compiled(self, eager: Callable) -> Callable:
         """torch.compile of the learner's step; on any failure, the eager step and a note."""
@@ -674,7 +648,7 @@ class TrainingRun:
             return eager
         finally:
             self.window("step")
-        self.result["settings"]["compiled"] = True
+        self.result.settings.compiled = True
 
         def step(Xb: Tensor, Yb: Tensor) -> tuple[Tensor, list[Tensor]]:
             loss, *grads = compiled(*params, Xb, Yb)
@@ -701,14 +675,14 @@ class TrainingRun:
             return True
         self.blew_up = True
         at = len(self.log10_loss) - len(finite) + int((~finite).nonzero()[0, 0])
-        checked = self.result["gradcheck"] and self.result["gradcheck"]["passed"]
+        checked = self.result.gradcheck and self.result.gradcheck.passed
         hint = ("Your gradients matched autograd while they were checked, so look for something "
                 "that overflows as the weights grow, such as exp() of large logits." if checked
                 else "Run with the gradient check on to see whether a gradient is wrong.")
         kind = "nan" if bool(stacked.isnan().any()) else "infinite"
-        self.result["error"] = {"kind": "nan", "line": None, "col": None,
-                                "message": f"the loss became {kind} at step {at}. {hint}"}
-        self.result["step"] = at
+        self.result.error = CheckError(ErrorKind.NAN,
+                                       f"the loss became {kind} at step {at}. {hint}")
+        self.result.step = at
         return False
 
     def _report(self, start: int, started: float, now: float) -> None:
@@ -719,13 +693,11 @@ class TrainingRun:
         # The first half second says little about the pace (caches, the first chunk of
         # batches), so no rate and no time left are claimed before it.
         rate = (done - start) / (now - started) if now - started > 0.5 and done > start else None
-        self.progress({
-            "phase": "train", "step": done, "steps": self.s.steps, "every": every,
-            "points": new, "steps_per_s": rate,
-            "eta_s": (self.s.steps - done) / rate if rate else None,
-            "loss": 10 ** self.log10_loss[-1] if self.log10_loss else None,
-            "lr": self.s.lr_at(max(0, done - 1)),
-        })
+        self.progress(RunProgress(
+            RunPhase.TRAIN, done, steps=self.s.steps, every=every, points=new,
+            steps_per_s=rate, eta_s=(self.s.steps - done) / rate if rate else None,
+            loss=10 ** self.log10_loss[-1] if self.log10_loss else None,
+            lr=self.s.lr_at(max(0, done - 1))))
 
     # -- phase 3 -----------------------------------------------------------------------------
     def _results(self) -> None:
@@ -733,7 +705,7 @@ class TrainingRun:
 
         started = time.monotonic()
         self.window("results")
-        self.progress({"phase": "results", "step": self.steps_done, "steps": self.s.steps})
+        self.progress(RunProgress(RunPhase.RESULTS, self.steps_done, steps=self.s.steps))
         splits = self.engine.lesson.dataset.splits
         Xtr, Ytr = (t.to(self.device) for t in splits["train"])
         Xva, Yva = (t.to(self.device) for t in splits["val"])
@@ -741,12 +713,12 @@ class TrainingRun:
         fns = evaluation_namespace(self.pack, self.engine.lesson.fns, self.sizes)
         with torch.no_grad():
             state = fns["calibrate"](self.params, Xtr) if "calibrate" in fns else None
-            self.result["train_loss"] = fns["evaluate"](self.params, state, Xtr, Ytr)
-            self.result["val_loss"] = fns["evaluate"](self.params, state, Xva, Yva)
+            self.result.train_loss = fns["evaluate"](self.params, state, Xtr, Ytr)
+            self.result.val_loss = fns["evaluate"](self.params, state, Xva, Yva)
             if "sample" in fns and self.s.samples > 0:
                 g = torch.Generator().manual_seed(self.s.seed + SAMPLE_SEED_OFFSET)
                 try:
-                    self.result["samples"] = fns["sample"](self.params, state, splits,
+                    self.result.samples = fns["sample"](self.params, state, splits,
                                                            self.sizes, g, self.s.samples)
                 except RuntimeError as exc:  # probabilities with nan cannot be sampled
                     self.notes.append(f"no samples could be drawn: {exc}")
@@ -755,5 +727,6 @@ class TrainingRun:
 
 def run_training(engine: Engine, request: dict, progress: Callable[[dict], None],
                  cancel: threading.Event, window: Callable[[str], None] | None = None) -> dict:
-    """The evaluator's `train` request: run exercise 4 and return plain data (no tensors)."""
-    return TrainingRun(engine, request, progress, cancel, window).execute()
+    """The evaluator's `train` request: run exercise 4 in the child and return the run as plain
+    data (docs/json.md, "A training run"), the only thing that crosses back to the worker."""
+    return Trainer(engine, request, progress, cancel, window).execute().to_dict()

@@ -1,0 +1,406 @@
+"""What a training run says, typed once for everything that reads it: the run in the evaluator,
+the client, the lesson controller, the progress store, the `train` command and the TUI.
+
+The run builds a `TrainingRun` (tutor/training/run.py); it becomes the plain data of
+docs/json.md ("A training run") only where it crosses a process boundary (the child's pipe,
+`train --json`, a row of the progress store) and is read back into types on the other side
+(`from_dict`). Rows kept by earlier versions read back too: what they lack takes its default,
+what this version does not know is kept as is. No torch here.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from enum import Enum
+
+from tutor.results import CheckError, Diagnosis, TensorCheck, Verdict
+
+
+class RunStatus(str, Enum):
+    """How a training run ended."""
+
+    FINISHED = "finished"
+    CANCELLED = "cancelled"  # stopped by the learner: the steps done so far are kept
+    DIVERGED = "diverged"  # the gradient check found a gradient that differs from autograd's
+    ERROR = "error"  # the code failed, or the run was stopped from outside
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def kept(self) -> bool:
+        """Worth keeping in the learner's progress: the run started (a run that failed before
+        its first step, or was stopped from outside, is only shown)."""
+        return self is not RunStatus.ERROR
+
+    @classmethod
+    def named(cls, word: object) -> RunStatus:
+        try:
+            return cls(word)
+        except ValueError:
+            return cls.ERROR
+
+
+class RunPhase(str, Enum):
+    """What a running training run is doing, as its progress messages say."""
+
+    GRADCHECK = "gradcheck"  # phase 1: every gradient compared with autograd's
+    TRAIN = "train"  # phase 2: the learner's gradients alone
+    RESULTS = "results"  # phase 3: calibration, split losses, samples
+
+    def __str__(self) -> str:
+        return self.value
+
+
+# From the best verdict to the worst: a parameter's verdict over many steps is its worst one.
+_WORSE = (Verdict.EXACT, Verdict.APPROXIMATE, Verdict.WRONG, Verdict.SHAPE, Verdict.MISSING)
+
+
+def _number(value: object) -> float | None:
+    """A number kept as data (an int or a float, unchanged), else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return value
+
+
+def _whole(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _verdict(word: object, default: Verdict) -> Verdict:
+    return Verdict.named(word) or default
+
+
+@dataclass
+class ParameterCheck(TensorCheck):
+    """One parameter's gradient over the steps the gradient check compared, as the notebook's
+    cmp would print it: the worst step's verdict and maxdiff, and on how many steps it was bit
+    for bit and allclose (allclose is strict near zero: a step can miss it by rounding)."""
+
+    verdict: Verdict = Verdict.EXACT
+    exact: bool = True
+    approximate: bool = True
+    maxdiff: float | None = 0.0
+    steps: int = 0
+    exact_steps: int = 0
+    approximate_steps: int = 0
+
+    # The JSON row's keys, in the order docs/json.md shows them.
+    _ROW = ("tensor", "grad", "shape", "expected_shape", "exact", "approximate", "maxdiff",
+            "verdict", "steps", "exact_steps", "approximate_steps")
+
+    def add(self, g: TensorCheck) -> None:
+        """One more checked step's grade of this gradient."""
+        self.steps += 1
+        self.exact_steps += bool(g.exact)
+        self.approximate_steps += bool(g.approximate)
+        self.shape, self.expected_shape = g.shape, g.expected_shape
+        self.exact = self.exact and g.exact
+        self.approximate = self.approximate and g.approximate
+        if g.maxdiff is not None:
+            self.maxdiff = max(self.maxdiff or 0.0, g.maxdiff)
+        if _WORSE.index(g.verdict) > _WORSE.index(self.verdict):
+            self.verdict = g.verdict
+
+    @property
+    def approximate_on_some_steps(self) -> bool:
+        """allclose held on some checked steps but not all (the gap was rounding, as ✓ says)."""
+        return self.approximate_steps not in (0, self.steps)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> ParameterCheck:
+        tensor = str(d.get("tensor", ""))
+        steps = _whole(d.get("steps")) or 0
+        approximate = bool(d.get("approximate"))
+        return cls(tensor=tensor, grad=str(d.get("grad", f"d{tensor}")), shape=d.get("shape"),
+                   expected_shape=d.get("expected_shape"), exact=bool(d.get("exact")),
+                   approximate=approximate, maxdiff=_number(d.get("maxdiff")),
+                   verdict=_verdict(d.get("verdict"), Verdict.MISSING), steps=steps,
+                   exact_steps=_whole(d.get("exact_steps")) or 0,
+                   # Rows kept before the count existed say allclose for every step or none.
+                   approximate_steps=_whole(d.get("approximate_steps", steps * approximate))
+                   or 0,
+                   extra={k: v for k, v in d.items() if k not in cls._ROW})
+
+    def to_dict(self) -> dict:
+        d = {k: getattr(self, k) for k in self._ROW}
+        d["verdict"] = self.verdict.value
+        return {**d, **self.extra}
+
+
+@dataclass
+class GradcheckFailure:
+    """The gradient that stopped the run in phase 1, and the first wrong one behind it."""
+
+    step: int
+    tensor: str
+    grad: str
+    wrong: list[str]
+    maxdiff: float | None
+    verdict: Verdict
+    cause: str  # the first gradient along the backward pass that differs
+    line: int | None  # where the code assigns `cause`
+    diagnosis: Diagnosis | None
+    message: str
+
+    @classmethod
+    def from_dict(cls, d: dict | None) -> GradcheckFailure | None:
+        if not isinstance(d, dict):
+            return None
+        tensor = str(d.get("tensor", ""))
+        return cls(step=_whole(d.get("step")) or 0, tensor=tensor,
+                   grad=str(d.get("grad", f"d{tensor}")), wrong=list(d.get("wrong") or []),
+                   maxdiff=_number(d.get("maxdiff")),
+                   verdict=_verdict(d.get("verdict"), Verdict.WRONG),
+                   cause=str(d.get("cause", f"d{tensor}")), line=_whole(d.get("line")),
+                   diagnosis=Diagnosis.from_dict(d.get("diagnosis")),
+                   message=str(d.get("message", "")))
+
+    def to_dict(self) -> dict:
+        return {"step": self.step, "tensor": self.tensor, "grad": self.grad,
+                "wrong": self.wrong, "maxdiff": self.maxdiff, "verdict": self.verdict.value,
+                "cause": self.cause, "line": self.line,
+                "diagnosis": self.diagnosis.to_dict() if self.diagnosis else None,
+                "message": self.message}
+
+
+@dataclass
+class GradientCheck:
+    """Phase 1: every parameter's gradient compared with autograd's over the first steps."""
+
+    steps: int = 0
+    passed: bool = False
+    failure: GradcheckFailure | None = None
+    checks: list[ParameterCheck] = field(default_factory=list)
+
+    @classmethod
+    def from_dict(cls, d: dict | None) -> GradientCheck | None:
+        if not isinstance(d, dict):
+            return None
+        return cls(_whole(d.get("steps")) or 0, bool(d.get("passed")),
+                   GradcheckFailure.from_dict(d.get("failure")),
+                   [ParameterCheck.from_dict(c) for c in d.get("checks") or []
+                    if isinstance(c, dict)])
+
+    def to_dict(self) -> dict:
+        return {"steps": self.steps, "passed": self.passed,
+                "failure": self.failure.to_dict() if self.failure else None,
+                "checks": [c.to_dict() for c in self.checks]}
+
+    @property
+    def approximate_on_some_steps(self) -> bool:
+        return any(c.approximate_on_some_steps for c in self.checks)
+
+
+@dataclass
+class LossHistory:
+    """The loss curve: the mean log10(loss) of each span of `every` steps (the last span may be
+    shorter)."""
+
+    every: int = 1
+    log10_loss: list[float] = field(default_factory=list)
+
+    @classmethod
+    def from_dict(cls, d: dict | None) -> LossHistory | None:
+        if not isinstance(d, dict):
+            return None
+        return cls(_whole(d.get("every")) or 1,
+                   [v for v in d.get("log10_loss") or [] if _number(v) is not None])
+
+    def to_dict(self) -> dict:
+        return {"every": self.every, "log10_loss": self.log10_loss}
+
+    def finite(self) -> list[float]:
+        """The points a plot can draw (a run that blew up ends in inf or nan)."""
+        return [v for v in self.log10_loss if math.isfinite(v)]
+
+
+@dataclass
+class SplitLosses:
+    """The calibrated loss on the training and the validation split."""
+
+    train_loss: float | None = None
+    val_loss: float | None = None
+
+    @classmethod
+    def from_dict(cls, d: dict | None) -> SplitLosses | None:
+        if not isinstance(d, dict):
+            return None
+        return cls(_number(d.get("train_loss")), _number(d.get("val_loss")))
+
+    def to_dict(self) -> dict:
+        return {"train_loss": self.train_loss, "val_loss": self.val_loss}
+
+
+@dataclass
+class RunSettings:
+    """What a run was asked to do: the training plan's settings (sizes, learning rate, seed,
+    ...: enough to repeat it, and the pack's to decide), then where and how it ran."""
+
+    plan: dict = field(default_factory=dict)  # TrainingSettings.to_dict(), kept as is
+    device: str | None = None
+    reference: bool = False  # the pack's reference solutions, not the learner's code
+    compile: bool = False  # torch.compile was asked for ...
+    compiled: bool = False  # ... and the training phase ran through it
+    torch_version: str | None = None
+    threads: int | None = None
+    parameters_count: int | None = None
+
+    _RUN = ("device", "reference", "compile", "compiled", "torch_version", "threads",
+            "parameters_count")
+
+    @property
+    def steps(self) -> int | None:
+        """The steps the run was asked for."""
+        return _whole(self.plan.get("steps"))
+
+    @classmethod
+    def from_dict(cls, d: dict | None) -> RunSettings:
+        d = d if isinstance(d, dict) else {}
+        device = d.get("device")
+        return cls(plan={k: v for k, v in d.items() if k not in cls._RUN},
+                   device=None if device is None else str(device),
+                   reference=bool(d.get("reference")), compile=bool(d.get("compile")),
+                   compiled=bool(d.get("compiled")), torch_version=d.get("torch_version"),
+                   threads=_whole(d.get("threads")),
+                   parameters_count=_whole(d.get("parameters_count")))
+
+    def to_dict(self) -> dict:
+        return {**self.plan, **{k: getattr(self, k) for k in self._RUN}}
+
+
+@dataclass
+class TrainingRun:
+    """A whole training run: how it ended, its gradient check, its curve, its results.
+
+    A run read back from the progress store also has its number there (`run_id`), when it was
+    kept (`at`) and the code it ran (`code`).
+    """
+
+    status: RunStatus = RunStatus.ERROR
+    error: CheckError | None = None
+    step: int | None = None  # the step an error stopped the run at
+    settings: RunSettings = field(default_factory=RunSettings)
+    gradcheck: GradientCheck | None = None  # None: skipped, or the code never ran
+    steps_done: int = 0
+    history: LossHistory | None = None
+    train_loss: float | None = None
+    val_loss: float | None = None
+    samples: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    last_loss: float | None = None
+    steps_per_s: float | None = None  # the training phase's pace
+    gradcheck_s: float | None = None
+    train_s: float | None = None
+    compile_s: float | None = None
+    results_s: float | None = None
+    wall_s: float | None = None
+    stdout: str = ""
+    lecture: SplitLosses | None = None  # the lecture's own losses, to compare with
+    run_id: int | None = None
+    # Handed to the progress store (`Lesson.keep_run`): only then does the plain data carry
+    # `run_id`, which is None for a run the store does not keep (one that never started).
+    saved: bool = False
+    at: str | None = None
+    code: str | None = None
+    extra: dict = field(default_factory=dict)  # fields this version does not know, kept as is
+
+    # The plain data's keys, in the order docs/json.md shows them.
+    _KEYS = ("status", "error", "step", "settings", "gradcheck", "steps_done", "history",
+             "train_loss", "val_loss", "samples", "notes", "last_loss", "steps_per_s",
+             "gradcheck_s", "train_s", "compile_s", "results_s", "wall_s", "stdout", "lecture")
+    _NUMBERS = ("last_loss", "steps_per_s", "gradcheck_s", "train_s", "compile_s", "results_s",
+              "wall_s", "train_loss", "val_loss")
+    _STORED = ("run_id", "id", "at", "code")  # what the progress store adds to a kept run
+
+    @classmethod
+    def from_dict(cls, d: dict) -> TrainingRun:
+        error = d.get("error")
+        run_id = d.get("run_id", d.get("id"))
+        return cls(
+            status=RunStatus.named(d.get("status")),
+            error=CheckError.from_dict(error) if isinstance(error, dict) else None,
+            step=_whole(d.get("step")),
+            settings=RunSettings.from_dict(d.get("settings")),
+            gradcheck=GradientCheck.from_dict(d.get("gradcheck")),
+            steps_done=_whole(d.get("steps_done")) or 0,
+            history=LossHistory.from_dict(d.get("history")),
+            samples=[str(s) for s in d.get("samples") or []],
+            notes=[str(n) for n in d.get("notes") or []],
+            stdout=str(d.get("stdout") or ""),
+            lecture=SplitLosses.from_dict(d.get("lecture")),
+            run_id=_whole(run_id), saved="run_id" in d, at=d.get("at"), code=d.get("code"),
+            extra={k: v for k, v in d.items() if k not in cls._KEYS + cls._STORED},
+            **{k: _number(d.get(k)) for k in cls._NUMBERS},
+        )
+
+    def to_dict(self) -> dict:
+        d = {k: getattr(self, k) for k in self._KEYS}
+        d["status"] = self.status.value
+        for key in ("error", "settings", "gradcheck", "history", "lecture"):
+            d[key] = d[key].to_dict() if d[key] is not None else None
+        d.update(self.extra)
+        if self.saved:
+            d["run_id"] = self.run_id
+        return d
+
+    def stored(self, code: str) -> dict:
+        """The row the progress store keeps: the run (its print output left out) and its
+        code."""
+        d = {k: v for k, v in self.to_dict().items() if k not in ("stdout", "run_id")}
+        return {**d, "code": code}
+
+    @property
+    def planned_steps(self) -> int | None:
+        return self.settings.steps
+
+    @property
+    def error_line(self) -> int | None:
+        """The line of the code to mark: the first wrong gradient's, or the error's."""
+        failure = self.gradcheck.failure if self.gradcheck else None
+        if failure and failure.line:
+            return failure.line
+        return self.error.line if self.error else None
+
+
+@dataclass
+class RunProgress:
+    """One progress message of a running run. Phase 1 carries the gradient check so far, phase
+    2 the new points of the loss curve and the pace, phase 3 only that it has begun."""
+
+    phase: RunPhase | None
+    step: int = 0
+    of: int | None = None  # phase 1: the steps it checks
+    steps: int | None = None  # phases 2 and 3: the steps the run was asked for
+    checks: list[ParameterCheck] = field(default_factory=list)
+    every: int | None = None
+    points: list[float] = field(default_factory=list)
+    steps_per_s: float | None = None
+    eta_s: float | None = None
+    loss: float | None = None
+    lr: float | None = None
+
+    @classmethod
+    def from_dict(cls, d: dict) -> RunProgress:
+        try:
+            phase: RunPhase | None = RunPhase(d.get("phase"))
+        except ValueError:
+            phase = None
+        return cls(phase, _whole(d.get("step")) or 0, _whole(d.get("of")),
+                   _whole(d.get("steps")),
+                   [ParameterCheck.from_dict(c) for c in d.get("checks") or []
+                    if isinstance(c, dict)],
+                   _whole(d.get("every")),
+                   [v for v in d.get("points") or [] if _number(v) is not None],
+                   *(_number(d.get(k)) for k in ("steps_per_s", "eta_s", "loss", "lr")))
+
+    def to_dict(self) -> dict:
+        d: dict = {"phase": str(self.phase) if self.phase else None, "step": self.step}
+        if self.phase is RunPhase.GRADCHECK:
+            return {**d, "of": self.of, "checks": [c.to_dict() for c in self.checks]}
+        if self.phase is RunPhase.TRAIN:
+            return {**d, "steps": self.steps, "every": self.every, "points": self.points,
+                    "steps_per_s": self.steps_per_s, "eta_s": self.eta_s, "loss": self.loss,
+                    "lr": self.lr}
+        return {**d, "steps": self.steps}

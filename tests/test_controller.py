@@ -5,6 +5,7 @@ from tutor.controller import Lesson, done_exercises
 from tutor.packs import load_pack
 from tutor.progress import Store
 from tutor.results import CheckResult, ScratchResult, Status
+from tutor.runs import RunPhase, RunProgress, RunStatus, TrainingRun
 
 PACK = load_pack()
 FIRST, SECOND = PACK.gradient_steps[0].id, PACK.gradient_steps[1].id
@@ -31,11 +32,11 @@ class Scratchpad:
         self.asked.append(("scratch", step_id, code, dict(prior)))
         return ScratchResult(step_id, stdout="hi")
 
-    def request(self, kind, payload, timeout, progress):
-        self.asked.append((kind, payload))
-        progress({"step": 1})
-        return {"status": "finished", "settings": {"reference": False},
-                "gradcheck": {"passed": True, "checks": []}}
+    def train(self, code, steps, *, progress, **options):
+        self.asked.append(("train", {"code": code, "steps": steps, **options}))
+        progress(RunProgress(RunPhase.TRAIN, 1))
+        return TrainingRun.from_dict({"status": "finished", "settings": {"reference": False},
+                                      "gradcheck": {"passed": True, "checks": []}})
 
 
 def test_a_locked_step_says_what_to_finish_first(tmp_path):
@@ -123,13 +124,13 @@ def test_scratch_and_training_runs_go_through_the_evaluator_and_are_kept(tmp_pat
         assert ev.asked[0][:3] == ("scratch", FIRST, "print(1)")
         heard = []
         result = lesson.train("code", 10, progress=heard.append)
-        assert heard == [{"step": 1}] and ev.asked[1][1]["steps"] == 10
+        assert heard == [RunProgress(RunPhase.TRAIN, 1)] and ev.asked[1][1]["steps"] == 10
         assert lesson.keep_run("code", result) is None
-        assert result["run_id"] == lesson.training_runs()[-1]["id"]
+        assert result.run_id == lesson.training_runs()[-1].run_id
         assert Status(lesson.status(PACK.steps[-1].id)).done  # the training step passed
 
 
 def test_a_run_without_a_store_says_why_it_was_not_kept():
     lesson = Lesson(PACK, None, None, "read-only folder")
     assert not lesson.keeps_progress
-    assert lesson.keep_run("code", {"status": "finished"}) == "read-only folder"
+    assert lesson.keep_run("code", TrainingRun(RunStatus.FINISHED)) == "read-only folder"

@@ -15,6 +15,7 @@ import pytest
 
 from tutor.packs import load_pack
 from tutor.progress import Store
+from tutor.runs import TrainingRun
 from tutor.training import (
     TrainingSettings,
     backward_sections,
@@ -244,7 +245,7 @@ def test_a_finished_run_is_kept_and_passes_exercise_4(engine, tmp_path):
     code = training_code(PACK)
     r = train(engine, code, steps=120)
     with Store.open(tmp_path, PACK) as store:
-        run_id = record_run(store, PACK, code, r)
+        run_id = record_run(store, PACK, code, TrainingRun.from_dict(r))
         (kept,) = store.training_runs()
         assert kept["id"] == run_id and kept["code"] == code
         assert kept["history"] == r["history"] and kept["val_loss"] == r["val_loss"]

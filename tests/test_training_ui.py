@@ -23,6 +23,7 @@ from tutor.config import Settings
 from tutor.controller import Lesson
 from tutor.packs import load_pack
 from tutor.progress import Store
+from tutor.runs import RunProgress, RunStatus, TrainingRun
 from tutor.training import training_code
 from tutor.ui.screens.training import DRAFT_DELAY, LossPlot, TrainingScreen, braille_curve
 from tutor.ui.widgets.editor import CodeEditor
@@ -60,8 +61,14 @@ class MadeUpEvaluator:
         self.cancelled = threading.Event()
         self.payloads: list[dict] = []
 
-    def request(self, op, payload, limit, on_progress=None) -> dict:
-        assert op == "train" and limit is None
+    def train(self, code, steps, *, progress, **options) -> TrainingRun:
+        """As the evaluator's client does: typed progress as it comes, then the typed run."""
+        plain = self.stream({"code": code, "steps": steps, **options},
+                            lambda p: progress(RunProgress.from_dict(p)))
+        return TrainingRun.from_dict(plain)
+
+    def stream(self, payload, on_progress) -> dict:
+        """Progress and the result as the worker sends them (plain data)."""
         self.payloads.append(payload)
         run = made_up_run()
         on_progress({"phase": "gradcheck", "step": 100, "of": 100,
@@ -152,7 +159,7 @@ async def test_a_run_stopped_from_outside_says_why():
     from tutor.evaluator.worker import stopped
 
     class Stopping(MadeUpEvaluator):
-        def request(self, op, payload, limit, on_progress=None) -> dict:
+        def stream(self, payload, on_progress) -> dict:
             return stopped(SimpleNamespace(status="timeout", why="quiet"), "step", 120, 5.0)
 
     screen = screen_for(Stopping())
@@ -176,7 +183,7 @@ async def test_cancel_key_stops_the_run_and_keeps_it():
         await until(pilot, lambda: not screen.running)
         assert ev.cancelled.is_set()
         assert "Stopped after" in str(screen.query_one("#train-phase").content)
-        assert screen.result["status"] == "cancelled"
+        assert screen.result.status is RunStatus.CANCELLED
 
 
 @sync
@@ -192,7 +199,7 @@ async def test_escape_cancels_a_run_then_leaves():
         assert ev.cancelled.is_set() and host.screen is screen
         await pilot.press("escape")
         await pilot.pause()
-        assert host.closed_with["status"] == "cancelled"
+        assert host.closed_with.status is RunStatus.CANCELLED
 
 
 @sync
@@ -270,10 +277,10 @@ async def test_real_run_is_cancelled_and_kept(evaluator, tmp_path):
             await pilot.press("f8")
             await until(pilot, lambda: not screen.running, timeout=120)
             r = screen.result
-            assert r["status"] == "cancelled" and 0 < r["steps_done"] < 200_000
-            assert r["val_loss"] is not None
+            assert r.status is RunStatus.CANCELLED and 0 < r.steps_done < 200_000
+            assert r.val_loss is not None
             (kept,) = store.training_runs()
-            assert kept["id"] == r["run_id"] and kept["status"] == "cancelled"
+            assert kept["id"] == r.run_id and kept["status"] == "cancelled"
 
 
 @pytest.mark.slow
@@ -284,7 +291,7 @@ async def test_real_wrong_gradient_marks_its_line(evaluator):
     async with Host(screen).run_test(size=(140, 45)) as pilot:
         await pilot.press("f5")
         await until(pilot, lambda: screen.result is not None, timeout=120)
-        assert screen.result["status"] == "diverged"
+        assert screen.result.status is RunStatus.DIVERGED
         assert "db2" in str(screen.query_one("#train-phase").content)
         row = screen.query_one(CodeEditor).error_row
         assert code.splitlines()[row].startswith("db2 =")

@@ -176,7 +176,7 @@ class GradientCheck:
 
     @classmethod
     def from_dict(cls, d: dict | None) -> GradientCheck | None:
-        if not isinstance(d, dict):
+        if not isinstance(d, dict) or not d:  # an empty one says nothing either
             return None
         return cls(_whole(d.get("steps")) or 0, bool(d.get("passed")),
                    GradcheckFailure.from_dict(d.get("failure")),
@@ -203,7 +203,7 @@ class LossHistory:
 
     @classmethod
     def from_dict(cls, d: dict | None) -> LossHistory | None:
-        if not isinstance(d, dict):
+        if not isinstance(d, dict) or not d:  # an empty one says nothing either
             return None
         return cls(_whole(d.get("every")) or 1,
                    [v for v in d.get("log10_loss") or [] if _number(v) is not None])

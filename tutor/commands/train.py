@@ -21,7 +21,16 @@ from tutor.durations import clock
 from tutor.evaluator.client import Evaluator, EvaluatorError
 from tutor.packs import Pack
 from tutor.report import terminal_width, wrap
-from tutor.results import Verdict
+from tutor.results import CheckError
+from tutor.runs import (
+    GradientCheck,
+    ParameterCheck,
+    RunPhase,
+    RunProgress,
+    RunStatus,
+    SplitLosses,
+    TrainingRun,
+)
 from tutor.source import size_problem
 from tutor.training.plan import speed_notes, training_code
 
@@ -107,10 +116,10 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
                   file=sys.stderr)
     if store is not None:
         store.close()
-    print(json.dumps(result, indent=2) if args.json else format_run(result))
+    print(json.dumps(result.to_dict(), indent=2) if args.json else format_run(result))
     if interrupted:
         return 130
-    return 0 if result.get("status") == "finished" else 1
+    return 0 if result.status is RunStatus.FINISHED else 1
 
 
 def _training_code(args: argparse.Namespace, pack: Pack,
@@ -149,15 +158,15 @@ def _say(origin: str | None) -> None:
         print("\n".join(wrap(origin, "backprop-tutor train: ", "  ")), file=sys.stderr)
 
 
-def _run(ev: Evaluator, run: Callable[..., dict],
-         show: Progress | ProgressLog | None) -> tuple[dict, bool]:
+def _run(ev: Evaluator, run: Callable[..., TrainingRun],
+         show: Progress | ProgressLog | None) -> tuple[TrainingRun, bool]:
     """`run(progress=...)` (the controller's training run) runs in a thread so Ctrl+C reaches
     us: the first one cancels the run (its partial result still comes back), a second one
     gives up waiting."""
     box: dict = {}
     interrupted = False
 
-    def progress(p: dict) -> None:
+    def progress(p: RunProgress) -> None:
         # A cancel sent before the evaluator started this run was not seen: repeat it.
         if interrupted:
             ev.cancel()
@@ -205,7 +214,7 @@ class Progress:
         self.stream = stream
         self.width = 0
 
-    def update(self, p: dict) -> None:
+    def update(self, p: RunProgress) -> None:
         self.write(progress_line(p))
 
     def write(self, text: str) -> None:
@@ -226,56 +235,55 @@ class ProgressLog:
 
     def __init__(self, stream) -> None:
         self.stream = stream
-        self.phase: str | None = None
+        self.phase: RunPhase | None = None
         self.last = 0.0
 
-    def update(self, p: dict) -> None:
+    def update(self, p: RunProgress) -> None:
         now = time.monotonic()
-        if p["phase"] == self.phase and now - self.last < LOG_INTERVAL:
+        if p.phase == self.phase and now - self.last < LOG_INTERVAL:
             return
-        self.phase, self.last = p["phase"], now
+        self.phase, self.last = p.phase, now
         print(progress_line(p), file=self.stream, flush=True)
 
     def clear(self) -> None:
         pass  # lines in a log stay
 
 
-def progress_line(p: dict) -> str:
-    if p["phase"] == "gradcheck":
-        return f"gradient check against autograd: step {p['step']}/{p['of']}"
-    if p["phase"] == "results":
+def progress_line(p: RunProgress) -> str:
+    if p.phase is RunPhase.GRADCHECK:
+        return f"gradient check against autograd: step {p.step}/{p.of}"
+    if p.phase is RunPhase.RESULTS:
         return "calibrating batchnorm over the training set, then the losses and the samples"
-    done = p["step"] / p["steps"] if p["steps"] else 0.0
+    steps = p.steps or 0
+    done = p.step / steps if steps else 0.0
     filled = int(done * BAR_WIDTH)
     bar = "█" * filled + "░" * (BAR_WIDTH - filled)
-    rate = f"{_spaced(p['steps_per_s'])} steps/s" if p.get("steps_per_s") else "… steps/s"
-    loss = f" · loss {p['loss']:.4f}" if p.get("loss") is not None else ""
-    return (f"{bar} {_spaced(p['step'])}/{_spaced(p['steps'])} · {rate} · "
-            f"{clock(p.get('eta_s'), '?')} left{loss}")
+    rate = f"{_spaced(p.steps_per_s)} steps/s" if p.steps_per_s else "… steps/s"
+    loss = f" · loss {p.loss:.4f}" if p.loss is not None else ""
+    return (f"{bar} {_spaced(p.step)}/{_spaced(steps)} · {rate} · "
+            f"{clock(p.eta_s, '?')} left{loss}")
 
 
 # --- the result as text ------------------------------------------------------------------------
 
 
-def _cmp_row(c: dict, width: int) -> str:
-    steps = c.get("steps") or 0
-    approx = (str(c["approximate"]) if c.get("approximate_steps", steps) in (0, steps)
-              else f"{c['approximate_steps']}/{steps} steps")
-    verdict = Verdict.named(c["verdict"])
-    mark = verdict.mark if verdict else "?"
-    return (f"  {mark} {c['tensor']:<{width}} | exact: {str(c['exact']):<5} | approximate: "
-            f"{approx:<11} | maxdiff: {c['maxdiff']:.3g}")
+def _cmp_row(c: ParameterCheck, width: int) -> str:
+    approx = (f"{c.approximate_steps}/{c.steps} steps" if c.approximate_on_some_steps
+              else str(c.approximate))
+    maxdiff = "—" if c.maxdiff is None else f"{c.maxdiff:.3g}"
+    return (f"  {c.verdict.mark} {c.tensor:<{width}} | exact: {str(c.exact):<5} | approximate: "
+            f"{approx:<11} | maxdiff: {maxdiff}")
 
 
-def format_gradcheck(gradcheck: dict | None) -> list[str]:
+def format_gradcheck(gradcheck: GradientCheck | None) -> list[str]:
     if not gradcheck:
         return ["Gradient check: skipped"]
-    lines = [f"Gradient check against autograd over {gradcheck['steps']} step(s):"]
-    width = max(len(c["tensor"]) for c in gradcheck["checks"])
-    lines += [_cmp_row(c, width) for c in gradcheck["checks"]]
-    if gradcheck.get("failure"):
-        lines += wrap(gradcheck["failure"]["message"], "  ✗ ", "    ")
-    elif gradcheck.get("passed"):
+    lines = [f"Gradient check against autograd over {gradcheck.steps} step(s):"]
+    width = max((len(c.tensor) for c in gradcheck.checks), default=0)
+    lines += [_cmp_row(c, width) for c in gradcheck.checks]
+    if gradcheck.failure:
+        lines += wrap(gradcheck.failure.message, "  ✗ ", "    ")
+    elif gradcheck.passed:
         lines.append("  ✓ every gradient matches autograd, to float32 rounding")
     return lines
 
@@ -284,51 +292,50 @@ def _loss(value: float | None) -> str:
     return "—" if value is None else f"{value:.4f}"
 
 
-def _error(error: dict | None) -> list[str]:
+def _error(error: CheckError | None) -> list[str]:
     if not error:
         return ["✗ failed"]
-    return wrap(f"{error['kind']} error: {error['message']}", "✗ ", "  ")
+    return wrap(f"{error.kind} error: {error.message}", "✗ ", "  ")
 
 
-def format_run(r: dict) -> str:
-    s = r.get("settings", {})
+def format_run(r: TrainingRun) -> str:
+    s = r.settings
     lines: list[str] = []
-    error = r.get("error")
-    if r.get("status") == "error" and not r.get("gradcheck"):
-        lines += _error(error)
-    lines += format_gradcheck(r.get("gradcheck"))
-    if error and r.get("gradcheck"):
-        lines += _error(error)
-    steps = r.get("steps_done", 0)
-    if steps and r.get("status") != "diverged":
-        rate = f" · {_spaced(r['steps_per_s'])} steps/s" if r.get("steps_per_s") else ""
+    if r.status is RunStatus.ERROR and not r.gradcheck:
+        lines += _error(r.error)
+    lines += format_gradcheck(r.gradcheck)
+    if r.error and r.gradcheck:
+        lines += _error(r.error)
+    steps = r.steps_done
+    if steps and r.status is not RunStatus.DIVERGED:
+        rate = f" · {_spaced(r.steps_per_s)} steps/s" if r.steps_per_s else ""
         compiled = ""
-        if s.get("compiled"):
-            compiled = f" · torch.compile {r['compile_s']:.1f} s, not counted"
-        status = "cancelled after" if r["status"] == "cancelled" else "trained"
-        took = clock(r.get("train_s"), "?")
-        lines.append(f"\n{status.capitalize()} {_spaced(steps)} of {_spaced(s.get('steps', 0))} "
-                     f"steps on {s.get('device')} in {took}{rate}{compiled}")
-    if r.get("train_loss") is not None:
-        lecture = r.get("lecture") or {}
+        if s.compiled and r.compile_s is not None:
+            compiled = f" · torch.compile {r.compile_s:.1f} s, not counted"
+        status = "cancelled after" if r.status is RunStatus.CANCELLED else "trained"
+        took = clock(r.train_s, "?")
+        lines.append(f"\n{status.capitalize()} {_spaced(steps)} of {_spaced(s.steps or 0)} "
+                     f"steps on {s.device} in {took}{rate}{compiled}")
+    if r.train_loss is not None:
+        lecture = r.lecture or SplitLosses()
         lines += [
             "\n              yours     lecture",
-            f"  train loss  {_loss(r['train_loss'])}    {_loss(lecture.get('train_loss'))}",
-            f"  val loss    {_loss(r['val_loss'])}    {_loss(lecture.get('val_loss'))}",
+            f"  train loss  {_loss(r.train_loss)}    {_loss(lecture.train_loss)}",
+            f"  val loss    {_loss(r.val_loss)}    {_loss(lecture.val_loss)}",
         ]
-    if r.get("samples"):
+    if r.samples:
         lines.append("\nNames sampled from your network:")
-        names = r["samples"]
+        names = r.samples
         for k in range(0, len(names), 5):
             lines.append("  " + "  ".join(f"{n:<14}" for n in names[k:k + 5]).rstrip())
-    for note in r.get("notes", []):
+    for note in r.notes:
         lines += ["", *wrap(note, "note: ", " " * 6)]
-    if r.get("stdout"):
-        head = r["stdout"].splitlines()[:10]
+    if r.stdout:
+        head = r.stdout.splitlines()[:10]
         lines.append("\nyour print output (first lines):")
         lines += [f"  {line}" for line in head]
-    lines.append(f"\nwall time {clock(r.get('wall_s'), '?')}"
-                 + (f" · run #{r['run_id']} saved" if r.get("run_id") else ""))
+    lines.append(f"\nwall time {clock(r.wall_s, '?')}"
+                 + (f" · run #{r.run_id} saved" if r.saved and r.run_id else ""))
     return "\n".join(lines)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from textual.message import Message
 
 from tutor.results import CheckResult, ScratchResult
+from tutor.runs import TrainingRun
 
 
 class EvaluatorReady(Message):
@@ -58,6 +59,6 @@ class ScratchFinished(Message):
 class TrainingRecorded(Message):
     """The training screen kept a run in the store (it may have completed exercise 4)."""
 
-    def __init__(self, result: dict) -> None:
+    def __init__(self, result: TrainingRun) -> None:
         super().__init__()
         self.result = result

@@ -20,6 +20,7 @@ from textual.widgets import Static
 from tutor.controller import Tally, tally
 from tutor.durations import clock, spoken
 from tutor.packs import Exercise, Pack
+from tutor.runs import SplitLosses, TrainingRun
 from tutor.ui.palette import ALERT, DIM, GOOD
 from tutor.ui.prose import prose
 from tutor.ui.summary import hardest
@@ -39,29 +40,29 @@ def _figures(t: Tally) -> Table:
     return table
 
 
-def run_lines(run: Mapping | None) -> list[RenderableType]:
+def run_lines(run: TrainingRun | None) -> list[RenderableType]:
     """The training run that finished exercise 4, in two lines."""
     if not run:
         return []
-    lecture = run.get("lecture") or {}
+    lecture = run.lecture or SplitLosses()
     losses = Text()
-    if run.get("train_loss") is not None:
-        losses.append(f"train loss {run['train_loss']:.4f}, val loss {run['val_loss']:.4f}")
-        if lecture.get("train_loss"):
-            losses.append(f" (the lecture: {lecture['train_loss']:.4f}, "
-                          f"{lecture['val_loss']:.4f})", style=DIM)
-    steps = f"{run.get('steps_done', 0):,}".replace(",", " ")
+    if run.train_loss is not None:
+        losses.append(f"train loss {run.train_loss:.4f}, val loss {run.val_loss:.4f}")
+        if lecture.train_loss:
+            losses.append(f" (the lecture: {lecture.train_loss:.4f}, "
+                          f"{lecture.val_loss:.4f})", style=DIM)
+    steps = f"{run.steps_done:,}".replace(",", " ")
     lines: list[RenderableType] = [Text(f"Your gradients trained the network for {steps} steps "
-                                        f"in {spoken(run.get('train_s') or 0)}.")]
+                                        f"in {spoken(run.train_s or 0)}.")]
     if losses.plain:
         lines.append(losses)
-    if run.get("samples"):
-        lines.append(Text.styled("  ".join(run["samples"][:8]), "bold"))
+    if run.samples:
+        lines.append(Text.styled("  ".join(run.samples[:8]), "bold"))
     return lines
 
 
 def exercise_view(pack: Pack, exercise: Exercise, rows: Sequence[Mapping],
-                  run: Mapping | None, following: Exercise | None) -> Group:
+                  run: TrainingRun | None, following: Exercise | None) -> Group:
     mine = [r for r in rows if r["exercise"] == exercise.number]
     parts: list[RenderableType] = [
         Text.styled(f"✓ Exercise {exercise.number} done: {exercise.title}", TITLE), Text(""),
@@ -78,7 +79,7 @@ def exercise_view(pack: Pack, exercise: Exercise, rows: Sequence[Mapping],
     return Group(*parts)
 
 
-def lesson_view(pack: Pack, rows: Sequence[Mapping], run: Mapping | None) -> Group:
+def lesson_view(pack: Pack, rows: Sequence[Mapping], run: TrainingRun | None) -> Group:
     total = tally(rows)
     parts: list[RenderableType] = [
         Text.styled(f"★ Lesson complete: {pack.title}", TITLE),

@@ -1,8 +1,9 @@
 """Exercise 4 in the TUI: edit the training step, choose how long to train, run it, watch the
 loss fall, read the results, and compare with earlier runs.
 
-The run happens in the evaluator process (`Evaluator.request("train", ...)`), called from a thread
-worker that only posts messages; the widgets change in the message handlers. Those messages do
+The run happens in the evaluator process (`Lesson.train`, which comes back with a typed
+`TrainingRun` and hears typed `RunProgress`), called from a thread worker that only posts
+messages; the widgets change in the message handlers. Those messages do
 not bubble; only `TrainingRecorded` goes on to the app, once a run is kept, so it can mark the
 moment. Like the rest of the UI, this module never imports torch.
 """
@@ -21,7 +22,14 @@ from textual.screen import Screen
 from textual.widgets import Input, ProgressBar, Static, TextArea
 
 from tutor.controller import Lesson, StoreError
-from tutor.results import Verdict
+from tutor.runs import (
+    ParameterCheck,
+    RunPhase,
+    RunProgress,
+    RunStatus,
+    SplitLosses,
+    TrainingRun,
+)
 from tutor.training import (
     TrainingSettings,
     speed_notes,
@@ -47,13 +55,13 @@ MAX_STEPS = 10_000_000  # more would run for hours; the evaluator holds no check
 
 
 class TrainingProgress(Message, bubble=False):
-    def __init__(self, payload: dict) -> None:
+    def __init__(self, progress: RunProgress) -> None:
         super().__init__()
-        self.payload = payload
+        self.progress = progress
 
 
 class TrainingFinished(Message, bubble=False):
-    def __init__(self, result: dict) -> None:
+    def __init__(self, result: TrainingRun) -> None:
         super().__init__()
         self.result = result
 
@@ -81,7 +89,7 @@ def parse_steps(text: str) -> int | None:
     return steps if 1 <= steps <= MAX_STEPS else None
 
 
-def gradcheck_table(checks: list[dict]) -> RenderableType:
+def gradcheck_table(checks: list[ParameterCheck]) -> RenderableType:
     """The notebook's cmp, per parameter, over every checked step (worst maxdiff)."""
     table = Table(box=None, pad_edge=False, padding=(0, 1), show_edge=False)
     for name, justify in (("parameter", "left"), ("exact", "left"), ("approximate", "left"),
@@ -89,40 +97,37 @@ def gradcheck_table(checks: list[dict]) -> RenderableType:
         table.add_column(name, justify=justify, no_wrap=True)
     some_steps = False
     for c in checks:
-        steps = c.get("steps") or 0
-        approx_steps = c.get("approximate_steps", steps)
-        if approx_steps in (0, steps):
-            approx = Text.styled(str(c["approximate"]), GOOD if c["approximate"] else BAD)
+        if c.approximate_on_some_steps:
+            approx, some_steps = Text.styled(f"{c.approximate_steps}/{c.steps}", WARN), True
         else:
-            approx, some_steps = Text.styled(f"{approx_steps}/{steps}", WARN), True
-        verdict = Verdict.named(c.get("verdict"))
-        mark = (Text.styled(verdict.mark, GOOD) if verdict and verdict.accepted
-                else Text.styled(f"✗ {c.get('verdict')}", BAD))
-        table.add_row(Text.styled(c["grad"], "bold"), Text(str(c["exact"])), approx,
-                      f"{c['maxdiff']:.2e}" if c.get("maxdiff") else "0.0", mark)
+            approx = Text.styled(str(c.approximate), GOOD if c.approximate else BAD)
+        mark = (Text.styled(c.verdict.mark, GOOD) if c.verdict.accepted
+                else Text.styled(f"✗ {c.verdict}", BAD))
+        table.add_row(Text.styled(c.grad, "bold"), Text(str(c.exact)), approx,
+                      f"{c.maxdiff:.2e}" if c.maxdiff else "0.0", mark)
     if not some_steps:
         return table
-    steps = max(c.get("steps") or 0 for c in checks)
+    steps = max(c.steps for c in checks)
     note = Text.styled(f"k/{steps}: allclose held on k of the {steps} checked steps; on the others "
                        "the gap is float32 rounding, as ✓ says.", DIM)
     return Group(table, note)
 
 
-def results_view(result: dict) -> RenderableType:
+def results_view(result: TrainingRun) -> RenderableType:
     """Calibrated split losses next to the lecture's, then the sampled names."""
-    lecture = result.get("lecture") or {}
+    lecture = result.lecture or SplitLosses()
     table = Table(box=None, pad_edge=False, padding=(0, 2), show_edge=False)
     table.add_column("", no_wrap=True)
     table.add_column("yours", justify="right", no_wrap=True)
     table.add_column("lecture", justify="right", no_wrap=True)
-    for split in ("train", "val"):
-        ours, theirs = result.get(f"{split}_loss"), lecture.get(f"{split}_loss")
+    for split, ours, theirs in (("train", result.train_loss, lecture.train_loss),
+                                ("val", result.val_loss, lecture.val_loss)):
         table.add_row(f"{split} loss", "—" if ours is None else f"{ours:.4f}",
                       Text.styled("—" if theirs is None else f"{theirs:.4f}", DIM))
     parts: list[RenderableType] = [table]
-    if result.get("samples"):
+    if result.samples:
         parts.append(Text.styled("\nnames sampled from your network", DIM))
-        parts.append(Text.styled("  ".join(result["samples"]), "bold"))
+        parts.append(Text.styled("  ".join(result.samples), "bold"))
     return Group(*parts)
 
 
@@ -192,7 +197,7 @@ class TrainingScreen(Screen):
         self.code = with_header(code, self.settings)
         self.running = False
         self.cancelling = False
-        self.result: dict | None = None
+        self.result: TrainingRun | None = None
         self._draft_timer = None
 
     # -- layout -------------------------------------------------------------------------------
@@ -257,7 +262,7 @@ class TrainingScreen(Screen):
         self.query_one("#train-notes", Static).update("\n".join(f"note: {n}" for n in notes))
 
     # -- earlier runs -------------------------------------------------------------------------
-    def _runs(self) -> list[dict]:
+    def _runs(self) -> list[TrainingRun]:
         if not self.lesson.keeps_progress:
             return []
         try:
@@ -425,44 +430,44 @@ class TrainingScreen(Screen):
         except Exception as exc:  # noqa: BLE001 - the evaluator could not run it at all
             self.post_message(TrainingFailed(str(exc)))
             return
-        if self.lesson.keeps_progress and "status" in result:
+        if self.lesson.keeps_progress:
             try:
                 problem = self.lesson.keep_run(code, result)
             except Exception as exc:  # noqa: BLE001 - whatever the store did, the run is shown
                 problem = str(exc)
             if problem:  # the run is still shown
-                result.setdefault("notes", []).append(f"the run could not be saved: {problem}")
+                result.notes.append(f"the run could not be saved: {problem}")
         self.post_message(TrainingFinished(result))
 
-    def _relay(self, payload: dict) -> None:
+    def _relay(self, progress: RunProgress) -> None:
         """Progress from the worker thread to the screen. A cancel sent before the evaluator
         had started this run was not seen by it, so it is repeated while the run goes on."""
         if self.cancelling:
             self.evaluator.cancel()
-        self.post_message(TrainingProgress(payload))
+        self.post_message(TrainingProgress(progress))
 
     # -- messages -----------------------------------------------------------------------------
     @on(TrainingProgress)
     def _progress(self, message: TrainingProgress) -> None:
-        p = message.payload
-        if p["phase"] == "gradcheck":
+        p = message.progress
+        if p.phase is RunPhase.GRADCHECK:
             self._phase(Text.styled(f"Phase 1 · gradient check against autograd · step "
-                                    f"{p['step']}/{p['of']}", "bold"))
-            self.query_one("#train-gradcheck", Static).update(gradcheck_table(p["checks"]))
-            self.query_one("#train-progress", ProgressBar).update(progress=p["step"])
-        elif p["phase"] == "train":
+                                    f"{p.step}/{p.of}", "bold"))
+            self.query_one("#train-gradcheck", Static).update(gradcheck_table(p.checks))
+            self.query_one("#train-progress", ProgressBar).update(progress=p.step)
+        elif p.phase is RunPhase.TRAIN:
             if not self.cancelling:
                 self._phase(Text.styled(
-                    f"Phase 2 · training on your gradients alone · lr {p['lr']:g}",
+                    f"Phase 2 · training on your gradients alone · lr {p.lr:g}",
                     "bold"))
-            self.query_one("#train-progress", ProgressBar).update(progress=p["step"])
-            rate = p.get("steps_per_s")
-            loss = f" · loss {p['loss']:.4f}" if p.get("loss") is not None else ""
+            self.query_one("#train-progress", ProgressBar).update(progress=p.step)
+            rate = p.steps_per_s
+            loss = f" · loss {p.loss:.4f}" if p.loss is not None else ""
             self.query_one("#train-rate", Static).update(
-                f"{spaced(rate)} steps/s · {clock(p.get('eta_s'))} left{loss}" if rate
-                else f"{spaced(p['step'])} steps{loss}")
-            self.query_one("#train-plot", LossPlot).extend(p.get("points", []), p.get("every"))
-        elif p["phase"] == "results":
+                f"{spaced(rate)} steps/s · {clock(p.eta_s)} left{loss}" if rate
+                else f"{spaced(p.step)} steps{loss}")
+            self.query_one("#train-plot", LossPlot).extend(p.points, p.every)
+        elif p.phase is RunPhase.RESULTS:
             self._phase(Text.styled(
                 "Phase 3 · calibrating batchnorm over the training set, then the "
                 "losses and the samples…", "bold"))
@@ -472,42 +477,42 @@ class TrainingScreen(Screen):
         self.running, self.cancelling = False, False
         r = self.result = message.result
         self._show_run(r)
-        if r.get("run_id"):
+        if r.run_id:
             self._show_history()
             self.post_message(TrainingRecorded(r))  # on to the app: it may end exercise 4
-        line = self._error_line(r)
+        line = r.error_line
         if line:
             self._show_code()
             self.query_one("#train-code", CodeEditor).mark_error(line - 1)
 
-    def _show_run(self, r: dict, reopened: bool = False) -> None:
+    def _show_run(self, r: TrainingRun, reopened: bool = False) -> None:
         """Fill the panels with one run's outcome: its curve, checks, losses and notes."""
-        planned = (r.get("settings") or {}).get("steps") or self.settings.steps
-        if r.get("history"):  # the complete curve, including the last partial span
+        planned = r.planned_steps or self.settings.steps
+        if r.history:  # the complete curve, including the last partial span
             plot = self.query_one("#train-plot", LossPlot)
-            plot.reset(planned, r["history"]["every"],
-                       label=f"run #{r['id']}" if reopened else "this run")
-            plot.extend(r["history"]["log10_loss"])
-        if r.get("gradcheck"):
-            table = gradcheck_table(r["gradcheck"]["checks"])
+            plot.reset(planned, r.history.every,
+                       label=f"run #{r.run_id}" if reopened else "this run")
+            plot.extend(r.history.log10_loss)
+        if r.gradcheck:
+            table = gradcheck_table(r.gradcheck.checks)
             self.query_one("#train-gradcheck", Static).update(table)
         self.query_one("#train-progress", ProgressBar).update(
-            total=planned, progress=r.get("steps_done", 0))
+            total=planned, progress=r.steps_done)
         # The live "time left" line would otherwise outlive the run it describes.
-        final_loss = f" · last loss {r['last_loss']:.4f}" if r.get("last_loss") else ""
+        final_loss = f" · last loss {r.last_loss:.4f}" if r.last_loss else ""
         self.query_one("#train-rate", Static).update(
-            f"{spaced(r.get('steps_done', 0))} steps done{final_loss}")
+            f"{spaced(r.steps_done)} steps done{final_loss}")
         summary = self._summary(r, planned)
         if reopened:
-            summary = Text.styled(f"Your last run, #{r['id']} on {when(r.get('at'))}: ",
+            summary = Text.styled(f"Your last run, #{r.run_id} on {when(r.at)}: ",
                                   "bold") + summary
             summary.append("\nF5 runs again.", style=DIM)
         self._phase(summary)
-        if r.get("train_loss") is not None:
+        if r.train_loss is not None:
             self.query_one("#train-results", Static).update(results_view(r))
-        notes = [] if reopened else list(r.get("notes") or [])
-        if r.get("stdout"):
-            printed = r["stdout"].splitlines()
+        notes = [] if reopened else list(r.notes)
+        if r.stdout:
+            printed = r.stdout.splitlines()
             notes.append("your print output, first lines:\n  " + "\n  ".join(printed[:8]))
         self._show_notes(notes)
 
@@ -517,33 +522,26 @@ class TrainingScreen(Screen):
         self._phase(Text.styled(f"The evaluator could not run the training: {message.message}",
                                 BAD))
 
-    def _summary(self, r: dict, planned: int) -> Text:
-        status, done = r.get("status"), r.get("steps_done", 0)
-        saved = f" Saved as run #{r['run_id']}." if r.get("run_id") else ""
-        rate = f" ({spaced(r['steps_per_s'])} steps/s)" if r.get("steps_per_s") else ""
-        if status == "finished":
-            device = (r.get("settings") or {}).get("device", "?")
+    def _summary(self, r: TrainingRun, planned: int) -> Text:
+        done = r.steps_done
+        # Only a run kept just now says so; one reopened from the store says when it ran.
+        saved = f" Saved as run #{r.run_id}." if r.saved and r.run_id else ""
+        rate = f" ({spaced(r.steps_per_s)} steps/s)" if r.steps_per_s else ""
+        if r.status is RunStatus.FINISHED:
+            device = r.settings.device or "?"
             return Text.styled(
-                f"Finished: {spaced(done)} steps in {clock(r.get('train_s'))}{rate} "
+                f"Finished: {spaced(done)} steps in {clock(r.train_s)}{rate} "
                 f"on {device}.{saved}", GOOD)
-        if status == "cancelled":
+        if r.status is RunStatus.CANCELLED:
             return Text.styled(f"Stopped after {spaced(done)} of {spaced(planned)} steps; "
                                f"the results below are for the network as it was then.{saved}",
                                WARN)
-        failure = (r.get("gradcheck") or {}).get("failure")
-        if status == "diverged" and failure:
-            return Text.styled(failure["message"], BAD)
-        error = r.get("error") or {}
-        return Text.styled(
-            f"{error.get('kind', 'error')}: {error.get('message', 'the run failed')}",
-            BAD)
-
-    @staticmethod
-    def _error_line(r: dict) -> int | None:
-        failure = (r.get("gradcheck") or {}).get("failure")
-        if failure and failure.get("line"):
-            return failure["line"]
-        return (r.get("error") or {}).get("line")
+        failure = r.gradcheck.failure if r.gradcheck else None
+        if r.status is RunStatus.DIVERGED and failure:
+            return Text.styled(failure.message, BAD)
+        if r.error is None:
+            return Text.styled("error: the run failed", BAD)
+        return Text.styled(f"{r.error.kind}: {r.error.message}", BAD)
 
 
 NARROW = 100  # columns below which code and run take turns (as the app hides its sidebar)

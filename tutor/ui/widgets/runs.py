@@ -1,13 +1,12 @@
 """Earlier training runs, one row each, and which of them to draw on the loss plot.
 
-The rows come from the progress store (`Store.training_runs()`), so reopening exercise 4 shows
-every run kept so far. Enter or a click on a row adds its curve to the plot, or takes it off.
+The rows are the runs the lesson kept (`Lesson.training_runs()`, typed), so reopening exercise 4
+shows every run kept so far. Enter or a click on a row adds its curve to the plot, or takes it off.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -16,10 +15,11 @@ from textual.message import Message
 from textual.widgets import DataTable
 
 from tutor.durations import clock
+from tutor.runs import RunStatus, TrainingRun
 from tutor.ui.palette import ERROR, OK, WARN
 from tutor.ui.widgets.lossplot import COMPARE_COLOURS, Series, spaced
 
-RESULT_STYLES = {"finished": OK, "cancelled": WARN, "diverged": ERROR}
+RESULT_STYLES = {RunStatus.FINISHED: OK, RunStatus.CANCELLED: WARN, RunStatus.DIVERGED: ERROR}
 
 
 def when(at: str | None) -> str:
@@ -30,11 +30,11 @@ def when(at: str | None) -> str:
         return "?"
 
 
-def series_of(run: Mapping, colour: str) -> Series:
-    history = run.get("history") or {}
-    planned = (run.get("settings") or {}).get("steps") or run.get("steps_done") or 1
-    return Series(f"#{run.get('id')}", int(history.get("every") or 1), int(planned), colour,
-                  [float(v) for v in history.get("log10_loss") or [] if math.isfinite(v)])
+def series_of(run: TrainingRun, colour: str) -> Series:
+    planned = run.planned_steps or run.steps_done or 1
+    history = run.history
+    return Series(f"#{run.run_id}", history.every if history else 1, planned, colour,
+                  [float(v) for v in history.finite()] if history else [])
 
 
 @dataclass
@@ -54,31 +54,29 @@ class RunsTable(DataTable):
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id, cursor_type="row", zebra_stripes=False, show_cursor=True)
-        self.runs: dict[str, Mapping] = {}
+        self.runs: dict[str, TrainingRun] = {}
         self.compared: dict[str, Compared] = {}
 
     def on_mount(self) -> None:
         for name in ("run", "when", "result", "steps", "train", "val", "time"):
             self.add_column(name, key=name)
 
-    def show_runs(self, runs: Sequence[Mapping]) -> None:
+    def show_runs(self, runs: Sequence[TrainingRun]) -> None:
         """Fill the table (newest first), keeping the runs already chosen for the plot."""
         self.clear()
-        self.runs = {str(r.get("id")): r for r in runs}
+        self.runs = {str(r.run_id): r for r in runs}
         self.compared = {k: v for k, v in self.compared.items() if k in self.runs}
         for run in reversed(list(runs)):
-            key = str(run.get("id"))
-            status = str(run.get("status", "?"))
-            planned = (run.get("settings") or {}).get("steps")
-            done = run.get("steps_done") or 0
+            key = str(run.run_id)
+            planned, done = run.planned_steps, run.steps_done
             steps = spaced(done) if not planned or planned == done else \
                 f"{spaced(done)}/{spaced(planned)}"
             self.add_row(
-                self._mark(key), when(run.get("at")),
-                Text.styled(status, RESULT_STYLES.get(status, "")), steps,
-                "—" if run.get("train_loss") is None else f"{run['train_loss']:.3f}",
-                "—" if run.get("val_loss") is None else f"{run['val_loss']:.3f}",
-                clock(run.get("train_s")), key=key)
+                self._mark(key), when(run.at),
+                Text.styled(str(run.status), RESULT_STYLES.get(run.status, "")), steps,
+                "—" if run.train_loss is None else f"{run.train_loss:.3f}",
+                "—" if run.val_loss is None else f"{run.val_loss:.3f}",
+                clock(run.train_s), key=key)
 
     def _mark(self, key: str) -> Text:
         """The run's number, after a bar in its colour when it is drawn on the plot."""

@@ -65,7 +65,7 @@ MIGRATIONS: list[tuple[str, ...]] = [
         )""",
         "CREATE INDEX attempts_by_step ON attempts (step_id, id)",
         "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
-        # The run's dict is kept whole as JSON: its fields belong to the training module.
+        # The run is kept whole as JSON (docs/json.md, "A training run"); its types read it.
         """CREATE TABLE training_runs (
             id INTEGER PRIMARY KEY AUTOINCREMENT,
             at TEXT NOT NULL,

@@ -440,3 +440,16 @@ async def test_changing_the_step_count_rewrites_the_code_header():
         assert editor.text.startswith("# One training step, run 20 000 times")
         await pilot.press("ctrl+z")  # one edit: the old count comes back
         assert "run 2 000 times" in editor.text.splitlines()[0]
+
+
+def test_the_completion_screen_tells_the_run_that_finished_exercise_4():
+    from tutor.ui.screens.completion import run_lines
+
+    console = Console(width=200, file=io.StringIO(), record=True)
+    for line in run_lines(TrainingRun.from_dict(made_up_run())):
+        console.print(line)
+    text = console.export_text()
+    assert "Your gradients trained the network for 2 000 steps in 0 min 02 s." in text
+    assert "train loss 2.2500, val loss 2.5000 (the lecture: 2.0705, 2.1099)" in text
+    assert "name0  name1" in text and "name8" not in text
+    assert run_lines(None) == []

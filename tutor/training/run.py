@@ -292,8 +292,6 @@ class Trainer:
         self.blew_up = False
         self.steps_done = 0
         self.notes = speed_notes(self.code_text)
-        self.timing: dict[str, float | None] = {"gradcheck_s": None, "train_s": None,
-                                                "compile_s": None, "results_s": None}
         self.phase2_rate: float | None = None
         self.result = TrainingRun(
             RunStatus.ERROR, notes=self.notes,
@@ -405,8 +403,6 @@ class Trainer:
         r.history = LossHistory(every, points)
         r.last_loss = 10 ** self.log10_loss[-1] if self.log10_loss else None
         r.steps_per_s = self.phase2_rate
-        r.gradcheck_s, r.train_s = self.timing["gradcheck_s"], self.timing["train_s"]
-        r.compile_s, r.results_s = self.timing["compile_s"], self.timing["results_s"]
         r.wall_s = time.monotonic() - started
         r.stdout = clean(self.out.text())
         r.lecture = SplitLosses(self.s.lecture_train_loss, self.s.lecture_val_loss)
@@ -522,7 +518,7 @@ class Trainer:
         if status is not RunStatus.DIVERGED:
             self.result.gradcheck = GradientCheck(self.steps_done, status is None,
                                                   checks=list(tallies.values()))
-        self.timing["gradcheck_s"] = time.monotonic() - started
+        self.result.gradcheck_s = time.monotonic() - started
         return status
 
     def _failure(self, i: int, wrong: list[str], grades: dict[str, TensorCheck],
@@ -594,7 +590,7 @@ class Trainer:
                            keep_going)
         self.steps_done = done
         elapsed = time.monotonic() - started
-        self.timing["train_s"] = elapsed
+        self.result.train_s = elapsed
         if done > start and elapsed > 0:
             self.phase2_rate = (done - start) / elapsed
         if not self._flush() or self.blew_up:
@@ -640,7 +636,7 @@ class Trainer:
             self.window("compile")
             started = time.monotonic()
             compiled(*params, Xb, Yb)  # a pure function of its inputs: nothing changes here
-            self.timing["compile_s"] = time.monotonic() - started
+            self.result.compile_s = time.monotonic() - started
         except Exception as exc:  # noqa: BLE001 - the fast path is optional
             reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
             self.notes.append(f"torch.compile could not compile the training step ({reason}); "
@@ -722,7 +718,7 @@ class Trainer:
                                                            self.sizes, g, self.s.samples)
                 except RuntimeError as exc:  # probabilities with nan cannot be sampled
                     self.notes.append(f"no samples could be drawn: {exc}")
-        self.timing["results_s"] = time.monotonic() - started
+        self.result.results_s = time.monotonic() - started
 
 
 def run_training(engine: Engine, request: dict, progress: Callable[[dict], None],

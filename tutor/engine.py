@@ -154,7 +154,7 @@ class Engine:
         compiled = _compiled(code)
         if self.isolation == "spawn":
             return self._execute_spawned(self._spec(step, code, prior, compiled), scratch)
-        if self.kinds.of(step).prepare(step):
+        if self.kinds.of(step).build_ahead(step):
             self.close()  # children forked before know nothing of what was built
         child, self._spare = self._spare, None
         if child is None or not child.alive():

@@ -70,7 +70,7 @@ class StepCheck(ABC):
         """
         return None
 
-    def prepare(self, step: Step) -> bool:
+    def build_ahead(self, step: Step) -> bool:
         """Build, in the worker, what planning `step` needs and a confined child cannot build
         (the pack's trusted code may open files the first time it runs).
 

@@ -61,7 +61,7 @@ class FunctionCheck(StepCheck):
             self._cases[key] = [same] if same else []
         return next(iter(self._cases[key]), None)
 
-    def prepare(self, step: Step) -> bool:
+    def build_ahead(self, step: Step) -> bool:
         # Built in the worker, where the pack's expect code may still do what a confined child
         # cannot (torch.optim looks for a cache folder the first time it runs); a child forked
         # before knows nothing of them.

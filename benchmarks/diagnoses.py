@@ -31,7 +31,7 @@ def wrong_answers() -> dict[str, list[tuple[str, str | None, str]]]:
     out: dict[str, list] = {"makemore": [], "gpt": []}
     for lesson, pack in (("makemore", load_pack()), ("gpt", load_pack(ROOT / "exercises" / "gpt"))):
         for step in pack.steps:
-            if step.is_training:
+            if step.kind.trained:
                 continue
             out[lesson] += [(step.id, m.tensor or step.checks[0], m.code)
                             for m in step.mistakes]

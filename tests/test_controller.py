@@ -49,7 +49,7 @@ def test_a_locked_step_says_what_to_finish_first(tmp_path):
         opened = [s.id for s, _ in lesson.open_steps()]
         assert FIRST in opened and SECOND not in opened
         # Each exercise starts open; the training step waits for the exercises it needs.
-        assert opened == [ex.steps[0].id for ex in PACK.exercises if not ex.steps[0].is_training]
+        assert opened == [ex.steps[0].id for ex in PACK.exercises if not ex.steps[0].kind.trained]
 
 
 def test_the_preview_names_the_step_a_pass_opens_before_it_is_recorded(tmp_path):

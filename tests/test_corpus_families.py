@@ -279,7 +279,7 @@ def test_a_fresh_batch_blames_the_size_only_where_one_is_written(engines):
     engine = engines["makemore"]
     sized = engine.check("atomic/probs", "dprobs = (1.0 / probs) * dlogprobs * 32 / n").to_dict()
     assert "batch size written in" in sized["heldout"]["message"]
-    from tutor.engine import _writes_the_batch_size
+    from tutor.kinds.lines import writes_the_batch_size as _writes_the_batch_size
 
     assert _writes_the_batch_size("x = 1 / 32", 32, {})
     assert _writes_the_batch_size("x = y * 31", 32, {})

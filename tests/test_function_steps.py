@@ -123,7 +123,7 @@ def test_returning_the_wrong_number_of_values_is_explained(fn_engine):
 
     from tutor.execution import CallError, _unpack
 
-    spec = replace(fn_engine._function_spec(PACK.step(LN), ""), outputs=("dinp", "dother"))
+    spec = replace(fn_engine._spec(PACK.step(LN), "", {}), outputs=("dinp", "dother"))
     with pytest.raises(CallError, match="returned None"):
         _unpack(spec, None)
     with pytest.raises(CallError, match="returned 3 values"):

@@ -19,6 +19,7 @@ import pytest
 
 from tutor.config import Settings
 from tutor.packs import find_pack, load_pack
+from tutor.stepkinds import Function, LineGradient
 
 ROOT = Path(__file__).resolve().parent.parent
 GPT = ROOT / "exercises" / "gpt"
@@ -111,7 +112,7 @@ def test_the_sizes_are_in_scope_by_their_names(engine):
 def test_reference_solution_passes(engine, step_id):
     result = engine.check(step_id, PACK.step(step_id).solution).to_dict()
     _assert_passed(result)
-    if PACK.step(step_id).is_function:
+    if isinstance(PACK.step(step_id).kind, Function):
         assert result["heldout"]["what"].startswith("fresh sizes (")
     else:
         assert result["heldout"]["batch_size"] == 7
@@ -138,7 +139,7 @@ def test_mistake_is_recognised_as_itself(engine, step_id, index):
     # The other gradients of the step are right, unless the same code is catalogued for them
     # too (halving a residual's gradient halves both branches). An update's outputs are one
     # computation (param moves by what m and v hold), so a mistake there reaches all three.
-    if step.is_function and not step.function.outputs:
+    if isinstance(step.kind, Function) and not step.function.outputs:
         return
     also = {m.tensor or step.checks[0] for m in step.mistakes if m.code == mistake.code}
     others = [c for c in result["checks"] if c["tensor"] not in also]
@@ -180,7 +181,7 @@ def test_a_hard_coded_batch_size_fails_the_fresh_batch(engine, step_id, code):
 
 # --- function steps ---------------------------------------------------------------------------
 
-FUNCTION_STEPS = [s for s in PACK.steps if s.is_function]
+FUNCTION_STEPS = [s for s in PACK.steps if isinstance(s.kind, Function)]
 
 # Each function's reference with one size read off the lesson instead of off the arguments:
 # (what the reference says, what a learner wrote instead). Every one is right on the lesson's
@@ -248,10 +249,10 @@ def test_step_content_rules(step):
     assert len(set(step.hints)) >= 3
     lines = [line for line in step.explanation.splitlines() if line.strip()]
     # A whole function or the training run takes a little more to explain than one line.
-    assert 4 <= len(lines) <= (12 if step.kind == "gradient" else 16), len(lines)
+    assert 4 <= len(lines) <= (12 if isinstance(step.kind, LineGradient) else 16), len(lines)
     texts = [step.explanation, *step.hints] + [m.message for m in step.mistakes]
     assert all(t and "TODO" not in t for t in texts)
-    if step.is_training:
+    if step.kind.trained:
         return
     assert step.mistakes, "every gradient step catalogues at least one mistake"
     solution = _squash(step.solution)

@@ -71,7 +71,7 @@ def _run_here(engine, frozen: bool, seen: list):
 def test_the_reference_passes_with_the_probe(engines, monkeypatch, lesson, step_id):
     engine = engines[lesson]
     seen: list = []
-    monkeypatch.setattr(engine, "_befores", {})
+    monkeypatch.setattr(engine.kinds.of(engine.pack.step(step_id)), "_befores", {})
     monkeypatch.setattr(engine, "execute", _run_here(engine, False, seen))
     result = engine.check(step_id, engine.pack.step(step_id).solution).to_dict()
     assert result["passed"], [c["message"] for c in result["checks"]]
@@ -83,7 +83,7 @@ def test_autograds_numbers_without_a_rule_are_refused(engines, monkeypatch, less
     # The right numbers, copied in: no rule at all. The values pass; only the probe can tell.
     engine = engines[lesson]
     step = engine.pack.step(step_id)
-    monkeypatch.setattr(engine, "_befores", {})
+    monkeypatch.setattr(engine.kinds.of(engine.pack.step(step_id)), "_befores", {})
     monkeypatch.setattr(engine, "execute", _run_here(engine, True, []))
     code = "\n".join(f"d{t} = frozen_d{t}.clone()" for t in step.checks + step.partials)
     result = engine.check(step_id, code).to_dict()

@@ -80,7 +80,7 @@ def test_curriculum_opens_steps_in_order_and_training_last():
     statuses = curriculum.statuses(PACK, {})
     assert statuses[FIRST] is Status.UNLOCKED and statuses[SECOND] is Status.LOCKED
     done = {s.id: "passed" for s in PACK.gradient_steps}
-    training = [s.id for s in PACK.steps if s.is_training][0]
+    training = [s.id for s in PACK.steps if s.kind.trained][0]
     assert curriculum.statuses(PACK, done)[training] is Status.UNLOCKED
     assert curriculum.unlocked({FIRST: Status.UNLOCKED, SECOND: Status.LOCKED},
                                {FIRST: Status.EXACT, SECOND: Status.UNLOCKED}) == [SECOND]
@@ -91,7 +91,7 @@ def test_exercises_open_when_what_they_require_is_done():
     statuses = curriculum.statuses(PACK, {})
     fused = [ex.steps[0].id for ex in PACK.exercises if ex.number in (2, 3)]
     assert all(statuses[sid] is Status.UNLOCKED for sid in fused)
-    training = next(s for s in PACK.steps if s.is_training)
+    training = next(s for s in PACK.steps if s.kind.trained)
     assert statuses[training.id] is Status.LOCKED
     # Exercise 1 done but not 2 and 3: training still waits, and says for what.
     done = {s.id: "revealed" for s in PACK.exercise(1).steps}
@@ -123,7 +123,7 @@ def test_requires_must_name_earlier_exercises(tmp_path):
 def test_dependents_are_the_later_steps_that_replay_a_step():
     deps = curriculum.dependents(PACK, FIRST)
     assert SECOND in deps and FIRST not in deps
-    assert any(PACK.step(d).is_training for d in deps)
+    assert any(PACK.step(d).kind.trained for d in deps)
 
 
 def test_the_typed_result_round_trips_the_json_contract():

@@ -11,6 +11,7 @@ import builtins
 import copy
 import difflib
 import io
+import marshal
 import signal
 import sys
 import time
@@ -18,6 +19,7 @@ import traceback
 import types
 import warnings
 from collections.abc import Callable
+from functools import lru_cache
 from typing import Any
 
 import torch
@@ -141,6 +143,24 @@ def compile_candidate(code: str) -> types.CodeType:
         message = getattr(exc, "msg", None) or str(exc) or "too deeply nested to read"
         raise CodeError("syntax", clean(f"{where}: {message}", MAX_MESSAGE), lineno,
                         offset) from None
+
+
+@lru_cache(maxsize=64)
+def program(code: str) -> bytes:
+    """The candidate compiled behind the policy and the guard (`compile_candidate`), as bytes
+    (marshal) that a child loads instead of compiling it again: a check compiles its candidate
+    once, in the worker, before any process starts.
+
+    Raises CodeError for syntax errors and refusals.
+    """
+    return marshal.dumps(compile_candidate(code))
+
+
+@lru_cache(maxsize=8)
+def load(compiled: bytes) -> types.CodeType:
+    """The code object `program` made. Only the worker writes these bytes: the direction from
+    the worker to its child is the trusted one."""
+    return marshal.loads(compiled)
 
 
 def _without_cmp_definition(tree: ast.Module) -> ast.Module:

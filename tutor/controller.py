@@ -297,7 +297,7 @@ class Lesson(_CheckAndRecord):
             step = self.pack.step(self.store.current_step())
         except (KeyError, TypeError):
             step = self.pack.steps[0]
-        if step.is_training:
+        if step.kind.trained:
             step = self.pack.gradient_steps[-1]
         return step
 
@@ -326,7 +326,7 @@ class Lesson(_CheckAndRecord):
         out = []
         for step in self.pack.steps:
             status = str(statuses.get(step.id, Status.LOCKED))
-            if step.is_training:
+            if step.kind.trained:
                 if remaining_before(self.pack, step, statuses):
                     continue
             elif not is_enterable(status):
@@ -362,7 +362,7 @@ class Lesson(_CheckAndRecord):
         after = curriculum.after_check(self.pack, before, sid, earned)
         unlocked = [self.pack.step(s) for s in curriculum.unlocked(before, after)]
         note = None
-        if unlocked and not unlocked[0].is_training:
+        if unlocked and not unlocked[0].kind.trained:
             note = unlocked[0].title
         elif unlocked:
             note = f"{unlocked[0].title} (everything it needs is done)"
@@ -537,7 +537,7 @@ def _check_cell(ev, pack: Pack, cell: Cell, prior: dict[str, str]) -> CheckResul
         sid = pack.step(cell.step).id
     except KeyError:
         return _cell_error(cell.step, f"line {cell.line}: no step '{cell.step}'")
-    if pack.step(sid).is_training:
+    if pack.step(sid).kind.trained:
         return _cell_error(sid, "the training cell runs with `backprop-tutor train`")
     too_big = cell_size_problem(cell, sid)
     if too_big:

@@ -36,8 +36,8 @@ def dependents(pack: Pack, step_id: str) -> list[str]:
     step = pack.step(step_id)
     later = pack.steps[pack.index(step.id) + 1:]
     return [s.id for s in later
-            if (s.exercise == step.exercise and s.replay and not s.is_training)
-            or (s.is_training and not step.is_training
+            if (s.exercise == step.exercise and s.replay and not s.kind.trained)
+            or (s.kind.trained and not step.kind.trained
                 and step.exercise in pack.exercise(s.exercise).requires)]
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+import types
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -25,6 +26,7 @@ from tutor.candidate import (
     copy_namespace,
     disarm,
     execute,
+    load,
     runtime_error,
     shares_memory,
 )
@@ -41,6 +43,14 @@ from tutor.sandbox.isolate import (
 Tensor = torch.Tensor
 
 cached_compile = lru_cache(maxsize=512)(compile_candidate)
+
+
+def candidate(spec: CheckSpec | FunctionCheckSpec, code: str) -> types.CodeType:
+    """`code` compiled behind the guard: the worker's own compilation where `code` is the
+    spec's candidate and the worker sent it along, else compiled here (once per process)."""
+    if spec.compiled is not None and code == spec.code:
+        return load(spec.compiled)
+    return cached_compile(code)
 
 
 @dataclass
@@ -71,6 +81,7 @@ class CheckSpec:
     batches: list[BatchPlan]
     timeout: float
     probe: ProbeSpec | None = None  # the rule probe, run on the first batch (tutor/probe.py)
+    compiled: bytes | None = None  # the candidate as the worker compiled it (candidate.program)
 
 
 # -- values as plain data --------------------------------------------------------------------
@@ -245,7 +256,7 @@ def run_batch(spec: CheckSpec, plan: BatchPlan, deadline: float,
     out = Output()
     record: dict = {"error": None, "notes": notes}
     try:
-        execute(cached_compile(spec.code), after, out, deadline)
+        execute(candidate(spec, spec.code), after, out, deadline)
     except CheckTimeout:
         raise
     except CodeError as exc:
@@ -348,7 +359,7 @@ def run_probe(spec: CheckSpec, probe: ProbeSpec, base: dict, deadline: float) ->
     names = {f"d{t}" for t in spec.graded}
     ns = copy_namespace(base)
     ns.update(cotangents(base, probe.upstream, probe.seed, spec.graded))
-    out = {"line": _quiet(spec.code, ns, names, deadline), "fork": None}
+    out = {"line": _quiet(spec, ns, names, deadline), "fork": None}
     fork = probe.fork
     if fork is not None:
         ns = copy_namespace(base)
@@ -366,7 +377,7 @@ def run_probe(spec: CheckSpec, probe: ProbeSpec, base: dict, deadline: float) ->
             raise
         except Exception:  # noqa: BLE001 - the steps in between do not run this way: no fork probe
             return out
-        out["fork"] = _quiet(spec.code, replayed, names, deadline)
+        out["fork"] = _quiet(spec, replayed, names, deadline)
     return out
 
 
@@ -374,10 +385,11 @@ def _names_or_none(code: str | None) -> set[str]:
     return set(code_facts.of(code).bound) if code else set()
 
 
-def _quiet(code: str, ns: dict, names: set[str], deadline: float) -> dict | None:
-    """Run code for the probe: its values, or None if it fails (the probe then says nothing)."""
+def _quiet(spec: CheckSpec, ns: dict, names: set[str], deadline: float) -> dict | None:
+    """Run the candidate for the probe: its values, or None if it fails (the probe then says
+    nothing)."""
     try:
-        execute(cached_compile(code), ns, Output(), deadline)
+        execute(candidate(spec, spec.code), ns, Output(), deadline)
     except CheckTimeout:
         raise
     except Exception:  # noqa: BLE001 - a failure here is the real run's to report, not ours
@@ -409,7 +421,7 @@ def run_scratch(spec: CheckSpec) -> dict:
         out = Output()
         error = None
         try:
-            execute(cached_compile(spec.code), after, out, deadline)
+            execute(candidate(spec, spec.code), after, out, deadline)
         except CheckTimeout:
             raise
         except CodeError as exc:
@@ -444,6 +456,7 @@ class FunctionCheckSpec:
     cases: list[tuple[str, dict]]  # (case name, the call's inputs)
     sizes: dict  # the lesson's sizes, in scope as in every step
     timeout: float
+    compiled: bytes | None = None  # the candidate as the worker compiled it (candidate.program)
 
 
 class CallError(Exception):
@@ -455,7 +468,7 @@ def call_function(spec: FunctionCheckSpec, code: str, inputs: dict, out: Output,
     """Define the learner's function, call it on copies of `inputs`: the graded values, and the
     arguments it changed in place that it was not meant to."""
     ns: dict = dict(spec.sizes)
-    execute(cached_compile(code), ns, out, deadline)
+    execute(candidate(spec, code), ns, out, deadline)
     fn = ns.get(spec.function)
     if not callable(fn):
         raise CallError(f"your code does not define the function {spec.function}: the step "

@@ -193,7 +193,7 @@ class Lesson:
         given: dict[tuple[str, str], Tensor] = {}
         sources = {line.target: line.source for line in lines}
         for step in self.pack.gradient_steps:
-            if step.is_function:
+            if not step.kind.of_forward_tensors:
                 continue  # graded on cases of its own (functions.py)
             for name, grad in _step_references(step, ns, full, self.pack.loss, sources).items():
                 refs[(step.id, name)] = grad.detach()

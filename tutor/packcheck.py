@@ -50,7 +50,7 @@ def check_pack(root: Path, settings: Settings, progress: Callable[[str], None] =
                 problems += _cases(engine, step)
             problems += _solution(engine, step)
             problems += _mistakes(engine, step)
-        if any(s.is_training for s in pack.steps):
+        if any(s.kind.trained for s in pack.steps):
             progress("training smoke test")
             problems += _training(engine)
     finally:
@@ -62,7 +62,7 @@ def _content(pack: Pack) -> Iterator[Problem]:
     for step in pack.steps:
         if not step.explanation.strip():
             yield Problem(step.id, "has no explanation")
-        if step.is_training:
+        if step.kind.trained:
             continue
         if len(set(step.hints)) < 3:
             yield Problem(step.id, f"has {len(set(step.hints))} different hints; three or more "
@@ -128,7 +128,7 @@ def _mistakes(engine, step: Step) -> list[Problem]:
             problems.append(Problem(where, f"does not run: {result.error.message}"))
             continue
         tensor = mistake.tensor or step.checks[0]
-        label = tensor if step.is_function else f"d{tensor}"
+        label = step.kind.graded_name(tensor)
         row = next((c for c in result.checks if c.grad == label), None)
         diagnosis = row.diagnosis if row else None
         if row is None or diagnosis is None or diagnosis.message != mistake.message:

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from functools import cache, cached_property
 from pathlib import Path
 
-from tutor import packcache
+from tutor import packcache, stepkinds
+from tutor.stepkinds import LineGradient, StepKind
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 # Installed wheels carry the content inside the package; a checkout has it at the top level.
@@ -79,25 +80,15 @@ class Step:
     upstream: str | None = None
     given: tuple[str, ...] = ()
     replay: bool = True
-    kind: str = "gradient"  # or "function" or "training"
+    kind: StepKind = field(default_factory=LineGradient)  # read from the pack's word once
     figure: str | None = None  # a gradient worth showing as a picture once the step is solved
     function: FunctionSpec | None = None  # for a function step: how it is called and graded
-
-    @property
-    def is_training(self) -> bool:
-        return self.kind == "training"
-
-    @property
-    def is_function(self) -> bool:
-        return self.kind == "function"
 
     @property
     def graded_names(self) -> tuple[str, ...]:
         """The names a check grades, as the learner writes them: `d<tensor>` for a gradient
         step, the call's own outputs (`dinp`, or `param` updated in place) for a function."""
-        if self.is_function:
-            return self.checks
-        return tuple(f"d{c}" for c in self.checks)
+        return self.kind.graded_names(self)
 
 
 @dataclass(frozen=True)
@@ -125,7 +116,7 @@ class Exercise:
     title: str
     intro: str
     forward: str
-    kind: str
+    kind: StepKind  # its steps' kind unless a step names its own
     steps: tuple[Step, ...]
     settings: dict = field(default_factory=dict)
     # The exercises whose every step must be done before this one's first step opens; by
@@ -158,7 +149,7 @@ class Pack:
 
     @property
     def gradient_steps(self) -> tuple[Step, ...]:
-        return tuple(s for s in self.steps if not s.is_training)
+        return tuple(s for s in self.steps if s.kind.checked)
 
     def step(self, step_id: str) -> Step:
         return self.steps[self.index(step_id)]
@@ -289,7 +280,17 @@ def _load_toml(path: Path) -> dict:
     return tables
 
 
-def _load_step(raw: dict, exercise: int, where: str, kind: str) -> Step:
+def _kind(word: object, where: str, lines: tuple[str, ...] = (),
+          added: frozenset[str] = frozenset()) -> StepKind:
+    """A pack's `kind` word as the kind it names (tutor/stepkinds.py)."""
+    try:
+        return stepkinds.parse(word, lines, added)
+    except ValueError as exc:
+        raise PackError(f"{where}: {exc}") from None
+
+
+def _load_step(raw: dict, exercise: int, where: str, kind: object,
+               added: frozenset[str]) -> Step:
     sid = _text(raw, "id", where)
     where = f"{where} step {sid}"
     mistakes = tuple(
@@ -302,12 +303,13 @@ def _load_step(raw: dict, exercise: int, where: str, kind: str) -> Step:
         for m in raw.get("mistakes", [])
     )
     hints = _names(raw, "hints", where)
-    step_kind = raw.get("kind", kind)
+    lines = _names(raw, "lines", where)
+    step_kind = _kind(raw.get("kind", kind), where, lines, added)
     return Step(
         id=sid,
         exercise=exercise,
         title=_text(raw, "title", where),
-        lines=_names(raw, "lines", where),
+        lines=lines,
         checks=_names(raw, "checks", where),
         partials=_names(raw, "partials", where),
         template=_text(raw, "template", where, "").strip() + "\n",
@@ -323,7 +325,8 @@ def _load_step(raw: dict, exercise: int, where: str, kind: str) -> Step:
         replay=bool(raw.get("replay", True)),
         kind=step_kind,
         figure=raw.get("figure"),
-        function=_function_spec(raw, where) if step_kind == "function" else None,
+        function=_function_spec(raw, where) if isinstance(step_kind, stepkinds.Function)
+        else None,
     )
 
 
@@ -366,7 +369,7 @@ def _validate(pack: Pack) -> None:
         for name in step.lines:
             if name not in targets:
                 raise PackError(f"step {step.id}: no forward line assigns '{name}'")
-        if not step.is_training:
+        if step.kind.checked:
             if not step.checks:
                 raise PackError(f"step {step.id}: 'checks' is empty")
             if len(step.hints) < 3:
@@ -409,8 +412,12 @@ def load_pack(root: Path | None = None) -> Pack:
         ex = raw.get("exercise", {})
         number = int(ex.get("number", len(exercises) + 1))
         where = f"{name}"
-        kind = ex.get("kind", "gradient")
-        steps = tuple(_load_step(s, number, where, kind) for s in raw.get("steps", []))
+        word = ex.get("kind", LineGradient.name)
+        forward = _text(ex, "forward", where, "")
+        # The lines this exercise adds to the forward pass: a step through one is fused.
+        added = frozenset(_parse_line(0, src, number).target for src in forward.splitlines()
+                          if src.strip() and not src.strip().startswith("#"))
+        steps = tuple(_load_step(s, number, where, word, added) for s in raw.get("steps", []))
         earlier = tuple(e.number for e in exercises)
         requires = ex.get("requires", list(earlier))
         if not isinstance(requires, list) or not all(
@@ -424,8 +431,8 @@ def load_pack(root: Path | None = None) -> Pack:
                 number=number,
                 title=_text(ex, "title", where),
                 intro=unwrap(_text(ex, "intro", where, "")),
-                forward=_text(ex, "forward", where, ""),
-                kind=kind,
+                forward=forward,
+                kind=_kind(word, where),
                 steps=steps,
                 settings=raw.get("training", {}),
                 requires=tuple(requires),

@@ -82,8 +82,8 @@ def spec_for(pack: Pack, step: Step, earlier: list[Step], seed: int, replay=None
     gradient from further up that the code reads instead of this line's (that gradient is
     varied), so that everything the code reads changes together.
     """
-    if step.is_function or step.is_training:
-        return None
+    if not step.kind.checked or not step.kind.of_forward_tensors:
+        return None  # a function's outputs, or the training run: no lines to probe
     upstream = tuple(name for name, _ in arriving(step))
     if not upstream:
         return None

@@ -218,7 +218,7 @@ class Store:
         self.pack = pack
         self.notices = notices
         self._steps = pack.steps
-        self._training = {s.id for s in self._steps if s.is_training}
+        self._training = {s.id for s in self._steps if s.kind.trained}
 
     @classmethod
     def open(cls, home: Path, pack: Pack) -> Store:

@@ -83,7 +83,7 @@ def question(step: Step, shapes: dict[str, dict]) -> str:
         return (f"**Write `{step.function.name}`.** The tutor calls it as "
                 f"`{step.function.call}`: first on the lesson's own tensors, then on inputs of "
                 "freshly drawn sizes.")
-    if step.is_training:
+    if step.kind.trained:
         return f"**{step.title}.**"
     wanted = []
     for tensor in step.checks:
@@ -113,7 +113,7 @@ def workbook(pack: Pack, settings: Settings, shapes: dict[str, dict] | None = No
                            f"## Exercise {exercise.number}: {exercise.title}\n\n{intro}"))
         for step in exercise.steps:
             cid = _cell_id(step)
-            if step.is_training:
+            if step.kind.trained:
                 cells.append(_cell("markdown", f"{cid}-train", step_markdown(pack, step, shapes)
                                    + "\n\nThis one trains the network on your gradients: run it in "
                                    "the tutor (`backprop-tutor`) or with `backprop-tutor train`."))

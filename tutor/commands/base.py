@@ -53,7 +53,7 @@ def regraded_steps(pack: Pack) -> set[str]:
     seen: set[str] = set()
     regraded = set()
     for step in pack.gradient_steps:
-        if step.is_function:
+        if not step.kind.of_forward_tensors:
             continue  # its outputs are its own, whatever they are called
         if seen.intersection(step.checks):
             regraded.add(step.id)

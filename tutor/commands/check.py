@@ -61,7 +61,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     if args.source not in (None, "-"):
         raise UsageError(f"unexpected argument '{args.source}' (use --file to read a file)")
     code = code_argument(args.code) if args.code is not None else read_source(args.file or "-")
-    if pack.step(sid).is_training:
+    if pack.step(sid).kind.trained:
         raise UsageError("the training step runs with `backprop-tutor train`")
     store, prior, problem = _progress(args, settings, pack)
     try:

@@ -45,7 +45,7 @@ def run_export(args: argparse.Namespace, settings: Settings) -> int:
     except (OSError, ValueError) as exc:
         raise UsageError(f"cannot write --out {args.out}: {_why(exc)}") from None
     # The script holds the gradient steps; training is not one of its cells.
-    cells = tally(r for r in rows if not pack.step(r["id"]).is_training)
+    cells = tally(r for r in rows if not pack.step(r["id"]).kind.trained)
     rest = ", the rest as templates" if cells.done < cells.steps else ""
     print(f"wrote {args.out}: {cells.sentence()}{rest}. Run it with `python {args.out}`, "
           f"check it with "

@@ -7,7 +7,7 @@ import json
 
 from tutor.commands.base import Command, UsageError, lesson_pack, position, step_id
 from tutor.config import Settings
-from tutor.packs import Step, unwrap
+from tutor.packs import unwrap
 from tutor.report import terminal_width, wrap
 
 
@@ -16,7 +16,7 @@ def step_entry(pack, step) -> dict:
         "id": step.id,
         "exercise": step.exercise,
         "title": step.title,
-        "kind": step.kind,
+        "kind": step.kind.name,
         "checks": list(step.checks),
         "forward": [pack.line_for(t).source for t in step.lines],
         **({"call": step.function.call} if step.function else {}),
@@ -36,19 +36,11 @@ def run_list(args: argparse.Namespace, settings: Settings) -> int:
     for ex in pack.exercises:
         print(f"Exercise {ex.number}: {ex.title}")
         for step in ex.steps:
-            print(f"  {pack.index(step.id) + 1:>2}. {step.id:<24} {_what(step)}")
+            print(f"  {pack.index(step.id) + 1:>2}. {step.id:<24} {step.kind.describe(step)}")
             # Code, so never wrapped: it reads as the forward pass does in the tutor.
             for source in step_entry(pack, step)["forward"]:
                 print(f"        {source}")
     return 0
-
-
-def _what(step: Step) -> str:
-    """The step's title, and the gradients it grades when the title does not name them."""
-    grads = list(step.graded_names)
-    if all(g in step.title for g in grads):
-        return step.title
-    return f"{step.title}: {', '.join(grads)}"
 
 
 def _show_args(p: argparse.ArgumentParser) -> None:
@@ -90,17 +82,15 @@ def run_show(args: argparse.Namespace, settings: Settings) -> int:
             print(f"      shapes: {line['annotation']}{flag}")
     print()
     print("\n".join(wrap(unwrap(step.explanation), "", "", width)))
-    if step.is_training:  # its template is the training step, which depends on your progress
+    if step.kind.trained:  # its template is the training step, which depends on your progress
         print()
         print("\n".join(wrap("Its code: `backprop-tutor train --print-code` prints the training "
                              "step that `train` runs (your exercise-4 draft, if there is one).",
                              "", "  ", width)))
     else:
-        if step.function:
+        if how := step.kind.how_checked(step):
             print()
-            print("\n".join(wrap(f"The tutor calls your function as `{step.function.call}`: "
-                                 "first on the lesson's own tensors, then on inputs of freshly "
-                                 "drawn sizes.", "", "  ", width)))
+            print("\n".join(wrap(how, "", "  ", width)))
         print("\nTemplate:\n")
         print("    " + step.template.rstrip().replace("\n", "\n    "))
     if step.hints:

@@ -105,7 +105,7 @@ class NotebookTutor:
         if not line.strip():
             raise UsageError("which step? Start the cell with `%%check STEP_ID`")
         sid = step_id(self.pack, line.strip())
-        if self.pack.step(sid).is_training:
+        if self.pack.step(sid).kind.trained:
             raise UsageError("the training step runs in the tutor or with "
                              "`backprop-tutor train`, not in a cell")
         too_big = size_problem(cell, "this cell")

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 def training_exercise(pack: Pack) -> Exercise:
     for ex in pack.exercises:
-        if ex.kind == "training":
+        if ex.kind.trained:
             return ex
     raise KeyError("this pack has no training exercise")
 

@@ -25,7 +25,7 @@ class StepCommands(Provider):
         out = []
         for step, status in lesson.lesson.open_steps():
             exercise = pack.exercise(step.exercise)
-            training = step.is_training and status == "unlocked"
+            training = step.kind.trained and status == "unlocked"
             marker = MARKERS["training" if training else status]
             title = f"Go to {step.exercise} · {step.title}"
             help_text = f"{marker} {status} · {step.id} · {exercise.title}"

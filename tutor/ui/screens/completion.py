@@ -71,7 +71,7 @@ def exercise_view(pack: Pack, exercise: Exercise, rows: Sequence[Mapping],
     if tough and len(mine) > 1:
         tries = ", ".join(f"{t} ({n})" for t, n in tough)
         parts.append(Text.styled(f"Took the most tries: {tries}", DIM))
-    if exercise.kind == "training":
+    if exercise.kind.trained:
         parts += [Text(""), *run_lines(run)]
     if following is not None:
         parts += [Text(""), Text(f"Next: exercise {following.number}, {following.title}.")]

@@ -15,9 +15,8 @@ def explanation_markdown(exercise: Exercise, step: Step) -> str:
     parts = [f"## {step.title}"]
     if step.explanation:
         parts.append(step.explanation)
-    if step.function:
-        parts.append(f"The tutor calls your function as `{step.function.call}`: first on the "
-                     "lesson's own tensors, then on inputs of freshly drawn sizes.")
+    if how := step.kind.how_checked(step):
+        parts.append(how)
     if exercise.intro:
         parts.append(f"### Exercise {exercise.number}: {exercise.title}")
         parts.append(exercise.intro)

@@ -247,7 +247,7 @@ class LessonScreen(Screen[None]):
             self.notify(locked, title="Locked", severity="warning")
             self.query_one(StepList).follow(self.step.id)
             return False
-        if step.is_training:
+        if step.kind.trained:
             self._open_training(step)
             return True
         if step.id != self.step.id:
@@ -599,7 +599,7 @@ class LessonScreen(Screen[None]):
         last = self.results.get(self.step.id)
         for check in last[0].checks if last else []:
             shapes.setdefault(check.tensor, check.expected_shape)
-        if self.step.is_function:
+        if not self.step.kind.of_forward_tensors:
             return {}  # its arguments' shapes change from case to case
         return {f"d{t}": shapes[t] for t in self.step.checks if shapes.get(t) is not None}
 

@@ -41,7 +41,7 @@ class StepList(OptionList):
                                   disabled=True))
             for step in exercise.steps:
                 status = statuses.get(step.id, "locked")
-                if step.is_training:
+                if step.kind.trained:
                     options.append(Option(self._themed(self._training_prompt(step, statuses)),
                                           id=step.id))
                     continue

@@ -12,7 +12,6 @@ diagnosis and the held-out verdict happen here, on that data. A check returns a 
 from __future__ import annotations
 
 import os
-import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -134,9 +133,8 @@ class Engine:
         self._lock = threading.RLock()
         self._spare: isolate.Child | None = None
         self._spawned: list[spawn.Spawned] = []
-        # Forks the spawn path's children where it can (None: not started, or cannot serve).
-        self._server: forkserver.ForkServer | None = None
-        self._server_failures = 0
+        # Forks the spawn path's children where the system allows it (started when needed).
+        self._server = forkserver.Keeper(self.device.type, spawn.START_LIMIT)
         # Told how long a check may wait for its child to start (the worker tells its client).
         self.on_wait: Callable[[float], None] | None = None
         self._cases: dict[str, list[Case]] = {}  # function step -> its cases, lesson's first
@@ -266,25 +264,7 @@ class Engine:
         torch import for all checks), else a fresh interpreter of its own."""
         setup = {"device": str(self.device), "cpu_seconds": self.settings.timeout + 1,
                  "memory_gb": self.settings.memory_limit_gb}
-        if self._server is not None and not self._server.alive():
-            # Its children went with it. Another is started once; then each check starts its
-            # own interpreter, as on systems without a fork server.
-            self._server_failures += 1
-            print(f"backprop-tutor: the fork server stopped ({self._server.broken or 'it ended'})"
-                  "; " + ("starting another" if self._server_failures < 2 else
-                          "each check starts its own interpreter from now on"), file=sys.stderr)
-            self._server.close()
-            self._server = None
-        if (self._server is None and self._server_failures < 2
-                and forkserver.unavailable(self.device.type) is None):
-            try:
-                self._server = forkserver.ForkServer(setup, spawn.START_LIMIT)
-            except OSError as exc:
-                self._server_failures = 2
-                print(f"backprop-tutor: no fork server ({exc}); each check starts its own "
-                      "interpreter", file=sys.stderr)
-        launch = self._server.fork if self._server is not None else None
-        return spawn.Spawned("check", setup, launch=launch)
+        return spawn.Spawned("check", setup, launch=self._server.launcher(setup))
 
     def prepare(self) -> None:
         """Start the next checks' children now, while nobody waits for them."""
@@ -309,9 +289,7 @@ class Engine:
         for child in self._spawned:
             child.discard()
         self._spawned = []
-        if self._server is not None:
-            self._server.close()
-            self._server = None
+        self._server.close()
 
     def execute(self, step: Step, code: str, prior: dict[str, str], scratch: bool = False
                 ) -> dict:

@@ -17,7 +17,8 @@ child through a pidfd. The server dies with the worker and its children with the
 
 CUDA cannot be used in a child forked after it was initialised, and a child that initialised it
 itself would pay that on every check: a GPU, like macOS and Windows, keeps one started
-interpreter per check (`unavailable` says why).
+interpreter per check (`unavailable` says why), and so does every check with
+BACKPROP_TUTOR_FORK_SERVER=0, which the tests use to hold that path to the same verdicts.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import subprocess
 import sys
 import threading
 import weakref
-from typing import Any
+from collections.abc import Callable, Mapping
 
 from tutor.sandbox.isolate import loads_plain
 
@@ -44,8 +45,10 @@ class ServerGone(OSError):
     """The fork server ended or answered nonsense; the engine stops using it."""
 
 
-def unavailable(device: str) -> str | None:
+def unavailable(device: str, environ: Mapping[str, str] = os.environ) -> str | None:
     """Why a fork server cannot serve checks on `device` here, or None when it can."""
+    if environ.get("BACKPROP_TUTOR_FORK_SERVER") == "0":
+        return "turned off with BACKPROP_TUTOR_FORK_SERVER=0"
     if not sys.platform.startswith("linux"):
         return "only Linux's pidfds let the worker watch a child it did not fork"
     if device != "cpu":
@@ -172,7 +175,9 @@ class ServerChild:
             return self._code
 
     def poll(self) -> int | None:
-        return self._collect() if self._ended(0) else None
+        if self._ended(0) or not self._server.alive():  # gone with the server, or going
+            return self._collect()
+        return None
 
     def wait(self, timeout: float | None = None) -> int:
         if not self._ended(timeout):
@@ -184,3 +189,42 @@ class ServerChild:
             if self._code is None:  # the pidfd names this process, never a later one
                 with contextlib.suppress(ProcessLookupError):
                     signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+
+
+class Keeper:
+    """An engine's fork server: started when its first child is asked for, started once more
+    if it dies (its children went with it), else none: then, as where `unavailable` says it
+    cannot serve, each child is a fresh interpreter of its own."""
+
+    def __init__(self, device: str, start_limit: float) -> None:
+        self._device = device
+        self._start_limit = start_limit
+        self._server: ForkServer | None = None
+        self._starts = 2
+
+    def launcher(self, setup: dict) -> Callable[[], ServerChild] | None:
+        """What forks the next child (for spawn.Spawned), or None: start an interpreter."""
+        if self._server is not None and not self._server.alive():
+            self._starts -= 1
+            print(f"backprop-tutor: the fork server stopped ({self._server.broken or 'it ended'})"
+                  "; " + ("starting another" if self._starts else
+                          "each check starts its own interpreter from now on"), file=sys.stderr)
+            self._server.close()
+            self._server = None
+        if self._server is None and self._starts:
+            if unavailable(self._device) is not None:
+                self._starts = 0  # decided once: the README's per-OS table says why
+            else:
+                try:
+                    self._server = ForkServer(setup, self._start_limit)
+                except OSError as exc:
+                    self._starts = 0
+                    print(f"backprop-tutor: no fork server ({exc}); each check starts its own "
+                          "interpreter", file=sys.stderr)
+        return self._server.fork if self._server is not None else None
+
+    def close(self) -> None:
+        """Stop the server and its waiting children; the next child starts a new one."""
+        if self._server is not None:
+            self._server.close()
+            self._server = None

@@ -217,6 +217,10 @@ class Spawned:
         with contextlib.suppress(OSError):
             stream.close()  # here, by the only reader: its descriptor is not reused under it
 
+    @property
+    def pid(self) -> int | None:
+        return None if self._proc is None else self._proc.pid
+
     def ready(self) -> bool:
         return self._ready.is_set()
 

@@ -13,6 +13,10 @@ Started by `spawn.Spawned` as `python -m tutor.evaluator.child`. Its life, in or
 It never sees an answer: a check's plan holds the forward tensors and what the earlier steps
 need, never autograd's gradients for the step (see docs/architecture.md). The worker kills it
 at its deadline; nothing here needs to stop on its own.
+
+With `--server` it is a check kind's fork server instead (sandbox/forkserver.py): it takes
+steps 1 and 2 once, then forks a child for each pair of pipes the worker hands it; each child
+takes steps 3 and 4 on its own pipes. The server itself runs no learner code and sees no plan.
 """
 
 from __future__ import annotations

@@ -6,7 +6,9 @@ compiler the forked child's limits refuse. There the worker starts `python -m tu
 instead: a new interpreter that imports torch, initialises the device, builds what its kind of
 work needs, confines itself (confine.py, with the device's libraries readable), says it is
 ready, then waits for one request. Starting one costs about as much as importing torch, so the
-engine keeps one or two started while the learner reads (see docs/architecture.md).
+engine keeps one or two started while the learner reads (see docs/architecture.md). On Linux
+with a CPU a check's child is forked by a fork server that paid that once (forkserver.py) and
+driven from here all the same.
 
 The worker sends its request as a pickle with tensors kept apart (`pack_plan`): plain blocks of
 memory, each once, so tensors that share memory still do in the child, and on the child's own

@@ -169,7 +169,7 @@ class Spawned:
     def _launch(self, launch: Callable[[], Any]) -> None:
         try:
             proc = launch()
-        except OSError as exc:
+        except Exception as exc:  # noqa: BLE001 - said to whoever waits for this child
             self._failed = True
             self._messages.put({"type": "crashed", "why": f"it could not be forked ({exc})"})
             return

@@ -1,7 +1,9 @@
 """Both ways of keeping learner code apart from the evaluator: a forked child (the CPU path) and a
 freshly started interpreter (the GPU and Windows path, forced on a CPU with
-BACKPROP_TUTOR_ISOLATION=spawn). Checks get the same verdicts either way; a crash or a hang in
-learner code only ever ends a child; training runs stop at a wall-clock limit the worker keeps.
+BACKPROP_TUTOR_ISOLATION=spawn), whose children on Linux come from a fork server, and without it
+(BACKPROP_TUTOR_FORK_SERVER=0, as on macOS, Windows and a GPU). Checks get the same verdicts every
+way; a crash or a hang in learner code only ever ends a child; training runs stop at a
+wall-clock limit the worker keeps.
 """
 
 from __future__ import annotations

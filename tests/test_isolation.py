@@ -183,6 +183,26 @@ def test_the_spawn_path_forks_from_one_server_unless_turned_off(engines):
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the fork server is Linux's")
+def test_a_child_of_the_fork_server_is_killed_at_its_limit_and_collected():
+    engine = _engine("spawn", timeout=1.0)
+    try:
+        child = _ready_child(engine)
+        server = _parent(child.pid)
+        started = time.monotonic()
+        result = engine.check("atomic/probs", "while True: pass").to_dict()
+        assert result["error"]["kind"] == "timeout"
+        assert time.monotonic() - started < 1.0 + 0.5 + 1.0
+        deadline = time.monotonic() + 5
+        while Path(f"/proc/{child.pid}").exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not Path(f"/proc/{child.pid}").exists(), "killed, and collected by its server"
+        assert engine.check("atomic/probs", SOLUTION).to_dict()["passed"]
+        assert _parent(_ready_child(engine).pid) == server  # the same server serves on
+    finally:
+        engine.close()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the fork server is Linux's")
 def test_a_killed_fork_server_is_started_again_and_the_check_gets_its_verdict(capfd):
     engine = _engine("spawn")
     try:

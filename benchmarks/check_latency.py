@@ -7,11 +7,17 @@ through the worker and its pipe for each. A started child is used once, so betwe
 the benchmark waits as a learner reading the result would, until the next child is ready; it
 also reports what starting one costs (cold: a fresh interpreter loading torch, then a check
 that had to wait for it).
+On Linux with a CPU the spawn path's children come from a fork server (one interpreter that
+loaded torch once): the benchmark reports the CPU each check's child costs with it and without
+it (BACKPROP_TUTOR_FORK_SERVER=0, the path of a GPU, macOS and Windows), and how long a forked
+child takes to be ready.
 Targets: median <= 25 ms through the worker on the fork path, <= 30 ms on the spawn path.
 """
 
 from __future__ import annotations
 
+import os
+import resource
 import statistics
 import time
 import warnings
@@ -22,7 +28,7 @@ from tutor.config import Settings  # noqa: E402
 from tutor.engine import Engine  # noqa: E402
 from tutor.evaluator.client import Evaluator  # noqa: E402
 from tutor.packs import load_pack  # noqa: E402
-from tutor.sandbox import spawn  # noqa: E402
+from tutor.sandbox import forkserver, spawn  # noqa: E402
 
 STEPS = ["atomic/probs", "atomic/logits", "atomic/bndiff", "atomic/C", "fused/cross_entropy"]
 RUNS = 60
@@ -81,6 +87,44 @@ def cold_start() -> tuple[list[float], list[float]]:
     return starts, checks
 
 
+def cpu_per_check(server: bool, runs: int = 12) -> float:
+    """Seconds of CPU the spawn path's children (and their server) spend per check, counted
+    once every child has ended and been collected."""
+    os.environ["BACKPROP_TUTOR_FORK_SERVER"] = "1" if server else "0"
+    try:
+        def spent() -> float:
+            r = resource.getrusage(resource.RUSAGE_CHILDREN)
+            return r.ru_utime + r.ru_stime
+
+        before = spent()
+        engine = Engine(Settings(device="cpu", isolation="spawn"))
+        code = load_pack().step("atomic/probs").solution
+        for _ in range(runs):
+            children_ready(engine)
+            assert engine.check("atomic/probs", code).passed
+        engine.close()
+        time.sleep(2.0)  # the children (and the server) are collected in the background
+        return (spent() - before) / runs
+    finally:
+        del os.environ["BACKPROP_TUTOR_FORK_SERVER"]
+
+
+def forked_start() -> list[float]:
+    """Seconds from asking a warm fork server for a child to the child's being ready."""
+    server = forkserver.ForkServer({"device": "cpu", "cpu_seconds": 10, "memory_gb": 2.0},
+                                   spawn.START_LIMIT)
+    starts = []
+    for _ in range(6):
+        started = time.perf_counter()
+        child = spawn.Spawned("check", {}, launch=server.fork)
+        while not child.ready():
+            time.sleep(0.002)
+        starts.append(time.perf_counter() - started)
+        child.discard()
+    server.close()
+    return starts[1:]  # the first waited for the server itself
+
+
 def main() -> None:
     forked = Engine(Settings(device="cpu", isolation="fork"))
     fork_engine = summary("fork: engine, child per check", measure(forked.check))
@@ -101,6 +145,12 @@ def main() -> None:
                                measure(ev.check, SPAWN_RUNS, lambda: time.sleep(pause)))
     print(f"starting a child cold: {statistics.median(starts):.2f} s to ready (median of 3); a "
           f"check that waits for one: {statistics.median(checks):.0f} ms")
+    if forkserver.unavailable("cpu") is None:
+        print(f"a child forked by a warm fork server: "
+              f"{statistics.median(forked_start()) * 1000:.0f} ms to ready (median of 5)")
+        served, alone = cpu_per_check(True), cpu_per_check(False)
+        print(f"spawn path, CPU per check: {served:.3f} s with the fork server (its start "
+              f"shared by 12 checks), {alone:.3f} s with a started interpreter per check")
     print(f"in the engine a started child answers in {spawn_engine / fork_engine:.2f} of the "
           f"time a forked one does ({spawn_engine:.2f} vs {fork_engine:.2f} ms median): it is "
           "running already, where a fork copies the worker's page tables; the started child's "

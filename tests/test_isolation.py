@@ -1,7 +1,9 @@
 """Both ways of keeping learner code apart from the evaluator: a forked child (the CPU path) and a
 freshly started interpreter (the GPU and Windows path, forced on a CPU with
-BACKPROP_TUTOR_ISOLATION=spawn). Checks get the same verdicts either way; a crash or a hang in
-learner code only ever ends a child; training runs stop at a wall-clock limit the worker keeps.
+BACKPROP_TUTOR_ISOLATION=spawn), whose children on Linux come from a fork server, and without it
+(BACKPROP_TUTOR_FORK_SERVER=0, as on macOS, Windows and a GPU). Checks get the same verdicts every
+way; a crash or a hang in learner code only ever ends a child; training runs stop at a
+wall-clock limit the worker keeps.
 """
 
 from __future__ import annotations
@@ -19,13 +21,15 @@ import torch
 from tutor.config import ConfigError, Settings, resolve
 from tutor.evaluator.client import Evaluator
 from tutor.packs import load_pack
-from tutor.sandbox import spawn
+from tutor.sandbox import forkserver, spawn
 from tutor.training import training_code
 
 PACK = load_pack()
 FN = Path(__file__).parent / "packs" / "fn"
 FN_PACK = load_pack(FN)
 PATHS = ["fork", "spawn"]
+# The spawn path as macOS, Windows and a GPU take it: a fresh interpreter per check, no fork server.
+STARTED = "started"
 SOLUTION = "dprobs = (1.0 / probs) * dlogprobs"
 # Code that catches the alarm meant to stop it wherever it lands (bare excepts around a tensor
 # operation and around the loop itself), and so runs on unless something outside the child ends it.
@@ -59,15 +63,19 @@ CASES = [
 def _engine(isolation: str, pack: str = "makemore", **settings):
     from tutor.engine import Engine
 
-    engine = Engine(Settings(device="cpu", isolation=isolation,
-                             pack=str(FN) if pack == "fn" else pack, **settings))
-    engine.prepare()
+    with pytest.MonkeyPatch.context() as mp:
+        if isolation == STARTED:  # the engine decides when it starts its first child
+            mp.setenv("BACKPROP_TUTOR_FORK_SERVER", "0")
+        engine = Engine(Settings(device="cpu", isolation="fork" if isolation == "fork" else
+                                 "spawn", pack=str(FN) if pack == "fn" else pack, **settings))
+        engine.prepare()
     return engine
 
 
 @pytest.fixture(scope="module")
 def engines():
-    made = {(path, pack): _engine(path, pack) for path in PATHS for pack in ("makemore", "fn")}
+    made = {(path, pack): _engine(path, pack)
+            for path in [*PATHS, STARTED] for pack in ("makemore", "fn")}
     yield made
     for engine in made.values():
         engine.close()
@@ -144,8 +152,69 @@ def _comparable(result: dict) -> dict:
                          ids=[f"{c[1]}-{i}" for i, c in enumerate(CASES)])
 def test_a_started_child_gives_the_verdict_a_forked_one_gives(engines, pack, step, code, prior):
     forked = engines[("fork", pack)].check(step, code, prior).to_dict()
-    started = engines[("spawn", pack)].check(step, code, prior).to_dict()
+    served = engines[("spawn", pack)].check(step, code, prior).to_dict()
+    started = engines[(STARTED, pack)].check(step, code, prior).to_dict()
+    assert _comparable(served) == _comparable(forked)
     assert _comparable(started) == _comparable(forked)
+
+
+def _parent(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def _ready_child(engine):
+    engine.prepare()
+    while not engine.ready():
+        time.sleep(0.01)
+    return engine._spawned[0]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the fork server is Linux's")
+def test_the_spawn_path_forks_from_one_server_unless_turned_off(engines):
+    engine = engines[("spawn", "makemore")]
+    servers = {_parent(_ready_child(engine).pid)}
+    engine.check("atomic/probs", SOLUTION)
+    servers.add(_parent(_ready_child(engine).pid))
+    assert len(servers) == 1 and os.getpid() not in servers
+    assert "--server" in Path(f"/proc/{servers.pop()}/cmdline").read_text()
+    assert _parent(_ready_child(engines[(STARTED, "makemore")]).pid) == os.getpid()
+    assert "FORK_SERVER=0" in forkserver.unavailable("cpu", {"BACKPROP_TUTOR_FORK_SERVER": "0"})
+    assert "initialised cuda" in forkserver.unavailable("cuda", {})
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the fork server is Linux's")
+def test_a_child_of_the_fork_server_is_killed_at_its_limit_and_collected():
+    engine = _engine("spawn", timeout=1.0)
+    try:
+        child = _ready_child(engine)
+        server = _parent(child.pid)
+        started = time.monotonic()
+        result = engine.check("atomic/probs", "while True: pass").to_dict()
+        assert result["error"]["kind"] == "timeout"
+        assert time.monotonic() - started < 1.0 + 0.5 + 1.0
+        deadline = time.monotonic() + 5
+        while Path(f"/proc/{child.pid}").exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not Path(f"/proc/{child.pid}").exists(), "killed, and collected by its server"
+        assert engine.check("atomic/probs", SOLUTION).to_dict()["passed"]
+        assert _parent(_ready_child(engine).pid) == server  # the same server serves on
+    finally:
+        engine.close()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the fork server is Linux's")
+def test_a_killed_fork_server_is_started_again_and_the_check_gets_its_verdict(capfd):
+    engine = _engine("spawn")
+    try:
+        server = _parent(_ready_child(engine).pid)
+        os.kill(server, signal.SIGKILL)
+        while Path(f"/proc/{server}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+            time.sleep(0.01)  # dead, not yet collected
+        assert engine.check("atomic/probs", SOLUTION).to_dict()["passed"]
+        assert "the fork server stopped" in capfd.readouterr().err
+        assert _parent(_ready_child(engine).pid) not in (server, os.getpid())
+    finally:
+        engine.close()
 
 
 def test_scratch_runs_match_too(engines):
@@ -187,15 +256,16 @@ def _crash_in_child(monkeypatch, engine) -> None:
         monkeypatch.setattr("tutor.engine.run_spec",
                             lambda *a: os.kill(os.getpid(), signal.SIGSEGV))
     else:
-        monkeypatch.setattr(spawn, "CHILD_COMMAND", (
-            sys.executable, "-c",
-            "import os, signal, tutor.execution as e\n"
-            "e.run_spec = lambda *a: os.kill(os.getpid(), signal.SIGSEGV)\n"
-            "from tutor.evaluator.child import main\nmain()\n"))
+        crashing = (sys.executable, "-c",
+                    "import os, signal, tutor.execution as e\n"
+                    "e.run_spec = lambda *a: os.kill(os.getpid(), signal.SIGSEGV)\n"
+                    "from tutor.evaluator.child import main\nmain()\n")
+        monkeypatch.setattr(spawn, "CHILD_COMMAND", crashing)
+        monkeypatch.setattr(forkserver, "SERVER_COMMAND", (*crashing, "--server"))
     engine.close()  # children started before the stand-in do not have it
 
 
-@pytest.mark.parametrize("isolation", PATHS)
+@pytest.mark.parametrize("isolation", [*PATHS, STARTED])
 def test_a_crashed_child_is_reported_and_the_next_check_gets_a_verdict(isolation, monkeypatch):
     engine = _engine(isolation)
     try:
@@ -226,6 +296,13 @@ def test_a_hang_that_swallows_the_stop_ends_only_its_child(evaluator):
     # counted in the limit, so only a bound is asserted here.
     assert time.monotonic() - started < 1.0 + 1.5 + 30
     assert evaluator.check("atomic/probs", SOLUTION).to_dict()["passed"]
+
+
+def test_a_hang_ends_only_its_started_child_without_a_fork_server(monkeypatch):
+    monkeypatch.setenv("BACKPROP_TUTOR_FORK_SERVER", "0")  # the worker inherits it
+    with Evaluator(Settings(device="cpu", timeout=1.0, isolation="spawn")) as ev:
+        assert ev.check("atomic/probs", "while True: pass").to_dict()["error"]["kind"] == "timeout"
+        assert ev.check("atomic/probs", SOLUTION).to_dict()["passed"]
 
 
 def test_one_long_tensor_operation_and_a_huge_allocation_end_only_their_child(evaluator):

@@ -29,7 +29,7 @@ from tutor.kinds.records import clean_error
 from tutor.lesson import DeviceError, Lesson, resolve_device
 from tutor.packs import Pack, Step, find_pack, load_pack
 from tutor.results import CheckError, CheckResult, Defined, ScratchResult
-from tutor.sandbox import isolate, spawn
+from tutor.sandbox import forkserver, isolate, spawn
 from tutor.sandbox.clean import MAX_MESSAGE, clean
 from tutor.sandbox.confine import prepare
 
@@ -67,6 +67,8 @@ class Engine:
         self._lock = threading.RLock()
         self._spare: isolate.Child | None = None
         self._spawned: list[spawn.Spawned] = []
+        # Forks the spawn path's children where the system allows it (started when needed).
+        self._server = forkserver.Keeper(self.device.type, spawn.START_LIMIT)
         # Told how long a check may wait for its child to start (the worker tells its client).
         self.on_wait: Callable[[float], None] | None = None
 
@@ -120,9 +122,11 @@ class Engine:
                              memory_gb=self.settings.memory_limit_gb)
 
     def _start(self) -> spawn.Spawned:
-        return spawn.Spawned("check", {
-            "device": str(self.device), "cpu_seconds": self.settings.timeout + 1,
-            "memory_gb": self.settings.memory_limit_gb})
+        """A started child for the next check: forked by the fork server where it serves (one
+        torch import for all checks), else a fresh interpreter of its own."""
+        setup = {"device": str(self.device), "cpu_seconds": self.settings.timeout + 1,
+                 "memory_gb": self.settings.memory_limit_gb}
+        return spawn.Spawned("check", setup, launch=self._server.launcher(setup))
 
     def prepare(self) -> None:
         """Start the next checks' children now, while nobody waits for them."""
@@ -147,6 +151,7 @@ class Engine:
         for child in self._spawned:
             child.discard()
         self._spawned = []
+        self._server.close()
 
     def execute(self, step: Step, code: str, prior: dict[str, str], scratch: bool = False
                 ) -> dict:

@@ -13,17 +13,27 @@ Started by `spawn.Spawned` as `python -m tutor.evaluator.child`. Its life, in or
 It never sees an answer: a check's plan holds the forward tensors and what the earlier steps
 need, never autograd's gradients for the step (see docs/architecture.md). The worker kills it
 at its deadline; nothing here needs to stop on its own.
+
+With `--server` it is a check kind's fork server instead (sandbox/forkserver.py): it takes
+steps 1 and 2 once, then forks a child for each pair of pipes the worker hands it; each child
+takes steps 3 and 4 on its own pipes. The server itself runs no learner code and sees no plan.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import gc
 import os
+import pickle
+import signal
+import socket
 import sys
 import threading
+import traceback
 import warnings
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 warnings.filterwarnings("ignore", message=".*NumPy.*")
 
@@ -103,17 +113,103 @@ def _prepare(setup: dict) -> Any:
     return train, device
 
 
-def _listen(cancel: threading.Event) -> None:
+def _listen(requests: int, cancel: threading.Event) -> None:
     """After the request, the worker only ever sends a cancel; its pipe closing means it went."""
     from tutor.sandbox.isolate import loads_plain
 
     while True:
         try:
-            message = loads_plain(_read_frame(0))
+            message = loads_plain(_read_frame(requests))
         except Exception:  # noqa: BLE001 - the worker is gone: nothing may outlive it
             os._exit(1)
         if isinstance(message, dict) and message.get("type") == "cancel":
             cancel.set()
+
+
+def _failed(results: int, exc: BaseException) -> None:
+    from tutor.sandbox.isolate import _send
+
+    with contextlib.suppress(BaseException):  # when it fails, nobody is left to tell
+        _send(results, {"type": "crashed", "why": f"{type(exc).__name__}: {str(exc)[:300]}"})
+
+
+def _live(requests: int, results: int, work: Any, device: Any, setup: dict,
+          parent: int) -> NoReturn:
+    """Steps 3 and 4: confine, say so, run one request, answer, exit."""
+    try:
+        from tutor.sandbox import confine
+        from tutor.sandbox.isolate import _send
+        from tutor.sandbox.spawn import unpack_plan
+
+        if setup.get("memory_gb") is not None and device.type == "cpu":
+            # A GPU's driver reserves far more address space than it uses: no cap there.
+            confine.limit_memory(setup["memory_gb"])
+        confine.confine(parent, setup["cpu_seconds"], device=device.type,
+                        workshop=setup.get("workshop"))
+        _send(results, {"type": "ready"})
+        request = unpack_plan(_read_frame(requests), device)
+        cancel = threading.Event()
+        threading.Thread(target=_listen, args=(requests, cancel), daemon=True).start()
+
+        def send(message: dict) -> None:
+            _send(results, {"type": "message", "message": message})
+
+        _send(results, {"type": "done", "result": work(request, send, cancel)})
+    except BaseException as exc:  # noqa: BLE001 - reported, then the child ends regardless
+        _failed(results, exc)
+    finally:
+        sys.stderr.flush()
+        os._exit(0)
+
+
+def _serve(sock: socket.socket) -> NoReturn:
+    """The fork server (sandbox/forkserver.py): steps 1 and 2 once, then, for each request
+    from the worker, a forked child that takes steps 3 and 4 on the two pipes it was handed.
+    It runs no learner code and sees no plan; it is not confined, as it must fork."""
+    from tutor.sandbox import confine
+    from tutor.sandbox.isolate import keep_only, loads_plain
+
+    def answer(message: dict) -> None:
+        sock.send(pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL))
+
+    try:
+        setup = loads_plain(sock.recv(1 << 16))
+        confine.die_with_parent(ctypes.CDLL(None, use_errno=True), setup["parent"])
+        work, device = _prepare(setup)
+        confine.prepare()
+        answer({"type": "ready"})
+    except BaseException:  # noqa: BLE001 - the worker reads the closed socket and falls back
+        traceback.print_exc()
+        os._exit(1)
+    server = os.getpid()
+    # Objects the collector would visit in a child are copied page by page when it does:
+    # frozen, they stay shared and the child starts fast.
+    gc.freeze()
+    while True:
+        try:
+            data, fds, _, _ = socket.recv_fds(sock, 1 << 16, 2)
+            request = loads_plain(data) if data else None
+        except Exception:  # noqa: BLE001 - the worker is gone, or wrote nonsense: end
+            os._exit(0)
+        if not isinstance(request, dict):
+            os._exit(0)
+        if request.get("op") == "fork" and len(fds) == 2:
+            pid = os.fork()
+            if pid == 0:
+                gc.disable()  # a child lives for one check; its garbage goes with it
+                keep_only(*fds)
+                _live(fds[0], fds[1], work, device, setup, server)
+            answer({"pid": pid})
+        elif request.get("op") == "reap":
+            try:
+                _, status = os.waitpid(int(request["pid"]), 0)
+                answer({"code": os.waitstatus_to_exitcode(status)})
+            except (ChildProcessError, ValueError, KeyError):
+                answer({"code": -signal.SIGKILL})
+        else:
+            answer({"error": f"unknown request {request.get('op')!r}"})
+        for fd in fds:
+            os.close(fd)
 
 
 def main() -> None:
@@ -121,35 +217,20 @@ def main() -> None:
     results = os.dup(1)
     os.dup2(2, 1)
     sys.stdout = sys.stderr
-    from tutor.sandbox.isolate import _send, loads_plain
+    if "--server" in sys.argv[1:]:
+        _serve(socket.socket(fileno=0))
+    from tutor.sandbox import confine
+    from tutor.sandbox.isolate import loads_plain
 
     try:
         setup = loads_plain(_read_frame(0))
         work, device = _prepare(setup)
-        from tutor.sandbox import confine
-        from tutor.sandbox.spawn import unpack_plan
-
         confine.prepare()
-        if setup.get("memory_gb") is not None and device.type == "cpu":
-            # A GPU's driver reserves far more address space than it uses: no cap there.
-            confine.limit_memory(setup["memory_gb"])
-        confine.confine(setup["parent"], setup["cpu_seconds"], device=device.type,
-                        workshop=setup.get("workshop"))
-        _send(results, {"type": "ready"})
-        request = unpack_plan(_read_frame(0), device)
-        cancel = threading.Event()
-        threading.Thread(target=_listen, args=(cancel,), daemon=True).start()
-
-        def send(message: dict) -> None:
-            _send(results, {"type": "message", "message": message})
-
-        _send(results, {"type": "done", "result": work(request, send, cancel)})
     except BaseException as exc:  # noqa: BLE001 - reported, then the child ends regardless
-        with contextlib.suppress(BaseException):  # when it fails, nobody is left to tell
-            _send(results, {"type": "crashed", "why": f"{type(exc).__name__}: {str(exc)[:300]}"})
-    finally:
+        _failed(results, exc)
         sys.stderr.flush()
         os._exit(0)
+    _live(0, results, work, device, setup, setup["parent"])
 
 
 if __name__ == "__main__":

@@ -186,21 +186,25 @@ def _read_exact(fd: int, size: int) -> bytes:
     return b"".join(chunks)
 
 
+def keep_only(*fds: int) -> None:
+    """In a freshly forked child: only these descriptors and stderr stay open (stdin reads
+    nothing), not the worker's pipe to the client, nor anything else the parent held."""
+    null = os.open(os.devnull, os.O_RDWR)
+    os.dup2(null, 0)
+    keep = sorted({*fds, 0, 1, 2})
+    low = 3
+    for k in keep:
+        if k >= low:
+            os.closerange(low, k)
+            low = k + 1
+    os.closerange(low, 1 << 16)
+
+
 def _child(requests: int, results: int, parent: int, work: Callable, cpu_seconds: float,
            memory_gb: float | None, os_layers: bool) -> None:
     """Runs in the forked child; never returns."""
     try:
-        null = os.open(os.devnull, os.O_RDWR)
-        os.dup2(null, 0)
-        # Only its two pipes and stderr stay open: not the worker's pipe to the client, nor
-        # anything else the parent happened to hold.
-        keep = sorted({requests, results, 0, 1, 2})
-        low = 3
-        for k in keep:
-            if k >= low:
-                os.closerange(low, k)
-                low = k + 1
-        os.closerange(low, 1 << 16)
+        keep_only(requests, results)
         torch.set_num_threads(1)  # OpenMP's pool does not survive fork; one thread is plenty
         if memory_gb is not None:
             confine.limit_memory(memory_gb)

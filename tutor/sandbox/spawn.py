@@ -6,7 +6,9 @@ compiler the forked child's limits refuse. There the worker starts `python -m tu
 instead: a new interpreter that imports torch, initialises the device, builds what its kind of
 work needs, confines itself (confine.py, with the device's libraries readable), says it is
 ready, then waits for one request. Starting one costs about as much as importing torch, so the
-engine keeps one or two started while the learner reads (see docs/architecture.md).
+engine keeps one or two started while the learner reads (see docs/architecture.md). On Linux
+with a CPU a check's child is forked by a fork server that paid that once (forkserver.py) and
+driven from here all the same.
 
 The worker sends its request as a pickle with tensors kept apart (`pack_plan`): plain blocks of
 memory, each once, so tensors that share memory still do in the child, and on the child's own
@@ -138,21 +140,46 @@ def _frame(data: bytes) -> bytes:
 
 class Spawned:
     """A confined child started now, which will run one request of its `kind` ("check" or
-    "train"). Starting returns at once; the child loads torch while the learner reads."""
+    "train"). Starting returns at once; the child loads torch while the learner reads.
 
-    def __init__(self, kind: str, setup: dict, env: dict[str, str] | None = None) -> None:
+    With `launch` (a fork server's `fork`, see forkserver.py), the child is forked from an
+    interpreter that already has torch loaded and its setup, instead of started afresh; it is
+    launched in the background, and everything after is the same."""
+
+    def __init__(self, kind: str, setup: dict, env: dict[str, str] | None = None,
+                 launch: Callable[[], Any] | None = None) -> None:
+        self._proc: Any = None
+        self._messages: queue.Queue = queue.Queue()
+        self._ready = threading.Event()
+        self._used = False
+        self._lock = threading.Lock()  # the process, set once, and whether it was discarded
+        self._discarded = self._failed = False
+        self.started = time.monotonic()
+        if launch is not None:
+            threading.Thread(target=self._launch, args=(launch,), daemon=True).start()
+            return
         env = dict(os.environ, PYTHONWARNINGS="ignore", **(env or {}))
         self._proc = subprocess.Popen(
             list(CHILD_COMMAND), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=None, env=env, close_fds=True, bufsize=0)
-        self.pid = self._proc.pid
-        self._messages: queue.Queue = queue.Queue()
-        self._ready = threading.Event()
-        self._used = False
-        self.started = time.monotonic()
         threading.Thread(target=self._read, daemon=True).start()
         self._write(pickle.dumps({"kind": kind, "parent": os.getpid(), **setup},
                                  protocol=pickle.HIGHEST_PROTOCOL))
+
+    def _launch(self, launch: Callable[[], Any]) -> None:
+        try:
+            proc = launch()
+        except Exception as exc:  # noqa: BLE001 - said to whoever waits for this child
+            self._failed = True
+            self._messages.put({"type": "crashed", "why": f"it could not be forked ({exc})"})
+            return
+        with self._lock:
+            self._proc = proc
+            discarded = self._discarded
+        if discarded:
+            _end(proc)
+            return
+        self._read()
 
     def _write(self, data: bytes) -> bool:
         try:
@@ -192,11 +219,17 @@ class Spawned:
         with contextlib.suppress(OSError):
             stream.close()  # here, by the only reader: its descriptor is not reused under it
 
+    @property
+    def pid(self) -> int | None:
+        return None if self._proc is None else self._proc.pid
+
     def ready(self) -> bool:
         return self._ready.is_set()
 
     def alive(self) -> bool:
-        return not self._used and self._proc.poll() is None
+        if self._used or self._failed:
+            return False
+        return self._proc is None or self._proc.poll() is None
 
     def run(self, request: Any, *, timeout: float | None,
             on_message: Callable[[dict], None] | None = None,
@@ -268,6 +301,8 @@ class Spawned:
                 on_message(message.get("message"))
 
     def _exit_reason(self) -> str:
+        if self._proc is None:
+            return "it did not start"
         try:
             code = self._proc.wait(timeout=1.0)
         except subprocess.TimeoutExpired:
@@ -285,13 +320,19 @@ class Spawned:
 
     def discard(self) -> None:
         """Kill the child (if it still runs) and collect it in the background."""
-        self._used = True
-        proc = self._proc
-        with contextlib.suppress(OSError):
-            proc.kill()
-        with contextlib.suppress(OSError, ValueError):
-            proc.stdin.close()
-        threading.Thread(target=proc.wait, daemon=True).start()
+        with self._lock:
+            self._used = self._discarded = True
+            proc = self._proc
+        if proc is not None:
+            _end(proc)
+
+
+def _end(proc: Any) -> None:
+    with contextlib.suppress(OSError):
+        proc.kill()
+    with contextlib.suppress(OSError, ValueError):
+        proc.stdin.close()
+    threading.Thread(target=proc.wait, daemon=True).start()
 
 
 def _read_exact(stream: Any, size: int) -> bytes | None:

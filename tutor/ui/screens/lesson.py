@@ -7,8 +7,9 @@ the app: settings, the lesson controller (pack, progress, evaluator), active tim
 Every rule (what is locked, what a check unlocks or completes, when a solution needs asking
 for) is the controller's (`tutor.controller.Lesson`); this screen shows what it says.
 
-Checks and scratch runs go to the evaluator from thread workers that only post messages back
-to this screen; the widgets change in the message handlers, on the app's thread.
+Checks and scratch runs go to the evaluator from one long-lived thread (`tutor.ui.runner`) that
+only posts messages back to this screen; the widgets change in the message handlers, on the
+app's thread.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, cast
 
 from rich.text import Text
-from textual import events, on, work
+from textual import events, on
 from textual.app import ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
@@ -38,6 +39,7 @@ from tutor.source import size_problem
 from tutor.ui.highlight import warm_up
 from tutor.ui.messages import CheckFailed, CheckFinished, ScratchFinished
 from tutor.ui.palette import BAD, DIM, WARN
+from tutor.ui.runner import Runner
 from tutor.ui.widgets.editor import CodeEditor
 from tutor.ui.widgets.feedback import Feedback
 from tutor.ui.widgets.footer import TutorFooter
@@ -126,6 +128,7 @@ class LessonScreen(Screen[None]):
         # attempt is written, with what it will unlock worked out from these.
         self._statuses = lesson.statuses()
         self._milestones = lesson.milestones()  # for completion moments
+        self._runner = Runner("lesson-checks")  # checks and scratch runs, one at a time
 
     @property
     def tutor(self) -> LessonHost:
@@ -414,14 +417,16 @@ class LessonScreen(Screen[None]):
         if code is not None:
             self.checking = True
             self._run_check(self.step.id, code, self.lesson.prior())
+            self._save_draft()  # while the check runs
 
     def _begin_run(self, action: str, refused: str, status: str) -> str | None:
-        """What a check and a scratch run share before they start: the draft saved, the size
-        limit (refused, never recorded, as on the command line), the old error mark and the
-        old result gone, and a status line. Returns the code to run, or None when nothing may
-        start now: while another run is under way this one is queued behind it."""
-        self._save_draft()
+        """What a check and a scratch run share before they start: the size limit (refused,
+        never recorded, as on the command line), the old error mark and the old result gone,
+        and a status line. Returns the code to run, or None when nothing may start now: while
+        another run is under way this one is queued behind it. The draft is saved either way;
+        when a run starts, the caller saves it once the run is on its way."""
         if self.busy:
+            self._save_draft()
             self._queued = (action, self.step.id)
             self.query_one(Feedback).show_status(Text.styled(
                        f"{status} (the run under way finishes first, then this code is run)",
@@ -430,6 +435,7 @@ class LessonScreen(Screen[None]):
         editor = self.query_one("#editor", CodeEditor)
         code = editor.text
         if too_big := size_problem(code):
+            self._save_draft()
             self.notify(too_big, title=refused, severity="error")
             return None
         if editor.error_row is not None:  # unmarking rebuilds the highlights: only if marked
@@ -442,6 +448,9 @@ class LessonScreen(Screen[None]):
         # when the verdict comes would cost more than the check itself.
         return code
 
+    def on_unmount(self) -> None:
+        self._runner.close()
+
     def _run_queued(self) -> bool:
         """Start the run asked for while the last one was under way, if it is still for the
         open step. Returns whether one started."""
@@ -451,14 +460,16 @@ class LessonScreen(Screen[None]):
         getattr(self, f"action_{queued[0]}")()
         return True
 
-    @work(thread=True, exclusive=True, group="check", exit_on_error=False)
     def _run_check(self, step_id: str, code: str, prior: dict[str, str]) -> None:
-        try:
-            result = self.lesson.evaluate(step_id, code, prior)
-        except Exception as exc:
-            self.post_message(CheckFailed(step_id, describe(exc)))
-            return
-        self.post_message(CheckFinished(step_id, code, result))
+        def check() -> None:  # on the runner's thread: it only posts messages back
+            try:
+                result = self.lesson.evaluate(step_id, code, prior)
+            except Exception as exc:
+                self.post_message(CheckFailed(step_id, describe(exc)))
+                return
+            self.post_message(CheckFinished(step_id, code, result))
+
+        self._runner.submit(check)
 
     def on_check_finished(self, message: CheckFinished) -> None:
         """Show the verdict at once; record the attempt once it is on screen (a durable write
@@ -569,15 +580,18 @@ class LessonScreen(Screen[None]):
         if code is not None:
             self.scratching = True
             self._run_scratch(self.step.id, code, self.lesson.prior())
+            self._save_draft()
 
-    @work(thread=True, exclusive=True, group="check", exit_on_error=False)
     def _run_scratch(self, step_id: str, code: str, prior: dict[str, str]) -> None:
-        try:
-            result = self.lesson.scratch(step_id, code, prior)
-        except Exception as exc:
-            self.post_message(CheckFailed(step_id, describe(exc)))
-            return
-        self.post_message(ScratchFinished(step_id, result))
+        def scratch() -> None:  # on the runner's thread, like a check
+            try:
+                result = self.lesson.scratch(step_id, code, prior)
+            except Exception as exc:
+                self.post_message(CheckFailed(step_id, describe(exc)))
+                return
+            self.post_message(ScratchFinished(step_id, result))
+
+        self._runner.submit(scratch)
 
     def on_scratch_finished(self, message: ScratchFinished) -> None:
         self.scratching = False

@@ -14,6 +14,7 @@ still loading.
 
 from __future__ import annotations
 
+import gc
 import threading
 from collections.abc import Iterable
 from dataclasses import replace
@@ -180,6 +181,9 @@ class TutorApp(App[int], inherit_bindings=False):
         else:
             self.push_screen(PackScreen(self.packs, last_pack(self.settings.data_home)),
                              self._pack_chosen)
+
+    def on_ready(self) -> None:
+        _collect_garbage_again()  # Textual's Ready comes once the first frame is out
 
     def _pack_chosen(self, name: str | None) -> None:
         if name is None:
@@ -426,21 +430,37 @@ def run_app(settings: Settings, packs: list[str] | None = None) -> int:
     none (see `offered_packs`), and `[]` opens `settings.pack` without asking. With a choice,
     the lesson opened last opens directly, and ctrl+l in it brings the chooser back.
     """
-    offered = offered_packs(settings) if packs is None else packs
-    ask = last_pack(settings.data_home) not in offered
-    while True:
-        if len(offered) > 1 and ask:
-            # The pack is not known yet: the app opens its progress and checker once chosen.
-            app = TutorApp(settings, packs=offered)
-            app.run()
-        else:
-            name = last_pack(settings.data_home) if len(offered) > 1 else settings.pack
-            app = _run_lesson(replace(settings, pack=name or settings.pack), offered)
-            if app is None:
-                return 1
-        if not app.choose_again:
-            return app.return_code or 0
-        ask = True
+    # Until the first frame is out, Python's cycle collector would walk the objects being made
+    # (styles, widgets, the pack), over and over, though nearly all of them live as long as the
+    # app: it waits until then (see `_collect_garbage_again`).
+    gc.disable()
+    try:
+        offered = offered_packs(settings) if packs is None else packs
+        ask = last_pack(settings.data_home) not in offered
+        while True:
+            if len(offered) > 1 and ask:
+                # The pack is not known yet: the app opens its progress and checker once chosen.
+                app = TutorApp(settings, packs=offered)
+                app.run()
+            else:
+                name = last_pack(settings.data_home) if len(offered) > 1 else settings.pack
+                app = _run_lesson(replace(settings, pack=name or settings.pack), offered)
+                if app is None:
+                    return 1
+            if not app.choose_again:
+                return app.return_code or 0
+            ask = True
+    finally:
+        gc.enable()
+
+
+def _collect_garbage_again() -> None:
+    """After the first frame: what start-up made is set aside for good (gc.freeze), so later
+    collections, during checks, walk only what came after; then collection resumes. A no-op
+    unless `run_app` paused collection."""
+    if not gc.isenabled():
+        gc.freeze()
+        gc.enable()
 
 
 def _run_lesson(settings: Settings, lessons: list[str]) -> TutorApp | None:

@@ -106,7 +106,7 @@ class TutorApp(App[int], inherit_bindings=False):
         the pack chosen. `lessons` are the packs ctrl+l offers instead of the open one (by
         default `packs`): the app then ends with `choose_again` set."""
         super().__init__()
-        palette.install(self)
+        palette.install(self, self.theme_variables)
         self.settings = settings
         self.greet = greet
         self.packs = list(packs or [])

@@ -487,11 +487,19 @@ class LessonScreen(Screen[None]):
             self._fit_to_feedback()
             self._point_at_error(result.error)
         self._unrecorded.append(message)
-        # The panels' own refreshes reach the screen only after this handler, so without a
-        # pending layout here the callback would run (and write to disk, and redraw the
-        # sidebar) before the verdict is painted.
-        self.refresh(repaint=False, layout=True)
-        self.call_after_refresh(self._record)
+        self.call_after_refresh(self._record)  # the attempt is written once this is painted
+        self._paint_now()
+
+    def _paint_now(self) -> None:
+        """Lay out and paint the screen at once, rather than on the next tick of Textual's frame
+        timer: after the "Checking…" repaint, that tick comes 17 to 33 ms later, longer than
+        most checks take. `_on_timer_update` is what the tick itself calls (private to Textual:
+        re-check it on upgrades); the panels' own refreshes, which reach the screen after this
+        handler, then cost one more paint of what is already on screen."""
+        if not self.is_current:
+            return  # a dialog is on top: the timer paints this screen when it shows again
+        self.refresh(layout=True)
+        self._on_timer_update()
 
     def _record(self) -> None:
         """Save the attempts whose verdicts are on screen, then bring the statuses up to date."""

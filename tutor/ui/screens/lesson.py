@@ -491,14 +491,15 @@ class LessonScreen(Screen[None]):
         self._paint_now()
 
     def _paint_now(self) -> None:
-        """Lay out and paint the screen at once, rather than on the next tick of Textual's frame
-        timer: after the "Checking…" repaint, that tick comes 17 to 33 ms later, longer than
-        most checks take. `_on_timer_update` is what the tick itself calls (private to Textual:
-        re-check it on upgrades); the panels' own refreshes, which reach the screen after this
-        handler, then cost one more paint of what is already on screen."""
+        """Lay out and paint the whole screen at once, rather than on the next tick of Textual's
+        frame timer: after the "Checking…" repaint, that tick comes 17 to 33 ms later, longer
+        than most checks take. `_dirty_widgets` and `_on_timer_update` (what the tick itself
+        calls) are private to Textual: re-check them on upgrades. The panels' own refreshes,
+        which reach the screen only after this handler, then cost one more (partial) paint."""
         if not self.is_current:
             return  # a dialog is on top: the timer paints this screen when it shows again
-        self.refresh(layout=True)
+        self.refresh(repaint=False, layout=True)
+        self._dirty_widgets.add(self)  # all of it, in the layout's one pass
         self._on_timer_update()
 
     def _record(self) -> None:

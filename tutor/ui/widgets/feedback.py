@@ -315,26 +315,39 @@ class Feedback(VerticalScroll, can_focus=True):
             self.show_solution(*self._solution)
 
     def compose(self):
-        # The other parts are mounted when they first have something to show: every widget
-        # adds to the first frame, which shows only the status line.
+        # Every widget adds to the first frame, which shows only the status line: the other
+        # parts are mounted right after it (or before, when one has something to show then),
+        # so that a verdict finds its part mounted and is painted the moment it arrives.
         yield self._new_part("status")
+
+    def on_mount(self) -> None:
+        self.call_after_refresh(self._mount_parts)
+
+    def _mount_parts(self) -> None:
+        for name in self.PARTS:
+            if name not in self._parts:
+                self._mount_part(name).display = False
 
     def _new_part(self, name: str) -> Static:
         part = self._parts[name] = Static(id=f"feedback-{name}")
         return part
 
+    def _mount_part(self, name: str) -> Static:
+        """A new part, mounted in its place among the others."""
+        part = self._new_part(name)
+        later = [self._parts[n] for n in self.PARTS[self.PARTS.index(name) + 1:]
+                 if n in self._parts]
+        self.mount(part, before=later[0] if later else None)
+        return part
+
     def _fill(self, name: str, content: RenderableType) -> None:
-        """Show `content` in a part (hidden when it is empty), mounting the part in its place
-        among the others the first time it has something to show."""
+        """Show `content` in a part, or hide the part when `content` is empty."""
         shown = bool(content) if isinstance(content, str) else True
         part = self._parts.get(name)
         if part is None:
             if not shown:
                 return
-            part = self._new_part(name)
-            later = [self._parts[n] for n in self.PARTS[self.PARTS.index(name) + 1:]
-                     if n in self._parts and n != name]
-            self.mount(part, before=later[0] if later else None)
+            part = self._mount_part(name)
         part.update(content)
         part.display = shown
 

@@ -613,6 +613,7 @@ class LessonScreen(Screen[None]):
         self._fit_to_feedback()
         feedback.scroll_to_part("scratch")
         self._point_at_error(message.result.error)
+        self._paint_now()
 
     def _expected_shapes(self) -> dict[str, list[int] | None]:
         """The shape each gradient of the open step must have, where it is known: forward

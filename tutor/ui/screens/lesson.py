@@ -24,6 +24,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.timer import Timer
+from textual.widget import Widget
 from textual.widgets import OptionList, TextArea
 from textual.widgets.text_area import Selection
 
@@ -121,9 +122,6 @@ class LessonScreen(Screen[None]):
         self._editor_text = ""
         self._draft_timer: Timer | None = None
         self._steps_chosen = False  # set once the learner shows or hides the sidebar
-        # The steps sidebar is filled once the first frame is out: laying out every step's
-        # option is the first frame's largest cost.
-        self._first_frame_out = False
         # Every step's status as last read from the store: the verdict is shown before the
         # attempt is written, with what it will unlock worked out from these.
         self._statuses = lesson.statuses()
@@ -138,14 +136,18 @@ class LessonScreen(Screen[None]):
     # -- layout ---------------------------------------------------------------------------
 
     def compose(self) -> ComposeResult:
+        # In the first frame the steps sidebar (filled only after it: laying out every step's
+        # option would be its largest cost) and the key bar (whose keys come after it too) are
+        # empty stand-ins styled like them: the real widgets' own styles would cost the first
+        # frame more than all they show in it. `_complete_layout` swaps them in right after.
         yield TopBar(id="topbar")
         with Horizontal(id="body"):
-            yield StepList(self.pack, id="steps")
+            yield _StandIn(id="steps-soon")
             with Vertical(id="work"):
                 yield ForwardPanel(self.pack.forward_lines, id="forward")
                 yield CodeEditor(id="editor")
                 yield Feedback(id="feedback")
-        yield TutorFooter()
+        yield _StandIn(id="keys-soon")
 
     def on_mount(self) -> None:
         # The first frame goes out before anything else competes for the CPU: then the
@@ -159,11 +161,21 @@ class LessonScreen(Screen[None]):
                         DIM))
 
     def _after_first_frame(self) -> None:
-        self._first_frame_out = True
-        self._show_progress(self._statuses)  # now the steps sidebar too
         self.tutor.start_evaluator()
+        self.call_later(self._complete_layout)
         self._greet()
         self.call_after_refresh(self._highlight_code)
+
+    async def _complete_layout(self) -> None:
+        """The steps sidebar and the key bar in place of their stand-ins (see `compose`), in one
+        update of the screen."""
+        steps = StepList(self.pack, id="steps")
+        steps.display = self.query_one("#steps-soon").display
+        async with self.batch():
+            await self.query("#steps-soon, #keys-soon").remove()
+            await self.query_one("#body").mount(steps, before="#work")
+            await self.mount(TutorFooter())
+        self._show_progress(self._statuses)  # fills the sidebar, and the key bar's keys
 
     def _greet(self) -> None:
         """The welcome on the first launch, else the open exercise's introduction the first
@@ -183,10 +195,18 @@ class LessonScreen(Screen[None]):
         self.query_one(ForwardPanel).refresh_window()
         self.query_one(Feedback).rehighlight()
 
+    def _sidebar(self) -> Widget:
+        """The steps sidebar, or its stand-in in the first frame."""
+        return self.query("#steps, #steps-soon").first()
+
+    def _steps(self) -> StepList | None:
+        """The steps sidebar, once it is in place (see `compose`)."""
+        return next(iter(self.query(StepList)), None)
+
     def fit_sidebar(self, width: int) -> None:
         # Until the learner toggles it, the sidebar gives way on narrow terminals.
         if not self._steps_chosen:
-            self.query_one("#steps", StepList).display = width >= NARROW
+            self._sidebar().display = width >= NARROW
 
     def _fit_to_feedback(self) -> None:
         """Once the feedback has something to read (a result, hints, a solution), it takes the
@@ -248,7 +268,8 @@ class LessonScreen(Screen[None]):
         locked = self.lesson.locked_reason(step.id)
         if locked is not None:
             self.notify(locked, title="Locked", severity="warning")
-            self.query_one(StepList).follow(self.step.id)
+            if steps := self._steps():
+                steps.follow(self.step.id)
             return False
         if step.is_training:
             self._open_training(step)
@@ -330,7 +351,8 @@ class LessonScreen(Screen[None]):
             self._show_idle()
         self._show_progress(statuses)
         self._fit_to_feedback()
-        self.query_one(StepList).follow(step.id)
+        if steps := self._steps():
+            steps.follow(step.id)
         editor.focus()
 
     def _show_idle(self) -> None:
@@ -345,8 +367,8 @@ class LessonScreen(Screen[None]):
         statuses = statuses if statuses is not None else self.lesson.statuses()
         self._statuses = statuses
         step = self.step
-        if self._first_frame_out:
-            self.query_one(StepList).show(statuses, step.id)
+        if steps := self._steps():
+            steps.show(statuses, step.id)
         self.query_one(ForwardPanel).show(
             step.exercise, set(step.lines), differentiated_lines(self.pack, statuses)
         )
@@ -703,7 +725,7 @@ class LessonScreen(Screen[None]):
 
     def action_toggle_steps(self) -> None:
         self._steps_chosen = True
-        steps = self.query_one(StepList)
+        steps = self._sidebar()
         steps.display = not steps.display
 
     def on_key(self, event: events.Key) -> None:
@@ -738,6 +760,13 @@ class LessonScreen(Screen[None]):
                             self.action_previous_step)
         yield SystemCommand("Steps sidebar", "Show or hide the list of steps",
                             self.action_toggle_steps)
+
+
+class _StandIn(Widget):
+    """An empty panel in the first frame, where the real widget comes right after it."""
+
+    def render(self) -> str:
+        return ""
 
 
 def _select_placeholder(editor: CodeEditor) -> None:

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import gc
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -430,14 +431,10 @@ def run_app(settings: Settings, packs: list[str] | None = None) -> int:
     none (see `offered_packs`), and `[]` opens `settings.pack` without asking. With a choice,
     the lesson opened last opens directly, and ctrl+l in it brings the chooser back.
     """
-    # Until the first frame is out, Python's cycle collector would walk the objects being made
-    # (styles, widgets, the pack), over and over, though nearly all of them live as long as the
-    # app: it waits until then (see `_collect_garbage_again`).
-    gc.disable()
-    try:
-        offered = offered_packs(settings) if packs is None else packs
-        ask = last_pack(settings.data_home) not in offered
-        while True:
+    offered = offered_packs(settings) if packs is None else packs
+    ask = last_pack(settings.data_home) not in offered
+    while True:
+        with _collection_paused_until_first_frame():
             if len(offered) > 1 and ask:
                 # The pack is not known yet: the app opens its progress and checker once chosen.
                 app = TutorApp(settings, packs=offered)
@@ -447,17 +444,28 @@ def run_app(settings: Settings, packs: list[str] | None = None) -> int:
                 app = _run_lesson(replace(settings, pack=name or settings.pack), offered)
                 if app is None:
                     return 1
-            if not app.choose_again:
-                return app.return_code or 0
-            ask = True
+        if not app.choose_again:
+            return app.return_code or 0
+        ask = True
+
+
+@contextmanager
+def _collection_paused_until_first_frame() -> Iterator[None]:
+    """Until an app's first frame is out, Python's cycle collector would walk the objects being
+    made (styles, widgets, the pack) over and over, though nearly all of them live as long as
+    the app: it waits, and then (`_collect_garbage_again`) sets them aside for good, so later
+    collections, during checks, walk only what came after. Once the app has ended, what it
+    leaves behind can be collected again."""
+    gc.disable()
+    try:
+        yield
     finally:
+        gc.unfreeze()
         gc.enable()
 
 
 def _collect_garbage_again() -> None:
-    """After the first frame: what start-up made is set aside for good (gc.freeze), so later
-    collections, during checks, walk only what came after; then collection resumes. A no-op
-    unless `run_app` paused collection."""
+    """Called once the first frame is out; a no-op unless collection was paused for it."""
     if not gc.isenabled():
         gc.freeze()
         gc.enable()

@@ -259,6 +259,7 @@ def main() -> int:
           f"app {minimal:6.3f} s")
     print(f"  ratio {ratio:.2f}× the minimal app (target ≤ {FIRST_FRAME_RATIO}×: "
           f"{'ok' if ratio <= FIRST_FRAME_RATIO else 'MISSED'})")
+    print(f"  each launch: tutor {_spread(app_times, 1)} s; minimal {_spread(minimal_times, 1)} s")
 
     in_app, direct, bare = asyncio.run(_verdicts(max(args.runs, 5)))
     verdict, raw, least = (statistics.median(x) for x in (in_app, direct, bare))
@@ -269,7 +270,15 @@ def main() -> int:
           f"{'ok' if ui <= UI_VERDICT_TARGET else 'MISSED'})")
     print(f"  minimal app    {least * 1000:6.1f} ms for the same check → the tutor takes "
           f"{verdict / least:.2f}× the minimal app, its UI part {(least - raw) * 1000:.1f} ms")
+    # On a shared machine single runs stray far from the medians: the spread shows how far.
+    print(f"  each check, ms: tutor {_spread(in_app, 1000)}; check alone {_spread(direct, 1000)}; "
+          f"minimal app {_spread(bare, 1000)}")
     return 0
+
+
+def _spread(times: list[float], scale: float) -> str:
+    """The runs in order, scaled (1000 for milliseconds)."""
+    return " ".join(f"{t * scale:.3g}" for t in times)
 
 
 if __name__ == "__main__":

@@ -240,6 +240,43 @@ def test_a_check_asked_for_while_one_runs_ends_on_the_verdict_of_the_code_on_scr
     run(scenario)
 
 
+def test_the_verdict_is_painted_the_moment_it_arrives(settings, evaluator, monkeypatch):
+    """The verdict's handler paints it itself (Textual's frame timer would wait up to two
+    frames), and that paint already shows it, the session's first verdict included."""
+    async def scenario():
+        app = TutorApp(settings, evaluator=evaluator, greet=False)
+        async with app.run_test(size=SIZE) as pilot:
+            await ready(pilot)
+            lesson = app.lesson
+            paints: list[tuple[bool, str]] = []  # (inside the verdict's handler, what it drew)
+            inside = [False]
+            render, handle = lesson._compositor.render_update, LessonScreen.on_check_finished
+
+            def recording_render(*args, **kwargs):
+                update = render(*args, **kwargs)
+                if update is not None:
+                    drawn = "".join(s.text for s in app.console.render(update))
+                    paints.append((inside[0], drawn))
+                return update
+
+            def watched_handler(screen, message):
+                inside[0] = True
+                try:
+                    handle(screen, message)
+                finally:
+                    inside[0] = False
+
+            lesson._compositor.render_update = recording_render
+            monkeypatch.setattr(LessonScreen, "on_check_finished", watched_handler)
+            for code, words in ((WRONG_SIGN, "Not yet"), (CORRECT, "Correct")):
+                paints.clear()
+                await check(pilot, code)
+                during = [drawn for was_inside, drawn in paints if was_inside]
+                assert during and words in during[0]
+
+    run(scenario)
+
+
 def test_a_new_run_clears_the_old_verdict(settings, evaluator):
     async def scenario():
         app = TutorApp(settings, evaluator=evaluator, greet=False)

@@ -1,9 +1,12 @@
 """The TUI's small pure parts: active time, template blanks, inline Markdown, heatmap labels,
-the fitted footer, the folded forward pass, tallies. No app, no evaluator: fast."""
+the fitted footer, the folded forward pass, tallies, the checks' runner. No app, no evaluator:
+fast."""
 
 from __future__ import annotations
 
 import io
+import threading
+import time
 
 from rich.console import Console
 
@@ -14,6 +17,7 @@ from tutor.results import CheckResult
 from tutor.ui.activity import ActiveClock
 from tutor.ui.placeholders import merge_typed_assignment, next_placeholder, placeholders
 from tutor.ui.prose import prose
+from tutor.ui.runner import Runner
 from tutor.ui.screens.training import parse_steps
 from tutor.ui.summary import hardest
 from tutor.ui.widgets.feedback import result_view
@@ -176,3 +180,34 @@ def test_step_counts_are_read_as_learners_type_them():
     assert parse_steps("200 000") == 200_000 and parse_steps("20k") == 20_000
     assert parse_steps("5_000") == 5000 and parse_steps("1,000") == 1000
     assert parse_steps("0") is None and parse_steps("") is None and parse_steps("ten") is None
+
+
+# --- the thread that runs checks ----------------------------------------------------------------
+
+
+def test_the_runner_takes_each_job_before_submit_returns_and_runs_them_in_order_on_one_thread():
+    runner = Runner("test-runner")
+    taken: list[tuple[int, str]] = []
+    release = threading.Event()
+
+    def job(number: int):
+        def run() -> None:
+            taken.append((number, threading.current_thread().name))
+            if number == 1:
+                release.wait(5)  # a long check: the next job waits its turn
+        return run
+
+    runner.submit(job(1))
+    assert taken == [(1, "test-runner")]  # already running when submit returned
+    started = time.monotonic()
+    runner.submit(job(2))  # the runner is busy: submit waits a moment at most, then returns
+    assert time.monotonic() - started < 1 and taken == [(1, "test-runner")]
+    release.set()
+    deadline = time.monotonic() + 5
+    while len(taken) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert taken == [(1, "test-runner"), (2, "test-runner")]
+    thread = next(t for t in threading.enumerate() if t.name == "test-runner")
+    runner.close()
+    thread.join(5)
+    assert not thread.is_alive()

@@ -32,13 +32,9 @@ from tutor.progress import Store, StoreError
 from tutor.results import CheckError, CheckResult, ErrorKind, ScratchResult, Status
 from tutor.runs import RunProgress, RunStatus, TrainingRun
 from tutor.source import size_problem
-from tutor.training.plan import (
-    backward_sections,
-    record_run,
-    training_code,
-    training_draft,
-    training_step,
-)
+
+# tutor.training (the training loop's plan) is imported where it is used: opening a lesson does
+# not need it, and its import is a noticeable part of the TUI's first frame.
 
 # What front ends may name without reaching below the controller: the store's error (a store
 # that cannot be opened is the learner's problem to hear about), the progress counts, and
@@ -448,6 +444,8 @@ class Lesson(_CheckAndRecord):
     def training_code(self, steps: int | None = None, *, draft: bool = True) -> str:
         """The training step's code: the learner's draft when there is one (and `draft`),
         else the training loop assembled from the accepted steps."""
+        from tutor.training.plan import training_code, training_step
+
         if draft and (kept := self.store.draft(training_step(self.pack).id)):
             return kept
         return training_code(self.pack, self.store.accepted_codes(), steps,
@@ -458,6 +456,8 @@ class Lesson(_CheckAndRecord):
         """The training code `train` runs, and where it comes from: the training screen's
         draft (the screen reopens with it, so the command line runs the same code), unless
         `from_exercises` asks for the code assembled from the solved steps."""
+        from tutor.training.plan import backward_sections, training_code, training_draft
+
         accepted = self.store.accepted_codes()
         assembled = training_code(self.pack, accepted, steps, self.store.revealed())
         draft = None if from_exercises else training_draft(self.store, self.pack)
@@ -468,6 +468,8 @@ class Lesson(_CheckAndRecord):
                               differs=_statements(draft) != _statements(assembled), missing=[])
 
     def save_training_draft(self, code: str) -> None:
+        from tutor.training.plan import training_step
+
         self.store.save_draft(training_step(self.pack).id, code)
 
     def remembered(self, key: str) -> str | None:
@@ -500,6 +502,8 @@ class Lesson(_CheckAndRecord):
         training step) and put its id in `run`; None when kept, else why not. Not
         retried: the run and its attempt are two writes, and a retry after the first could
         keep the run twice."""
+        from tutor.training.plan import record_run
+
         if self.store is None:
             return self.problem or "there is no progress store"
         kept: list[int | None] = []

@@ -14,11 +14,6 @@ from pathlib import Path
 from tutor.config import Settings, config_file
 from tutor.packs import Pack, PackError, find_pack, installed_packs, load_pack
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
-
 PACK_VARIABLE = "BACKPROP_TUTOR_PACK"
 LAST_PACK = "last-pack"  # a file in the data folder: the lesson opened last
 
@@ -60,9 +55,16 @@ def remember_pack(home: Path, name: str) -> None:
 
 def _config(path: Path) -> dict:
     # `resolve` has read this file already and refused it if it was wrong; a file that went
-    # bad since then only costs the chooser.
+    # bad since then only costs the chooser. tomllib is imported only when there is a file:
+    # its import is a noticeable part of the TUI's first frame.
+    if not path.is_file():
+        return {}
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover
+        import tomli as tomllib
     try:
-        return tomllib.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+        return tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
         return {}
 

@@ -14,8 +14,10 @@ still loading.
 
 from __future__ import annotations
 
+import gc
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -105,7 +107,7 @@ class TutorApp(App[int], inherit_bindings=False):
         the pack chosen. `lessons` are the packs ctrl+l offers instead of the open one (by
         default `packs`): the app then ends with `choose_again` set."""
         super().__init__()
-        palette.install(self)
+        palette.install(self, self.theme_variables)
         self.settings = settings
         self.greet = greet
         self.packs = list(packs or [])
@@ -180,6 +182,9 @@ class TutorApp(App[int], inherit_bindings=False):
         else:
             self.push_screen(PackScreen(self.packs, last_pack(self.settings.data_home)),
                              self._pack_chosen)
+
+    def on_ready(self) -> None:
+        _collect_garbage_again()  # Textual's Ready comes once the first frame is out
 
     def _pack_chosen(self, name: str | None) -> None:
         if name is None:
@@ -429,18 +434,41 @@ def run_app(settings: Settings, packs: list[str] | None = None) -> int:
     offered = offered_packs(settings) if packs is None else packs
     ask = last_pack(settings.data_home) not in offered
     while True:
-        if len(offered) > 1 and ask:
-            # The pack is not known yet: the app opens its progress and checker once chosen.
-            app = TutorApp(settings, packs=offered)
-            app.run()
-        else:
-            name = last_pack(settings.data_home) if len(offered) > 1 else settings.pack
-            app = _run_lesson(replace(settings, pack=name or settings.pack), offered)
-            if app is None:
-                return 1
+        with _collection_paused_until_first_frame():
+            if len(offered) > 1 and ask:
+                # The pack is not known yet: the app opens its progress and checker once chosen.
+                app = TutorApp(settings, packs=offered)
+                app.run()
+            else:
+                name = last_pack(settings.data_home) if len(offered) > 1 else settings.pack
+                app = _run_lesson(replace(settings, pack=name or settings.pack), offered)
+                if app is None:
+                    return 1
         if not app.choose_again:
             return app.return_code or 0
         ask = True
+
+
+@contextmanager
+def _collection_paused_until_first_frame() -> Iterator[None]:
+    """Until an app's first frame is out, Python's cycle collector would walk the objects being
+    made (styles, widgets, the pack) over and over, though nearly all of them live as long as
+    the app: it waits, and then (`_collect_garbage_again`) sets them aside for good, so later
+    collections, during checks, walk only what came after. Once the app has ended, what it
+    leaves behind can be collected again."""
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+        gc.enable()
+
+
+def _collect_garbage_again() -> None:
+    """Called once the first frame is out; a no-op unless collection was paused for it."""
+    if not gc.isenabled():
+        gc.freeze()
+        gc.enable()
 
 
 def _run_lesson(settings: Settings, lessons: list[str]) -> TutorApp | None:

@@ -65,14 +65,16 @@ def rich_theme(variables: Mapping[str, str]) -> Theme:
 _installed: WeakKeyDictionary[App, str] = WeakKeyDictionary()
 
 
-def install(app: App) -> None:
+def install(app: App, variables: Mapping[str, str] | None = None) -> None:
     """Give the app's console the roles' styles for its current theme; again after the theme
-    changed, a no-op otherwise. Any app that shows the tutor's screens calls it."""
+    changed, a no-op otherwise. Any app that shows the tutor's screens calls it. `variables`
+    are the theme's, when the caller has them at hand (`App.theme_variables` right after
+    `App.__init__`, which worked them out): building them again costs the first frame."""
     if _installed.get(app) == app.theme:
         return
     if app in _installed:
         app.console.pop_theme()
-    app.console.push_theme(rich_theme(app.get_css_variables()))
+    app.console.push_theme(rich_theme(variables or app.get_css_variables()))
     _installed[app] = app.theme
 
 

@@ -7,8 +7,9 @@ the app: settings, the lesson controller (pack, progress, evaluator), active tim
 Every rule (what is locked, what a check unlocks or completes, when a solution needs asking
 for) is the controller's (`tutor.controller.Lesson`); this screen shows what it says.
 
-Checks and scratch runs go to the evaluator from thread workers that only post messages back
-to this screen; the widgets change in the message handlers, on the app's thread.
+Checks and scratch runs go to the evaluator from one long-lived thread (`tutor.ui.runner`) that
+only posts messages back to this screen; the widgets change in the message handlers, on the
+app's thread.
 """
 
 from __future__ import annotations
@@ -17,12 +18,13 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, cast
 
 from rich.text import Text
-from textual import events, on, work
+from textual import events, on
 from textual.app import ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.timer import Timer
+from textual.widget import Widget
 from textual.widgets import OptionList, TextArea
 from textual.widgets.text_area import Selection
 
@@ -38,6 +40,7 @@ from tutor.source import size_problem
 from tutor.ui.highlight import warm_up
 from tutor.ui.messages import CheckFailed, CheckFinished, ScratchFinished
 from tutor.ui.palette import BAD, DIM, WARN
+from tutor.ui.runner import Runner
 from tutor.ui.widgets.editor import CodeEditor
 from tutor.ui.widgets.feedback import Feedback
 from tutor.ui.widgets.footer import TutorFooter
@@ -119,13 +122,11 @@ class LessonScreen(Screen[None]):
         self._editor_text = ""
         self._draft_timer: Timer | None = None
         self._steps_chosen = False  # set once the learner shows or hides the sidebar
-        # The steps sidebar is filled once the first frame is out: laying out every step's
-        # option is the first frame's largest cost.
-        self._first_frame_out = False
         # Every step's status as last read from the store: the verdict is shown before the
         # attempt is written, with what it will unlock worked out from these.
         self._statuses = lesson.statuses()
         self._milestones = lesson.milestones()  # for completion moments
+        self._runner = Runner("lesson-checks")  # checks and scratch runs, one at a time
 
     @property
     def tutor(self) -> LessonHost:
@@ -135,14 +136,18 @@ class LessonScreen(Screen[None]):
     # -- layout ---------------------------------------------------------------------------
 
     def compose(self) -> ComposeResult:
+        # In the first frame the steps sidebar (filled only after it: laying out every step's
+        # option would be its largest cost) and the key bar (whose keys come after it too) are
+        # empty stand-ins styled like them: the real widgets' own styles would cost the first
+        # frame more than all they show in it. `_complete_layout` swaps them in right after.
         yield TopBar(id="topbar")
         with Horizontal(id="body"):
-            yield StepList(self.pack, id="steps")
+            yield _StandIn(id="steps-soon")
             with Vertical(id="work"):
                 yield ForwardPanel(self.pack.forward_lines, id="forward")
                 yield CodeEditor(id="editor")
                 yield Feedback(id="feedback")
-        yield TutorFooter()
+        yield _StandIn(id="keys-soon")
 
     def on_mount(self) -> None:
         # The first frame goes out before anything else competes for the CPU: then the
@@ -156,11 +161,21 @@ class LessonScreen(Screen[None]):
                         DIM))
 
     def _after_first_frame(self) -> None:
-        self._first_frame_out = True
-        self._show_progress(self._statuses)  # now the steps sidebar too
         self.tutor.start_evaluator()
+        self.call_later(self._complete_layout)
         self._greet()
         self.call_after_refresh(self._highlight_code)
+
+    async def _complete_layout(self) -> None:
+        """The steps sidebar and the key bar in place of their stand-ins (see `compose`), in one
+        update of the screen."""
+        steps = StepList(self.pack, id="steps")
+        steps.display = self.query_one("#steps-soon").display
+        async with self.batch():
+            await self.query("#steps-soon, #keys-soon").remove()
+            await self.query_one("#body").mount(steps, before="#work")
+            await self.mount(TutorFooter())
+        self._show_progress(self._statuses)  # fills the sidebar, and the key bar's keys
 
     def _greet(self) -> None:
         """The welcome on the first launch, else the open exercise's introduction the first
@@ -180,10 +195,18 @@ class LessonScreen(Screen[None]):
         self.query_one(ForwardPanel).refresh_window()
         self.query_one(Feedback).rehighlight()
 
+    def _sidebar(self) -> Widget:
+        """The steps sidebar, or its stand-in in the first frame."""
+        return self.query("#steps, #steps-soon").first()
+
+    def _steps(self) -> StepList | None:
+        """The steps sidebar, once it is in place (see `compose`)."""
+        return next(iter(self.query(StepList)), None)
+
     def fit_sidebar(self, width: int) -> None:
         # Until the learner toggles it, the sidebar gives way on narrow terminals.
         if not self._steps_chosen:
-            self.query_one("#steps", StepList).display = width >= NARROW
+            self._sidebar().display = width >= NARROW
 
     def _fit_to_feedback(self) -> None:
         """Once the feedback has something to read (a result, hints, a solution), it takes the
@@ -245,7 +268,8 @@ class LessonScreen(Screen[None]):
         locked = self.lesson.locked_reason(step.id)
         if locked is not None:
             self.notify(locked, title="Locked", severity="warning")
-            self.query_one(StepList).follow(self.step.id)
+            if steps := self._steps():
+                steps.follow(self.step.id)
             return False
         if step.kind.trained:
             self._open_training(step)
@@ -327,7 +351,8 @@ class LessonScreen(Screen[None]):
             self._show_idle()
         self._show_progress(statuses)
         self._fit_to_feedback()
-        self.query_one(StepList).follow(step.id)
+        if steps := self._steps():
+            steps.follow(step.id)
         editor.focus()
 
     def _show_idle(self) -> None:
@@ -342,8 +367,8 @@ class LessonScreen(Screen[None]):
         statuses = statuses if statuses is not None else self.lesson.statuses()
         self._statuses = statuses
         step = self.step
-        if self._first_frame_out:
-            self.query_one(StepList).show(statuses, step.id)
+        if steps := self._steps():
+            steps.show(statuses, step.id)
         self.query_one(ForwardPanel).show(
             step.exercise, set(step.lines), differentiated_lines(self.pack, statuses)
         )
@@ -414,14 +439,16 @@ class LessonScreen(Screen[None]):
         if code is not None:
             self.checking = True
             self._run_check(self.step.id, code, self.lesson.prior())
+            self._save_draft()  # while the check runs
 
     def _begin_run(self, action: str, refused: str, status: str) -> str | None:
-        """What a check and a scratch run share before they start: the draft saved, the size
-        limit (refused, never recorded, as on the command line), the old error mark and the
-        old result gone, and a status line. Returns the code to run, or None when nothing may
-        start now: while another run is under way this one is queued behind it."""
-        self._save_draft()
+        """What a check and a scratch run share before they start: the size limit (refused,
+        never recorded, as on the command line), the old error mark and the old result gone,
+        and a status line. Returns the code to run, or None when nothing may start now: while
+        another run is under way this one is queued behind it. The draft is saved either way;
+        when a run starts, the caller saves it once the run is on its way."""
         if self.busy:
+            self._save_draft()
             self._queued = (action, self.step.id)
             self.query_one(Feedback).show_status(Text.styled(
                        f"{status} (the run under way finishes first, then this code is run)",
@@ -430,6 +457,7 @@ class LessonScreen(Screen[None]):
         editor = self.query_one("#editor", CodeEditor)
         code = editor.text
         if too_big := size_problem(code):
+            self._save_draft()
             self.notify(too_big, title=refused, severity="error")
             return None
         if editor.error_row is not None:  # unmarking rebuilds the highlights: only if marked
@@ -442,6 +470,9 @@ class LessonScreen(Screen[None]):
         # when the verdict comes would cost more than the check itself.
         return code
 
+    def on_unmount(self) -> None:
+        self._runner.close()
+
     def _run_queued(self) -> bool:
         """Start the run asked for while the last one was under way, if it is still for the
         open step. Returns whether one started."""
@@ -451,14 +482,16 @@ class LessonScreen(Screen[None]):
         getattr(self, f"action_{queued[0]}")()
         return True
 
-    @work(thread=True, exclusive=True, group="check", exit_on_error=False)
     def _run_check(self, step_id: str, code: str, prior: dict[str, str]) -> None:
-        try:
-            result = self.lesson.evaluate(step_id, code, prior)
-        except Exception as exc:
-            self.post_message(CheckFailed(step_id, describe(exc)))
-            return
-        self.post_message(CheckFinished(step_id, code, result))
+        def check() -> None:  # on the runner's thread: it only posts messages back
+            try:
+                result = self.lesson.evaluate(step_id, code, prior)
+            except Exception as exc:
+                self.post_message(CheckFailed(step_id, describe(exc)))
+                return
+            self.post_message(CheckFinished(step_id, code, result))
+
+        self._runner.submit(check)
 
     def on_check_finished(self, message: CheckFinished) -> None:
         """Show the verdict at once; record the attempt once it is on screen (a durable write
@@ -476,11 +509,20 @@ class LessonScreen(Screen[None]):
             self._fit_to_feedback()
             self._point_at_error(result.error)
         self._unrecorded.append(message)
-        # The panels' own refreshes reach the screen only after this handler, so without a
-        # pending layout here the callback would run (and write to disk, and redraw the
-        # sidebar) before the verdict is painted.
+        self.call_after_refresh(self._record)  # the attempt is written once this is painted
+        self._paint_now()
+
+    def _paint_now(self) -> None:
+        """Lay out and paint the whole screen at once, rather than on the next tick of Textual's
+        frame timer: after the "Checking…" repaint, that tick comes 17 to 33 ms later, longer
+        than most checks take. `_dirty_widgets` and `_on_timer_update` (what the tick itself
+        calls) are private to Textual: re-check them on upgrades. The panels' own refreshes,
+        which reach the screen only after this handler, then cost one more (partial) paint."""
+        if not self.is_current:
+            return  # a dialog is on top: the timer paints this screen when it shows again
         self.refresh(repaint=False, layout=True)
-        self.call_after_refresh(self._record)
+        self._dirty_widgets.add(self)  # all of it, in the layout's one pass
+        self._on_timer_update()
 
     def _record(self) -> None:
         """Save the attempts whose verdicts are on screen, then bring the statuses up to date."""
@@ -569,15 +611,18 @@ class LessonScreen(Screen[None]):
         if code is not None:
             self.scratching = True
             self._run_scratch(self.step.id, code, self.lesson.prior())
+            self._save_draft()
 
-    @work(thread=True, exclusive=True, group="check", exit_on_error=False)
     def _run_scratch(self, step_id: str, code: str, prior: dict[str, str]) -> None:
-        try:
-            result = self.lesson.scratch(step_id, code, prior)
-        except Exception as exc:
-            self.post_message(CheckFailed(step_id, describe(exc)))
-            return
-        self.post_message(ScratchFinished(step_id, result))
+        def scratch() -> None:  # on the runner's thread, like a check
+            try:
+                result = self.lesson.scratch(step_id, code, prior)
+            except Exception as exc:
+                self.post_message(CheckFailed(step_id, describe(exc)))
+                return
+            self.post_message(ScratchFinished(step_id, result))
+
+        self._runner.submit(scratch)
 
     def on_scratch_finished(self, message: ScratchFinished) -> None:
         self.scratching = False
@@ -590,6 +635,7 @@ class LessonScreen(Screen[None]):
         self._fit_to_feedback()
         feedback.scroll_to_part("scratch")
         self._point_at_error(message.result.error)
+        self._paint_now()
 
     def _expected_shapes(self) -> dict[str, list[int] | None]:
         """The shape each gradient of the open step must have, where it is known: forward
@@ -679,7 +725,7 @@ class LessonScreen(Screen[None]):
 
     def action_toggle_steps(self) -> None:
         self._steps_chosen = True
-        steps = self.query_one(StepList)
+        steps = self._sidebar()
         steps.display = not steps.display
 
     def on_key(self, event: events.Key) -> None:
@@ -714,6 +760,13 @@ class LessonScreen(Screen[None]):
                             self.action_previous_step)
         yield SystemCommand("Steps sidebar", "Show or hide the list of steps",
                             self.action_toggle_steps)
+
+
+class _StandIn(Widget):
+    """An empty panel in the first frame, where the real widget comes right after it."""
+
+    def render(self) -> str:
+        return ""
 
 
 def _select_placeholder(editor: CodeEditor) -> None:

@@ -307,6 +307,7 @@ class Feedback(VerticalScroll, can_focus=True):
         self.border_title = "Feedback"
         self._solution: tuple[str, bool] | None = None
         self._follow: str | None = None  # the part to keep in view once layout settles
+        self._parts: dict[str, Static] = {}
 
     def rehighlight(self) -> None:
         """Redraw the code shown here once highlighting is available."""
@@ -314,35 +315,63 @@ class Feedback(VerticalScroll, can_focus=True):
             self.show_solution(*self._solution)
 
     def compose(self):
-        for name in self.PARTS:
-            yield Static(id=f"feedback-{name}")
+        # Every widget adds to the first frame, which shows only the status line: the other
+        # parts are mounted right after it (or before, when one has something to show then),
+        # so that a verdict finds its part mounted and is painted the moment it arrives.
+        yield self._new_part("status")
 
-    def _part(self, name: str) -> Static:
-        return self.query_one(f"#feedback-{name}", Static)
+    def on_mount(self) -> None:
+        self.call_after_refresh(self._mount_parts)
+
+    def _mount_parts(self) -> None:
+        for name in self.PARTS:
+            if name not in self._parts:
+                self._mount_part(name).display = False
+
+    def _new_part(self, name: str) -> Static:
+        part = self._parts[name] = Static(id=f"feedback-{name}")
+        return part
+
+    def _mount_part(self, name: str) -> Static:
+        """A new part, mounted in its place among the others."""
+        part = self._new_part(name)
+        later = [self._parts[n] for n in self.PARTS[self.PARTS.index(name) + 1:]
+                 if n in self._parts]
+        self.mount(part, before=later[0] if later else None)
+        return part
+
+    def _fill(self, name: str, content: RenderableType) -> None:
+        """Show `content` in a part, or hide the part when `content` is empty."""
+        shown = bool(content) if isinstance(content, str) else True
+        part = self._parts.get(name)
+        if part is None:
+            if not shown:
+                return
+            part = self._mount_part(name)
+        part.update(content)
+        part.display = shown
+
+    def _part(self, name: str) -> Static | None:
+        return self._parts.get(name)
 
     @property
     def has_content(self) -> bool:
         """True when something beyond the status line is shown (a result, hints, ...)."""
-        return any(self._part(name).display for name in self.PARTS[1:])
+        return any(part.display for name, part in self._parts.items() if name != "status")
 
     def show_status(self, message: str | Text) -> None:
-        self._part("status").update(message)
-        self._part("status").display = bool(str(message))
+        self._fill("status", message if str(message) else "")
 
     def show_result(self, result: CheckResult | None, unlocked: str | None = None,
                     revealed: bool = False) -> None:
-        part = self._part("result")
-        part.update(result_view(result, unlocked, revealed) if result else "")
-        part.display = bool(result)
+        self._fill("result", result_view(result, unlocked, revealed) if result else "")
         self.show_scratch(None)  # a check supersedes an earlier run without grading
         self._follow = None
         self.scroll_home(animate=False)
 
     def show_scratch(self, result: ScratchResult | None,
                      expected: dict[str, list[int] | None] | None = None) -> None:
-        part = self._part("scratch")
-        part.update(scratch_view(result, expected or {}) if result else "")
-        part.display = bool(result)
+        self._fill("scratch", scratch_view(result, expected or {}) if result else "")
 
     def show_hints(self, hints: list[str], total: int) -> None:
         shown = len(hints)
@@ -354,21 +383,19 @@ class Feedback(VerticalScroll, can_focus=True):
         for number, hint in enumerate(hints, 1):
             body.append(Text.styled(f"Hint {number} of {total}", ALERT))
             body.append(Markdown(hint))
-        part = self._part("hints")
-        part.update(Group(*body))
-        part.display = bool(hints)
+        self._fill("hints", Group(*body) if hints else "")
 
     def show_solution(self, code: str | None, revealed: bool = True) -> None:
         """The reference solution; `revealed` says whether seeing it cost the step its status
         (it does not once the step was solved: then it is there to compare)."""
         self._solution = (code, revealed) if code else None
-        part = self._part("solution")
-        if code:
-            title = ("Reference solution (this step counts as revealed):" if revealed else
-                     "Reference solution, to compare with yours (your step keeps its status):")
-            part.update(Group(Text.styled(title, REVEAL_STRONG),
-                              python_text(code.rstrip("\n"))))
-        part.display = bool(code)
+        if not code:
+            self._fill("solution", "")
+            return
+        title = ("Reference solution (this step counts as revealed):" if revealed else
+                 "Reference solution, to compare with yours (your step keeps its status):")
+        self._fill("solution", Group(Text.styled(title, REVEAL_STRONG),
+                                     python_text(code.rstrip("\n"))))
 
     def scroll_to_part(self, name: str) -> None:
         """Bring a part into view, top first, once the layout includes what just changed."""
@@ -379,7 +406,7 @@ class Feedback(VerticalScroll, can_focus=True):
         if self._follow is None:
             return
         part = self._part(self._follow)
-        if not part.display:
+        if part is None or not part.display:
             return
         if not self.screen.is_current or not part.virtual_region.size:
             # Under a dialog (the reveal confirmation) this screen is not laid out, and a part

@@ -63,7 +63,7 @@ class StepList(OptionList):
         """Highlight the open step and scroll it into view."""
         try:
             self.highlighted = self.get_option_index(step_id)
-        except OptionDoesNotExist:  # not filled in yet (see LessonScreen._after_first_frame)
+        except OptionDoesNotExist:  # not filled in yet (see LessonScreen._complete_layout)
             return
         self.scroll_to_highlight()
 

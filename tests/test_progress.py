@@ -382,15 +382,24 @@ SOLVE_MY_SHARE = """
     print("ready", flush=True)
     while not os.path.exists(go):
         time.sleep(0.001)
+    other = "B" if tag == "A" else "A"
+    turns = (len(pack.steps) + 1) // 2
     for round in range(3):
-        for sid in share:
-            store.record_attempt(sid, f"{tag} wrong", wrong)
-            store.record_attempt(sid, f"{tag} {sid}", exact)
-            store.save_draft(sid, f"{tag} draft {round}")
-            # Both fight over the first step: A's exact pass must survive B's approximate ones.
-            store.record_attempt("atomic/logprobs", f"{tag} first", exact if tag == "A" else approx)
-            # A learner thinks between checks; a tight loop would starve the other writer.
-            time.sleep(0.002)
+        for turn in range(turns):
+            if turn < len(share):
+                sid = share[turn]
+                store.record_attempt(sid, f"{tag} wrong", wrong)
+                store.record_attempt(sid, f"{tag} {sid}", exact)
+                store.save_draft(sid, f"{tag} draft {round}")
+                # Both fight over the first step: A's exact pass must survive B's approximate
+                # ones.
+                store.record_attempt("atomic/logprobs", f"{tag} first",
+                                     exact if tag == "A" else approx)
+            # Each turn ends when both have written theirs: however busy the machine, the two
+            # writers take turns, so their writes meet and interleave on every turn.
+            open(f"{go}-{tag}-{round}-{turn}", "w").close()
+            while not os.path.exists(f"{go}-{other}-{round}-{turn}"):
+                time.sleep(0.001)
     print("done", flush=True)
 """
 

@@ -1,6 +1,14 @@
+import os
 import warnings
 
 import pytest
+
+# The suite runs on several processes at once (pytest-xdist). Torch gives each process a thread
+# per core for its own operations, so three processes on two cores would run six busy threads
+# that wait on each other: one thread each keeps every core busy without that. It is set before
+# torch is first imported, and the processes the tests start inherit it.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 warnings.filterwarnings("ignore", message=".*NumPy.*")
 

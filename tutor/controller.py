@@ -29,6 +29,7 @@ from tutor.curriculum import Tally, tally
 from tutor.packchoice import last_pack, loadable_pack, offered_packs, remember_pack
 from tutor.packs import DEFAULT_PACK, Exercise, Pack, Step
 from tutor.progress import Store, StoreError
+from tutor.records import Record
 from tutor.results import CheckError, CheckResult, ErrorKind, ScratchResult, Status
 from tutor.runs import RunProgress, RunStatus, TrainingRun
 from tutor.source import size_problem
@@ -102,8 +103,8 @@ def save(write: Callable[[], object], tries: int = 2) -> str | None:
     return reason
 
 
-@dataclass
-class Hints:
+@dataclass(repr=False, eq=False)
+class Hints(Record):
     """The hints of one step shown so far, after asking for the next: `new` says whether this
     ask showed one (the last hint stays the last), `problem` why it could not be counted."""
 
@@ -114,8 +115,8 @@ class Hints:
     problem: str | None = None
 
 
-@dataclass
-class CheckOutcome:
+@dataclass(repr=False, eq=False)
+class CheckOutcome(Record):
     """A check and what it changed: the step's status after it, the steps it opened, and why
     it was not saved when it was not."""
 
@@ -199,8 +200,8 @@ class _CheckAndRecord:
         return Hints(step.id, tuple(step.hints[:shown]), len(step.hints), new, problem)
 
 
-@dataclass
-class Preview:
+@dataclass(repr=False, eq=False)
+class Preview(Record):
     """What a verdict on screen will change once its attempt is recorded: the first step it
     opens, said as a note, and whether it passed a step whose solution stays revealed."""
 
@@ -208,8 +209,8 @@ class Preview:
     revealed: bool
 
 
-@dataclass
-class TrainingSource:
+@dataclass(repr=False, eq=False)
+class TrainingSource(Record):
     """The training code to run: the learner's draft (and whether it differs from the code
     assembled from the solved steps), or the assembled code with the steps not solved yet,
     whose reference solutions stand in."""
@@ -226,8 +227,8 @@ def _statements(code: str) -> list[str]:
             if line.strip() and not line.lstrip().startswith("#")]
 
 
-@dataclass
-class Celebration:
+@dataclass(repr=False, eq=False)
+class Celebration(Record):
     """What a change completed: each exercise (with the next one not done, if any), then
     possibly the whole lesson, and the figures their summaries show."""
 

@@ -8,6 +8,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 from tutor.packs import Pack, Step
+from tutor.records import FrozenRecord
 from tutor.results import Status
 
 
@@ -69,8 +70,8 @@ def upgrade(old: Status | None, new: Status) -> Status:
         old if old in order else None) else old
 
 
-@dataclass(frozen=True)
-class Tally:
+@dataclass(repr=False, eq=False)
+class Tally(FrozenRecord):
     """The learner's steps counted in the one vocabulary every front end uses: a step is done
     when it is exact, passed (approximately equal) or revealed, and each done step is exactly
     one of the three."""

@@ -22,20 +22,24 @@ import sqlite3
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tutor import curriculum
-from tutor.cells import Cell, parse_cells
 from tutor.curriculum import Tally, tally
 from tutor.packchoice import last_pack, loadable_pack, offered_packs, remember_pack
 from tutor.packs import DEFAULT_PACK, Exercise, Pack, Step
 from tutor.progress import Store, StoreError
 from tutor.records import Record
 from tutor.results import CheckError, CheckResult, ErrorKind, ScratchResult, Status
-from tutor.runs import RunProgress, RunStatus, TrainingRun
 from tutor.source import size_problem
 
-# tutor.training (the training loop's plan) is imported where it is used: opening a lesson does
-# not need it, and its import is a noticeable part of the TUI's first frame.
+if TYPE_CHECKING:
+    from tutor.cells import Cell
+    from tutor.runs import RunProgress, TrainingRun
+
+# tutor.training (the training loop's plan), a training run's types (tutor.runs) and a file's
+# cells (tutor.cells) are imported where they are used: opening a lesson needs none of them,
+# and their imports are a noticeable part of the TUI's first frame.
 
 # What front ends may name without reaching below the controller: the store's error (a store
 # that cannot be opened is the learner's problem to hear about), the progress counts, and
@@ -259,6 +263,8 @@ class Milestones:
             return None
         if before_summary is not None:
             before_summary()
+        from tutor.runs import RunStatus
+
         rows = self.lesson.summary()
         runs = self.lesson.training_runs()
         run = next((r for r in reversed(runs) if r.status is RunStatus.FINISHED), None)
@@ -395,6 +401,8 @@ class Lesson(_CheckAndRecord):
     def training_runs(self) -> list[TrainingRun]:
         """Every run kept so far, oldest first, read back typed (rows kept by earlier versions
         included)."""
+        from tutor.runs import TrainingRun
+
         return [TrainingRun.from_dict(row) for row in self.store.training_runs()]
 
     def add_time(self, step_id: str, seconds: float) -> None:
@@ -523,6 +531,8 @@ _LEADING_LINE = re.compile(r"\Aline (\d+)\b")
 def _check_cells(ev, pack: Pack, text: str, prior: dict[str, str]) -> list[CheckResult]:
     """Check each cell in order. A failing cell's step falls back to the reference for the cells
     after it, so one mistake is reported once instead of cascading."""
+    from tutor.cells import parse_cells
+
     prior = dict(prior)
     results = []
     for cell in parse_cells(text):
@@ -572,6 +582,8 @@ def _record_cells(session: Lesson, text: str, results: list[CheckResult]) -> lis
     """Record each checked cell as an attempt, as the TUI would; untouched templates are not
     attempts, and cells naming no step have nothing to record. Returns, per recorded cell,
     why it was not saved (None when it was)."""
+    from tutor.cells import parse_cells
+
     reasons = []
     for cell, result in zip(parse_cells(text), results, strict=False):
         if result.error and result.error.kind is ErrorKind.USAGE:

@@ -43,7 +43,6 @@ from tutor.ui.palette import BAD, DIM, WARN
 from tutor.ui.runner import Runner
 from tutor.ui.widgets.editor import CodeEditor
 from tutor.ui.widgets.feedback import Feedback
-from tutor.ui.widgets.footer import TutorFooter
 from tutor.ui.widgets.forward import ForwardPanel
 from tutor.ui.widgets.steps import StepList
 from tutor.ui.widgets.topbar import TopBar
@@ -169,6 +168,9 @@ class LessonScreen(Screen[None]):
     async def _complete_layout(self) -> None:
         """The steps sidebar and the key bar in place of their stand-ins (see `compose`), in one
         update of the screen."""
+        # Imported here, after the first frame: Textual's footer module is slow to import.
+        from tutor.ui.widgets.footer import TutorFooter
+
         steps = StepList(self.pack, id="steps")
         steps.display = self.query_one("#steps-soon").display
         async with self.batch():

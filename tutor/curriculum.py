@@ -16,14 +16,17 @@ def statuses(pack: Pack, achieved: Mapping[str, str]) -> dict[str, Status]:
     """Every step's status, in order. An exercise opens when the exercises it requires are
     done (docs/packs.md), and its steps open one after another."""
     return {s.id: Status(achieved[s.id]) if s.id in achieved
-            else Status.LOCKED if blockers(pack, s.id, achieved) else Status.UNLOCKED
+            else Status.LOCKED if _blockers(pack, s, achieved) else Status.UNLOCKED
             for s in pack.steps}
 
 
 def blockers(pack: Pack, step_id: str, done: Collection[str]) -> list[Step]:
     """The steps not in `done` that keep a step locked, in lesson order: every step of the
     exercises its exercise requires, then the earlier steps of its own exercise."""
-    step = pack.step(step_id)
+    return _blockers(pack, pack.step(step_id), done)
+
+
+def _blockers(pack: Pack, step: Step, done: Collection[str]) -> list[Step]:
     exercise = pack.exercise(step.exercise)
     required = [s for ex in pack.exercises if ex.number in exercise.requires for s in ex.steps]
     earlier = exercise.steps[:exercise.steps.index(step)]

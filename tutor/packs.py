@@ -138,7 +138,7 @@ class Pack(FrozenRecord):
     exercises: tuple[Exercise, ...]
     description: str = ""  # what the learner will do, for the welcome page (Markdown)
 
-    @property
+    @cached_property  # made once: every lookup of a step goes through it
     def steps(self) -> tuple[Step, ...]:
         return tuple(s for ex in self.exercises for s in ex.steps)
 

@@ -29,7 +29,8 @@ def blockers(pack: Pack, step_id: str, done: Collection[str]) -> list[Step]:
 def _blockers(pack: Pack, step: Step, done: Collection[str]) -> list[Step]:
     exercise = pack.exercise(step.exercise)
     required = [s for ex in pack.exercises if ex.number in exercise.requires for s in ex.steps]
-    earlier = exercise.steps[:exercise.steps.index(step)]
+    # Found by id: comparing whole steps field by field would cost every status read more.
+    earlier = exercise.steps[:[s.id for s in exercise.steps].index(step.id)]
     return [s for s in (*required, *earlier) if s.id not in done]
 
 

@@ -3,7 +3,7 @@
 `@dataclass` writes `__repr__`, `__eq__`, `__hash__` and, for a frozen class, `__setattr__`,
 `__delattr__` and a longer `__init__`, as source text for every class it decorates and compiles
 that text whenever the module is imported. The pack's, the results' and the lesson's types are
-imported before the TUI's first frame, where those compilations cost as much as a fifth of what
+imported before the TUI's first frame, where those compilations cost about an eighth of what
 the tutor adds to Textual (`benchmarks/first_frame_instructions.py`). Those types are declared
 `@dataclass(repr=False, eq=False)`, which leaves only `__init__` to generate, and inherit the
 rest from `Record` or `FrozenRecord`, which behave as the generated methods do.

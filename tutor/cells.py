@@ -9,11 +9,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from tutor.records import FrozenRecord
+
 _HEADER = re.compile(r"^# %%(?P<rest>.*)$")
 
 
-@dataclass(frozen=True)
-class Cell:
+@dataclass(repr=False, eq=False)
+class Cell(FrozenRecord):
     step: str  # as written in the header; resolved against the pack by the caller
     code: str
     line: int  # 1-based line of the header in the file

@@ -16,6 +16,7 @@ from pathlib import Path
 import platformdirs
 
 from tutor.packs import DEFAULT_PACK
+from tutor.records import FrozenRecord
 from tutor.source import SourceError, decode
 
 APP_NAME = "backprop-tutor"
@@ -35,8 +36,8 @@ class ConfigError(ValueError):
     """A setting has a value that cannot be used; the message says which and why."""
 
 
-@dataclass(frozen=True)
-class Settings:
+@dataclass(repr=False, eq=False)
+class Settings(FrozenRecord):
     device: str = "auto"
     seed: int = DEFAULT_SEED
     home: Path | None = None  # None: the platform data folder

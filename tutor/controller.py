@@ -22,19 +22,24 @@ import sqlite3
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tutor import curriculum
-from tutor.cells import Cell, parse_cells
 from tutor.curriculum import Tally, tally
 from tutor.packchoice import last_pack, loadable_pack, offered_packs, remember_pack
 from tutor.packs import DEFAULT_PACK, Exercise, Pack, Step
 from tutor.progress import Store, StoreError
+from tutor.records import Record
 from tutor.results import CheckError, CheckResult, ErrorKind, ScratchResult, Status
-from tutor.runs import RunProgress, RunStatus, TrainingRun
 from tutor.source import size_problem
 
-# tutor.training (the training loop's plan) is imported where it is used: opening a lesson does
-# not need it, and its import is a noticeable part of the TUI's first frame.
+if TYPE_CHECKING:
+    from tutor.cells import Cell
+    from tutor.runs import RunProgress, TrainingRun
+
+# tutor.training (the training loop's plan), a training run's types (tutor.runs) and a file's
+# cells (tutor.cells) are imported where they are used: opening a lesson needs none of them,
+# and their imports are a noticeable part of the TUI's first frame.
 
 # What front ends may name without reaching below the controller: the store's error (a store
 # that cannot be opened is the learner's problem to hear about), the progress counts, and
@@ -102,8 +107,8 @@ def save(write: Callable[[], object], tries: int = 2) -> str | None:
     return reason
 
 
-@dataclass
-class Hints:
+@dataclass(repr=False, eq=False)
+class Hints(Record):
     """The hints of one step shown so far, after asking for the next: `new` says whether this
     ask showed one (the last hint stays the last), `problem` why it could not be counted."""
 
@@ -114,8 +119,8 @@ class Hints:
     problem: str | None = None
 
 
-@dataclass
-class CheckOutcome:
+@dataclass(repr=False, eq=False)
+class CheckOutcome(Record):
     """A check and what it changed: the step's status after it, the steps it opened, and why
     it was not saved when it was not."""
 
@@ -199,8 +204,8 @@ class _CheckAndRecord:
         return Hints(step.id, tuple(step.hints[:shown]), len(step.hints), new, problem)
 
 
-@dataclass
-class Preview:
+@dataclass(repr=False, eq=False)
+class Preview(Record):
     """What a verdict on screen will change once its attempt is recorded: the first step it
     opens, said as a note, and whether it passed a step whose solution stays revealed."""
 
@@ -208,8 +213,8 @@ class Preview:
     revealed: bool
 
 
-@dataclass
-class TrainingSource:
+@dataclass(repr=False, eq=False)
+class TrainingSource(Record):
     """The training code to run: the learner's draft (and whether it differs from the code
     assembled from the solved steps), or the assembled code with the steps not solved yet,
     whose reference solutions stand in."""
@@ -226,8 +231,8 @@ def _statements(code: str) -> list[str]:
             if line.strip() and not line.lstrip().startswith("#")]
 
 
-@dataclass
-class Celebration:
+@dataclass(repr=False, eq=False)
+class Celebration(Record):
     """What a change completed: each exercise (with the next one not done, if any), then
     possibly the whole lesson, and the figures their summaries show."""
 
@@ -258,6 +263,8 @@ class Milestones:
             return None
         if before_summary is not None:
             before_summary()
+        from tutor.runs import RunStatus
+
         rows = self.lesson.summary()
         runs = self.lesson.training_runs()
         run = next((r for r in reversed(runs) if r.status is RunStatus.FINISHED), None)
@@ -394,6 +401,8 @@ class Lesson(_CheckAndRecord):
     def training_runs(self) -> list[TrainingRun]:
         """Every run kept so far, oldest first, read back typed (rows kept by earlier versions
         included)."""
+        from tutor.runs import TrainingRun
+
         return [TrainingRun.from_dict(row) for row in self.store.training_runs()]
 
     def add_time(self, step_id: str, seconds: float) -> None:
@@ -522,6 +531,8 @@ _LEADING_LINE = re.compile(r"\Aline (\d+)\b")
 def _check_cells(ev, pack: Pack, text: str, prior: dict[str, str]) -> list[CheckResult]:
     """Check each cell in order. A failing cell's step falls back to the reference for the cells
     after it, so one mistake is reported once instead of cascading."""
+    from tutor.cells import parse_cells
+
     prior = dict(prior)
     results = []
     for cell in parse_cells(text):
@@ -571,6 +582,8 @@ def _record_cells(session: Lesson, text: str, results: list[CheckResult]) -> lis
     """Record each checked cell as an attempt, as the TUI would; untouched templates are not
     attempts, and cells naming no step have nothing to record. Returns, per recorded cell,
     why it was not saved (None when it was)."""
+    from tutor.cells import parse_cells
+
     reasons = []
     for cell, result in zip(parse_cells(text), results, strict=False):
         if result.error and result.error.kind is ErrorKind.USAGE:

@@ -8,6 +8,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 from tutor.packs import Pack, Step
+from tutor.records import FrozenRecord
 from tutor.results import Status
 
 
@@ -15,17 +16,21 @@ def statuses(pack: Pack, achieved: Mapping[str, str]) -> dict[str, Status]:
     """Every step's status, in order. An exercise opens when the exercises it requires are
     done (docs/packs.md), and its steps open one after another."""
     return {s.id: Status(achieved[s.id]) if s.id in achieved
-            else Status.LOCKED if blockers(pack, s.id, achieved) else Status.UNLOCKED
+            else Status.LOCKED if _blockers(pack, s, achieved) else Status.UNLOCKED
             for s in pack.steps}
 
 
 def blockers(pack: Pack, step_id: str, done: Collection[str]) -> list[Step]:
     """The steps not in `done` that keep a step locked, in lesson order: every step of the
     exercises its exercise requires, then the earlier steps of its own exercise."""
-    step = pack.step(step_id)
+    return _blockers(pack, pack.step(step_id), done)
+
+
+def _blockers(pack: Pack, step: Step, done: Collection[str]) -> list[Step]:
     exercise = pack.exercise(step.exercise)
     required = [s for ex in pack.exercises if ex.number in exercise.requires for s in ex.steps]
-    earlier = exercise.steps[:exercise.steps.index(step)]
+    # Found by id: comparing whole steps field by field would cost every status read more.
+    earlier = exercise.steps[:[s.id for s in exercise.steps].index(step.id)]
     return [s for s in (*required, *earlier) if s.id not in done]
 
 
@@ -69,8 +74,8 @@ def upgrade(old: Status | None, new: Status) -> Status:
         old if old in order else None) else old
 
 
-@dataclass(frozen=True)
-class Tally:
+@dataclass(repr=False, eq=False)
+class Tally(FrozenRecord):
     """The learner's steps counted in the one vocabulary every front end uses: a step is done
     when it is exact, passed (approximately equal) or revealed, and each done step is exactly
     one of the three."""

@@ -14,6 +14,7 @@ from functools import cache, cached_property
 from pathlib import Path
 
 from tutor import packcache, stepkinds
+from tutor.records import FrozenRecord
 from tutor.stepkinds import LineGradient, StepKind
 
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -42,8 +43,8 @@ class PackError(ValueError):
     """A pack file is missing, malformed or inconsistent."""
 
 
-@dataclass(frozen=True)
-class Mistake:
+@dataclass(repr=False, eq=False)
+class Mistake(FrozenRecord):
     """A common wrong answer, recognised by comparing the learner's values with its values."""
 
     code: str
@@ -52,8 +53,8 @@ class Mistake:
     tensor: str | None = None  # which checked tensor it concerns; None means the first
 
 
-@dataclass(frozen=True)
-class ForwardLine:
+@dataclass(repr=False, eq=False)
+class ForwardLine(FrozenRecord):
     """One line of forward code, with the name it assigns and the names it reads."""
 
     index: int
@@ -63,8 +64,8 @@ class ForwardLine:
     exercise: int  # 0 for the pack's own forward pass, else the exercise that adds it
 
 
-@dataclass(frozen=True)
-class Step:
+@dataclass(repr=False, eq=False)
+class Step(FrozenRecord):
     id: str
     exercise: int
     title: str
@@ -91,8 +92,8 @@ class Step:
         return self.kind.graded_names(self)
 
 
-@dataclass(frozen=True)
-class FunctionSpec:
+@dataclass(repr=False, eq=False)
+class FunctionSpec(FrozenRecord):
     """A function step: the learner writes a whole function (llm.c's `layernorm_backward`), and
     it is called on the lesson's tensors and then on inputs of freshly drawn sizes.
 
@@ -110,8 +111,8 @@ class FunctionSpec:
     expect: str
 
 
-@dataclass(frozen=True)
-class Exercise:
+@dataclass(repr=False, eq=False)
+class Exercise(FrozenRecord):
     number: int
     title: str
     intro: str
@@ -124,8 +125,8 @@ class Exercise:
     requires: tuple[int, ...] = ()
 
 
-@dataclass(frozen=True)
-class Pack:
+@dataclass(repr=False, eq=False)
+class Pack(FrozenRecord):
     id: str
     title: str
     root: Path
@@ -137,7 +138,7 @@ class Pack:
     exercises: tuple[Exercise, ...]
     description: str = ""  # what the learner will do, for the welcome page (Markdown)
 
-    @property
+    @cached_property  # made once: every lookup of a step goes through it
     def steps(self) -> tuple[Step, ...]:
         return tuple(s for ex in self.exercises for s in ex.steps)
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
+from tutor.records import Record
+
 
 class Verdict(str, Enum):
     """How one gradient compares with autograd's."""
@@ -98,8 +100,8 @@ class ErrorKind(str, Enum):
         return self.value
 
 
-@dataclass
-class CheckError:
+@dataclass(repr=False, eq=False)
+class CheckError(Record):
     """Why a check (or a scratch run) has no rows: what went wrong and where in the code."""
 
     kind: ErrorKind
@@ -127,8 +129,8 @@ class CheckError:
                 "col": self.col}
 
 
-@dataclass
-class Diagnosis:
+@dataclass(repr=False, eq=False)
+class Diagnosis(Record):
     """What a mistake most likely is: a kind (sign, scale, shape, heldout, ...) and a sentence."""
 
     kind: str
@@ -144,8 +146,8 @@ class Diagnosis:
         return {"kind": self.kind, "message": self.message}
 
 
-@dataclass
-class Heldout:
+@dataclass(repr=False, eq=False)
+class Heldout(Record):
     """The re-check on a fresh batch (or, for a function step, at fresh sizes)."""
 
     passed: bool = True
@@ -166,8 +168,8 @@ class Heldout:
                 "message": self.message}
 
 
-@dataclass
-class TensorCheck:
+@dataclass(repr=False, eq=False)
+class TensorCheck(Record):
     """One gradient's row: the notebook's cmp columns, the verdict and why. The engine's grading
     builds it (tutor/grading.py); everything else reads it."""
 
@@ -220,8 +222,8 @@ class TensorCheck:
         return self.verdict.accepted and not self.diagnosis
 
 
-@dataclass
-class CheckResult:
+@dataclass(repr=False, eq=False)
+class CheckResult(Record):
     """A whole check: the rows, the fresh-batch verdict, the code's error and output."""
 
     step: str
@@ -291,16 +293,16 @@ class CheckResult:
         return "not passed"
 
 
-@dataclass
-class Defined:
+@dataclass(repr=False, eq=False)
+class Defined(Record):
     """A name a scratch run defined or changed, and a few words on what it holds."""
 
     name: str
     what: str
 
 
-@dataclass
-class ScratchResult:
+@dataclass(repr=False, eq=False)
+class ScratchResult(Record):
     """A run of code against the lesson, not graded: its output, its error, what it defined."""
 
     step: str

@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass, field
 from enum import Enum
 
+from tutor.records import Record
 from tutor.results import CheckError, Diagnosis, TensorCheck, Verdict
 
 
@@ -72,7 +73,7 @@ def _verdict(word: object, default: Verdict) -> Verdict:
     return Verdict.named(word) or default
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class ParameterCheck(TensorCheck):
     """One parameter's gradient over the steps the gradient check compared, as the notebook's
     cmp would print it: the worst step's verdict and maxdiff, and on how many steps it was bit
@@ -129,8 +130,8 @@ class ParameterCheck(TensorCheck):
         return {**d, **self.extra}
 
 
-@dataclass
-class GradcheckFailure:
+@dataclass(repr=False, eq=False)
+class GradcheckFailure(Record):
     """The gradient that stopped the run in phase 1, and the first wrong one behind it."""
 
     step: int
@@ -165,8 +166,8 @@ class GradcheckFailure:
                 "message": self.message}
 
 
-@dataclass
-class GradientCheck:
+@dataclass(repr=False, eq=False)
+class GradientCheck(Record):
     """Phase 1: every parameter's gradient compared with autograd's over the first steps."""
 
     steps: int = 0
@@ -193,8 +194,8 @@ class GradientCheck:
         return any(c.approximate_on_some_steps for c in self.checks)
 
 
-@dataclass
-class LossHistory:
+@dataclass(repr=False, eq=False)
+class LossHistory(Record):
     """The loss curve: the mean log10(loss) of each span of `every` steps (the last span may be
     shorter)."""
 
@@ -216,8 +217,8 @@ class LossHistory:
         return [v for v in self.log10_loss if math.isfinite(v)]
 
 
-@dataclass
-class SplitLosses:
+@dataclass(repr=False, eq=False)
+class SplitLosses(Record):
     """The calibrated loss on the training and the validation split."""
 
     train_loss: float | None = None
@@ -233,8 +234,8 @@ class SplitLosses:
         return {"train_loss": self.train_loss, "val_loss": self.val_loss}
 
 
-@dataclass
-class RunSettings:
+@dataclass(repr=False, eq=False)
+class RunSettings(Record):
     """What a run was asked to do: the training plan's settings (sizes, learning rate, seed,
     ...: enough to repeat it, and the pack's to decide), then where and how it ran."""
 
@@ -270,8 +271,8 @@ class RunSettings:
         return {**self.plan, **{k: getattr(self, k) for k in self._RUN}}
 
 
-@dataclass
-class TrainingRun:
+@dataclass(repr=False, eq=False)
+class TrainingRun(Record):
     """A whole training run: how it ended, its gradient check, its curve, its results.
 
     A run read back from the progress store also has its number there (`run_id`), when it was
@@ -364,8 +365,8 @@ class TrainingRun:
         return self.error.line if self.error else None
 
 
-@dataclass
-class RunProgress:
+@dataclass(repr=False, eq=False)
+class RunProgress(Record):
     """One progress message of a running run. Phase 1 carries the gradient check so far, phase
     2 the new points of the loss curve and the pace, phase 3 only that it has begun."""
 

@@ -42,7 +42,6 @@ from tutor.ui import palette
 from tutor.ui.activity import ActiveClock
 from tutor.ui.messages import EvaluatorFailed, EvaluatorReady, TrainingRecorded
 from tutor.ui.screens.lesson import LessonScreen, describe
-from tutor.ui.screens.packs import PackScreen
 from tutor.ui.widgets.editor import CodeEditor
 
 if TYPE_CHECKING:
@@ -180,6 +179,8 @@ class TutorApp(App[int], inherit_bindings=False):
                 self.notify(f"{self.pack.title}, as last time: ctrl+l chooses another lesson.",
                             title="Lesson", timeout=6)
         else:
+            from tutor.ui.screens.packs import PackScreen  # only when there is a choice
+
             self.push_screen(PackScreen(self.packs, last_pack(self.settings.data_home)),
                              self._pack_chosen)
 

@@ -6,10 +6,13 @@ Textual delivers on the app's own thread (the harlequin pattern).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from textual.message import Message
 
-from tutor.results import CheckResult, ScratchResult
-from tutor.runs import TrainingRun
+if TYPE_CHECKING:  # imported only to be named: the first frame needs neither
+    from tutor.results import CheckResult, ScratchResult
+    from tutor.runs import TrainingRun
 
 
 class EvaluatorReady(Message):

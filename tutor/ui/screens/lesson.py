@@ -43,13 +43,12 @@ from tutor.ui.palette import BAD, DIM, WARN
 from tutor.ui.runner import Runner
 from tutor.ui.widgets.editor import CodeEditor
 from tutor.ui.widgets.feedback import Feedback
-from tutor.ui.widgets.footer import TutorFooter
 from tutor.ui.widgets.forward import ForwardPanel
-from tutor.ui.widgets.steps import StepList
 from tutor.ui.widgets.topbar import TopBar
 
 if TYPE_CHECKING:
     from tutor.ui.host import LessonHost
+    from tutor.ui.widgets.steps import StepList
 
 DRAFT_DELAY = 0.5  # seconds of quiet typing before the draft is saved
 NARROW = 100  # below this many columns the steps sidebar starts hidden
@@ -169,6 +168,11 @@ class LessonScreen(Screen[None]):
     async def _complete_layout(self) -> None:
         """The steps sidebar and the key bar in place of their stand-ins (see `compose`), in one
         update of the screen."""
+        # Imported here, after the first frame, which they are not part of: importing them
+        # (Textual's footer most of all) would cost it more than it shows.
+        from tutor.ui.widgets.footer import TutorFooter
+        from tutor.ui.widgets.steps import StepList
+
         steps = StepList(self.pack, id="steps")
         steps.display = self.query_one("#steps-soon").display
         async with self.batch():
@@ -201,7 +205,7 @@ class LessonScreen(Screen[None]):
 
     def _steps(self) -> StepList | None:
         """The steps sidebar, once it is in place (see `compose`)."""
-        return next(iter(self.query(StepList)), None)
+        return cast("StepList | None", next(iter(self.query("#steps")), None))
 
     def fit_sidebar(self, width: int) -> None:
         # Until the learner toggles it, the sidebar gives way on narrow terminals.

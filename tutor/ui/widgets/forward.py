@@ -176,9 +176,11 @@ class ForwardPanel(Widget, can_focus=False):
 
     def refresh_window(self) -> None:
         """Redraw, and say in the title how many lines the window leaves out."""
-        above, below = self.hidden_lines()
         title = "Forward pass"
-        if self.size.height:  # scrolled-off counts, so the wheel's use is discoverable
+        # Scrolled-off counts, so the wheel's use is discoverable; none before the panel is
+        # laid out (the lines would be folded for nothing at a width of 0).
+        if self.size.height:
+            above, below = self.hidden_lines()
             title += f" · ↑ {above} more" if above else ""
             title += f" · ↓ {below} more" if below else ""
         self.border_title = title

@@ -238,3 +238,26 @@ def test_the_magics_answer_wrong_input_with_one_line(capsys):
     assert "backprop-tutor train" in said["%%check train/loop"]
     assert "%tutor pack: no pack 'no_such_pack'" in said["%tutor pack no_such_pack"]
     assert "%tutor pack ID" in said["%tutor colour blue"]
+
+
+def test_the_workbooks_first_cell_starts_one_evaluator_for_its_own_lesson(capsys, monkeypatch):
+    """`%load_ext tutor` and `%tutor pack gpt` in one cell: the lesson is chosen before any
+    evaluator starts, so PyTorch loads the gpt lesson only and the cell says so once."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from tutor.notebook import magics
+
+    started = []
+    monkeypatch.setattr(magics.Evaluator, "start", lambda self: started.append(self.settings.pack))
+    monkeypatch.setattr(magics.Evaluator, "close", lambda self: None)
+    shell = InteractiveShell.instance()
+    shell.run_cell("%load_ext tutor\n%tutor pack gpt")
+    try:
+        out = capsys.readouterr().out
+        assert started == ["gpt"]
+        assert out.count("lesson:") == 1 and "(gpt)" in out
+        shell.run_cell("%unload_ext tutor")
+        shell.run_cell("%load_ext tutor")  # alone in its cell, it starts the evaluator at its end
+        assert len(started) == 2 and "lesson:" in capsys.readouterr().out
+    finally:
+        shell.run_cell("%unload_ext tutor")

@@ -88,6 +88,10 @@ class NotebookTutor:
         self.evaluator()
         show(self.describe())
 
+    @property
+    def started(self) -> bool:
+        return self._evaluator is not None
+
     def stop(self) -> None:
         evaluator, self._evaluator = self._evaluator, None
         if evaluator is not None:
@@ -191,7 +195,15 @@ def load(ipython, flags: dict[str, str] | None = None) -> None:
     ipython.register_magic_function(tutor.hint, "line", "hint")
     ipython.register_magic_function(tutor.progress, "line", "progress")
     ipython.register_magic_function(tutor.configure, "line", "tutor")
-    tutor.start()
+
+    def start_after_cell(*_) -> None:
+        # Started when the loading cell ends, not at once: a `%tutor pack ...` in the same
+        # cell (the workbook's first) chooses the lesson before PyTorch loads one to discard.
+        ipython.events.unregister("post_run_cell", start_after_cell)
+        if tutor is _tutor and not tutor.started:
+            tutor.start()
+
+    ipython.events.register("post_run_cell", start_after_cell)
 
 
 def unload() -> None:

@@ -527,8 +527,26 @@ def test_migrations_run_forward_from_version_1_and_keep_the_data(tmp_path, pack,
     with Store.open(tmp_path, pack) as store:
         assert store.status("atomic/logprobs") == "exact"
     with closing(sqlite3.connect(tmp_path / FILENAME)) as db:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == 2
+        assert db.execute("PRAGMA user_version").fetchone()[0] == len(progress.MIGRATIONS)
         assert db.execute("SELECT note FROM steps").fetchall() == [("migrated",)]
+
+
+def test_a_version_1_file_learns_the_skipped_status_and_keeps_its_steps(tmp_path, pack,
+                                                                        monkeypatch):
+    # A file written before a step could pass without the line's rule.
+    monkeypatch.setattr(progress, "MIGRATIONS", progress.MIGRATIONS[:1])
+    with Store.open(tmp_path, pack) as store:
+        solve(store, ["atomic/logprobs"])
+        store.show_hint("atomic/logprobs")
+    monkeypatch.undo()
+    with Store.open(tmp_path, pack) as store:
+        assert store.status("atomic/logprobs") == "exact"
+        with store._write() as db:
+            db.execute("UPDATE steps SET status = 'skipped' WHERE step_id = 'atomic/logprobs'")
+        assert store.status("atomic/logprobs") == "skipped"
+    with closing(sqlite3.connect(tmp_path / FILENAME)) as db:
+        assert db.execute("PRAGMA user_version").fetchone()[0] == len(progress.MIGRATIONS)
+        assert db.execute("SELECT hints FROM steps").fetchall() == [(1,)]
 
 
 def test_a_failing_migration_changes_nothing(tmp_path, pack, monkeypatch):
@@ -543,7 +561,7 @@ def test_a_failing_migration_changes_nothing(tmp_path, pack, monkeypatch):
         assert store.notices == []
         assert store.status("atomic/logprobs") == "exact"
     with closing(sqlite3.connect(tmp_path / FILENAME)) as db:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == 1
+        assert db.execute("PRAGMA user_version").fetchone()[0] == len(progress.MIGRATIONS)
         columns = [row[1] for row in db.execute("PRAGMA table_info(steps)")]
         assert "note" not in columns
 

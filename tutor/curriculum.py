@@ -69,7 +69,7 @@ def upgrade(old: Status | None, new: Status) -> Status:
     revealed step stays revealed."""
     if old is Status.REVEALED:
         return old
-    order = (None, Status.PASSED, Status.EXACT)
+    order = (None, Status.SKIPPED, Status.PASSED, Status.EXACT)
     return new if order.index(new if new in order else None) >= order.index(
         old if old in order else None) else old
 
@@ -77,26 +77,27 @@ def upgrade(old: Status | None, new: Status) -> Status:
 @dataclass(repr=False, eq=False)
 class Tally(FrozenRecord):
     """The learner's steps counted in the one vocabulary every front end uses: a step is done
-    when it is exact, passed (approximately equal) or revealed, and each done step is exactly
-    one of the three."""
+    when it is exact, passed (approximately equal), passed without the line's rule (skipped)
+    or revealed, and each done step is exactly one of the four."""
 
     steps: int
     exact: int
     passed: int
     revealed: int
+    skipped: int = 0
     attempts: int = 0
     hints: int = 0
     seconds: float = 0.0
 
     @property
     def done(self) -> int:
-        return self.exact + self.passed + self.revealed
+        return self.exact + self.passed + self.skipped + self.revealed
 
     @property
     def parts(self) -> str:
         """"6 exact, 2 passed, 14 revealed": the parts that are not zero."""
         parts = [(self.exact, Status.EXACT), (self.passed, Status.PASSED),
-                 (self.revealed, Status.REVEALED)]
+                 (self.skipped, "passed without the rule"), (self.revealed, Status.REVEALED)]
         return ", ".join(f"{n} {word}" for n, word in parts if n) or "none done yet"
 
     def sentence(self) -> str:
@@ -106,7 +107,8 @@ class Tally(FrozenRecord):
 
     def to_dict(self) -> dict:
         return {"steps": self.steps, "done": self.done, "exact": self.exact,
-                "passed": self.passed, "revealed": self.revealed, "attempts": self.attempts,
+                "passed": self.passed, "skipped": self.skipped, "revealed": self.revealed,
+                "attempts": self.attempts,
                 "hints": self.hints, "seconds": round(self.seconds, 1)}
 
 
@@ -117,6 +119,7 @@ def tally(rows: Iterable[Mapping]) -> Tally:
     status = [str(r["status"]) for r in rows]
     return Tally(steps=len(rows), exact=status.count(Status.EXACT.value),
                  passed=status.count(Status.PASSED.value),
+                 skipped=status.count(Status.SKIPPED.value),
                  revealed=status.count(Status.REVEALED.value),
                  attempts=sum(r.get("attempts", 0) for r in rows),
                  hints=sum(r.get("hints", 0) for r in rows),

@@ -7,7 +7,6 @@ the candidate; autograd's gradients stay with the engine, which grades the plain
 
 from __future__ import annotations
 
-import contextlib
 import time
 import types
 from dataclasses import dataclass, field
@@ -341,10 +340,8 @@ def run_check(spec: CheckSpec) -> dict:
                 break
         first = spec.batches[0].name
         if spec.probe is not None and not records[first]["error"]:
-            # Without time left for the probe, the real runs decide alone.
-            with contextlib.suppress(CheckTimeout):
-                records[first]["probe"] = run_probe(spec, spec.probe, bases[first], deadline)
-                _fit(records, first)
+            records[first]["probe"] = _bounded(records, run_probe(spec, spec.probe,
+                                                                  bases[first], deadline))
     except CheckTimeout:
         return {"timeout": True, "records": records}
     finally:
@@ -355,13 +352,17 @@ def run_check(spec: CheckSpec) -> dict:
 def run_probe(spec: CheckSpec, probe: ProbeSpec, base: dict, deadline: float) -> dict:
     """The candidate once more, from the same namespace, with random arriving gradients (the
     line probe) and, for a step that completes a gradient started earlier, with random gradients
-    where it was started and the steps in between replayed (the fork probe). See tutor/probe.py."""
+    where it was started and the steps in between replayed (the fork probe). See tutor/probe.py.
+
+    Each probe's values, or None with what happened instead in `why`: a probe run that raises or
+    runs out of time is an answer to "is it the line's rule?" (no), never a silence."""
     names = {f"d{t}" for t in spec.graded}
     ns = copy_namespace(base)
     ns.update(cotangents(base, probe.upstream, probe.seed, spec.graded))
-    out = {"line": _quiet(spec, ns, names, deadline), "fork": None}
+    out: dict = {"line": None, "fork": None, "why": {}}
+    out["line"], out["why"]["line"] = _quiet(spec, ns, names, deadline)
     fork = probe.fork
-    if fork is not None:
+    if fork is not None and out["why"]["line"] != OUT_OF_TIME:
         ns = copy_namespace(base)
         cots = cotangents(base, fork.upstream, fork.seed, spec.graded)
         for r in fork.replays:
@@ -374,27 +375,66 @@ def run_probe(spec: CheckSpec, probe: ProbeSpec, base: dict, deadline: float) ->
         try:
             replayed, _ = _replay(BatchPlan("probe", ns, fork.replays), deadline)
         except CheckTimeout:
-            raise
+            out["why"]["fork"] = OUT_OF_TIME
+            return out
         except Exception:  # noqa: BLE001 - the steps in between do not run this way: no fork probe
             return out
-        out["fork"] = _quiet(spec, replayed, names, deadline)
+        out["fork"], out["why"]["fork"] = _quiet(spec, replayed, names, deadline)
     return out
+
+
+OUT_OF_TIME = "it ran out of time"
+
+
+def _bounded(records: dict[str, Any], probe: dict) -> dict:
+    """The probe's record, unless with it the check's answer would pass MAX_RESULT: then the
+    probe's values give way (and say why), never the real runs' verdict."""
+    total = sum(_size(r) for r in records.values()) + _size(probe)
+    if total <= MAX_RESULT:
+        return probe
+    why = (f"it handed back {megabytes(_size(probe))}, more than a check may send "
+           f"({megabytes(MAX_RESULT)} in all)")
+    return {"line": None, "fork": None,
+            "why": {k: why for k in ("line", "fork") if probe.get(k) is not None}}
 
 
 def _names_or_none(code: str | None) -> set[str]:
     return set(code_facts.of(code).bound) if code else set()
 
 
-def _quiet(spec: CheckSpec, ns: dict, names: set[str], deadline: float) -> dict | None:
-    """Run the candidate for the probe: its values, or None if it fails (the probe then says
-    nothing)."""
+def _quiet(spec: CheckSpec, ns: dict, names: set[str], deadline: float
+           ) -> tuple[dict | None, str | None]:
+    """Run the candidate for the probe: its values, or None and what happened instead. Its print
+    output is not shown: the learner saw the real run's."""
     try:
         execute(candidate(spec, spec.code), ns, Output(), deadline)
     except CheckTimeout:
-        raise
-    except Exception:  # noqa: BLE001 - a failure here is the real run's to report, not ours
-        return None
-    return encode_namespace(ns, names)
+        return None, OUT_OF_TIME
+    except CodeError as exc:
+        return None, f"it stopped: {_first_line(exc.error.message)}"
+    except Exception as exc:  # noqa: BLE001 - any failure answers the probe's question
+        return None, f"it raised {_raised(exc)}"
+    try:
+        return encode_namespace(ns, names), None
+    except Exception as exc:  # noqa: BLE001 - what it left cannot travel back
+        return None, f"what it left could not be sent back ({type(exc).__name__})"
+
+
+def _raised(exc: BaseException) -> str:
+    """"ValueError: its first line", from an exception whose class and text are the learner's."""
+    try:
+        name = type(exc).__name__
+        text = str(exc)
+    except Exception:  # noqa: BLE001 - a learner's __str__ may fail too
+        return "an exception"
+    if not isinstance(name, str) or not isinstance(text, str):
+        return "an exception"
+    return f"{name[:60]}: {_first_line(text)}" if text else name[:60]
+
+
+def _first_line(text: str, limit: int = 160) -> str:
+    line = (text.strip().splitlines() or [""])[0]
+    return line if len(line) <= limit else line[:limit - 1] + "…"
 
 
 def describe(value: Any) -> str:

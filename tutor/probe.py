@@ -34,7 +34,7 @@ import torch
 from tutor import code_facts
 from tutor.grading import PROBE_HEADROOM, as_graded, grade
 from tutor.packs import Pack, Step
-from tutor.results import Diagnosis, Verdict
+from tutor.results import Diagnosis, Rule, Verdict
 
 Tensor = torch.Tensor
 
@@ -107,10 +107,11 @@ def spec_for(pack: Pack, step: Step, earlier: list[Step], seed: int, replay=None
 
 def cotangents(namespace: dict, names: tuple[str, ...], seed: int,
                graded: tuple[str, ...] = ()) -> dict[str, Tensor]:
-    """Random stand-ins for the arriving gradients: the same shapes, zero exactly where the real
-    one is zero (a causal mask, the classes a loss does not pick: structure no rule should have
-    to reproduce), and of the size of the gradients around them, so that a branch that adds
-    nearly nothing with the real values adds something now."""
+    """Random stand-ins for the arriving gradients: the same shapes, random in every entry (the
+    zeros too: an answer that leans on where this network always sends 0, a causal mask or the
+    classes a loss does not pick, is not the line's rule), and of the size of the gradients
+    around them, so that a branch that adds nearly nothing with the real values adds something
+    now."""
     present = [(n, namespace[n]) for n in names
                if isinstance(namespace.get(n), Tensor) and namespace[n].is_floating_point()]
     sizes = [_rms(t) for _, t in present]
@@ -122,7 +123,6 @@ def cotangents(namespace: dict, names: tuple[str, ...], seed: int,
     out = {}
     for name, real in present:
         r = torch.randn(tuple(real.shape), generator=g, dtype=torch.float32) * scale
-        r = r * (real.detach().cpu() != 0)
         out[name] = r.to(device=real.device, dtype=real.dtype)
     return out
 
@@ -195,26 +195,48 @@ def _value(source: str) -> ast.expr:
 
 @dataclass
 class Outcome:
-    """One tensor's probe: refused or not, and what to tell the learner."""
+    """One tensor's probe: the rule followed or not, and what to tell the learner."""
 
     tensor: str
     passed: bool
     added_nothing: bool = False
     value: Tensor | None = None  # the learner's answer in the line probe
     expected: Tensor | None = None  # what it should have been there
+    failed: str | None = None  # the probe's run gave no gradient to judge: what happened
+
+
+def unfit(grad: str, real: Tensor, value: object) -> str | None:
+    """Why the probe's value for `grad` cannot stand for a rule's answer, or None when it is a
+    tensor like the real run's (same shape and dtype, finite)."""
+    if value is None:
+        return f"it left no `{grad}`"
+    if not isinstance(value, Tensor):
+        what = getattr(value, "why", None) or f"a {getattr(value, 'type_name', 'value')}"
+        return f"its `{grad}` was {what}, not a tensor"
+    if tuple(value.shape) != tuple(real.shape):
+        return (f"its `{grad}` had shape {list(value.shape)} (in the real run "
+                f"{list(real.shape)})")
+    if value.dtype != real.dtype:
+        return (f"its `{grad}` was {str(value.dtype)[6:]} (in the real run "
+                f"{str(real.dtype)[6:]})")
+    if value.numel() and not bool(torch.isfinite(value).all()):
+        return f"its `{grad}` held NaN or infinite values"
+    return None
 
 
 def judge(pack: Pack, step: Step, graph: Graph, before: dict, real: dict, probe: dict | None,
-          spec: ProbeSpec, tensor: str, partial: bool, closing: bool, fork: bool = False
-          ) -> Outcome | None:
+          spec: ProbeSpec, tensor: str, partial: bool, closing: bool, fork: bool = False,
+          why: str | None = None) -> Outcome | None:
     """Whether the answer's change under the probe is the line's VJP of the cotangents' change.
 
-    `real` and `probe` map gradient names to the learner's values in the real and the probe run.
-    None when the probe says nothing (it did not run, the value is missing).
+    `real` and `probe` map gradient names to the learner's values in the real and the probe run
+    (`probe` None when that run gave nothing, `why` saying what happened). None only when no
+    probe applies (nothing arrives to vary); a probe run that gave no usable gradient is an
+    Outcome that did not pass, with `failed` saying why.
     """
     grad = f"d{tensor}"
-    ours_real, ours_probe = real.get(grad), (probe or {}).get(grad)
-    if not isinstance(ours_real, Tensor) or not isinstance(ours_probe, Tensor):
+    ours_real = real.get(grad)
+    if not isinstance(ours_real, Tensor):
         return None
     if fork:
         assert spec.fork is not None
@@ -225,6 +247,13 @@ def judge(pack: Pack, step: Step, graph: Graph, before: dict, real: dict, probe:
     pairs = [(n, o) for n, o in pairs if n in cots]
     if not pairs:
         return None
+    if probe is None:
+        return Outcome(tensor, False, failed=why or "it gave no answer")
+    ours_probe = probe.get(grad)
+    problem = unfit(grad, ours_real, ours_probe)
+    if problem:
+        return Outcome(tensor, False, failed=problem)
+    assert isinstance(ours_probe, Tensor)
     outputs = [o for _, o in pairs]
     sources = {line.target: line.source for line in pack.forward_lines}
     local = partial and not closing
@@ -238,7 +267,7 @@ def judge(pack: Pack, step: Step, graph: Graph, before: dict, real: dict, probe:
     # A shape that fits is graded as it fits.
     g = grade(tensor, change, want32.float(), want64, headroom=PROBE_HEADROOM)
     scale = float(want64.abs().max()) or 1.0
-    nothing = float(change.abs().max()) <= 1e-6 * scale
+    nothing = float(change.abs().max()) <= 1e-6 * scale if change.numel() else True
     if fork or not g.accepted and g.verdict is Verdict.SHAPE:
         return Outcome(tensor, g.accepted, nothing)
     value = as_graded(ours_probe.detach().to(want32.device, torch.float32), want32)
@@ -267,9 +296,10 @@ def why_it_looked_right(step: Step, before: dict, tensor_value: Tensor) -> str:
 
 def message(step: Step, grad: str, before: dict, value: Tensor, detail: str) -> str:
     lines = ", ".join(f"`{t}`" for t in step.lines)
-    return (f"With the real {why_it_looked_right(step, before, value)}, your {grad} matches "
-            f"autograd's; with any other gradient arriving at {lines} it does not, so the rule "
-            f"is not the line's derivative yet. {detail}").strip()
+    return (f"Right for this network: with the real {why_it_looked_right(step, before, value)}, "
+            f"your {grad} matches autograd's on this batch and on a fresh one. But with any other "
+            f"gradient arriving at {lines} it does not, so it is not the line's rule. "
+            f"{detail}").strip()
 
 
 def _route(out: Outcome) -> str:
@@ -312,69 +342,84 @@ def _explained(pack: Pack, step: Step, tensor: str, value: Tensor, expected: Ten
 
 
 def apply(pack: Pack, step: Step, graph: Graph, spec: ProbeSpec, before: dict, real: dict,
-          line: dict | None, fork: dict | None, grades: list, n: int, code: str = "") -> bool:
-    """Refuse every accepted gradient whose rule the probes refuse; True when all still stand."""
-    standing = True
+          line: dict | None, fork: dict | None, grades: list, n: int, code: str = "",
+          why: dict | None = None) -> None:
+    """Answer "is it the line's rule?" for every row whose values are right (TensorCheck.rule):
+    followed when any probe that applies sees the line's VJP, skipped (with a note that says
+    what was skipped and why the values still match) when none does. A probe never turns right
+    values into ✗: that is the values' and the fresh batch's to say. `why` says, per probe,
+    what happened when its run gave no values."""
+    why = why or {}
     unread = [u for u in spec.upstream if u in before and u not in code_facts.of(code).names]
     for g in grades:
-        if not g.accepted or g.diagnosis:
+        if not g.accepted:
             continue
         closing = g.reference_step is not None
-        value = real.get(g.grad)
-        if isinstance(value, Tensor) and value.numel() and not bool(value.any()):
-            # All zeros, and accepted: the true gradient is zero up to rounding whatever the
-            # numbers, a fact worked out rather than a branch left out (`dlogit_maxes = 0`).
-            g.note = (f"{g.grad} is 0 here up to rounding for any gradient this network can "
-                      f"send back, and your code writes that zero directly. The line's own "
-                      f"rule gives it too; writing the rule keeps the code right if the lines "
-                      f"above it change.")
-            continue
-        out = judge(pack, step, graph, before, real, line, spec, g.tensor, g.partial, closing)
-        if out is None or out.passed:
-            continue
-        if g.partial and not closing:
+        tries = [judge(pack, step, graph, before, real, line, spec, g.tensor, g.partial,
+                       closing, why=why.get("line"))]
+        out = tries[0]
+        if out is not None and not out.passed and out.failed is None \
+                and g.partial and not closing:
             # Both branches typed at the first one: the complete gradient's rule is right too.
-            whole = judge(pack, step, graph, before, real, line, spec, g.tensor, True, True)
-            if whole is None or whole.passed:
-                continue
-        if spec.fork is not None and not g.partial:
-            again = judge(pack, step, graph, before, real, fork, spec, g.tensor, False, False,
-                          fork=True)
-            if again is None or again.passed:
-                continue  # right from where the branch began: the rule holds
-        lines = ", ".join(f"`{t}`" for t in step.lines)
-        found = None
-        started = isinstance(before.get(g.grad), Tensor)  # a branch to add to was there
-        if out.added_nothing and started:
-            found = Diagnosis("partial", (
-                f"Your code adds nothing to {g.grad} for {lines}: that branch is missing, "
-                f"however small its numbers are for this batch{_route(out)}."))
-        elif unread and len(unread) == len([u for u in spec.upstream if u in before]):
-            names = " and ".join(f"`{u}`" for u in unread)
-            found = Diagnosis("partial" if out.added_nothing else "derived", (
-                f"Your code never reads {names}, the gradient arriving at {lines}: whatever "
-                f"it computes cannot follow a change in it, so it is right for this batch's "
-                f"numbers only. The chain rule takes the gradient from above and applies the "
-                f"line's local derivative to it."))
-        elif out.added_nothing:
-            found = Diagnosis("partial", (
-                f"Your code adds nothing to {g.grad} for {lines}: that branch is missing, "
-                "however small its numbers are for this batch."))
-        elif out.value is not None and out.expected is not None:
-            scope = {**before, **cotangents(before, spec.upstream, spec.seed,
-                                            step.checks + step.partials)}
-            found = _explained(pack, step, g.tensor, out.value, out.expected, scope, n)
-        kind = found.kind if found else "rule"
-        detail = found.message if found else ""
-        if out.value is not None and out.expected is not None:
-            from tutor.diagnosis import where_wrong
+            tries.append(judge(pack, step, graph, before, real, line, spec, g.tensor, True,
+                               True))
+        if spec.fork is not None and not g.partial and (fork is not None or why.get("fork")):
+            # Right from where the branch began: the rule holds.
+            tries.append(judge(pack, step, graph, before, real, fork, spec, g.tensor, False,
+                               False, fork=True, why=why.get("fork")))
+        applied = [t for t in tries if t is not None]
+        if not applied:
+            continue  # nothing arrives to vary: the question does not arise
+        if any(t.passed for t in applied):
+            g.rule = Rule.FOLLOWED
+            continue
+        g.rule = Rule.SKIPPED
+        note = _skipped(pack, step, spec, before, real, g, out, applied, unread, n)
+        g.note = f"{g.note} {note}" if g.note else note
 
-            # Where a random arriving gradient shows the difference: one entry per row for a
-            # max, the kept positions of a mask, ...
-            detail += f" With a random one, {where_wrong(out.value, out.expected)}."
-        g.verdict = Verdict.WRONG
-        g.diagnosis = Diagnosis(kind, message(step, g.grad, before, real[g.grad], detail))
-        g.message = g.diagnosis.message
-        g.note = None
-        standing = False
-    return standing
+
+def _skipped(pack: Pack, step: Step, spec: ProbeSpec, before: dict, real: dict, g, out,
+             applied: list[Outcome], unread: list[str], n: int) -> str:
+    """What a row that skipped the line's rule skipped, and why its values still match."""
+    lines = ", ".join(f"`{t}`" for t in step.lines)
+    failures = [t.failed for t in applied if t.failed]
+    if (out is None or out.failed) and failures:
+        which = "the rule probe" if len(failures) == 1 else "the rule probes"
+        return (f"Your {g.grad} matches autograd's on this batch and on a fresh one, but when "
+                f"a random gradient arrived at {lines} ({which}) {'; '.join(failures)}. Code "
+                f"that applies the line's derivative runs the same whatever arrives, so this "
+                f"answer counts as right for this network only, not as the line's rule.")
+    value = real[g.grad]
+    looked = why_it_looked_right(step, before, value)
+    started = isinstance(before.get(g.grad), Tensor)  # a branch to add to was there
+    if out.added_nothing and started:
+        return (f"Your code adds nothing to {g.grad} for {lines}: that branch is skipped. "
+                f"The values still match because of the real {looked}: the branch carries "
+                f"(nearly) nothing for any gradient this network sends{_route(out)}. The "
+                f"line's rule adds it, and stays right if the lines around it change.")
+    if unread and len(unread) == len([u for u in spec.upstream if u in before]):
+        names = " and ".join(f"`{u}`" for u in unread)
+        return (f"Your code never reads {names}, the gradient arriving at {lines}: it writes "
+                f"in what this network always sends there (the loss's own derivative, worked "
+                f"out by hand) instead of applying the line's derivative to it. That is why "
+                f"the values match on every batch, and why the step is marked as passed "
+                f"without the line's rule: the chain rule takes the gradient from above.")
+    if out is None or out.failed:
+        return message(step, g.grad, before, value, "")
+    if out.added_nothing:
+        return (f"Your {g.grad} does not change when the gradient arriving at {lines} does: "
+                f"it is written in as a value. It matches because of the real {looked}: for "
+                f"any gradient this network sends, {g.grad} is that value up to rounding. The "
+                f"line's rule gives it too, and stays right if the lines around it change.")
+    detail = ""
+    if out.value is not None and out.expected is not None:
+        from tutor.diagnosis import where_wrong
+
+        scope = {**before, **cotangents(before, spec.upstream, spec.seed,
+                                        step.checks + step.partials)}
+        found = _explained(pack, step, g.tensor, out.value, out.expected, scope, n)
+        detail = (found.message + " ") if found else ""
+        # Where a random arriving gradient shows the difference: one entry per row for a max,
+        # the kept positions of a mask, ...
+        detail += f"With a random one, {where_wrong(out.value, out.expected)}."
+    return message(step, g.grad, before, value, detail)

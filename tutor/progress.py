@@ -72,9 +72,25 @@ MIGRATIONS: list[tuple[str, ...]] = [
             run TEXT NOT NULL
         )""",
     ),
+    (
+        # A step may pass without the line's own rule ("skipped", results.Rule): its status
+        # needs a word of its own. SQLite cannot change a CHECK in place: the table is rebuilt.
+        """CREATE TABLE steps_v2 (
+            step_id TEXT PRIMARY KEY,
+            status TEXT CHECK (status IN ('skipped', 'passed', 'exact', 'revealed')),
+            accepted_code TEXT,
+            hints INTEGER NOT NULL DEFAULT 0,
+            seconds REAL NOT NULL DEFAULT 0
+        )""",
+        """INSERT INTO steps_v2 (step_id, status, accepted_code, hints, seconds)
+            SELECT step_id, status, accepted_code, hints, seconds FROM steps""",
+        "DROP TABLE steps",
+        "ALTER TABLE steps_v2 RENAME TO steps",
+    ),
 ]
 
-ACHIEVEMENTS = ("revealed", "passed", "exact")  # weakest first; "revealed" is never left
+# Weakest first; "revealed" is never left.
+ACHIEVEMENTS = ("revealed", "skipped", "passed", "exact")
 FAILING_VERDICTS = ("missing", "shape", "wrong")  # most telling first
 
 

@@ -7,7 +7,7 @@ import shutil
 import textwrap
 from collections.abc import Collection
 
-from tutor.results import CheckResult, TensorCheck
+from tutor.results import CheckResult, Rule, TensorCheck
 
 UNSETTLED_MARK = "!"  # right on its own, but the result did not pass: the lines below say why
 
@@ -76,7 +76,7 @@ def row_mark(check: TensorCheck, passed: bool) -> str:
     rather than ✓: a tick above "NOT PASSED" reads as a contradiction."""
     if check.right and not passed:
         return UNSETTLED_MARK
-    return check.verdict.mark
+    return check.mark
 
 
 def explained_below(check: TensorCheck, checks: Collection[TensorCheck]) -> bool:
@@ -102,6 +102,8 @@ def row_detail(check: TensorCheck, passed: bool, checks: Collection[TensorCheck]
     if not passed:
         return f"{check.verdict} here, but see below" if explained_below(check, checks) \
             else None
+    if check.skipped_rule:
+        return f"[rule skipped] {check.note or ''}".rstrip()
     if check.note:  # accepted, with something worth knowing (a shape that broadcasts)
         return f"note: {check.note}"
     return None
@@ -137,8 +139,18 @@ def format_result(result: CheckResult, position: str | None = None, width: int |
     if result.stdout:
         lines.append("  your print output:")
         lines += [f"    {line}" for line in result.stdout.rstrip("\n").splitlines()]
-    lines.append("  PASSED" if passed else "  NOT PASSED")
+    lines.append(f"  {verdict_line(result)}")
     return "\n".join(lines)
+
+
+def verdict_line(result: CheckResult) -> str:
+    """The closing word of a check: PASSED, PASSED with the rule skipped, or NOT PASSED."""
+    if not result.passed:
+        return "NOT PASSED"
+    if result.rule is Rule.SKIPPED:
+        return ("PASSED, without the line's rule (↷): right for this network, see the "
+                "[rule skipped] lines")
+    return "PASSED"
 
 
 def format_table(results: list[CheckResult], tagged: Collection[str] = (),
@@ -176,8 +188,10 @@ def _summary(results: list[CheckResult], source: str | None) -> str:
     """"N of M cells passed", and where the cells that did not pass are in the file."""
     passed = sum(r.passed for r in results)
     failing = [_cell_name(r, source) for r in results if not r.passed]
+    skipped = [_cell_name(r, source) for r in results if r.rule is Rule.SKIPPED]
     where = f"; not passed: {', '.join(failing)}" if failing else ""
-    return f"{passed} of {len(results)} cells passed{where}"
+    rule = f"; passed without the line's rule (↷): {', '.join(skipped)}" if skipped else ""
+    return f"{passed} of {len(results)} cells passed{rule}{where}"
 
 
 def _cell_name(result: CheckResult, source: str | None) -> str:

@@ -50,6 +50,7 @@ class Status(str, Enum):
 
     LOCKED = "locked"
     UNLOCKED = "unlocked"
+    SKIPPED = "skipped"  # right for this network, but not by the line's own rule (Rule)
     PASSED = "passed"
     EXACT = "exact"
     REVEALED = "revealed"
@@ -59,7 +60,7 @@ class Status(str, Enum):
 
     @property
     def done(self) -> bool:
-        return self in (Status.PASSED, Status.EXACT, Status.REVEALED)
+        return self in (Status.SKIPPED, Status.PASSED, Status.EXACT, Status.REVEALED)
 
     @property
     def mark(self) -> str:
@@ -71,14 +72,40 @@ class Status(str, Enum):
         return _WORDS[self]
 
 
-_MARKS = {Status.LOCKED: "·", Status.UNLOCKED: "○", Status.PASSED: "✓", Status.EXACT: "≡",
-          Status.REVEALED: "◇"}
+_MARKS = {Status.LOCKED: "·", Status.UNLOCKED: "○", Status.SKIPPED: "↷", Status.PASSED: "✓",
+          Status.EXACT: "≡", Status.REVEALED: "◇"}
 _WORDS = {Status.LOCKED: "locked", Status.UNLOCKED: "open",
+          Status.SKIPPED: "passed without the line's rule",
           Status.PASSED: "passed (approximately equal)", Status.EXACT: "exact (bit for bit)",
           Status.REVEALED: "solution revealed"}
 
 # The order achievements rank in: a later one replaces an earlier one, never the reverse.
-ACHIEVEMENTS = (Status.PASSED, Status.EXACT)
+ACHIEVEMENTS = (Status.SKIPPED, Status.PASSED, Status.EXACT)
+
+
+class Rule(str, Enum):
+    """The second question a gradient's verdict answers, once its values are right for this
+    network (this batch and a fresh one): is the code the line's rule? The rule probe asks it
+    with every entry of the arriving gradient random (docs/architecture.md, the rule probe).
+
+    FOLLOWED: the answer changes as the line's vector-Jacobian product says, whatever arrives.
+    SKIPPED: it does not (or the probe's run did not finish with a gradient), yet its values
+    match, because of something this network always sends (a gradient that is 0 or nearly 0
+    there, the loss's own derivative): the step passes, with its own mark and a note saying
+    what was skipped. A row the probe does not apply to has no rule (None)."""
+
+    FOLLOWED = "followed"
+    SKIPPED = "skipped"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @classmethod
+    def named(cls, word: object) -> Rule | None:
+        try:
+            return cls(word)
+        except ValueError:
+            return None
 
 
 class ErrorKind(str, Enum):
@@ -185,6 +212,7 @@ class TensorCheck(Record):
     message: str = ""
     partial: bool = False
     note: str | None = None  # why an accepted answer of another shape counts, or similar
+    rule: Rule | None = None  # for a row whose values are right: did it follow the line's rule?
     heatmap: list[list[float]] | None = None
     # Whose reference the verdict was measured against, when not the step's own: a first branch
     # typed complete is graded against the step that closes the tensor (kept out of the JSON).
@@ -193,7 +221,7 @@ class TensorCheck(Record):
 
     # The JSON row's keys, in the order docs/json.md shows them.
     _KNOWN = ("tensor", "grad", "shape", "expected_shape", "exact", "approximate", "maxdiff",
-              "verdict", "diagnosis", "message", "partial", "heatmap", "note")
+              "verdict", "diagnosis", "message", "partial", "heatmap", "note", "rule")
 
     @classmethod
     def from_dict(cls, d: dict) -> TensorCheck:
@@ -203,12 +231,14 @@ class TensorCheck(Record):
         tensor = str(d.get("tensor", ""))
         return cls(tensor=tensor, grad=str(d.get("grad", f"d{tensor}")), **known,
                    verdict=Verdict(d.get("verdict", "missing")),
+                   rule=Rule.named(d.get("rule")),
                    diagnosis=Diagnosis.from_dict(d.get("diagnosis")),
                    extra={k: v for k, v in d.items() if k not in cls._KNOWN})
 
     def to_dict(self) -> dict:
         d = {k: getattr(self, k) for k in self._KNOWN}
         d["verdict"] = self.verdict.value
+        d["rule"] = self.rule.value if self.rule else None
         d["diagnosis"] = self.diagnosis.to_dict() if self.diagnosis else None
         return {**d, **self.extra}
 
@@ -220,6 +250,18 @@ class TensorCheck(Record):
     @property
     def accepted(self) -> bool:
         return self.verdict.accepted and not self.diagnosis
+
+    @property
+    def skipped_rule(self) -> bool:
+        """Accepted for its values, not for its rule: shown with its own mark, never ✓."""
+        return self.accepted and self.rule is Rule.SKIPPED
+
+    @property
+    def mark(self) -> str:
+        """✓, ↷ (right for this network, not the line's rule) or ✗, alike in every front end."""
+        if self.skipped_rule:
+            return Status.SKIPPED.mark
+        return self.verdict.mark
 
 
 @dataclass(repr=False, eq=False)
@@ -237,8 +279,8 @@ class CheckResult(Record):
     device: str | None = None
     extra: dict = field(default_factory=dict)
 
-    _KNOWN = ("step", "passed", "checks", "heldout", "error", "stdout", "notes", "figure",
-              "device")
+    _KNOWN = ("step", "passed", "rule", "checks", "heldout", "error", "stdout", "notes",
+              "figure", "device")
 
     @classmethod
     def failure(cls, step: str, error: CheckError, device: str | None = None) -> CheckResult:
@@ -261,7 +303,8 @@ class CheckResult(Record):
         )
 
     def to_dict(self) -> dict:
-        return {"step": self.step, "passed": self.passed,
+        rule = self.rule
+        return {"step": self.step, "passed": self.passed, "rule": rule.value if rule else None,
                 "checks": [c.to_dict() for c in self.checks],
                 "heldout": self.heldout.to_dict() if self.heldout else None,
                 "error": self.error.to_dict() if self.error else None, "stdout": self.stdout,
@@ -272,10 +315,25 @@ class CheckResult(Record):
         return [c for c in self.checks if not c.accepted]
 
     @property
-    def achievement(self) -> Status | None:
-        """The status a passing check earns: exact when every row is bit for bit."""
+    def rule(self) -> Rule | None:
+        """The step's answer to "is it the line's rule?": skipped when any row skipped it,
+        followed when every probed row followed it, None when no probe applied (or the values
+        were not right, so the question was never asked)."""
         if not self.passed:
             return None
+        rules = [c.rule for c in self.checks if c.rule is not None]
+        if not rules:
+            return None
+        return Rule.SKIPPED if Rule.SKIPPED in rules else Rule.FOLLOWED
+
+    @property
+    def achievement(self) -> Status | None:
+        """The status a passing check earns: exact when every row is bit for bit, skipped when
+        a row's values are right but not by the line's rule."""
+        if not self.passed:
+            return None
+        if self.rule is Rule.SKIPPED:
+            return Status.SKIPPED
         exact = self.checks and all(c.verdict is Verdict.EXACT for c in self.checks)
         return Status.EXACT if exact else Status.PASSED
 
@@ -284,7 +342,9 @@ class CheckResult(Record):
         if self.error:
             return f"{self.error.kind} error"
         if self.passed:
-            return "exact" if self.achievement is Status.EXACT else "passed"
+            achieved = self.achievement
+            return ("exact" if achieved is Status.EXACT else
+                    "passed, rule skipped" if achieved is Status.SKIPPED else "passed")
         failing = self.failed()
         if failing:
             return ", ".join(f"{c.grad} {c.verdict.value}" for c in failing)

@@ -109,10 +109,12 @@ class StepCheck(ABC):
         """
 
     def confirm(self, step: Step, code: str, outcome: dict, graded: Graded) -> bool:
-        """The verdict on the rule, beyond the numbers, for an answer whose rows all passed.
+        """The rule, beyond the numbers, for an answer whose rows all passed: each row's
+        `rule` (followed or skipped; None where no probe applies).
 
         Takes the step, the candidate, the child's answer and the rows; returns False when it
-        refused a row (and diagnosed it there). Raises nothing.
+        refused a row (and diagnosed it there), which no kind does today: a skipped rule still
+        passes. Raises nothing.
         """
         return True
 

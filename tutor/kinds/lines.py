@@ -354,22 +354,38 @@ class LineCheck(StepCheck):
 
     # -- the rule, the fresh batch, the figure -------------------------------------------------
     def confirm(self, step: Step, code: str, outcome: dict, graded: Graded) -> bool:
-        """The verdict on the rule (tutor/probe.py): False when it refused a gradient."""
-        record: Any = ((outcome.get("records") or {}).get("main") or {}).get("probe")
+        """The rule (tutor/probe.py): each right row followed the line's rule or skipped it.
+        Never refuses: right values are right for this network, and a skipped rule passes with
+        its own mark."""
         spec = probe.spec_for(self.pack, step, self.earlier(step), self.settings.seed,
                               code=code)
-        if spec is None or not isinstance(record, dict):
+        if spec is None:
             return True
+        record: Any = ((outcome.get("records") or {}).get("main") or {}).get("probe")
+        line = fork = None
+        why: dict = {}
+        if not isinstance(record, dict):
+            # No probe record: the check's time ran out before or during it, or the child
+            # could not say. Either way nothing shows the rule.
+            why["line"] = ("it ran out of time" if outcome.get("timeout")
+                           else "it gave no answer")
+        else:
+            why = {k: clean(str(v), 300) for k, v in (record.get("why") or {}).items()
+                   if k in ("line", "fork") and v} if isinstance(record.get("why"), dict) else {}
+            try:
+                line, fork = (decode_namespace(record.get(k)) if record.get(k) else None
+                              for k in ("line", "fork"))
+            except Exception:  # noqa: BLE001 - undecodable probe data shows no rule
+                line = fork = None
+                why = {"line": "what it handed back could not be read"}
+            if line is None and "line" not in why:
+                why["line"] = "it gave no answer"
         if self._graph is None:
             self._graph = probe.Graph.of(self.lesson, self.lesson.main)
-        try:
-            line, fork = (decode_namespace(record.get(k)) if record.get(k) else None
-                          for k in ("line", "fork"))
-        except Exception:  # noqa: BLE001 - undecodable probe data: the real runs decide alone
-            return True
         run: Run = graded.state
-        return probe.apply(self.pack, step, self._graph, spec, run.before, run.namespace, line,
-                           fork, graded.rows, self.lesson.main.n, code)
+        probe.apply(self.pack, step, self._graph, spec, run.before, run.namespace, line, fork,
+                    graded.rows, self.lesson.main.n, code, why)
+        return True
 
     def hold_out(self, step: Step, code: str, outcome: dict, graded: Graded) -> Heldout:
         record = (outcome.get("records") or {}).get("heldout")

@@ -15,13 +15,14 @@ from tutor.commands.progress import (
 from tutor.controller import CheckOutcome, Hints
 from tutor.durations import compact
 from tutor.notebook.png import heatmap_png
-from tutor.report import format_result, row_detail, row_label, row_mark
-from tutor.results import CheckResult, Status
+from tutor.report import format_result, row_detail, row_label, row_mark, verdict_line
+from tutor.results import CheckResult, Rule, Status
 
 Bundle = dict[str, str]  # a display's MIME bundle: "text/plain", "text/html", "image/png"
 
 _CODE = re.compile(r"`([^`]+)`")
 _GOOD, _BAD, _MUTED = "#2e7d32", "#c62828", "#6b7280"
+_SKIPPED = "#b26a00"  # passed, without the line's rule: neither the good green nor the bad red
 _STYLE = "font-family: var(--jp-code-font-family, monospace); font-size: 0.9em"
 _CELL = "padding: 1px 0.6em; text-align: {}"
 # A diagnosis under a row: wide enough to read, never as wide as a long paragraph.
@@ -41,8 +42,8 @@ def _row(cells, tag: str = "td") -> str:
 
 
 def _mark(mark: str) -> str:
-    good = mark in ("✓", "≡")
-    return f'<span style="color: {_GOOD if good else _BAD}; font-weight: bold">{mark}</span>'
+    colour = _GOOD if mark in ("✓", "≡") else _SKIPPED if mark == "↷" else _BAD
+    return f'<span style="color: {colour}; font-weight: bold">{mark}</span>'
 
 
 def _bool(value: bool) -> str:
@@ -108,9 +109,9 @@ def _check_html(outcome: CheckOutcome, position: str, recorded: bool) -> str:
     if result.stdout:
         parts.append(f"<div>your print output:</div><pre style=\"margin: 2px 0 2px 1em\">"
                      f"{html.escape(result.stdout.rstrip())}</pre>")
-    verdict = "PASSED" if passed else "NOT PASSED"
-    parts.append(f'<div style="color: {_GOOD if passed else _BAD}; font-weight: bold">'
-                 f"{verdict}</div>")
+    colour = (_BAD if not passed else _SKIPPED if result.rule is Rule.SKIPPED else _GOOD)
+    parts.append(f'<div style="color: {colour}; font-weight: bold">'
+                 f"{html.escape(verdict_line(result))}</div>")
     parts += [f'<div style="color: {_MUTED}">{html.escape(line)}</div>'
               for line in _after(outcome, recorded)]
     parts.append("</div>")

@@ -13,7 +13,15 @@ from textual.containers import VerticalScroll
 from textual.widgets import Static
 
 from tutor.report import explained_below
-from tutor.results import CheckError, CheckResult, ScratchResult, TensorCheck, Verdict
+from tutor.results import (
+    CheckError,
+    CheckResult,
+    Rule,
+    ScratchResult,
+    Status,
+    TensorCheck,
+    Verdict,
+)
 from tutor.ui.highlight import python_text
 from tutor.ui.palette import (
     ALERT,
@@ -87,6 +95,8 @@ def _verdict_word(check: TensorCheck, passed: bool, checks: list[TensorCheck]) -
             return Text(VERDICT_WORDS[verdict])  # another row is what failed
         return Text.styled(f"{VERDICT_WORDS[verdict]} here, but see below", UNSETTLED)
     word = Text.styled(VERDICT_WORDS.get(verdict, verdict), VERDICT_STYLES.get(verdict, ""))
+    if check.skipped_rule:
+        word.append(f" {check.mark} rule skipped", style=WARN)
     if check.verdict is Verdict.SHAPE:
         word.append(f" {_dims(check.shape)}≠{_dims(check.expected_shape)}", style=DIM)
     return word
@@ -150,7 +160,10 @@ def _check_details(check: TensorCheck) -> list[RenderableType]:
     elif verdict is not Verdict.EXACT and check.message and not _only_rounding(check):
         tone = DIM if verdict is Verdict.APPROXIMATE else ""
         parts.append(Text.styled(f"{grad}: ", "bold") + prose(check.message, tone))
-    if check.note:  # e.g. a shape that differs by a size-1 dimension and still works
+    if check.skipped_rule:
+        parts.append(Text.styled(f"{check.mark} {grad}, rule skipped: ", "bold")
+                     + prose(check.note or "", WARN))
+    elif check.note:  # e.g. a shape that differs by a size-1 dimension and still works
         parts.append(Text.styled(f"{grad}: ", "bold") + prose(check.note, DIM))
     if check.heatmap:
         parts.append(Text.styled(f"where {grad} differs from autograd (|yours − autograd|, "
@@ -200,6 +213,11 @@ def result_view(result: CheckResult, unlocked: str | None, revealed: bool = Fals
     checks = result.checks
     if error:
         parts.append(error_text(error))
+    elif result.passed and result.rule is Rule.SKIPPED:
+        parts.append(Text.styled(
+            f"{Status.SKIPPED.mark} Right for this network, but not the line's rule: the "
+            "values match autograd on this batch and a fresh one, and the step counts as "
+            "passed with its own mark. The notes below say what was skipped.", WARN))
     elif result.passed:
         exact = all(c.exact for c in checks if not c.partial)
         parts.append(Text.styled(
@@ -207,6 +225,7 @@ def result_view(result: CheckResult, unlocked: str | None, revealed: bool = Fals
                    else "✓ Correct: equal to autograd within floating-point tolerance.",
                    GOOD,
                ))
+    if result.passed and not error:
         if unlocked:
             parts.append(Text.styled(f"Next line unlocked: {unlocked}. Press ^n to go on.",
                                      INFO))
@@ -215,7 +234,7 @@ def result_view(result: CheckResult, unlocked: str | None, revealed: bool = Fals
                 "Your version works. The step stays marked revealed (◇), since "
                 "you saw the solution first; the attempt is recorded.",
                 REVEAL))
-    else:
+    elif not error:
         parts.append(Text.styled("✗ Not yet.", BAD))
     if checks:
         parts.append(checks_table(checks, result.passed))

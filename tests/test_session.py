@@ -27,13 +27,13 @@ TINY = Path(__file__).parent / "packs" / "tiny"
 
 
 def _result(step: str, passed: bool, verdict: str = "exact") -> dict:
-    return {"step": step, "passed": passed, "device": "cpu", "heldout": None, "error": None,
-            "stdout": "", "notes": [], "figure": None,
+    return {"step": step, "passed": passed, "rule": None, "device": "cpu", "heldout": None,
+            "error": None, "stdout": "", "notes": [], "figure": None,
             "checks": [{"tensor": "logprobs", "grad": "dlogprobs", "shape": [32, 27],
                         "expected_shape": [32, 27], "exact": verdict == "exact",
                         "approximate": verdict in ("exact", "approximate"), "maxdiff": 0.0,
                         "verdict": verdict, "diagnosis": None, "message": "", "partial": False,
-                        "heatmap": None, "note": None}]}
+                        "heatmap": None, "note": None, "rule": None}]}
 
 
 class FakeEvaluator:

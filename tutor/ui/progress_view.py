@@ -8,7 +8,7 @@ Statuses come from the progress store ("locked", "unlocked", "passed", "exact", 
 from __future__ import annotations
 
 from tutor.results import Status
-from tutor.ui.palette import ALERT, GOOD, INFO, LOCKED, REVEAL, TEXT
+from tutor.ui.palette import ALERT, GOOD, INFO, LOCKED, REVEAL, TEXT, WARN
 
 # A marker per status that reads without colour; colour (the theme's, see palette) only
 # reinforces it. The stored statuses' marks and words are `results.Status`'s, the same in
@@ -23,6 +23,7 @@ STATUS_STYLES: dict[str, str] = {
     "current": ALERT,
     "locked": LOCKED,
     "unlocked": TEXT,
+    "skipped": WARN,  # passed, without the line's rule: neither the pass colour nor an error
     "passed": INFO,
     "exact": GOOD,
     "revealed": REVEAL,

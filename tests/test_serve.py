@@ -303,9 +303,51 @@ def test_stopping_serve_ends_every_process_it_started(stop, isolation, when, tmp
         if stop == signal.SIGKILL:  # nothing ran in serve: they go as their parents do
             gone, alive = psutil.wait_procs(_marked(mark), timeout=120)
             assert not alive, alive
-        else:
-            assert server.returncode == 0
         assert _marked(mark) == []
+        assert server.returncode == (-signal.SIGKILL if stop == signal.SIGKILL else 0)
+    finally:
+        for process in _marked(mark):
+            with contextlib.suppress(psutil.Error):
+                process.kill()
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+
+
+@pytest.mark.slow
+def test_an_evaluator_whose_tutor_was_killed_still_ends_with_serve(tmp_path):
+    """A tutor killed while its evaluator loads torch leaves the evaluator reading no pipe yet;
+    `serve` adopts it, and kills it when it stops."""
+    pytest.importorskip("textual_serve")
+    psutil = pytest.importorskip("psutil")
+    import aiohttp
+
+    mark = f"{os.getpid()}-{time.monotonic_ns()}"
+    server, port, token = _start_serve(tmp_path, "--pack", "makemore",
+                                       env={"SERVE_TEST_MARK": mark})
+
+    async def orphan_then_stop() -> None:
+        async with aiohttp.ClientSession() as session:
+            ws = await session.ws_connect(f"ws://localhost:{port}/ws?token={token}",
+                                          origin=f"http://localhost:{port}")
+            deadline = time.monotonic() + 180
+            while True:
+                below = psutil.Process(server.pid).children(recursive=True)
+                if any("tutor.evaluator.worker" in p.cmdline() for p in below):
+                    break
+                assert time.monotonic() < deadline, below
+                await asyncio.sleep(0.05)
+            [tutor] = psutil.Process(server.pid).children()
+            tutor.kill()
+            tutor.wait(30)
+            os.kill(server.pid, signal.SIGTERM)
+            await asyncio.get_running_loop().run_in_executor(None, server.wait, 60)
+            await ws.close()
+
+    try:
+        asyncio.run(orphan_then_stop())
+        assert _marked(mark) == []
+        assert server.returncode == 0
     finally:
         for process in _marked(mark):
             with contextlib.suppress(psutil.Error):

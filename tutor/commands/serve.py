@@ -312,6 +312,13 @@ def make_server(command: str, host: str, port: int, token: str) -> Any:
             self._stdin = process.stdin
             return process
 
+        async def run(self) -> None:
+            await super().run()
+            # The tutor has ended, however it ended (one that crashed sends no "exit"): the
+            # tab learns so at once, and the connection no longer holds serve's shutdown.
+            with contextlib.suppress(ConnectionError, RuntimeError):
+                await self.remote_close()
+
     class TutorServer(Server):
         async def _make_app(self) -> web.Application:
             app = await super()._make_app()

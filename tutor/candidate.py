@@ -34,19 +34,20 @@ from tutor.sandbox.policy import inspect
 
 Tensor = torch.Tensor
 CODE_FILE = "<your code>"
-_EARLIER_FILE = "<your code for {}>"
+MAX_STDOUT = MAX_TEXT
+# An earlier step's accepted code, replayed before the candidate, is compiled under its own name:
+# a function it defined that fails (or warns) when the candidate calls it names that step.
+_EARLIER_HEAD, _EARLIER_TAIL = "<your code for ", ">"
 
 
 def earlier_file(step_id: str) -> str:
-    """The file name of an earlier step's accepted code, replayed before the candidate: a
-    function it defined and the candidate calls names that step when it fails or warns."""
-    return _EARLIER_FILE.format(step_id)
+    """The file name an earlier step's accepted code is compiled under."""
+    return f"{_EARLIER_HEAD}{step_id}{_EARLIER_TAIL}"
 
 
 def _earlier_step(filename: str) -> str | None:
-    head, _, tail = _EARLIER_FILE.partition("{}")
-    if filename.startswith(head) and filename.endswith(tail) and len(filename) > len(_EARLIER_FILE):
-        return filename[len(head):-len(tail)]
+    if filename.startswith(_EARLIER_HEAD) and filename.endswith(_EARLIER_TAIL):
+        return filename[len(_EARLIER_HEAD):-len(_EARLIER_TAIL)] or None
     return None
 
 
@@ -56,7 +57,6 @@ def _where(filename: str, line: int) -> str | None:
         return f"line {line}"
     step = _earlier_step(filename)
     return f"line {line} of your code for {step}" if step else None
-MAX_STDOUT = MAX_TEXT
 
 # What learner code may call without importing: enough for loops, shapes and printing.
 SAFE_BUILTINS = {
@@ -254,7 +254,8 @@ def _inside_earlier(exc: BaseException, earlier: dict[str, str]) -> str:
         return ""
     lines = earlier.get(step, "").splitlines()
     source = clean(lines[last.lineno - 1].strip(), 300) if last.lineno <= len(lines) else ""
-    return f"(in {last.name}, {_where(last.filename, last.lineno)}: `{source}`)\n"
+    return (f"(in {last.name}, {_where(last.filename, last.lineno)}"
+            + (f": `{source}`" if source else "") + ")\n")
 
 
 def runtime_error(exc: BaseException, code: str, names: list[str] | None = None,

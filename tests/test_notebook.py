@@ -261,3 +261,36 @@ def test_the_workbooks_first_cell_starts_one_evaluator_for_its_own_lesson(capsys
         assert len(started) == 2 and "lesson:" in capsys.readouterr().out
     finally:
         shell.run_cell("%unload_ext tutor")
+
+
+def test_a_magics_line_is_taken_as_written_never_run_in_the_kernel(tmp_path, capsys, monkeypatch):
+    """IPython expands `{expr}` and `$name` in a magic's line unless the magic opts out: each
+    of the tutor's magics sees its line literally, so nothing in it runs in the kernel."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from tutor.notebook import magics
+
+    monkeypatch.setattr(magics.Evaluator, "start", lambda self: None)
+    monkeypatch.setattr(magics.Evaluator, "close", lambda self: None)
+    marker = tmp_path / "MARKER"
+    touch = f"{{__import__('pathlib').Path({str(marker)!r}).touch()}}"
+    shell = InteractiveShell.instance()
+    shell.run_cell("%load_ext tutor")
+    shell.user_ns["target"] = "atomic/logprobs"  # a real step: `$target` must not become it
+    try:
+        capsys.readouterr()
+        said = {}
+        for cell in [f"%%check {touch}\nx = 1", "%%check $target\nx = 1", "%%check {x}\nx = 1",
+                     f"%hint {touch}", f"%progress {touch}", f"%tutor {touch}"]:
+            shell.run_cell(cell)
+            said[cell.split("\n")[0]] = capsys.readouterr().err.strip()
+            assert not marker.exists(), cell
+    finally:
+        shell.run_cell("%unload_ext tutor")
+        shell.user_ns.pop("target", None)
+    assert said[f"%%check {touch}"].startswith(f"backprop-tutor: no step '{touch}'")
+    assert said["%%check $target"].startswith("backprop-tutor: no step '$target'")
+    assert said["%%check {x}"].startswith("backprop-tutor: no step '{x}'")
+    assert said[f"%hint {touch}"].startswith(f"backprop-tutor: no step '{touch}'")
+    assert "takes no arguments" in said[f"%progress {touch}"]
+    assert "%tutor pack ID" in said[f"%tutor {touch}"]

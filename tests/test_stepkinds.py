@@ -95,9 +95,9 @@ def test_the_child_runs_the_candidate_the_worker_compiled(engine, monkeypatch):
     code = MAKEMORE.step("atomic/probs").solution
     compile_again = execution.cached_compile
 
-    def refuse_the_candidate(source: str):
+    def refuse_the_candidate(source: str, *filename: str):
         assert source != code, "the candidate was compiled a second time"
-        return compile_again(source)
+        return compile_again(source, *filename)
 
     monkeypatch.setattr(execution, "cached_compile", refuse_the_candidate)
     engine.close()  # the next child is forked with the stand-in in place

@@ -14,6 +14,7 @@ import io
 import marshal
 import signal
 import sys
+import threading
 import time
 import traceback
 import types
@@ -34,6 +35,28 @@ from tutor.sandbox.policy import inspect
 Tensor = torch.Tensor
 CODE_FILE = "<your code>"
 MAX_STDOUT = MAX_TEXT
+# An earlier step's accepted code, replayed before the candidate, is compiled under its own name:
+# a function it defined that fails (or warns) when the candidate calls it names that step.
+_EARLIER_HEAD, _EARLIER_TAIL = "<your code for ", ">"
+
+
+def earlier_file(step_id: str) -> str:
+    """The file name an earlier step's accepted code is compiled under."""
+    return f"{_EARLIER_HEAD}{step_id}{_EARLIER_TAIL}"
+
+
+def _earlier_step(filename: str) -> str | None:
+    if filename.startswith(_EARLIER_HEAD) and filename.endswith(_EARLIER_TAIL):
+        return filename[len(_EARLIER_HEAD):-len(_EARLIER_TAIL)] or None
+    return None
+
+
+def _where(filename: str, line: int) -> str | None:
+    """A line of learner code in words: the candidate's own, or an earlier step's."""
+    if filename == CODE_FILE:
+        return f"line {line}"
+    step = _earlier_step(filename)
+    return f"line {line} of your code for {step}" if step else None
 
 # What learner code may call without importing: enough for loops, shapes and printing.
 SAFE_BUILTINS = {
@@ -96,14 +119,48 @@ class Output:
 
 
 def sandbox_globals(out: Output) -> dict:
-    """The modules, guard and builtins learner code runs with."""
+    """The modules, guard and builtins learner code runs with, its prints going to `out`.
+
+    The guard and cmp are builtins as well as globals: a function keeps the builtins it was
+    made with, wherever it is called from (see `_RUN_BUILTINS`).
+    """
     return {
         **MODULES,
         GUARD_NAME: GUARD,
         "cmp": out.cmp,
-        "__builtins__": {**SAFE_BUILTINS, "print": out.print, "type": _type,
-                         "format": _format, "__import__": _loaded_import},
+        "__builtins__": _builtins(out.print, out.cmp),
     }
+
+
+def _builtins(print_: Callable, cmp: Callable) -> dict:
+    return {**SAFE_BUILTINS, "print": print_, "type": _type, "format": _format,
+            "__import__": _loaded_import, GUARD_NAME: GUARD, "cmp": cmp}
+
+
+class _Listening(threading.local):
+    out: Output | None = None  # the Output of the learner code running in this thread
+
+
+_LISTENING = _Listening()
+
+
+def _print(*args: Any, **kw: Any) -> None:
+    if _LISTENING.out is not None:
+        _LISTENING.out.print(*args, **kw)
+
+
+def _cmp(*args: Any, **kw: Any) -> None:
+    if _LISTENING.out is not None:
+        _LISTENING.out.cmp(*args, **kw)
+
+
+# The builtins of every run of `execute`, one dict for the process. A function learner code
+# defines keeps the builtins it was made with (Python looks a name up in the function's
+# globals, then in those builtins), and its globals are the namespace of the run that made
+# it, which loses the run's hooks when it ends. So a helper written in one step and called
+# in a later one (whose namespace is a copy) finds the guard here, still behind it for every
+# attribute it reads, and prints into the output of the run that calls it.
+_RUN_BUILTINS = _builtins(_print, _cmp)
 
 
 class CodeError(Exception):
@@ -122,13 +179,14 @@ class CheckTimeout(BaseException):
     """The time budget ran out. A BaseException, so `except Exception:` cannot swallow it."""
 
 
-def compile_candidate(code: str) -> types.CodeType:
-    """Parse, apply the policy, put the guard on attribute reads, compile.
+def compile_candidate(code: str, filename: str = CODE_FILE) -> types.CodeType:
+    """Parse, apply the policy, put the guard on attribute reads, compile (as `filename`, which
+    tracebacks and warnings name: the candidate's, or `earlier_file`).
 
     Raises CodeError for syntax errors and refusals.
     """
     try:
-        tree = _without_cmp_definition(ast.parse(code, CODE_FILE))
+        tree = _without_cmp_definition(ast.parse(code, filename))
         refusal = inspect(tree)
         if refusal:
             raise CodeError("forbidden", refusal.message, refusal.line, refusal.col)
@@ -136,7 +194,7 @@ def compile_candidate(code: str) -> types.CodeType:
         # Compile-time warnings ("perhaps you missed a comma?") would go to the terminal.
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            return compile(rewrite(tree), CODE_FILE, "exec")
+            return compile(rewrite(tree), filename, "exec")
     except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
         lineno, offset = getattr(exc, "lineno", None), getattr(exc, "offset", None)
         where = f"line {lineno}, column {offset}" if lineno else "your code"
@@ -185,11 +243,30 @@ def _offending_line(exc: BaseException) -> int | None:
     return frames[-1].lineno if frames else None
 
 
+def _inside_earlier(exc: BaseException, earlier: dict[str, str]) -> str:
+    """Where in an earlier step's code the failure happened, when the candidate called a
+    function that step defined and it failed there: a line to add to the message, or ""."""
+    frames = traceback.extract_tb(exc.__traceback__, limit=64)
+    last = next((f for f in reversed(frames) if f.filename == CODE_FILE
+                 or _earlier_step(f.filename)), None)
+    step = _earlier_step(last.filename) if last is not None else None
+    if step is None or not last.lineno:
+        return ""
+    lines = earlier.get(step, "").splitlines()
+    source = clean(lines[last.lineno - 1].strip(), 300) if last.lineno <= len(lines) else ""
+    return (f"(in {last.name}, {_where(last.filename, last.lineno)}"
+            + (f": `{source}`" if source else "") + ")\n")
+
+
 def runtime_error(exc: BaseException, code: str, names: list[str] | None = None,
-                  scope: str | None = None) -> CodeError:
+                  scope: str | None = None, earlier: dict[str, str] | None = None
+                  ) -> CodeError:
     """The learner's failure as one short, clean message; `names` are what was defined, and
-    `scope` says in words what is defined, where that is not the lesson's namespace."""
+    `scope` says in words what is defined, where that is not the lesson's namespace.
+    `earlier` is the code of the earlier steps replayed before it, by step id: a failure inside
+    a function one of them defined is shown there too."""
     line = _offending_line(exc)
+    inside = _inside_earlier(exc, earlier or {})
     try:
         text = str(exc).strip() or type(exc).__name__
     except Exception:  # noqa: BLE001 - a learner's exception whose str() fails
@@ -205,8 +282,8 @@ def runtime_error(exc: BaseException, code: str, names: list[str] | None = None,
         )
     lines = code.splitlines()
     source = clean(lines[line - 1].strip(), 300) if line and line <= len(lines) else ""
+    where = (f"line {line}: `{source}`\n" if line else "") + inside
     if isinstance(exc, Refused):
-        where = f"line {line}: `{source}`\n" if line else ""
         return CodeError("forbidden", f"{where}{text}.", line)
     hint = ""
     if "cannot be multiplied" in text or "size of tensor a" in text:
@@ -216,7 +293,6 @@ def runtime_error(exc: BaseException, code: str, names: list[str] | None = None,
         )
     elif isinstance(exc, NameError):
         hint = _name_hint(exc, names or [], scope)
-    where = f"line {line}: `{source}`\n" if line else ""
     return CodeError("runtime", f"{where}{type(exc).__name__}: {text}.{hint}", line)
 
 
@@ -270,20 +346,21 @@ def execute(compiled: types.CodeType, ns: dict, out: Output,
     """
     if deadline is not None and time.monotonic() >= deadline:
         raise CheckTimeout()
-    ns.update(sandbox_globals(out))
+    ns.update(MODULES)
+    ns["__builtins__"] = _RUN_BUILTINS
+    listening, _LISTENING.out = _LISTENING.out, out
     try:
         with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             exec(compiled, ns)
     finally:
+        _LISTENING.out = listening
         for w in locals().get("caught") or []:
-            if w.filename == CODE_FILE and out.buffer.tell() < MAX_STDOUT:
+            where = _where(w.filename, w.lineno)
+            if where and out.buffer.tell() < MAX_STDOUT:
                 text = str(w.message).split(" (Triggered internally")[0]
-                out.buffer.write(clean(f"warning (line {w.lineno}): {text}\n", MAX_MESSAGE))
-        for name in (*sandbox_globals(out), "__builtins__"):
-            if name in ("torch", "F", "math"):
-                continue
-            ns.pop(name, None)
+                out.buffer.write(clean(f"warning ({where}): {text}\n", MAX_MESSAGE))
+        ns.pop("__builtins__", None)
 
 
 def copy_namespace(ns: dict) -> dict:

@@ -24,6 +24,7 @@ from tutor.candidate import (
     compile_candidate,
     copy_namespace,
     disarm,
+    earlier_file,
     execute,
     load,
     runtime_error,
@@ -139,7 +140,8 @@ def _replay(plan: BatchPlan, deadline: float) -> tuple[dict, list[str]]:
         if r.code is not None:
             trial = copy_namespace(ns)
             try:
-                execute(cached_compile(r.code), trial, Output(), deadline)
+                execute(cached_compile(r.code, earlier_file(r.step_id)), trial, Output(),
+                        deadline)
                 ns = trial
                 notes += _stand_in(r, ns, plan.mention)
                 continue
@@ -150,8 +152,14 @@ def _replay(plan: BatchPlan, deadline: float) -> tuple[dict, list[str]]:
                     f"{type(exc).__name__}: {str(exc)[:200]}")
                 notes.append(f"your saved code for {r.step_id} failed when replayed ({what}); "
                              "its reference solution was used instead")
-        execute(cached_compile(r.solution), ns, Output(), deadline)
+        execute(cached_compile(r.solution, f"<the reference for {r.step_id}>"), ns, Output(),
+                deadline)
     return ns, notes
+
+
+def _earlier(plan: BatchPlan) -> dict[str, str]:
+    """The learner's own code of the steps replayed before the candidate, by step id."""
+    return {r.step_id: r.code for r in plan.replays if r.code is not None}
 
 
 def _stand_in(r: Replay, ns: dict, mention: tuple[str, ...]) -> list[str]:
@@ -261,7 +269,8 @@ def run_batch(spec: CheckSpec, plan: BatchPlan, deadline: float,
     except CodeError as exc:
         record["error"] = exc.payload
     except Exception as exc:  # noqa: BLE001 - any failure of learner code is reported
-        record["error"] = runtime_error(exc, spec.code, list(after)).payload
+        record["error"] = runtime_error(exc, spec.code, list(after),
+                                        earlier=_earlier(plan)).payload
     record["stdout"] = out.text()
     record["cmp"] = _encode_cmp(out)
     if record["error"]:
@@ -467,7 +476,7 @@ def run_scratch(spec: CheckSpec) -> dict:
         except CodeError as exc:
             error = exc.payload
         except Exception as exc:  # noqa: BLE001 - any failure of learner code is reported
-            error = runtime_error(exc, spec.code, list(after)).payload
+            error = runtime_error(exc, spec.code, list(after), earlier=_earlier(plan)).payload
         assigned = code_facts.of(spec.code).bound
         defined = [{"name": k, "what": describe(v)} for k, v in after.items()
                    if k in assigned or k not in base]

@@ -16,6 +16,8 @@ import functools
 import sys
 from collections.abc import Callable
 
+from IPython.core.magic import no_var_expand
+
 from tutor.commands.base import UsageError, lesson_pack, position, step_id, try_open_store
 from tutor.config import ConfigError, Settings, resolve, unavailable_device
 from tutor.controller import CheckOutcome, Lesson, StoreError
@@ -61,6 +63,14 @@ def one_line(method: Callable) -> Callable:
     return run
 
 
+def magic(method: Callable) -> Callable:
+    """A method the kernel calls as a magic: one line when it fails, and its line taken as
+    written. IPython otherwise expands `{expr}` and `$name` in a magic's line before the magic
+    sees it, which runs `expr` in the kernel: a `%%check {...}` would execute the learner's
+    code there, the one place it must never run."""
+    return no_var_expand(one_line(method))
+
+
 class NotebookTutor:
     """One per kernel: the settings, the lesson, and the evaluator, started once and reused."""
 
@@ -104,7 +114,7 @@ class NotebookTutor:
         return Lesson(self.pack, store, self.evaluator(), problem)
 
     # -- the magics -------------------------------------------------------------------------
-    @one_line
+    @magic
     def check(self, line: str, cell: str) -> None:
         if not line.strip():
             raise UsageError("which step? Start the cell with `%%check STEP_ID`")
@@ -127,7 +137,7 @@ class NotebookTutor:
         for image in render.heatmap_bundles(result):
             show(image)
 
-    @one_line
+    @magic
     def hint(self, line: str) -> None:
         if not line.strip():
             raise UsageError("which step? `%hint STEP_ID`")
@@ -139,7 +149,7 @@ class NotebookTutor:
             hints = Lesson(self.pack, store, None).next_hint(sid)
         show(render.hints_bundle(hints, position(self.pack, sid)))
 
-    @one_line
+    @magic
     def progress(self, line: str) -> None:
         if line.strip():
             raise UsageError("`%progress` takes no arguments")
@@ -150,7 +160,7 @@ class NotebookTutor:
             rows = Lesson(self.pack, store, None).summary()
         show(render.progress_bundle(rows))
 
-    @one_line
+    @magic
     def configure(self, line: str) -> None:
         words = line.split(maxsplit=1)
         if not words:

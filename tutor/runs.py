@@ -319,8 +319,10 @@ def exercise_verdict(run: TrainingRun) -> ExerciseVerdict:
                   "only a finished run counts")
     if run.status is not RunStatus.FINISHED:
         return no("the run stopped with an error")
-    if not _whole(run.settings.plan.get("gradcheck_steps")) or gradcheck is None:
+    if not _whole(run.settings.plan.get("gradcheck_steps")):
         return no("gradient check off (--gradcheck-steps 0): this run does not count")
+    if gradcheck is None:
+        return no("the gradient check did not run")
     if not gradcheck.passed:
         return no("the gradient check did not pass")
     steps = run.planned_steps or 0

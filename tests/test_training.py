@@ -360,7 +360,10 @@ def _train_and_keep(ev, tmp_path, code: str, **options) -> tuple[TrainingRun, st
 
 
 def test_an_honest_run_passes_checked_at_steps_drawn_at_random(tiny_evaluator, tmp_path):
-    run, status = _train_and_keep(tiny_evaluator, tmp_path, TINY_CODE)
+    assert "db2 = dlogits.sum(0)\n" in TINY_CODE
+    # Right, in words of its own: not the reference's text, so the reference is replayed.
+    mine = TINY_CODE.replace("db2 = dlogits.sum(0)\n", "db2 = dlogits.sum(dim=0)\n")
+    run, status = _train_and_keep(tiny_evaluator, tmp_path, mine)
     assert run.status.value == "finished" and run.exercise.passed, run.exercise.reason
     assert status in ("passed", "exact")
     drawn = run.gradcheck.random_steps

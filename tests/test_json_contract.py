@@ -64,11 +64,12 @@ def test_an_error_has_a_kind_a_message_and_a_place():
 # progress store.
 RUN_KEYS = ["status", "error", "step", "settings", "gradcheck", "steps_done", "history",
             "train_loss", "val_loss", "samples", "notes", "last_loss", "steps_per_s",
-            "gradcheck_s", "train_s", "compile_s", "results_s", "wall_s", "stdout", "lecture"]
+            "gradcheck_s", "train_s", "compile_s", "results_s", "wall_s", "stdout", "lecture",
+            "reference_train_loss", "exercise"]
 # The run's own settings, after those of the training plan (which depend on the pack).
 RUN_SETTINGS_KEYS = ["device", "reference", "compile", "compiled", "torch_version", "threads",
                      "parameters_count"]
-GRADCHECK_KEYS = ["steps", "passed", "failure", "checks"]
+GRADCHECK_KEYS = ["steps", "passed", "failure", "checks", "random_steps"]
 PARAMETER_KEYS = ["tensor", "grad", "shape", "expected_shape", "exact", "approximate", "maxdiff",
                   "verdict", "steps", "exact_steps", "approximate_steps"]
 FAILURE_KEYS = ["step", "tensor", "grad", "wrong", "maxdiff", "verdict", "cause", "line",
@@ -107,13 +108,14 @@ def test_a_finished_training_run_has_the_pinned_keys_and_values(tmp_path):
     gradcheck = run["gradcheck"]
     assert list(gradcheck) == GRADCHECK_KEYS
     assert (gradcheck["steps"], gradcheck["passed"], gradcheck["failure"]) == (2, True, None)
+    assert gradcheck["random_steps"] == [2]  # the one step left after the first two
     assert [c["tensor"] for c in gradcheck["checks"]] == ["C", "W1", "b1", "W2", "b2", "bngain",
                                                            "bnbias"]
     for row in gradcheck["checks"]:
         assert list(row) == PARAMETER_KEYS
-        assert row["grad"] == "d" + row["tensor"] and row["steps"] == 2
+        assert row["grad"] == "d" + row["tensor"] and row["steps"] == 3
         assert row["verdict"] in ("exact", "approximate") and row["shape"] == row["expected_shape"]
-        assert isinstance(row["maxdiff"], float) and 0 <= row["exact_steps"] <= 2
+        assert isinstance(row["maxdiff"], float) and 0 <= row["exact_steps"] <= 3
     assert list(run["history"]) == ["every", "log10_loss"] and run["history"]["log10_loss"]
     assert all(isinstance(run[k], float) for k in ("train_loss", "val_loss", "last_loss",
                                                     "steps_per_s", "gradcheck_s", "train_s",
@@ -121,6 +123,10 @@ def test_a_finished_training_run_has_the_pinned_keys_and_values(tmp_path):
     assert run["compile_s"] is None and run["stdout"] == "" and run["notes"] == []
     assert len(run["samples"]) == 20 and all(isinstance(s, str) for s in run["samples"])
     assert list(run["lecture"]) == ["train_loss", "val_loss"]
+    # The references never pass the exercise, so their bar is not worked out.
+    assert run["reference_train_loss"] is None
+    assert list(run["exercise"]) == ["passed", "reason"] and run["exercise"]["passed"] is False
+    assert "reference solutions" in run["exercise"]["reason"]
 
 
 def test_a_diverged_training_run_names_the_first_wrong_gradient(tmp_path):

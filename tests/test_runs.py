@@ -14,6 +14,7 @@ from tutor.packs import load_pack
 from tutor.progress import Store
 from tutor.results import CheckError, ErrorKind, TensorCheck, Verdict
 from tutor.runs import (
+    LOSS_MARGIN,
     GradientCheck,
     ParameterCheck,
     RunPhase,
@@ -42,19 +43,24 @@ def a_run(**changes) -> dict:
              "verdict": "approximate", "steps": 1, "exact_steps": 0, "approximate_steps": 1},
             {"tensor": "b2", "grad": "db2", "shape": [27], "expected_shape": [27],
              "exact": False, "approximate": False, "maxdiff": 0.2144065946340561,
-             "verdict": "wrong", "steps": 1, "exact_steps": 0, "approximate_steps": 0}]},
+             "verdict": "wrong", "steps": 1, "exact_steps": 0, "approximate_steps": 0}],
+            "random_steps": []},
         "steps_done": 0, "history": {"every": 1, "log10_loss": [0.54, 0.53]},
         "train_loss": None, "val_loss": None, "samples": [], "notes": ["a note"],
         "last_loss": None, "steps_per_s": None, "gradcheck_s": 0.0228, "train_s": None,
         "compile_s": None, "results_s": None, "wall_s": 0.031, "stdout": "printed\n",
-        "lecture": {"train_loss": 2.0705, "val_loss": 2.1099},
+        "lecture": {"train_loss": 2.0705, "val_loss": 2.1099}, "reference_train_loss": None,
+        "exercise": {"passed": False, "reason": "your gradients differed from autograd's at "
+                     "step 0"},
     }
     return {**run, **changes}
 
 
 def test_the_plain_data_reads_into_types_and_back_unchanged():
+    unchecked = {"passed": False, "reason": "the gradient check did not run"}
     for plain in (a_run(), a_run(run_id=4), a_run(run_id=None), a_run(status="finished",
-                  error=None, gradcheck=None, samples=["mora"], train_loss=2.2, val_loss=2.3)):
+                  error=None, gradcheck=None, samples=["mora"], train_loss=2.2, val_loss=2.3,
+                  exercise=unchecked)):
         run = TrainingRun.from_dict(plain)
         assert json.dumps(run.to_dict()) == json.dumps(plain)  # keys, order and values
 
@@ -160,3 +166,49 @@ def test_progress_messages_read_into_types_and_back():
     assert [p.phase for p in typed] == [RunPhase.GRADCHECK, RunPhase.TRAIN, RunPhase.RESULTS]
     assert typed[0].checks[0].grad == "dC" and typed[1].steps_per_s == 1200.5
     assert [p.to_dict() for p in typed] == sent
+
+
+# --- does it pass the exercise? (runs.exercise_verdict, the one rule) ---------------------------
+
+
+def a_finished_run(**changes) -> TrainingRun:
+    """A checked run of the learner's own code that passes, with `changes` made to it."""
+    plain = a_run(status="finished", steps_done=3, train_loss=2.2, val_loss=2.3,
+                  reference_train_loss=2.15)
+    plain["gradcheck"] = {**plain["gradcheck"], "steps": 2, "passed": True, "failure": None,
+                          "random_steps": [2]}
+    for key, value in changes.items():
+        target, _, leaf = key.rpartition(".")
+        (plain[target] if target else plain)[leaf] = value
+    return TrainingRun.from_dict(plain)
+
+
+def test_a_checked_run_of_your_code_that_reached_the_reference_passes():
+    verdict = a_finished_run().exercise
+    assert verdict.passed and verdict.reason is None
+    # Within the margin of the reference's loss still counts.
+    assert a_finished_run(train_loss=2.15 * (1 + LOSS_MARGIN) - 1e-9).exercise.passed
+
+
+def test_each_reason_a_run_does_not_pass():
+    cases = {
+        "settings.reference": (True, "reference solutions"),
+        "settings.gradcheck_steps": (0, "gradient check off"),
+        "gradcheck.random_steps": ([], "no step after the first ones"),
+        "train_loss": (2.9, "the loss did not fall as the reference's does: 2.9 vs 2.15"),
+        "reference_train_loss": (None, "no reference loss"),
+        "status": ("cancelled", "only a finished run counts"),
+    }
+    for key, (value, reason) in cases.items():
+        verdict = a_finished_run(**{key: value}).exercise
+        assert not verdict.passed and reason in verdict.reason, (key, verdict.reason)
+    # A nan loss fell nowhere.
+    assert not a_finished_run(train_loss=float("nan")).exercise.passed
+
+
+def test_a_wrong_gradient_at_a_step_drawn_at_random_is_named():
+    run = TrainingRun.from_dict(a_run())
+    run.gradcheck.failure.step = 8417
+    run.gradcheck.random_steps = [8417]
+    assert run.exercise.reason == ("your gradients differed from autograd's at step 8417 (a step "
+                                   "chosen at random)")

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -320,3 +321,106 @@ def test_ctrl_c_cancels_and_prints_the_partial_run(tmp_path):
     r = json.loads(out)
     assert r["status"] == "cancelled" and 0 < r["steps_done"] < r["settings"]["steps"]
     assert r["val_loss"] is not None
+
+
+# --- passing the exercise: only the learner's own code, checked, at steps it cannot know --------
+
+TINY = Path(__file__).parent / "packs" / "tiny"
+TINY_PACK = load_pack(TINY)
+TINY_CODE = training_code(TINY_PACK)
+TINY_FIRST = TrainingSettings.from_pack(TINY_PACK).gradcheck_steps  # 20
+ZEROED = TINY_CODE + "".join(f"{g} = {g} * 0\n"
+                             for g in TrainingSettings.from_pack(TINY_PACK).grad_names)
+# Right while the first steps are checked, then quietly wrong: it counts its own calls in the
+# namespace its steps share.
+COUNTED = TINY_CODE + ("try:\n    calls = calls + 1\nexcept Exception:\n    calls = 1\n"
+                       f"if calls > {TINY_FIRST}:\n    dW2 = dW2 * 0\n")
+
+
+@pytest.fixture(scope="module", params=["fork", "spawn"])
+def tiny_evaluator(request):
+    from tutor.config import Settings
+    from tutor.evaluator.client import Evaluator
+
+    ev = Evaluator(Settings(device="cpu", pack=str(TINY), isolation=request.param))
+    assert ev.info()["isolation"] == request.param
+    yield ev
+    ev.close()
+
+
+def _train_and_keep(ev, tmp_path, code: str, **options) -> tuple[TrainingRun, str]:
+    from tutor.controller import Lesson
+
+    with Store.open(tmp_path, TINY_PACK) as store:
+        lesson = Lesson(TINY_PACK, store, ev)
+        run = lesson.train(code, 400, **options)
+        assert lesson.keep_run(code, run) is None
+        assert [r.run_id for r in lesson.training_runs()] == [run.run_id]
+        return run, store.status("tiny/train")
+
+
+def test_an_honest_run_passes_checked_at_steps_drawn_at_random(tiny_evaluator, tmp_path):
+    assert "db2 = dlogits.sum(0)\n" in TINY_CODE
+    # Right, in words of its own: not the reference's text, so the reference is replayed.
+    mine = TINY_CODE.replace("db2 = dlogits.sum(0)\n", "db2 = dlogits.sum(dim=0)\n")
+    run, status = _train_and_keep(tiny_evaluator, tmp_path, mine)
+    assert run.status.value == "finished" and run.exercise.passed, run.exercise.reason
+    assert status in ("passed", "exact")
+    drawn = run.gradcheck.random_steps
+    assert len(drawn) == 4 and drawn == sorted(drawn)
+    assert all(TINY_FIRST <= s < 400 for s in drawn)
+    assert run.gradcheck.checks[0].steps == TINY_FIRST + 4  # the tally counts every check
+    # The reference replayed for the same 400 steps: right gradients land where it does.
+    assert run.reference_train_loss is not None
+    assert run.train_loss == pytest.approx(run.reference_train_loss, rel=0.01)
+
+
+def test_zero_gradients_without_a_gradient_check_are_kept_and_do_not_pass(tiny_evaluator,
+                                                                          tmp_path):
+    run, status = _train_and_keep(tiny_evaluator, tmp_path, ZEROED, gradcheck_steps=0)
+    assert run.status.value == "finished" and run.gradcheck is None
+    assert not run.exercise.passed and "gradient check off" in run.exercise.reason
+    assert status not in ("passed", "exact")
+
+
+def test_gradients_that_go_wrong_after_the_checked_steps_are_caught(tiny_evaluator, tmp_path):
+    run, status = _train_and_keep(tiny_evaluator, tmp_path, COUNTED)
+    assert run.status.value == "diverged"
+    failure = run.gradcheck.failure
+    assert failure.tensor == "W2" and failure.step in run.gradcheck.random_steps
+    assert failure.step >= TINY_FIRST and "drawn at random" in failure.message
+    assert run.steps_done == failure.step  # the wrong step moved nothing
+    assert not run.exercise.passed
+    assert f"differed from autograd's at step {failure.step}" in run.exercise.reason
+    assert status not in ("passed", "exact")
+
+
+def test_a_reference_run_is_kept_and_does_not_pass(tiny_evaluator, tmp_path):
+    run, status = _train_and_keep(tiny_evaluator, tmp_path, TINY_CODE, reference=True)
+    assert run.status.value == "finished" and run.gradcheck.passed
+    assert not run.exercise.passed and "reference solutions" in run.exercise.reason
+    assert status not in ("passed", "exact")
+
+
+def test_the_worker_draws_the_steps_whatever_the_request_says(tiny_evaluator):
+    drawn = [tiny_evaluator.request("train", {"code": TINY_CODE, "steps": 400,
+                                              "check_seed": 1}, None)["gradcheck"]["random_steps"]
+             for _ in range(2)]
+    assert len(drawn[0]) == 4 and drawn[0] != drawn[1]
+
+
+def test_train_file_without_a_gradient_check_is_kept_and_says_it_does_not_count(tmp_path):
+    step = tmp_path / "step.py"
+    step.write_text(ZEROED)
+    home = tmp_path / "home"
+    common = ("--pack", str(TINY), "train", "--file", str(step), "--gradcheck-steps", "0",
+              "--device", "cpu")
+    out = cli(*common, "--json", home=home)
+    assert out.returncode == 0, out.stderr
+    r = json.loads(out.stdout)
+    assert r["exercise"]["passed"] is False and "gradient check off" in r["exercise"]["reason"]
+    text = cli(*common, home=home)
+    assert "does not pass the exercise: gradient check off" in text.stdout
+    with Store.open(home, TINY_PACK) as store:
+        assert len(store.training_runs()) == 2
+        assert store.status("tiny/train") not in ("passed", "exact")

@@ -43,12 +43,14 @@ def made_up_run(status: str = "finished", steps_done: int = STEPS) -> dict:
     curve = [0.2 + 0.3 * math.exp(-k / 40) for k in range(steps_done // EVERY)]
     return {
         "status": status, "error": None, "step": None,
-        "settings": {"device": "cpu", "steps": STEPS, "compiled": False},
-        "gradcheck": {"steps": 100, "passed": True, "failure": None, "checks": checks},
+        "settings": {"device": "cpu", "steps": STEPS, "gradcheck_steps": 100,
+                     "compiled": False},
+        "gradcheck": {"steps": 100, "passed": True, "failure": None, "checks": checks,
+                      "random_steps": [STEPS // 8, STEPS // 3, STEPS // 2, STEPS - 5]},
         "steps_done": steps_done, "history": {"every": EVERY, "log10_loss": curve},
         "train_loss": 2.25, "val_loss": 2.5, "samples": [f"name{k}" for k in range(20)],
         "notes": [], "steps_per_s": 1000.0, "train_s": 2.0, "wall_s": 3.0, "stdout": "",
-        "lecture": {"train_loss": 2.0705, "val_loss": 2.1099},
+        "lecture": {"train_loss": 2.0705, "val_loss": 2.1099}, "reference_train_loss": 2.2,
     }
 
 
@@ -225,6 +227,24 @@ async def test_a_python_loop_is_noted_before_running():
     async with Host(screen).run_test(size=(140, 45)):
         notes = str(screen.query_one("#train-notes").content)
         assert "dC" in notes and "Bonus challenge" in notes
+
+
+@sync
+async def test_the_screen_says_whether_the_run_passes_the_exercise():
+    class Unchecked(MadeUpEvaluator):
+        def stream(self, payload, on_progress) -> dict:
+            run = super().stream(payload, on_progress)
+            return {**run, "settings": {**run["settings"], "gradcheck_steps": 0},
+                    "gradcheck": None}
+
+    for evaluator, said in ((MadeUpEvaluator(), "✓ This run passes the exercise."),
+                            (Unchecked(), "✗ This run does not pass the exercise: gradient "
+                                          "check off")):
+        screen = screen_for(evaluator)
+        async with Host(screen).run_test(size=(140, 45)) as pilot:
+            await pilot.press("f5")
+            await until(pilot, lambda s=screen: s.result is not None)
+            assert said in str(screen.query_one("#train-phase").content)
 
 
 def test_braille_curve_draws_a_connected_line():

@@ -168,12 +168,16 @@ class GradcheckFailure(Record):
 
 @dataclass(repr=False, eq=False)
 class GradientCheck(Record):
-    """Phase 1: every parameter's gradient compared with autograd's over the first steps."""
+    """Every parameter's gradient compared with autograd's: over the first `steps` steps (phase
+    1), then at `random_steps`, steps drawn at random across the rest of the run that the
+    learner's code cannot know in advance (so code that is right only while it is watched is
+    caught). `checks` tallies them all; `passed` says every checked step matched."""
 
     steps: int = 0
     passed: bool = False
     failure: GradcheckFailure | None = None
     checks: list[ParameterCheck] = field(default_factory=list)
+    random_steps: list[int] = field(default_factory=list)  # checked, in the order they came
 
     @classmethod
     def from_dict(cls, d: dict | None) -> GradientCheck | None:
@@ -182,12 +186,14 @@ class GradientCheck(Record):
         return cls(_whole(d.get("steps")) or 0, bool(d.get("passed")),
                    GradcheckFailure.from_dict(d.get("failure")),
                    [ParameterCheck.from_dict(c) for c in d.get("checks") or []
-                    if isinstance(c, dict)])
+                    if isinstance(c, dict)],
+                   [s for s in d.get("random_steps") or [] if _whole(s) is not None])
 
     def to_dict(self) -> dict:
         return {"steps": self.steps, "passed": self.passed,
                 "failure": self.failure.to_dict() if self.failure else None,
-                "checks": [c.to_dict() for c in self.checks]}
+                "checks": [c.to_dict() for c in self.checks],
+                "random_steps": list(self.random_steps)}
 
     @property
     def approximate_on_some_steps(self) -> bool:
@@ -271,6 +277,66 @@ class RunSettings(Record):
         return {**self.plan, **{k: getattr(self, k) for k in self._RUN}}
 
 
+# How close the learner's loss must come to the reference's: the calibrated training-split loss
+# after the run may be at most this fraction above the one the reference solutions reach after
+# the same steps (right gradients follow the reference's path up to rounding, a few thousandths).
+LOSS_MARGIN = 0.05
+
+
+@dataclass(repr=False, eq=False)
+class ExerciseVerdict(Record):
+    """Whether a run passes the training exercise, and if not, why (in the learner's words)."""
+
+    passed: bool
+    reason: str | None = None  # None when it passed
+
+    def to_dict(self) -> dict:
+        return {"passed": self.passed, "reason": self.reason}
+
+
+def exercise_verdict(run: TrainingRun) -> ExerciseVerdict:
+    """The one rule for passing the training exercise (docs/json.md, "Does it pass?").
+
+    A run passes when it ran the learner's own code (not `--reference`), with the gradient
+    check on (`gradcheck_steps` > 0), every checked step (the first ones and those drawn at
+    random across the run) matched autograd, it finished, and its calibrated training loss is
+    at most LOSS_MARGIN above what the reference solutions reach after the same steps.
+    Anything else is kept, and says here why it does not count.
+    """
+    def no(reason: str) -> ExerciseVerdict:
+        return ExerciseVerdict(False, reason)
+
+    if run.settings.reference:
+        return no("a run of the reference solutions: it does not count for the exercise")
+    gradcheck = run.gradcheck
+    failure = gradcheck.failure if gradcheck else None
+    if failure is not None:
+        where = (" (a step chosen at random)" if gradcheck and failure.step in
+                 gradcheck.random_steps else "")
+        return no(f"your gradients differed from autograd's at step {failure.step}{where}")
+    if run.status is RunStatus.CANCELLED:
+        return no(f"the run was stopped after {run.steps_done} of {run.planned_steps} steps: "
+                  "only a finished run counts")
+    if run.status is not RunStatus.FINISHED:
+        return no("the run stopped with an error")
+    if not _whole(run.settings.plan.get("gradcheck_steps")):
+        return no("gradient check off (--gradcheck-steps 0): this run does not count")
+    if gradcheck is None:
+        return no("the gradient check did not run")
+    if not gradcheck.passed:
+        return no("the gradient check did not pass")
+    steps = run.planned_steps or 0
+    if steps > gradcheck.steps and not gradcheck.random_steps:
+        return no("no step after the first ones was checked against autograd")
+    ours, theirs = run.train_loss, run.reference_train_loss
+    if ours is None or theirs is None:
+        return no("there is no reference loss to compare this run's loss with")
+    if not ours <= theirs * (1 + LOSS_MARGIN):  # a nan loss fails too
+        return no(f"the loss did not fall as the reference's does: {ours:.4g} vs {theirs:.4g} "
+                  f"after {run.steps_done} steps (at most {LOSS_MARGIN:.0%} above counts)")
+    return ExerciseVerdict(True)
+
+
 @dataclass(repr=False, eq=False)
 class TrainingRun(Record):
     """A whole training run: how it ended, its gradient check, its curve, its results.
@@ -299,6 +365,10 @@ class TrainingRun(Record):
     wall_s: float | None = None
     stdout: str = ""
     lecture: SplitLosses | None = None  # the lecture's own losses, to compare with
+    # What the reference solutions reach on the training split after the same steps (the
+    # pack's stated figure for its full run, else the reference replayed): the bar of
+    # `exercise_verdict`. None where the run cannot pass for another reason.
+    reference_train_loss: float | None = None
     run_id: int | None = None
     # Handed to the progress store (`Lesson.keep_run`): only then does the plain data carry
     # `run_id`, which is None for a run the store does not keep (one that never started).
@@ -310,10 +380,12 @@ class TrainingRun(Record):
     # The plain data's keys, in the order docs/json.md shows them.
     _KEYS = ("status", "error", "step", "settings", "gradcheck", "steps_done", "history",
              "train_loss", "val_loss", "samples", "notes", "last_loss", "steps_per_s",
-             "gradcheck_s", "train_s", "compile_s", "results_s", "wall_s", "stdout", "lecture")
+             "gradcheck_s", "train_s", "compile_s", "results_s", "wall_s", "stdout", "lecture",
+             "reference_train_loss")
     _NUMBERS = ("last_loss", "steps_per_s", "gradcheck_s", "train_s", "compile_s", "results_s",
-              "wall_s", "train_loss", "val_loss")
+              "wall_s", "train_loss", "val_loss", "reference_train_loss")
     _STORED = ("run_id", "id", "at", "code")  # what the progress store adds to a kept run
+    _DERIVED = ("exercise",)  # worked out from the rest on every side, never read back
 
     @classmethod
     def from_dict(cls, d: dict) -> TrainingRun:
@@ -332,7 +404,8 @@ class TrainingRun(Record):
             stdout=str(d.get("stdout") or ""),
             lecture=SplitLosses.from_dict(d.get("lecture")),
             run_id=_whole(run_id), saved="run_id" in d, at=d.get("at"), code=d.get("code"),
-            extra={k: v for k, v in d.items() if k not in cls._KEYS + cls._STORED},
+            extra={k: v for k, v in d.items()
+                   if k not in cls._KEYS + cls._STORED + cls._DERIVED},
             **{k: _number(d.get(k)) for k in cls._NUMBERS},
         )
 
@@ -341,10 +414,16 @@ class TrainingRun(Record):
         d["status"] = self.status.value
         for key in ("error", "settings", "gradcheck", "history", "lecture"):
             d[key] = d[key].to_dict() if d[key] is not None else None
+        d["exercise"] = self.exercise.to_dict()
         d.update(self.extra)
         if self.saved:
             d["run_id"] = self.run_id
         return d
+
+    @property
+    def exercise(self) -> ExerciseVerdict:
+        """Whether this run passes the training exercise, and why not (`exercise_verdict`)."""
+        return exercise_verdict(self)
 
     def stored(self, code: str) -> dict:
         """The row the progress store keeps: the run (its print output left out) and its

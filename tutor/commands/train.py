@@ -278,7 +278,10 @@ def _cmp_row(c: ParameterCheck, width: int) -> str:
 def format_gradcheck(gradcheck: GradientCheck | None) -> list[str]:
     if not gradcheck:
         return ["Gradient check: skipped"]
-    lines = [f"Gradient check against autograd over {gradcheck.steps} step(s):"]
+    drawn = gradcheck.random_steps
+    also = (f" and at {len(drawn)} drawn at random ({', '.join(map(_spaced, drawn))})"
+            if drawn else "")
+    lines = [f"Gradient check against autograd over the first {gradcheck.steps} step(s){also}:"]
     width = max((len(c.tensor) for c in gradcheck.checks), default=0)
     lines += [_cmp_row(c, width) for c in gradcheck.checks]
     if gradcheck.failure:
@@ -336,7 +339,19 @@ def format_run(r: TrainingRun) -> str:
         lines += [f"  {line}" for line in head]
     lines.append(f"\nwall time {clock(r.wall_s, '?')}"
                  + (f" · run #{r.run_id} saved" if r.saved and r.run_id else ""))
+    lines += format_verdict(r)
     return "\n".join(lines)
+
+
+def format_verdict(r: TrainingRun) -> list[str]:
+    """Whether the run passes the training exercise, and why not (runs.exercise_verdict)."""
+    verdict = r.exercise
+    if verdict.passed:
+        reference = r.reference_train_loss
+        bar = f" (train loss {_loss(r.train_loss)}, the reference's {_loss(reference)})" \
+            if reference is not None else ""
+        return [f"✓ this run passes the exercise{bar}"]
+    return wrap(f"this run does not pass the exercise: {verdict.reason}", "✗ ", "  ")
 
 
 TRAIN = Command("train", "exercise 4: train the network on your own backward pass", _args, run)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import queue
+import secrets
 import sys
 import threading
 import traceback
@@ -141,6 +142,9 @@ class Worker:
         from tutor.training import run_training
 
         engine = self.engine
+        # The secret that picks the steps checked at random (training/run.py, random_checks):
+        # drawn here, for this run only, whatever the request says.
+        request = {**request, "check_seed": secrets.randbits(64)}
         timeout = engine.settings.timeout
         windows = {"step": timeout + STEP_GRACE, "compile": COMPILE_SECONDS,
                    "results": RESULTS_SECONDS}

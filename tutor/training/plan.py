@@ -68,6 +68,10 @@ class TrainingSettings:
     loss_line: str
     lecture_train_loss: float | None
     lecture_val_loss: float | None
+    # The reference solutions' calibrated training loss after the pack's own full run, at the
+    # default seed: the bar such a run must reach (runs.exercise_verdict). Other runs train the
+    # reference for their own steps instead.
+    reference_train_loss: float | None = None
     # A pack whose network is assembled from function steps (the GPT's n layers) gives its own
     # forward pass and a backward driver that calls the learner's functions, instead of a list
     # of steps whose code is pasted in order.
@@ -119,6 +123,7 @@ class TrainingSettings:
             loss_line=str(cfg.get("loss", f"{pack.loss} = F.cross_entropy(logits, Yb)")),
             lecture_train_loss=cfg.get("lecture_train_loss"),
             lecture_val_loss=cfg.get("lecture_val_loss"),
+            reference_train_loss=cfg.get("reference_train_loss"),
             functions=tuple(cfg.get("functions", [])),
             forward_code=str(cfg.get("forward", "")).strip("\n"),
             driver=str(cfg["backward"]).strip("\n") if isinstance(cfg.get("backward"), str)
@@ -352,14 +357,16 @@ def speed_notes(code: str) -> list[str]:
 
 
 def record_run(store: Store, pack: Pack, code: str, run: TrainingRun) -> int | None:
-    """Keep the run with its loss history; a finished run of the learner's own code also counts
-    as passing exercise 4. Returns the run's id, or None for a run that never started."""
+    """Keep the run with its loss history; a finished run of the learner's own code is also an
+    attempt at the training exercise, which passes it only as `run.exercise` (the rule,
+    runs.exercise_verdict) says. Returns the run's id, or None for a run that never started."""
     if not run.status.kept:
         return None
     run_id = store.record_training_run(run.stored(code))
     if run.status is RunStatus.FINISHED and not run.settings.reference:
-        gradcheck = run.gradcheck
-        store.record_attempt(training_step(pack).id, code, CheckResult(
-            training_step(pack).id, passed=gradcheck.passed if gradcheck else True,
-            checks=list(gradcheck.checks) if gradcheck else []))
+        verdict, gradcheck = run.exercise, run.gradcheck
+        step = training_step(pack).id
+        store.record_attempt(step, code, CheckResult(
+            step, passed=verdict.passed, checks=list(gradcheck.checks) if gradcheck else [],
+            notes=[verdict.reason] if verdict.reason else []))
     return run_id

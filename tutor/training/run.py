@@ -11,9 +11,11 @@ import ast
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from dataclasses import replace as _replace
 from typing import TYPE_CHECKING, Any
 
 from tutor import code_facts
+from tutor.config import DEFAULT_SEED
 from tutor.packs import Pack
 from tutor.results import CheckError, ErrorKind, TensorCheck
 from tutor.runs import (
@@ -41,6 +43,7 @@ from tutor.training.plan import (
     TrainingSettings,
     speed_notes,
     training_code,
+    with_header,
 )
 
 REPORT_INTERVAL = 0.1  # seconds between progress messages: about ten a second, never more
@@ -51,6 +54,27 @@ SAMPLE_SEED_OFFSET = 10  # the lecture samples with a generator seeded 214748364
 # use it instead of computing it once per column; realizing every computed node stops that. The
 # C++ wrapper removes most of the Python work around a few-microsecond kernel.
 COMPILE_OPTIONS = {"realize_opcount_threshold": 1, "cpp_wrapper": True, "compile_threads": 1}
+# Steps after the first checked ones whose gradients are compared with autograd again, one drawn
+# at random in each of this many equal spans of the rest of the run. Each costs two autograd
+# passes (float32 and float64), so a handful is nothing next to the run.
+RANDOM_CHECKS = 4
+
+
+def random_checks(first: int, total: int, seed: int | None, count: int = RANDOM_CHECKS
+                  ) -> list[int]:
+    """Steps in first..total-1 to check again: one in each of `count` equal spans, so the whole
+    run is covered. `seed` is a secret the worker draws for each run (None: one drawn here);
+    nothing the learner's code can reach holds it or the steps."""
+    import random
+    import secrets
+
+    span = total - first
+    count = min(count, max(0, span))
+    if count == 0:
+        return []
+    rng = random.Random(seed if seed is not None else secrets.randbits(64))
+    bounds = [first + span * k // count for k in range(count + 1)]
+    return [rng.randrange(bounds[k], bounds[k + 1]) for k in range(count)]
 
 
 class Batches:
@@ -293,6 +317,13 @@ class Trainer:
         self.steps_done = 0
         self.notes = speed_notes(self.code_text)
         self.phase2_rate: float | None = None
+        self.tallies: dict[str, ParameterCheck] = {}
+        # The steps checked again at random, on the Trainer only: the learner's code runs in a
+        # namespace of its own and cannot reach this object (the guard refuses frames and
+        # underscores), so it cannot know which of its steps are watched.
+        self._random_checks = random_checks(self.s.gradcheck_steps, self.s.steps,
+                                            request.get("check_seed")) \
+            if self.s.gradcheck_steps > 0 else []
         self.result = TrainingRun(
             RunStatus.ERROR, notes=self.notes,
             settings=RunSettings(self.s.to_dict(), device=str(self.device),
@@ -337,6 +368,8 @@ class Trainer:
         self._flush()
         if self.result.status in (RunStatus.FINISHED, RunStatus.CANCELLED) and self.steps_done > 0:
             self._results()
+        if self._may_pass():
+            self.result.reference_train_loss = self._reference_loss()
         return self._finish(started)
 
     def _setup(self) -> None:
@@ -483,7 +516,7 @@ class Trainer:
             return None
         started = time.monotonic()
         names = self._checked()
-        tallies = {p: ParameterCheck(p, f"d{p}") for p in self.s.parameters}
+        tallies = self.tallies = {p: ParameterCheck(p, f"d{p}") for p in self.s.parameters}
         step = self._guarded(self._run_code)
         cpu = torch.device("cpu")
         report_at = 0.0
@@ -521,8 +554,44 @@ class Trainer:
         self.result.gradcheck_s = time.monotonic() - started
         return status
 
+    def _check_at(self, step: Callable, i: int) -> bool:
+        """Step `i`, one of those drawn at random: the learner's step as training runs it,
+        its gradients compared with autograd's on the same batch before they move anything.
+        False (and the failure recorded) when one differs."""
+        import torch
+
+        from tutor.grading import grade
+
+        Xb, Yb = next(self.batches)
+        cpu = torch.device("cpu")
+        params = list(self.s.parameters)
+        # Phase 2 runs in inference mode, whose tensors autograd refuses: the reference works
+        # on copies made outside it (the parameters themselves were made outside it).
+        with torch.inference_mode(False):
+            Xa, Ya = Xb.clone(), Yb.clone()
+            ref32 = self._autograd(Xa, Ya, torch.float32, self.device, params)
+            ref64 = self._autograd(Xa, Ya, torch.float64, cpu, params)
+        loss, grads = step(Xb, Yb)
+        values = dict(zip(self.s.grad_names, grads, strict=True))
+        grades = {p: grade(p, values[f"d{p}"], ref32[p], ref64[p], parameter=True)
+                  for p in params}
+        for p in params:
+            self.tallies[p].add(grades[p])
+        gradcheck = self.result.gradcheck
+        assert gradcheck is not None  # phase 1 ran, or there would be no steps to check
+        gradcheck.random_steps.append(i)
+        wrong = [p for p in params if not grades[p].accepted]
+        if wrong:
+            gradcheck.passed = False
+            gradcheck.failure = self._failure(i, wrong, grades, ref32, values, at_random=True)
+            return False
+        self.update(grads, i)
+        self.losses.append(loss)
+        return True
+
     def _failure(self, i: int, wrong: list[str], grades: dict[str, TensorCheck],
-                 ref32: dict) -> GradcheckFailure:
+                 ref32: dict, values: dict | None = None, at_random: bool = False
+                 ) -> GradcheckFailure:
         """Which parameter diverged, by how much, and the first wrong gradient behind it."""
         from tutor import diagnosis as dx
 
@@ -532,7 +601,7 @@ class Trainer:
         g = grades[first]
         bad = {f"d{k}" for k, gr in grades.items() if not gr.accepted}
         cause = self.gradients.first_cause(f"d{first}", bad)[1:]
-        value, ref = self.ns.get(f"d{cause}"), ref32[cause]
+        value, ref = (self.ns if values is None else values).get(f"d{cause}"), ref32[cause]
         c = grades[cause]
         diag = None
         if c.verdict == "shape":
@@ -548,7 +617,9 @@ class Trainer:
         else:
             how = (f"d{first} is off by up to {g.maxdiff:.3g}"
                    + (f" ({g.maxdiff / size:.0%} of its largest entry)" if size > 0 else ""))
-        message = f"At step {i}, {listed} {'differs' if len(wrong) == 1 else 'differ'} " \
+        where = (f"At step {i}, one of the steps drawn at random after the first "
+                 f"{self.s.gradcheck_steps} to be checked again," if at_random else f"At step {i},")
+        message = f"{where} {listed} {'differs' if len(wrong) == 1 else 'differ'} " \
                   f"from autograd: {how}."
         if cause != first:
             message += (f" It comes from d{cause} (line {line.get(f'd{cause}', '?')}), the first "
@@ -556,7 +627,12 @@ class Trainer:
                         "from match autograd.")
         if diag:
             message += f" {diag.message}"
-        message += " Training stopped before a wrong gradient could change the network."
+        if at_random:
+            message += (" They matched autograd on the first steps, so look for code that does "
+                        "not do the same on every step (a counter, state kept between steps). "
+                        "Training stopped there; the run does not count.")
+        else:
+            message += " Training stopped before a wrong gradient could change the network."
         return GradcheckFailure(i, first, f"d{first}", [f"d{p}" for p in wrong], g.maxdiff,
                                 g.verdict, f"d{cause}", line.get(f"d{cause}"), diag, message)
 
@@ -586,8 +662,18 @@ class Trainer:
                 report_at = time.monotonic() + REPORT_INTERVAL
             return True
 
-        done = train_steps(step, self.update, self.batches, start, self.s.steps, self.losses,
-                           keep_going)
+        done, diverged = start, False
+        # The hot loop runs untouched between the steps drawn for a check; each of those runs
+        # the same step, checked (see _check_at).
+        for at in [*(i for i in self._random_checks if i >= start), self.s.steps]:
+            done = train_steps(step, self.update, self.batches, done, at, self.losses,
+                               keep_going)
+            if done < at or at == self.s.steps or not keep_going(at):
+                break
+            if not self._check_at(step, at):
+                diverged = True
+                break
+            done = at + 1
         self.steps_done = done
         elapsed = time.monotonic() - started
         self.result.train_s = elapsed
@@ -596,6 +682,8 @@ class Trainer:
         if not self._flush() or self.blew_up:
             return RunStatus.ERROR
         self._report(start, started, time.monotonic())
+        if diverged:
+            return RunStatus.DIVERGED
         if cancelled:
             return RunStatus.CANCELLED
         return RunStatus.FINISHED
@@ -696,6 +784,38 @@ class Trainer:
             lr=self.s.lr_at(max(0, done - 1))))
 
     # -- phase 3 -----------------------------------------------------------------------------
+    def _may_pass(self) -> bool:
+        """Whether this run can still pass the exercise, so that the reference's loss is worth
+        working out (see runs.exercise_verdict, the rule itself)."""
+        gradcheck = self.result.gradcheck
+        return (self.result.status is RunStatus.FINISHED and not self.result.settings.reference
+                and gradcheck is not None and gradcheck.passed
+                and self.result.train_loss is not None)
+
+    def _reference_loss(self) -> float | None:
+        """What the reference solutions reach on the training split after the same steps: the
+        pack's figure for its own full run (`reference_train_loss` in [training], at the default
+        seed), else the reference trained here for the same steps, from the same seed and
+        batches (which costs as much again as this run's training)."""
+        full = TrainingSettings.from_pack(self.pack)
+        if (self.s.reference_train_loss is not None and self.s.steps == full.steps
+                and self.s.seed == DEFAULT_SEED):
+            return float(self.s.reference_train_loss)
+        steps = self.s.steps
+        if with_header(self.code_text, self.s) == training_code(self.pack, None, steps):
+            # The reference's own text: replaying it would retrace this run's path exactly.
+            return self.result.train_loss
+
+        def progress(_p: dict) -> None:
+            # Heard by the worker's clock; the learner sees the results phase go on.
+            self.progress(RunProgress(RunPhase.RESULTS, self.steps_done, steps=steps))
+
+        replay = Trainer(self.engine, {"steps": steps, "gradcheck_steps": 0, "reference": True},
+                         progress, self.cancel, self.window)
+        replay.s = _replace(replay.s, samples=0)
+        run = replay.execute()
+        return run.train_loss if run.status is RunStatus.FINISHED else None
+
     def _results(self) -> None:
         import torch
 

@@ -502,7 +502,7 @@ class TrainingScreen(Screen):
         final_loss = f" · last loss {r.last_loss:.4f}" if r.last_loss else ""
         self.query_one("#train-rate", Static).update(
             f"{spaced(r.steps_done)} steps done{final_loss}")
-        summary = self._summary(r, planned)
+        summary = self._summary(r, planned) + self._verdict(r)
         if reopened:
             summary = Text.styled(f"Your last run, #{r.run_id} on {when(r.at)}: ",
                                   "bold") + summary
@@ -521,6 +521,13 @@ class TrainingScreen(Screen):
         self.running, self.cancelling = False, False
         self._phase(Text.styled(f"The evaluator could not run the training: {message.message}",
                                 BAD))
+
+    def _verdict(self, r: TrainingRun) -> Text:
+        """Whether the run passes the exercise, and why not: the controller's rule, shown."""
+        verdict = r.exercise
+        if verdict.passed:
+            return Text.styled("\n✓ This run passes the exercise.", GOOD)
+        return Text.styled(f"\n✗ This run does not pass the exercise: {verdict.reason}.", WARN)
 
     def _summary(self, r: TrainingRun, planned: int) -> Text:
         done = r.steps_done

@@ -345,11 +345,15 @@ class CheckResult(Record):
             achieved = self.achievement
             return ("exact" if achieved is Status.EXACT else
                     "passed, rule skipped" if achieved is Status.SKIPPED else "passed")
-        failing = self.failed()
+        # A row that is right here but failed the fresh batch reads as that, not as "exact".
+        failing = [c for c in self.failed() if not c.right]
         if failing:
             return ", ".join(f"{c.grad} {c.verdict.value}" for c in failing)
         if self.heldout and not self.heldout.passed:
             return "wrong on the fresh batch"
+        flagged = [c for c in self.failed() if c.diagnosis]
+        if flagged:  # right values, refused for another reason (an input changed in place)
+            return ", ".join(f"{c.grad} {c.diagnosis.kind}" for c in flagged if c.diagnosis)
         return "not passed"
 
 

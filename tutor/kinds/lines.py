@@ -373,8 +373,8 @@ class LineCheck(StepCheck):
             why = {k: clean(str(v), 300) for k, v in (record.get("why") or {}).items()
                    if k in ("line", "fork") and v} if isinstance(record.get("why"), dict) else {}
             try:
-                line, fork = (decode_namespace(record.get(k)) if record.get(k) else None
-                              for k in ("line", "fork"))
+                line, fork = (decode_namespace(record[k]) if record.get(k) is not None
+                              else None for k in ("line", "fork"))
             except Exception:  # noqa: BLE001 - undecodable probe data shows no rule
                 line = fork = None
                 why = {"line": "what it handed back could not be read"}

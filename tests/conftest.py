@@ -28,3 +28,18 @@ def _isolated_home(tmp_path, monkeypatch):
     monkeypatch.setenv("BACKPROP_TUTOR_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
     monkeypatch.setenv("BACKPROP_TUTOR_CACHE", str(tmp_path / "cache"))
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked `cuda` need a CUDA device: skipped without one (benchmarks/gpu_check.sh runs
+    them where there is one)."""
+    marked = [item for item in items if item.get_closest_marker("cuda")]
+    if not marked:
+        return
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device (benchmarks/gpu_check.sh)")
+    for item in marked:
+        item.add_marker(skip)

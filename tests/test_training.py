@@ -227,10 +227,8 @@ def test_compile_falls_back_to_eager_with_a_note(engine, monkeypatch):
     assert any("no compiler here" in n and "eagerly" in n for n in r["notes"])
 
 
+@pytest.mark.cuda
 def test_cuda_run_when_available():
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("this machine has no CUDA device")
     from tutor.config import Settings
     from tutor.engine import Engine
 

@@ -74,6 +74,21 @@ def test_correct_answer(snap_compare, app):
     assert snap_compare(app, terminal_size=(120, 40), run_before=submit(CORRECT))
 
 
+# The loss's derivative written in at `dprobs`: right for this network, not the line's rule.
+SKIPS_THE_RULE = ("dprobs = torch.zeros_like(probs)\n"
+                  "dprobs[range(n), Yb] = -1.0 / (n * probs[range(n), Yb])\n")
+
+
+def test_an_answer_that_skips_the_rule(snap_compare, app):
+    async def run_before(pilot) -> None:
+        await submit(CORRECT)(pilot)
+        await pilot.press("ctrl+n")
+        await settle(pilot)
+        await submit(SKIPS_THE_RULE)(pilot)
+
+    assert snap_compare(app, terminal_size=(120, 40), run_before=run_before)
+
+
 def test_wrong_answer(snap_compare, app):
     assert snap_compare(app, terminal_size=(120, 40), run_before=submit(WRONG))
 

@@ -171,7 +171,9 @@ def check_kept(tensors: dict[str, torch.Tensor], limit: int = MAX_KEPT) -> None:
 
 
 def _bytes(size: int) -> str:
-    return f"{size} bytes" if size < 2**10 else megabytes(size)
+    if size < 2**10:
+        return f"{size} bytes"
+    return f"{size / 2**10:.1f} kB" if size < 2**20 else megabytes(size)
 
 
 def decode_shared(data: dict) -> dict[str, torch.Tensor]:
@@ -304,6 +306,12 @@ def keep_only(*fds: int, output: int | None = None) -> None:
     if output is not None:
         os.dup2(output, 1)
         os.dup2(output, 2)
+        # New stream objects for them too, and Python's own hooks that write there: the
+        # parent's may write elsewhere than its descriptors or collect what they are given (a
+        # test runner's), or be held by one of its threads, whose lock the fork copied.
+        stream = open(2, "w", buffering=1, errors="backslashreplace", closefd=False)  # noqa: SIM115
+        sys.stdout = sys.stderr = sys.__stdout__ = sys.__stderr__ = stream
+        sys.excepthook, sys.unraisablehook = sys.__excepthook__, sys.__unraisablehook__
     keep = sorted({*fds, 0, 1, 2})
     low = 3
     for k in keep:

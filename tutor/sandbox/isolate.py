@@ -197,8 +197,7 @@ OUTPUT_HEAD = OUTPUT_TAIL = 16 * 1024
 
 
 def _cut_bytes(count: int) -> bytes:
-    size = f"{count / 2**10:.1f} kB" if count < 2**20 else megabytes(count)
-    return f"\n… {size} cut …\n".encode()
+    return f"\n… {_bytes(count)} cut …\n".encode()
 
 
 class Spill:
@@ -213,8 +212,11 @@ class Spill:
         self.open = True
 
     def drain(self) -> bool:
-        """Read what is waiting; False once every writer has closed its end."""
-        while self.open:
+        """Read what is waiting, at most a megabyte (a child that writes without end must not
+        keep its reader from its other work); False once every writer has closed its end."""
+        for _ in range(16):
+            if not self.open:
+                break
             try:
                 chunk = os.read(self.fd, 1 << 16)
             except BlockingIOError:
@@ -225,7 +227,7 @@ class Spill:
                 self.open = False
                 break
             self.text.write(chunk)
-        return False
+        return self.open
 
     def follow(self) -> None:
         """Drain until every writer has closed its end, then `finish` (a thread's whole life,

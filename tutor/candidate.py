@@ -10,7 +10,6 @@ import ast
 import builtins
 import copy
 import difflib
-import io
 import marshal
 import signal
 import sys
@@ -27,7 +26,7 @@ import torch
 
 from tutor.results import CheckError
 from tutor.sandbox.classes import TypeOf
-from tutor.sandbox.clean import MAX_MESSAGE, MAX_TEXT, clean
+from tutor.sandbox.clean import MAX_MESSAGE, MAX_TEXT, Capped, clean, cut_note
 from tutor.sandbox.guard import GUARD_NAME, Refused, rewrite
 from tutor.sandbox.modules import GUARD, MODULES
 from tutor.sandbox.policy import inspect
@@ -98,24 +97,34 @@ def _format(value: Any, spec: str = "") -> str:
 
 
 class Output:
-    """What learner code prints, capped; `cmp(...)` calls are recorded where they happen."""
+    """What learner code prints, capped: its first and last part are kept, with a note of what
+    was cut between them (`clean.Capped`). `cmp(...)` calls are recorded where they happen."""
 
     def __init__(self) -> None:
-        self.buffer = io.StringIO()
-        self.cmp_calls: list[tuple[int, str, Any]] = []
+        # Half for the first part, half for the last, with room for the note, so that the engine's
+        # own `clean` (at MAX_TEXT) finds nothing more to cut.
+        half = (MAX_STDOUT - 100) // 2
+        self._text = Capped("", half, half, cut_note)
+        self._cmp_calls: list[tuple[int, str, Any]] = []
+
+    def write(self, text: str) -> None:
+        self._text.write(text)
 
     def print(self, *args: Any, sep: Any = " ", end: Any = "\n", **_: Any) -> None:
-        room = MAX_STDOUT - self.buffer.tell()
-        if room > 0:
-            self.buffer.write((str(sep).join(str(a) for a in args) + str(end))[:room])
+        self._text.write(str(sep).join(str(a) for a in args) + str(end))
 
     def cmp(self, name: Any = None, dt: Any = None, t: Any = None, *_: Any, **__: Any) -> None:
         """The notebook's cmp: recorded here, answered by the tutor after grading."""
-        if len(self.cmp_calls) < 64 and isinstance(name, str):
-            self.cmp_calls.append((self.buffer.tell(), name[:40], dt))
+        if len(self._cmp_calls) < 64 and isinstance(name, str):
+            self._cmp_calls.append((self._text.written, name[:40], dt))
+
+    @property
+    def cmp_calls(self) -> list[tuple[int, str, Any]]:
+        """Each call's place in `text()`, its name and its tensor."""
+        return [(self._text.place(at), name, dt) for at, name, dt in self._cmp_calls]
 
     def text(self) -> str:
-        return self.buffer.getvalue()
+        return self._text.text()
 
 
 def sandbox_globals(out: Output) -> dict:
@@ -342,24 +351,27 @@ def execute(compiled: types.CodeType, ns: dict, out: Output,
     """Run compiled learner code in `ns`, which it shares with later code, as in a notebook.
 
     Warnings the code triggers (a deprecated .T on a 1-D tensor, say) go to its output, next to
-    its own prints, not to the worker's stderr.
+    its own prints, where they are capped with them; never to the worker's stderr.
     """
     if deadline is not None and time.monotonic() >= deadline:
         raise CheckTimeout()
     ns.update(MODULES)
     ns["__builtins__"] = _RUN_BUILTINS
     listening, _LISTENING.out = _LISTENING.out, out
+
+    def shown(message: Any, _category: Any, filename: str, lineno: int, *_: Any) -> None:
+        where = _where(filename, lineno)
+        if where:
+            text = str(message).split(" (Triggered internally")[0]
+            out.write(clean(f"warning ({where}): {text}", MAX_MESSAGE) + "\n")
+
     try:
-        with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
+        with torch.no_grad(), warnings.catch_warnings():
             warnings.simplefilter("always")
+            warnings.showwarning = shown  # put back as it was when the block ends
             exec(compiled, ns)
     finally:
         _LISTENING.out = listening
-        for w in locals().get("caught") or []:
-            where = _where(w.filename, w.lineno)
-            if where and out.buffer.tell() < MAX_STDOUT:
-                text = str(w.message).split(" (Triggered internally")[0]
-                out.buffer.write(clean(f"warning ({where}): {text}\n", MAX_MESSAGE))
         ns.pop("__builtins__", None)
 
 

@@ -35,6 +35,7 @@ from tutor.sandbox.isolate import (
     MAX_KEPT,
     MAX_MESSAGE,
     TooLarge,
+    check_kept,
     encode_shared,
     encode_tensor,
     megabytes,
@@ -275,17 +276,25 @@ def run_batch(spec: CheckSpec, plan: BatchPlan, deadline: float,
     record["cmp"] = _encode_cmp(out)
     if record["error"]:
         return record
+    try:
+        # What this step leaves for the steps after it is measured here, in the step that keeps
+        # it, at the size it can reach, before anything below compares or copies it.
+        check_kept(kept_tensors(after))
+        if not plan.known:
+            plain, cacheable = _plain_before(base, plan.namespace)
+            record["before"] = encode_shared(plain)
+            record["scalars"], complete = _short_scalars(base)
+            record["cacheable"] = cacheable and complete
+    except TooLarge as exc:
+        return {**_without_values(record), "error": CodeError("memory", str(exc)).payload}
     record["after"] = encode_namespace(after, {f"d{t}" for t in spec.graded})
     record["mutations"] = _mutations(base, after, spec.graded)
-    if not plan.known:
-        plain, cacheable = _plain_before(base, plan.namespace)
-        try:
-            record["before"] = encode_shared(plain)
-        except TooLarge as exc:
-            return {**_without_values(record), "error": CodeError("memory", str(exc)).payload}
-        record["scalars"], complete = _short_scalars(base)
-        record["cacheable"] = cacheable and complete
     return record
+
+
+def kept_tensors(ns: dict) -> dict[str, Tensor]:
+    """The tensors a namespace keeps for the steps after it, each by its name."""
+    return {k: v for k, v in ns.items() if isinstance(v, Tensor)}
 
 
 def _without_values(record: dict) -> dict:

@@ -187,17 +187,19 @@ def _serve(sock: socket.socket) -> NoReturn:
     gc.freeze()
     while True:
         try:
-            data, fds, _, _ = socket.recv_fds(sock, 1 << 16, 2)
+            data, fds, _, _ = socket.recv_fds(sock, 1 << 16, 3)
             request = loads_plain(data) if data else None
         except Exception:  # noqa: BLE001 - the worker is gone, or wrote nonsense: end
             os._exit(0)
         if not isinstance(request, dict):
             os._exit(0)
-        if request.get("op") == "fork" and len(fds) == 2:
+        if request.get("op") == "fork" and len(fds) == 3:
             pid = os.fork()
             if pid == 0:
                 gc.disable()  # a child lives for one check; its garbage goes with it
-                keep_only(*fds)
+                # Its stdout and stderr go to the worker's pipe for them (isolate.Spill), not to
+                # the server's, which the worker could not bound per child.
+                keep_only(fds[0], fds[1], output=fds[2])
                 _live(fds[0], fds[1], work, device, setup, server)
             answer({"pid": pid})
         elif request.get("op") == "reap":

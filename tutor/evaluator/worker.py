@@ -19,9 +19,11 @@ import sys
 import threading
 import traceback
 import warnings
+from typing import Any
 
 from tutor.evaluator import protocol
 from tutor.results import CheckError, ErrorKind
+from tutor.sandbox.clean import clean
 
 # Importing torch without NumPy present prints a warning that means nothing to a learner.
 warnings.filterwarnings("ignore", message=".*NumPy.*")
@@ -159,7 +161,7 @@ class Worker:
             now["window"] = "results" if payload.get("phase") == "results" else "step"
             if isinstance(payload.get("step"), int):
                 now["step"] = payload["step"]
-            self.send({"type": "progress", "id": rid, "payload": payload})
+            self.send({"type": "progress", "id": rid, "payload": inert(payload)})
 
         def quiet() -> float:
             return windows[now["window"]]
@@ -184,8 +186,21 @@ class Worker:
             outcome = child.run(request, timeout=TRAINING_WALL_SECONDS, on_message=message,
                                 cancel=self.cancel, quiet=quiet)
         if outcome.status == "done" and isinstance(outcome.result, dict):
-            return outcome.result
+            return inert(outcome.result)
         return stopped(outcome, now["window"], now["step"], timeout)
+
+
+def inert(value: Any) -> Any:
+    """A training child's plain data with every string cleaned for the terminal (`clean`): the
+    child cleaned its print output and messages already, but it ran the learner's code, and what
+    the front ends show and the store keeps is taken from here."""
+    if isinstance(value, str):
+        return clean(value)
+    if isinstance(value, dict):
+        return {k: inert(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [inert(v) for v in value]
+    return value
 
 
 def compile_workshop(settings) -> str:

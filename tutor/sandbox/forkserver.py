@@ -111,18 +111,20 @@ class ForkServer:
         """A new child, forked by the server: it confines itself, then says it is ready."""
         req_read, req_write = os.pipe()
         res_read, res_write = os.pipe()
+        out_read, out_write = os.pipe()  # its stdout and stderr (isolate.Spill)
         try:
             with self._lock:
-                pid = self._ask({"op": "fork"}, [req_read, res_write])["pid"]
+                pid = self._ask({"op": "fork"}, [req_read, res_write, out_write])["pid"]
                 pidfd = os.pidfd_open(pid)  # before the server may reap it (only when asked)
         except BaseException:
-            for fd in (req_write, res_read):
+            for fd in (req_write, res_read, out_read):
                 os.close(fd)
             raise
         finally:
             os.close(req_read)
             os.close(res_write)
-        return ServerChild(self, pid, pidfd, req_write, res_read)
+            os.close(out_write)
+        return ServerChild(self, pid, pidfd, req_write, res_read, out_read)
 
     def reap(self, pid: int) -> int:
         """Collect an ended child; its exit code as subprocess gives it (-N: killed by N)."""
@@ -148,10 +150,11 @@ def _stop(proc: subprocess.Popen, sock: socket.socket) -> None:
 
 class ServerChild:
     """A child the server forked, seen as `subprocess.Popen` shows one (what spawn.Spawned
-    drives): its pipes, `poll`, `wait`, `kill`."""
+    drives): its pipes (`output`, the descriptor its stdout and stderr write to, is the
+    reader's to close), `poll`, `wait`, `kill`."""
 
     def __init__(self, server: ForkServer, pid: int, pidfd: int, requests: int,
-                 results: int) -> None:
+                 results: int, output: int) -> None:
         self._server = server
         self.pid = pid
         self._pidfd = pidfd
@@ -160,6 +163,7 @@ class ServerChild:
         weakref.finalize(self, os.close, pidfd)  # readable once the child ends, reaped or not
         self.stdin = open(requests, "wb", buffering=0)  # noqa: SIM115 - closed by Spawned
         self.stdout = open(results, "rb", buffering=0)  # noqa: SIM115
+        self.output = output
 
     def _ended(self, timeout: float | None) -> bool:
         ready, _, _ = select.select([self._pidfd], [], [], timeout)

@@ -36,6 +36,7 @@ from typing import Any
 import torch
 
 from tutor.sandbox import confine
+from tutor.sandbox.clean import Capped, clean
 
 _HEADER = struct.Struct("!Q")
 MAX_MESSAGE = 64 * 2**20  # a lesson's tensors are a few hundred kB; anything near this is hostile
@@ -73,7 +74,11 @@ _DTYPES = {str(d): d for d in (torch.float16, torch.bfloat16, torch.float32, tor
 
 
 def encode_tensor(t: torch.Tensor) -> tuple:
-    """A plain, dense tensor as plain data. The caller has checked that it is one."""
+    """A plain, dense tensor as plain data. The caller has checked that it is one, and that it
+    is small enough to send: a view that repeats its memory becomes its whole size here."""
+    size = t.numel() * t.element_size()
+    if size > MAX_MESSAGE:  # refused before anything is copied
+        raise TooLarge(f"a tensor of {megabytes(size)}; the limit is {megabytes(MAX_MESSAGE)}")
     # Read straight from memory: data_ptr() already points at the first element of a view.
     c = t.detach().to("cpu").contiguous()
     raw = ctypes.string_at(c.data_ptr(), c.numel() * c.element_size()) if c.numel() else b""
@@ -96,7 +101,7 @@ def encode_shared(tensors: dict[str, torch.Tensor], limit: int = MAX_KEPT) -> di
     Raises TooLarge, naming the largest tensor, when the blocks come to more than `limit` bytes;
     nothing is copied before that is known.
     """
-    _check_kept(tensors, limit)
+    check_kept(tensors, limit)
     blocks: dict[int, int] = {}
     memory: list[tuple] = []
     places = {}
@@ -117,25 +122,58 @@ def encode_shared(tensors: dict[str, torch.Tensor], limit: int = MAX_KEPT) -> di
     return {"memory": memory, "places": places}
 
 
-def _check_kept(tensors: dict[str, torch.Tensor], limit: int) -> None:
-    sizes: dict[int, tuple[int, str, int]] = {}  # block -> (bytes, largest tensor, its own bytes)
+def check_kept(tensors: dict[str, torch.Tensor], limit: int = MAX_KEPT) -> None:
+    """Raise TooLarge, naming the largest tensor, when what `tensors` can reach passes `limit`.
+
+    Each block of memory counts once, with the tensors that are views into it (as
+    `encode_shared` sends them). A tensor counts in full, as a copy of its own, when it reads
+    more than its block holds (`expand`, `as_strided` with a stride of 0: a few bytes that
+    become its whole size wherever it is copied or compared, as the steps after the one that
+    keeps it would) or reads the block as another dtype (sent as a copy). Only sizes are read
+    here: nothing is copied.
+    """
+    blocks: dict[int, tuple[int, torch.dtype]] = {}  # block -> (its bytes, its first dtype)
+    # (what it adds, what it is, bytes it reads, name, in words, said after "between steps")
+    parts: list[tuple[int, int, int, str, str, str]] = []
     for name, t in tensors.items():
-        storage = t.untyped_storage()
-        own = t.numel() * t.element_size()
-        known = sizes.get(storage.data_ptr())
-        if known is None or own > known[2]:
-            sizes[storage.data_ptr()] = (storage.nbytes(), name, own)
-    total = sum(size for size, _, _ in sizes.values())
+        if t.is_meta:  # a shape without memory: nothing to copy or send
+            continue
+        try:
+            storage = t.untyped_storage()
+            key, nbytes = storage.data_ptr(), storage.nbytes()
+        except (RuntimeError, NotImplementedError, TypeError):  # sparse, meta: no one block
+            key, nbytes = id(t), 0
+        reads = t.numel() * t.element_size() if t.layout == torch.strided else nbytes
+        new = key not in blocks
+        _, dtype = blocks.setdefault(key, (nbytes, t.dtype))
+        if reads > nbytes:
+            parts.append((reads, reads, reads, name, f"`{name}`",
+                          f", a view that reads {megabytes(reads)} from {_bytes(nbytes)} of "
+                          "memory (expand, or a stride of 0, repeats memory without copying "
+                          f"it: a later step that copies it needs all {megabytes(reads)})"))
+        elif t.dtype != dtype:
+            parts.append((reads, reads, reads, name, f"`{name}`",
+                          f", {megabytes(reads)} viewed as {str(t.dtype).replace('torch.', '')}"
+                          ", which is sent as a copy of its own"))
+        else:
+            parts.append((nbytes if new else 0, nbytes, reads, name,
+                          f"a {megabytes(nbytes)} tensor `{name}`" if reads >= nbytes else
+                          f"`{name}`, a view into {megabytes(nbytes)} of memory", ""))
+    total = sum(adds for adds, *_ in parts)
     if total <= limit:
         return
-    size, name, own = max(sizes.values())
-    what = (f"a {megabytes(size)} tensor `{name}`" if own >= size else
-            f"`{name}`, a view into {megabytes(size)} of memory")
-    kept = (f"{what} between steps" if size > limit else
-            f"{megabytes(total)} of tensors between steps, the largest {what}")
+    _, size, _, name, what, detail = max(parts, key=lambda p: (p[1], p[2]))
+    kept = (f"{what} between steps{detail}" if size > limit else
+            f"{megabytes(total)} of tensors between steps, the largest {what}{detail}")
     raise TooLarge(f"your code keeps {kept}; the limit is {megabytes(limit)}. Delete what the "
                    f"later steps do not need (`del {name}` at the end of the step that makes it) "
                    "or keep it smaller")
+
+
+def _bytes(size: int) -> str:
+    if size < 2**10:
+        return f"{size} bytes"
+    return f"{size / 2**10:.1f} kB" if size < 2**20 else megabytes(size)
 
 
 def decode_shared(data: dict) -> dict[str, torch.Tensor]:
@@ -146,6 +184,81 @@ def decode_shared(data: dict) -> dict[str, torch.Tensor]:
         out[str(name)] = (flat.reshape(shape) if stride is None
                           else flat.as_strided(shape, stride, offset))
     return out
+
+
+# -- what a child writes outside its answers --------------------------------------------------
+# A child's stdout and stderr: whatever writes there without going through the captured
+# `print` (a traceback Python prints for an exception raised while a generator is collected, a
+# library's warning, a write to the descriptor itself). Each child's goes to a pipe of its own; the
+# worker reads it as it comes and keeps the first and last part, which it writes to its own
+# stderr when the child ends, with a note of what was cut: a child that writes in a loop costs
+# the log a few kilobytes, however long it writes.
+OUTPUT_HEAD = OUTPUT_TAIL = 16 * 1024
+
+
+def _cut_bytes(count: int) -> bytes:
+    return f"\n… {_bytes(count)} cut …\n".encode()
+
+
+class Spill:
+    """The reading end of a child's stdout and stderr, drained without blocking: what it held,
+    first and last part, goes to the worker's stderr (`finish`). `what` names the child there."""
+
+    def __init__(self, fd: int, what: str) -> None:
+        os.set_blocking(fd, False)
+        self.fd = fd
+        self.what = what
+        self.text: Capped[bytes] = Capped(b"", OUTPUT_HEAD, OUTPUT_TAIL, _cut_bytes)
+        self.open = True
+
+    def drain(self) -> bool:
+        """Read what is waiting, at most a megabyte (a child that writes without end must not
+        keep its reader from its other work); False once every writer has closed its end."""
+        for _ in range(16):
+            if not self.open:
+                break
+            try:
+                chunk = os.read(self.fd, 1 << 16)
+            except BlockingIOError:
+                return True
+            except OSError:
+                chunk = b""
+            if not chunk:
+                self.open = False
+                break
+            self.text.write(chunk)
+        return self.open
+
+    def follow(self) -> None:
+        """Drain until every writer has closed its end, then `finish` (a thread's whole life,
+        for a child that is not watched by `_collect`)."""
+        with contextlib.suppress(OSError, ValueError):
+            while self.open and self.fd >= 0:
+                select.select([self.fd], [], [])
+                self.drain()
+        self.finish()
+
+    def finish(self) -> None:
+        """What is left to read, then the log; the pipe is closed after."""
+        if self.fd < 0:
+            return
+        self.drain()
+        with contextlib.suppress(OSError):
+            os.close(self.fd)
+        self.fd = -1
+        if self.text.written:
+            log(f"{self.what} wrote:\n" + self.text.text().decode(errors="replace"))
+
+
+def log(text: str) -> None:
+    """A line for the worker's stderr, written to the descriptor at once: no lock of
+    `sys.stderr` is taken, which a child forked meanwhile would inherit held. Learner text in it
+    is made inert for a terminal, as everywhere it is shown."""
+    data = ("backprop-tutor: " + clean(text, 4 * (OUTPUT_HEAD + OUTPUT_TAIL)) + "\n").encode()
+    with contextlib.suppress(OSError):
+        view = memoryview(data)
+        while view:
+            view = view[os.write(2, view):]
 
 
 # -- the child ------------------------------------------------------------------------------------
@@ -186,11 +299,21 @@ def _read_exact(fd: int, size: int) -> bytes:
     return b"".join(chunks)
 
 
-def keep_only(*fds: int) -> None:
-    """In a freshly forked child: only these descriptors and stderr stay open (stdin reads
-    nothing), not the worker's pipe to the client, nor anything else the parent held."""
+def keep_only(*fds: int, output: int | None = None) -> None:
+    """In a freshly forked child: only these descriptors, stdout and stderr stay open (stdin
+    reads nothing), not the worker's pipe to the client, nor anything else the parent held.
+    With `output`, stdout and stderr write to it (a `Spill`'s pipe) instead of the parent's."""
     null = os.open(os.devnull, os.O_RDWR)
     os.dup2(null, 0)
+    if output is not None:
+        os.dup2(output, 1)
+        os.dup2(output, 2)
+        # New stream objects for them too, and Python's own hooks that write there: the
+        # parent's may write elsewhere than its descriptors or collect what they are given (a
+        # test runner's), or be held by one of its threads, whose lock the fork copied.
+        stream = open(2, "w", buffering=1, errors="backslashreplace", closefd=False)  # noqa: SIM115
+        sys.stdout = sys.stderr = sys.__stdout__ = sys.__stderr__ = stream
+        sys.excepthook, sys.unraisablehook = sys.__excepthook__, sys.__unraisablehook__
     keep = sorted({*fds, 0, 1, 2})
     low = 3
     for k in keep:
@@ -200,11 +323,11 @@ def keep_only(*fds: int) -> None:
     os.closerange(low, 1 << 16)
 
 
-def _child(requests: int, results: int, parent: int, work: Callable, cpu_seconds: float,
-           memory_gb: float | None, os_layers: bool) -> None:
+def _child(requests: int, results: int, output: int, parent: int, work: Callable,
+           cpu_seconds: float, memory_gb: float | None, os_layers: bool) -> None:
     """Runs in the forked child; never returns."""
     try:
-        keep_only(requests, results)
+        keep_only(requests, results, output=output)
         torch.set_num_threads(1)  # OpenMP's pool does not survive fork; one thread is plenty
         if memory_gb is not None:
             confine.limit_memory(memory_gb)
@@ -235,9 +358,10 @@ class Child:
 
     def __init__(self, work: Callable[[Any, Callable[[dict], None], threading.Event], Any], *,
                  cpu_seconds: float, memory_gb: float | None = None,
-                 os_layers: bool = True) -> None:
+                 os_layers: bool = True, what: str = "a check's child") -> None:
         req_read, self._requests = os.pipe()
         self._results, res_write = os.pipe()
+        out_read, out_write = os.pipe()
         parent = os.getpid()
         sys.stdout.flush()
         sys.stderr.flush()
@@ -249,10 +373,14 @@ class Child:
             gc.disable()  # a child lives for one check; its garbage goes with it
             os.close(self._requests)
             os.close(self._results)
-            _child(req_read, res_write, parent, work, cpu_seconds, memory_gb, os_layers)
+            os.close(out_read)
+            _child(req_read, res_write, out_write, parent, work, cpu_seconds, memory_gb,
+                   os_layers)
         os.close(req_read)
         os.close(res_write)
+        os.close(out_write)
         self.pid = pid
+        self.output = Spill(out_read, f"{what} (pid {pid})")
         self._used = False
 
     def alive(self) -> bool:
@@ -276,7 +404,8 @@ class Child:
                 _send(self._requests, request)
             except OSError:
                 return Outcome("died", why="it had ended before the request")
-            return _collect(self.pid, self._results, timeout, on_message, cancel, quiet)
+            return _collect(self.pid, self._results, timeout, on_message, cancel, quiet,
+                            self.output)
         finally:
             self.discard()
 
@@ -285,6 +414,7 @@ class Child:
             with contextlib.suppress(OSError):
                 os.close(fd)
         self._requests = self._results = -1
+        self.output.finish()
         _reap(self.pid)
 
 
@@ -292,7 +422,8 @@ def run(work: Callable[[Callable[[dict], None], threading.Event], Any], *,
         timeout: float | None, cpu_seconds: float, memory_gb: float | None = None,
         on_message: Callable[[dict], None] | None = None,
         cancel: threading.Event | None = None, os_layers: bool = True,
-        quiet: Callable[[], float | None] | None = None) -> Outcome:
+        quiet: Callable[[], float | None] | None = None,
+        what: str = "a training run's child") -> Outcome:
     """Run `work(send, cancel)` in a new confined child and return what it returned.
 
     `timeout` is wall-clock: past it the child is killed; so it is when it stays silent for
@@ -300,7 +431,7 @@ def run(work: Callable[[Callable[[dict], None], threading.Event], Any], *,
     as SIGUSR1, which sets the child's own event. Messages the child sends go to `on_message`.
     """
     child = Child(lambda _request, send, cancel_: work(send, cancel_), cpu_seconds=cpu_seconds,
-                  memory_gb=memory_gb, os_layers=os_layers)
+                  memory_gb=memory_gb, os_layers=os_layers, what=what)
     return child.run(None, timeout=timeout, on_message=on_message, cancel=cancel, quiet=quiet)
 
 
@@ -319,7 +450,10 @@ def _wait(pid: int) -> None:
 
 def _collect(pid: int, fd: int, timeout: float | None, on_message: Callable | None,
              cancel: threading.Event | None,
-             quiet: Callable[[], float | None] | None = None) -> Outcome:
+             quiet: Callable[[], float | None] | None = None,
+             output: Spill | None = None) -> Outcome:
+    """The child's messages until its answer, its end or its deadline; what it writes to its
+    stdout and stderr meanwhile is drained into `output`, so that writing never blocks it."""
     deadline = None if timeout is None else time.monotonic() + timeout
     heard = time.monotonic()
     buffer = bytearray()
@@ -329,7 +463,11 @@ def _collect(pid: int, fd: int, timeout: float | None, on_message: Callable | No
         silence = quiet() if quiet is not None else None
         if silence is not None and time.monotonic() >= heard + silence:
             return Outcome("timeout", why="quiet")
-        ready, _, _ = select.select([fd], [], [], wait)
+        watched = [fd, output.fd] if output is not None and output.open else [fd]
+        ready, _, _ = select.select(watched, [], [], wait)
+        if output is not None and output.open and output.fd in ready:
+            output.drain()
+            ready = [r for r in ready if r == fd]
         if cancel is not None and cancel.is_set() and not cancelled:
             cancelled = True
             with contextlib.suppress(ProcessLookupError):

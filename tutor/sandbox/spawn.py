@@ -37,7 +37,7 @@ from typing import Any
 
 import torch
 
-from tutor.sandbox.isolate import _HEADER, MAX_MESSAGE, Outcome, loads_plain
+from tutor.sandbox.isolate import _HEADER, MAX_MESSAGE, Outcome, Spill, loads_plain
 
 CHILD_COMMAND = (sys.executable, "-m", "tutor.evaluator.child")
 # Loading torch in a new interpreter takes about a second on an idle machine; on a busy one, or a
@@ -155,13 +155,24 @@ class Spawned:
         self._lock = threading.Lock()  # the process, set once, and whether it was discarded
         self._discarded = self._failed = False
         self.started = time.monotonic()
+        self._what = "a check's child" if kind == "check" else "a training run's child"
         if launch is not None:
             threading.Thread(target=self._launch, args=(launch,), daemon=True).start()
             return
         env = dict(os.environ, PYTHONWARNINGS="ignore", **(env or {}))
-        self._proc = subprocess.Popen(
-            list(CHILD_COMMAND), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=None, env=env, close_fds=True, bufsize=0)
+        # Its stdout and stderr (the child points its stdout at its stderr): a pipe of its own,
+        # drained and bounded here (isolate.Spill), not the worker's stderr.
+        out_read, out_write = os.pipe()
+        try:
+            self._proc = subprocess.Popen(
+                list(CHILD_COMMAND), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                stderr=out_write, env=env, close_fds=True, bufsize=0)
+        except BaseException:
+            os.close(out_read)
+            raise
+        finally:
+            os.close(out_write)
+        self._follow(out_read)
         threading.Thread(target=self._read, daemon=True).start()
         self._write(pickle.dumps({"kind": kind, "parent": os.getpid(), **setup},
                                  protocol=pickle.HIGHEST_PROTOCOL))
@@ -176,10 +187,17 @@ class Spawned:
         with self._lock:
             self._proc = proc
             discarded = self._discarded
+        self._follow(proc.output)
         if discarded:
             _end(proc)
             return
         self._read()
+
+    def _follow(self, fd: int) -> None:
+        """Drain what the child writes to its stdout and stderr, in the background, until it
+        ends; its first and last part then go to the worker's stderr."""
+        spill = Spill(fd, f"{self._what} (pid {self.pid})")
+        threading.Thread(target=spill.follow, daemon=True).start()
 
     def _write(self, data: bytes) -> bool:
         try:

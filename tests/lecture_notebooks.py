@@ -111,7 +111,8 @@ TRAIN_BACKWARD = """\
     dhpreact = (1.0 - h**2) * dh
     dbngain = (bnraw * dhpreact).sum(0, keepdim=True)
     dbnbias = dhpreact.sum(0, keepdim=True)
-    dhprebn = bngain*bnvar_inv/n * (n*dhpreact - dhpreact.sum(0) - n/(n-1)*bnraw*(dhpreact*bnraw).sum(0))
+    dhprebn = bngain*bnvar_inv/n * (n*dhpreact - dhpreact.sum(0)
+                                    - n/(n-1)*bnraw*(dhpreact*bnraw).sum(0))
     dembcat = dhprebn @ W1.T
     dW1 = embcat.T @ dhprebn
     db1 = dhprebn.sum(0)

@@ -34,7 +34,7 @@ def _args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--wheel", metavar="FILE",
                    help="the tutor's wheel to put in the bundle (default: built from the "
                    "repository this tutor runs from)")
-    p.add_argument("--run", choices=FORMATS, metavar="PLATFORM",
+    p.add_argument("--run", choices=FORMATS, metavar="PLATFORM", dest="platform",
                    help="inside a grading container: grade the submission and write "
                    "results/results.json (gradescope or prairielearn)")
     p.add_argument("--strict-rule", action="store_true",
@@ -46,11 +46,11 @@ def _args(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, settings: Settings) -> int:
     if args.train_steps is not None and args.train_steps < 1:
         raise UsageError("--train-steps must be at least 1")
-    if bool(args.out) == bool(args.run):
+    if bool(args.out) == bool(args.platform):
         raise UsageError("give --out autograder.zip to build the bundle, or --run PLATFORM "
                          "inside a grading container")
     pack = lesson_pack(settings)
-    if args.run:
+    if args.platform:
         return _grade_in_container(args, settings, pack)
     if args.wheel and not Path(args.wheel).is_file():
         raise UsageError(f"no such file: {args.wheel}")
@@ -83,7 +83,7 @@ def _submission(folder: Path) -> tuple[Path | None, str | None]:
 
 
 def _grade_in_container(args: argparse.Namespace, settings: Settings, pack: Pack) -> int:
-    default_root, student = PLATFORMS[args.run]
+    default_root, student = PLATFORMS[args.platform]
     root = Path(os.environ.get("AUTOGRADER_ROOT") or default_root)
     out = root / "results" / "results.json"
     path, problem = _submission(root / student)
@@ -101,7 +101,7 @@ def _grade_in_container(args: argparse.Namespace, settings: Settings, pack: Pack
             grade = unreadable(pack, path.name, f"the grader failed, not your code: {exc}")
             code = 1
     # Last, and atomically: nothing the student's code did can stand in for this file.
-    write_atomically(out, results(grade, args.run))
+    write_atomically(out, results(grade, args.platform))
     print(f"{grade.name}: {grade.score:g} / {grade.max_score:g}"
           + (f" (not graded: {grade.unreadable})" if grade.unreadable else ""))
     return code

@@ -198,6 +198,16 @@ def test_a_gradient_written_in_one_go_goes_where_it_completes():
     assert answers.code["atomic/counts"].startswith("dcounts = dprobs")
 
 
+def test_both_branches_at_once_go_to_the_step_that_completes_them():
+    lines = dict(L.EX1_LINES)
+    lines["logit_maxes"] = "dlogit_maxes = -dnorm_logits.sum(1, keepdim=True)"
+    lines["logits"] = ("dlogits = dnorm_logits.clone() + F.one_hot(logits.argmax(1), "
+                       "num_classes=logits.shape[1]) * dlogit_maxes")
+    answers = _read(L.notebook([L.ex1_one_cell(list(lines.items()))]))
+    assert answers.code["atomic/logit_maxes"].strip() == lines["logit_maxes"]
+    assert answers.code["atomic/logits"].strip() == lines["logits"]
+
+
 def test_helpers_travel_with_the_steps_that_read_them():
     lines = dict(L.EX1_LINES)
     lines["h"] = "W2T = W2.T\ndh = dlogits @ W2T\ndW2 = h.T @ dlogits\ndb2 = dlogits.sum(0)"

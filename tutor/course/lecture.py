@@ -263,6 +263,7 @@ class _Cutter:
         self.forward = forward
         self.grads = {f"d{t}" for s in steps for t in (*s.checks, *s.partials)}
         self.first: dict[str, str] = {}
+        self.checked = {s.id: {f"d{t}" for t in s.checks} for s in steps}
         self.final: dict[str, str] = {}
         for s in steps:
             for t in (*s.partials, *s.checks):
@@ -285,8 +286,12 @@ class _Cutter:
             candidates = []
             for name in s.writes & self.grads:
                 fresh = name not in last_written and not s.augmented
-                candidates.append(self.first[name] if fresh else self.final.get(
-                    name, self.first[name]))
+                start = self.first[name]
+                if fresh and s.reads & self.checked[start] - {name}:
+                    # Both branches at once (`dlogits = dnorm_logits.clone() + ... *
+                    # dlogit_maxes`): it reads what its first branch's step grades.
+                    fresh = False
+                candidates.append(start if fresh else self.final.get(name, start))
             step = self.latest(candidates)
             after = self.latest(last_written.get(r) for r in s.reads & self.grads
                                 if r in last_written)

@@ -39,7 +39,7 @@ def test_the_workbook_is_valid_nbformat_4_with_a_check_cell_per_step_and_no_solu
         assert step.solution.strip() not in nb_text(nb)
     intro = nb.cells[0].source
     assert "never runs in this kernel" in intro
-    assert "pip install 'backprop-tutor[notebook]'" in intro
+    assert "%pip install 'backprop_tutor-" in intro and "-py3-none-any.whl[notebook]'" in intro
 
 
 def nb_text(nb) -> str:

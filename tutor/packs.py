@@ -7,6 +7,7 @@ per exercise. The format is documented in `docs/packs.md`.
 from __future__ import annotations
 
 import ast
+import math
 import re
 import sys
 from dataclasses import dataclass, field
@@ -84,6 +85,7 @@ class Step(FrozenRecord):
     kind: StepKind = field(default_factory=LineGradient)  # read from the pack's word once
     figure: str | None = None  # a gradient worth showing as a picture once the step is solved
     function: FunctionSpec | None = None  # for a function step: how it is called and graded
+    points: float = 1  # what the step is worth when a course grades it (`grade`)
 
     @property
     def graded_names(self) -> tuple[str, ...]:
@@ -328,7 +330,18 @@ def _load_step(raw: dict, exercise: int, where: str, kind: object,
         figure=raw.get("figure"),
         function=_function_spec(raw, where) if isinstance(step_kind, stepkinds.Function)
         else None,
+        points=_points(raw, where),
     )
+
+
+def _points(raw: dict, where: str) -> float:
+    """A step's `points` (default 1): a positive, finite number."""
+    value = raw.get("points", 1)
+    # bool is an int to Python, but `points = true` is a slip, not a weight.
+    if (isinstance(value, bool) or not isinstance(value, (int, float))
+            or not math.isfinite(value) or value <= 0):
+        raise PackError(f"{where}: 'points' must be a positive number")
+    return value
 
 
 def _function_spec(raw: dict, where: str) -> FunctionSpec:

@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import json
 
+from tutor import __version__
 from tutor.config import Settings
 from tutor.packs import Pack, Step, unwrap
 
 NBFORMAT_MINOR = 5  # cells carry an `id` from 4.5 on
+# The file `python -m build` (or `pip wheel . --no-deps`) makes from the repository.
+WHEEL = f"backprop_tutor-{__version__}-py3-none-any.whl"
 
 _INTRO = """\
 # {title}
@@ -40,7 +43,8 @@ live there, not here.
 - `%tutor` shows the lesson, the device and where progress is kept; `%tutor pack ID` switches
   the lesson.
 
-On a hosted notebook, install the tutor first: `%pip install 'backprop-tutor[notebook]'`.
+On a hosted notebook, install the tutor first. It is on no package index: upload its wheel
+(the README says how to build one) and run `%pip install '{wheel}[notebook]'`.
 """
 
 
@@ -104,7 +108,7 @@ def workbook(pack: Pack, settings: Settings, shapes: dict[str, dict] | None = No
     shapes = shapes or {}
     cells = [
         _cell("markdown", "introduction", _INTRO.format(
-            title=pack.title, description=unwrap(pack.description).strip())),
+            title=pack.title, description=unwrap(pack.description).strip(), wheel=WHEEL)),
         _cell("code", "load-the-tutor", f"%load_ext tutor\n%tutor pack {settings.pack}"),
     ]
     for exercise in pack.exercises:

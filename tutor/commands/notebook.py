@@ -45,7 +45,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         print(f"backprop-tutor notebook: cannot write {out}: {exc.strerror or exc}",
               file=sys.stderr)
         return 1
-    print(f"wrote {out}: open it in Jupyter (needs `pip install 'backprop-tutor[notebook]'`) "
+    print(f"wrote {out}: open it in Jupyter (needs the tutor's `notebook` extra) "
           "and run its cells from the top")
     return 0
 

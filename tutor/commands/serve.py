@@ -409,8 +409,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     try:
         import textual_serve.server  # noqa: F401 - only to say what is missing
     except ImportError:
-        raise UsageError("serving needs textual-serve: "
-                         "pip install 'backprop-tutor[notebook]'") from None
+        raise UsageError("serving needs textual-serve: install the tutor with its `notebook` "
+                         "extra (pip install '.[notebook]' in the repository)") from None
     if not 0 < args.port < 65536:
         raise UsageError(f"--port must be from 1 to 65535, not {args.port}")
     token = args.token if args.token is not None else os.environ.get(TOKEN_ENV)

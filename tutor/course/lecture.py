@@ -1,0 +1,446 @@
+"""The lecture's own notebook, filled in: which of its code is the learner's answer to which step.
+
+The lecture's notebook (makemore part 4) has its own forward pass and its own `cmp` helper; the
+learner writes exercise 1's gradients in one cell (or one cell per line), exercise 2's `dlogits`,
+exercise 3's `dhprebn` and exercise 4's training loop. None of the notebook's own code is graded
+or run: what is kept of it is the learner's backward code, cut into the tutor's steps, with the
+learner's names turned into the tutor's, so that each step runs on the tutor's forward pass.
+
+How the cut is made, from the code alone (nothing here runs it):
+
+- The notebook is split into regions at its `# Exercise N` comments; region N is exercise N.
+- A learner's `cmp('logits', dlogits_fast, logits)` says that `dlogits_fast` is the gradient of
+  `logits` (the third argument names the tensor): `dlogits_fast` is renamed `dlogits`. A name
+  with no `cmp` call that is one typo away from a gradient the region needs and never writes
+  (`dlogits_maxes`) is taken for it too.
+- A statement that writes a gradient goes to the step where it can run: not before the step that
+  starts that gradient (a first branch, `dcounts = ...`, starts where the pack's `partials` say)
+  or completes it (`dcounts += ...`), and not before the steps that wrote the gradients it reads,
+  as the learner's own order says. Helpers (`tmp = ...`) go with each step that reads them.
+- Statements that only write the lesson's forward tensors (`loss_fast = ...`), print or plot are
+  the notebook's, not answers; `dlogits = None # TODO` is no answer either.
+- Exercise 4's answer is the body of the training loop; its backward statements are put after
+  the tutor's forward pass and loss line, as the training step `train` runs.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import io
+import re
+import textwrap
+import tokenize
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from tutor.code_facts import bound, read, written
+from tutor.packs import Pack, Step
+
+EXERCISE_MARK = re.compile(r"^\s*#\s*exercise\s*(\d+)\b", re.IGNORECASE | re.MULTILINE)
+_MAGIC = re.compile(r"^\s*[%!]")
+
+# Names the lecture's training loop uses for tensors the tutor's forward pass calls otherwise.
+TRAINING_ALIASES = {"bnmean": "bnmeani"}
+
+
+class NotebookError(ValueError):
+    """The notebook cannot be read as one: the reason, in one line."""
+
+
+@dataclass
+class Statement:
+    """One top-level statement of the learner's code, with what it writes and reads."""
+
+    source: str
+    writes: set[str]
+    reads: set[str]
+    augmented: bool  # it changes a name that already holds something (`+=`, `x[i] = `, `x.add_()`)
+    line: int  # its first line in its cell
+
+
+@dataclass
+class LectureAnswers:
+    """What the notebook answers: code per step, the training step's code, and notes on how it
+    was read (the names taken for the tutor's)."""
+
+    code: dict[str, str] = field(default_factory=dict)
+    training: str | None = None
+    renamed: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+def is_lecture_notebook(cells: list[str]) -> bool:
+    """Whether code cells look like the lecture's notebook (its exercise markers or its `cmp`)."""
+    return any(EXERCISE_MARK.search(c) or "cmp(" in c for c in cells)
+
+
+def code_cells(document: dict) -> list[str]:
+    """The sources of a notebook's code cells, in order."""
+    cells = document.get("cells")
+    if not isinstance(cells, list):
+        raise NotebookError("it has no list of cells")
+    out = []
+    for cell in cells:
+        if not isinstance(cell, dict) or cell.get("cell_type") != "code":
+            continue
+        source = cell.get("source", "")
+        if isinstance(source, list):
+            if not all(isinstance(s, str) for s in source):
+                raise NotebookError("a cell's source is not text")
+            source = "".join(source)
+        if not isinstance(source, str):
+            raise NotebookError("a cell's source is not text")
+        out.append(source)
+    return out
+
+
+def regions(cells: list[str]) -> dict[int, list[str]]:
+    """Code cells by the exercise they belong to (0: before the first `# Exercise N`)."""
+    out: dict[int, list[str]] = {}
+    current = 0
+    for cell in cells:
+        marks = EXERCISE_MARK.findall(cell)
+        if marks:
+            current = int(marks[0])
+        out.setdefault(current, []).append(cell)
+    if set(out) == {0}:  # no markers at all: every cell is exercise 1's, or the loop's
+        return {1: out[0]}
+    return out
+
+
+def _without_magics(source: str) -> str:
+    # IPython's `%timeit` and `!pip` lines are no Python; a blank line keeps the numbering.
+    return "\n".join("" if _MAGIC.match(line) else line for line in source.split("\n"))
+
+
+def _no_answer(node: ast.stmt) -> bool:
+    """`dlogits = None # TODO`, `dx = ...`, `pass`: a placeholder, not an answer."""
+    if isinstance(node, ast.Pass):
+        return True
+    if isinstance(node, ast.Assign):
+        values = node.value.elts if isinstance(node.value, ast.Tuple) else [node.value]
+        return all(isinstance(v, ast.Constant) and v.value in (None, Ellipsis) for v in values)
+    return False
+
+
+def _is_cmp(node: ast.stmt) -> ast.Call | None:
+    if (isinstance(node, ast.Expr) and isinstance(node.value, ast.Call)
+            and isinstance(node.value.func, ast.Name) and node.value.func.id == "cmp"):
+        return node.value
+    return None
+
+
+def _statement(node: ast.stmt, text: str) -> Statement:
+    lines = text.split("\n")
+    source = "\n".join(lines[node.lineno - 1:node.end_lineno])
+    writes = written(node)
+    augmented = isinstance(node, ast.AugAssign) or any(
+        isinstance(n, ast.Subscript) and isinstance(n.ctx, ast.Store) for n in ast.walk(node))
+    call = node.value if isinstance(node, ast.Expr) else None
+    if (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
+            and isinstance(call.func.value, ast.Name) and call.func.attr.endswith("_")):
+        # `dC.index_add_(...)`: torch's in-place methods end in an underscore.
+        writes.add(call.func.value.id)
+        augmented = True
+    reads = read(node)
+    if isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name):
+        reads.add(node.target.id)
+    if isinstance(node, (ast.For, ast.While, ast.If, ast.With)):
+        # A loop's own counters and temporaries (`for k ...: ix = Xb[k, j]`) are not read from
+        # outside it; what it only subscripts into (`dC[ix] += ...`) is.
+        reads -= bound(node)
+    return Statement(textwrap.dedent(source), writes, reads, augmented, node.lineno)
+
+
+def parse_cell(source: str) -> tuple[list[ast.stmt], str]:
+    """A cell's statements; NotebookError naming the line when it is not Python."""
+    text = _without_magics(source)
+    try:
+        return ast.parse(text).body, text
+    except SyntaxError as exc:
+        raise SyntaxError(exc.msg, (exc.filename, exc.lineno, exc.offset, exc.text)) from None
+
+
+def renames_from_cmp(nodes: Iterable[ast.stmt], tensors: set[str]) -> dict[str, str]:
+    """{learner's name: tutor's gradient name} from `cmp(label, dvar, tensor)` calls."""
+    out: dict[str, str] = {}
+    for node in nodes:
+        call = _is_cmp(node)
+        if call is None or len(call.args) < 3:
+            continue
+        grad, tensor = call.args[1], call.args[2]
+        if (isinstance(grad, ast.Name) and isinstance(tensor, ast.Name) and tensor.id in tensors
+                and grad.id != f"d{tensor.id}"):
+            out[grad.id] = f"d{tensor.id}"
+    return out
+
+
+def rename(source: str, names: Mapping[str, str]) -> str:
+    """`source` with each plain name in `names` replaced, comments and layout kept (attribute
+    names and keyword arguments are not plain names)."""
+    if not names:
+        return source
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        return source
+    lines = source.split("\n")
+    edits = []
+    for i, tok in enumerate(tokens):
+        if tok.type != tokenize.NAME or tok.string not in names:
+            continue
+        before = tokens[i - 1] if i else None
+        after = tokens[i + 1] if i + 1 < len(tokens) else None
+        if before is not None and before.string == ".":
+            continue
+        if after is not None and after.string == "=" and before is not None and \
+                before.string in ("(", ","):
+            continue  # a keyword argument's name
+        edits.append((tok.start, tok.end, names[tok.string]))
+    for (row, col), (_erow, ecol), new in reversed(edits):
+        line = lines[row - 1]
+        lines[row - 1] = line[:col] + new + line[ecol:]
+    return "\n".join(lines)
+
+
+@dataclass
+class _Region:
+    statements: list[Statement]
+    renamed: dict[str, str]
+
+
+def _region_statements(cells: list[str], tensors: set[str], loop: bool
+                       ) -> tuple[list[ast.stmt], list[tuple[ast.stmt, str]]]:
+    """All statements of a region's cells (for the training region: the loop's body)."""
+    nodes: list[tuple[ast.stmt, str]] = []
+    for cell in cells:
+        body, text = parse_cell(cell)
+        nodes += [(n, text) for n in body]
+    flat = [n for n, _ in nodes]
+    if loop:
+        body_nodes = _loop_body(nodes, tensors)
+        return flat, body_nodes
+    return flat, nodes
+
+
+def _loop_body(nodes: list[tuple[ast.stmt, str]], tensors: set[str]
+               ) -> list[tuple[ast.stmt, str]]:
+    """The statements of the innermost loop that writes gradients (inside `with` blocks too)."""
+    grads = {f"d{t}" for t in tensors}
+    best: list[tuple[ast.stmt, str]] = []
+    for node, text in nodes:
+        for sub in ast.walk(node):
+            if isinstance(sub, (ast.For, ast.While)):
+                body = [(s, text) for s in sub.body]
+                if any(written(s) & grads for s, _ in body) and len(body) > len(best):
+                    best = body
+    return best
+
+
+def _typo_renames(statements: list[Statement], wanted: set[str], known: set[str]
+                  ) -> dict[str, str]:
+    """Gradient names the region needs and never writes, matched to the learner's names that
+    are one slip away from them (`dlogits_maxes` for `dlogit_maxes`)."""
+    written_names = set().union(*(s.writes for s in statements)) if statements else set()
+    missing = sorted(wanted - written_names)
+    strays = sorted(n for n in written_names - known if n.startswith("d"))
+    out: dict[str, str] = {}
+    for name in missing:
+        close = difflib.get_close_matches(name, [s for s in strays if s not in out], 1, 0.85)
+        if close:
+            out[close[0]] = name
+    return out
+
+
+class _Cutter:
+    """Cuts one exercise's statements into its steps (see the module's docstring)."""
+
+    def __init__(self, pack: Pack, steps: list[Step], forward: set[str]):
+        self.pack = pack
+        self.steps = steps
+        self.order = {s.id: i for i, s in enumerate(steps)}
+        self.forward = forward
+        self.grads = {f"d{t}" for s in steps for t in (*s.checks, *s.partials)}
+        self.first: dict[str, str] = {}
+        self.checked = {s.id: {f"d{t}" for t in s.checks} for s in steps}
+        self.final: dict[str, str] = {}
+        for s in steps:
+            for t in (*s.partials, *s.checks):
+                self.first.setdefault(f"d{t}", s.id)
+            for t in s.checks:
+                self.final[f"d{t}"] = s.id
+
+    def latest(self, ids: Iterable[str]) -> str | None:
+        ids = [i for i in ids if i is not None]
+        return max(ids, key=self.order.__getitem__) if ids else None
+
+    def cut(self, statements: list[Statement]) -> dict[str, list[str]]:
+        kept = [s for s in statements if s.writes & self.grads]
+        helpers = self._helpers(statements, kept)
+        placed: dict[int, str] = {}
+        last_written: dict[str, str] = {}
+        for i, s in enumerate(statements):
+            if i in helpers or s not in kept:
+                continue
+            candidates = []
+            for name in s.writes & self.grads:
+                fresh = name not in last_written and not s.augmented
+                start = self.first[name]
+                if fresh and s.reads & self.checked[start] - {name}:
+                    # Both branches at once (`dlogits = dnorm_logits.clone() + ... *
+                    # dlogit_maxes`): it reads what its first branch's step grades.
+                    fresh = False
+                candidates.append(start if fresh else self.final.get(name, start))
+            step = self.latest(candidates)
+            after = self.latest(last_written.get(r) for r in s.reads & self.grads
+                                if r in last_written)
+            if after is not None and self.order[after] > self.order[step]:
+                # A gradient computed in full at once, past where its first branch starts.
+                step = self.latest([after, *(self.final.get(n, after)
+                                             for n in s.writes & self.grads)])
+            placed[i] = step
+            for name in s.writes:
+                last_written[name] = step
+        out: dict[str, list[tuple[int, str]]] = {}
+        for i, step in placed.items():
+            out.setdefault(step, []).append((i, statements[i].source))
+        for i, consumers in helpers.items():
+            for step in {placed[c] for c in consumers if c in placed}:
+                out.setdefault(step, []).append((i, statements[i].source))
+        return {step: [src for _, src in sorted(items)] for step, items in out.items()}
+
+    def _helpers(self, statements: list[Statement], kept: list[Statement]
+                 ) -> dict[int, set[int]]:
+        """Statements that compute something a later kept statement reads (not a gradient, not
+        the lesson's forward tensors): index -> the kept statements that need it."""
+        kept_ids = {i for i, s in enumerate(statements) if s in kept}
+        consumers: dict[int, set[int]] = {i: {i} for i in kept_ids}
+        for i in range(len(statements) - 1, -1, -1):
+            if i in kept_ids:
+                continue
+            own = statements[i].writes - self.grads - self.forward
+            if not own:
+                continue
+            needs = set()
+            for j in range(i + 1, len(statements)):
+                if j in consumers and own & statements[j].reads:
+                    needs |= consumers[j]
+            if needs:
+                consumers[i] = needs
+        return {i: c for i, c in consumers.items() if i not in kept_ids}
+
+
+def lesson_names(pack: Pack) -> set[str]:
+    """Names the tutor's namespace already holds for a step: forward tensors, parameters, the
+    batch; a learner's statement that only writes these is the notebook's own, not an answer."""
+    names = {line.target for line in pack.forward_lines} | {"Xb", "Yb", "n", "loss"}
+    for step in pack.steps:
+        names |= set(step.checks)
+    return names
+
+
+def read_lecture(pack: Pack, cells: list[str]) -> LectureAnswers:
+    """The learner's answers in the lecture's notebook, as the tutor's steps and training step.
+    A cell that is not Python (a SyntaxError) gives its exercise's steps that cell as their code,
+    so that each says so, with the line."""
+    answers = LectureAnswers()
+    forward = lesson_names(pack)
+    by_region = regions(cells)
+    renames_all: dict[str, str] = {}
+    for exercise in pack.exercises:
+        region = by_region.get(exercise.number, [])
+        if exercise.kind.trained:
+            continue
+        steps = list(exercise.steps)
+        tensors = {t for s in steps for t in (*s.checks, *s.partials, *s.given)}
+        try:
+            flat, nodes = _region_statements(region, tensors, loop=False)
+        except SyntaxError as exc:
+            broken = next((c for c in region if _syntax_error(c)), "")
+            for step in steps:
+                if any(re.search(rf"\bd{t}\b", broken) for t in step.checks):
+                    answers.code[step.id] = _without_magics(broken)
+            answers.notes.append(f"exercise {exercise.number}'s code is not Python "
+                                 f"(line {exc.lineno}: {exc.msg})")
+            continue
+        renamed = renames_from_cmp(flat, tensors)
+        statements = [_statement(n, text) for n, text in nodes
+                      if not _is_cmp(n) and not _no_answer(n)]
+        statements = _renamed(statements, renamed)
+        cutter = _Cutter(pack, steps, forward)
+        typos = _typo_renames(statements, cutter.grads, cutter.grads | forward)
+        statements = _renamed(statements, typos)
+        renamed.update(typos)
+        renames_all.update({k: v for k, v in renamed.items() if k not in renames_all})
+        answers.renamed.update(renamed)
+        for sid, sources in cutter.cut(statements).items():
+            answers.code[sid] = "\n".join(sources) + "\n"
+    training = next((e for e in pack.exercises if e.kind.trained), None)
+    if training is not None:
+        answers.training = _training_answer(pack, by_region.get(training.number, []),
+                                            renames_all, forward, answers)
+    return answers
+
+
+def _syntax_error(cell: str) -> bool:
+    try:
+        ast.parse(_without_magics(cell))
+    except SyntaxError:
+        return True
+    return False
+
+
+def _renamed(statements: list[Statement], names: dict[str, str]) -> list[Statement]:
+    if not names:
+        return statements
+    # A learner's own name that a rename would take over keeps its value under another name.
+    used = set().union(*(s.writes | s.reads for s in statements)) if statements else set()
+    names = dict(names)
+    for target in list(names.values()):
+        if target in used and target not in names:
+            names[target] = f"{target}_yours"
+    out = []
+    for s in statements:
+        out.append(Statement(rename(s.source, names), {names.get(n, n) for n in s.writes},
+                             {names.get(n, n) for n in s.reads}, s.augmented, s.line))
+    return out
+
+
+def _training_answer(pack: Pack, cells: list[str], renames: dict[str, str], forward: set[str],
+                     answers: LectureAnswers) -> str | None:
+    """The training step (the tutor's forward pass, its loss line, the learner's backward pass
+    from the loop's body), or None when the loop has no backward code."""
+    from tutor.training.plan import TrainingSettings, forward_for
+
+    settings = TrainingSettings.from_pack(pack)
+    step = next(s for s in pack.steps if s.kind.trained)
+    tensors = {t for s in pack.steps for t in (*s.checks, *s.partials)}
+    grads = {f"d{t}" for t in tensors}
+    try:
+        _flat, nodes = _region_statements(cells, tensors, loop=True)
+    except SyntaxError as exc:
+        answers.notes.append(f"the training loop's code is not Python (line {exc.lineno}: "
+                             f"{exc.msg})")
+        return "\n".join(_without_magics(c) for c in cells) if cells else None
+    statements = [_statement(n, text) for n, text in nodes if not _is_cmp(n)
+                  and not _no_answer(n)]
+    statements = _renamed(statements, {**renames, **TRAINING_ALIASES})
+    wanted = {f"d{t}" for t in step.checks}
+    typos = _typo_renames(statements, wanted, grads | forward)
+    statements = _renamed(statements, typos)
+    cutter = _Cutter(pack, [_whole_step(step, tensors)], forward)
+    cut = cutter.cut(statements)
+    backward = "\n".join(cut.get(step.id, []))
+    if not backward.strip():
+        return None
+    lines = forward_for(pack, backward, settings.loss_line)
+    return "\n".join(["# forward pass (the tutor's)", *lines, settings.loss_line, "",
+                      "# backward pass (yours, from the training loop)", backward]) + "\n"
+
+
+def _whole_step(step: Step, tensors: set[str]) -> Step:
+    """The training step as one step that writes every gradient of the lesson."""
+    from dataclasses import replace
+
+    return replace(step, checks=tuple(sorted(tensors)), partials=())

@@ -1,0 +1,240 @@
+"""Grading a submission: every step by exactly the rules `check` uses, in one evaluator, and the
+training step by a short graded run; then the points.
+
+Each checked step goes through `Lesson.evaluate` as `check --all` sends it: in the pack's order,
+with the code of the earlier steps that passed replayed before it (a step that failed falls back
+to the reference for the steps after it, so one mistake costs one step). A step with no code is
+missing. A step that passed with its rule skipped (right for this network, not the line's rule)
+counts as passed, with its note, and earns its points unless the instructor asks for the rule
+(`strict_rule`). The training step trains `train_steps` steps with the gradient check on and
+passes as a run passes exercise 4 (`TrainingRun.exercise`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import Enum
+
+from tutor.controller import Lesson
+from tutor.course.submission import Submission
+from tutor.packs import Pack, Step
+from tutor.report import format_result
+from tutor.results import CheckResult, ErrorKind, Rule
+from tutor.runs import RunStatus, TrainingRun
+from tutor.source import size_problem
+
+TRAIN_STEPS = 1000  # long enough for the loss to fall measurably, short enough for a container
+FEEDBACK_WIDTH = 96
+MAX_STDOUT = 2000  # of a learner's print output, per step, in the feedback
+MAX_FEEDBACK = 6000  # characters of feedback per step
+
+
+class Outcome(str, Enum):
+    PASSED = "passed"
+    FAILED = "failed"
+    MISSING = "missing"
+    ERROR = "error"  # the tutor could not grade it (its own failure, not the learner's)
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def mark(self) -> str:
+        return {"passed": "✓", "failed": "✗", "missing": "–", "error": "!"}[self.value]
+
+
+@dataclass
+class StepGrade:
+    id: str
+    title: str
+    exercise: int
+    status: Outcome
+    rule: Rule | None
+    score: float
+    max_score: float
+    message: str  # one line: the verdict, or the diagnosis's first line
+    feedback: str = ""  # the tutor's feedback in full, without the answer
+
+    def to_dict(self) -> dict:
+        return {"id": self.id, "status": self.status.value,
+                "rule": self.rule.value if self.rule else None, "score": self.score,
+                "max_score": self.max_score, "message": self.message}
+
+
+@dataclass
+class Grade:
+    pack: str
+    name: str
+    steps: list[StepGrade] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    unreadable: str | None = None  # why the submission could not be graded at all
+    execution_time: float = 0.0
+
+    @property
+    def score(self) -> float:
+        return _round(sum(s.score for s in self.steps))
+
+    @property
+    def max_score(self) -> float:
+        return _round(sum(s.max_score for s in self.steps))
+
+    def to_dict(self) -> dict:
+        d = {"pack": self.pack, "score": self.score, "max_score": self.max_score,
+             "steps": [s.to_dict() for s in self.steps]}
+        if self.unreadable:
+            d["error"] = self.unreadable
+        return d
+
+
+def _round(x: float) -> float:
+    # Points add up in binary floating point: 0.1 + 0.2 should still read 0.3.
+    return round(x, 6)
+
+
+def max_points(pack: Pack) -> float:
+    return _round(sum(s.points for s in pack.steps))
+
+
+def unreadable(pack: Pack, name: str, why: str) -> Grade:
+    """The grade of a submission that could not be read: every step missing, and why."""
+    grade = Grade(pack.id, name, unreadable=why)
+    grade.steps = [_missing(s, why) for s in pack.steps]
+    return grade
+
+
+def _missing(step: Step, why: str = "no code for this step") -> StepGrade:
+    return StepGrade(step.id, step.title, step.exercise, Outcome.MISSING, None, 0,
+                     step.points, why)
+
+
+def grade(lesson: Lesson, sub: Submission, *, strict_rule: bool = False,
+          train_steps: int = TRAIN_STEPS,
+          progress: Callable[[str], None] | None = None) -> Grade:
+    """Grade every step of the lesson's pack for `sub` (see the module's docstring)."""
+    started = time.monotonic()
+    pack = lesson.pack
+    out = Grade(pack.id, sub.name, notes=[*sub.notes, *sub.unknown])
+    prior: dict[str, str] = {}
+    for step in pack.steps:
+        if progress:
+            progress(step.id)
+        if step.kind.trained:
+            out.steps.append(_training(lesson, step, sub.training, train_steps))
+            continue
+        code = sub.code.get(step.id)
+        if code is None:
+            out.steps.append(_missing(step))
+            continue
+        too_big = size_problem(code, f"the code for {step.id}")
+        if too_big:
+            out.steps.append(StepGrade(step.id, step.title, step.exercise, Outcome.FAILED, None,
+                                       0, step.points, too_big))
+            continue
+        result = lesson.evaluate(step.id, code, dict(prior))
+        if result.passed:
+            prior[step.id] = code
+        out.steps.append(_checked(step, result, strict_rule))
+    out.execution_time = time.monotonic() - started
+    return out
+
+
+def _checked(step: Step, result: CheckResult, strict_rule: bool) -> StepGrade:
+    rule = result.rule
+    error = result.error
+    if error is not None and error.kind in (ErrorKind.INTERNAL, ErrorKind.USAGE):
+        status = Outcome.ERROR
+    else:
+        status = Outcome.PASSED if result.passed else Outcome.FAILED
+    earns = result.passed and not (strict_rule and rule is Rule.SKIPPED)
+    return StepGrade(step.id, step.title, step.exercise, status, rule,
+                     step.points if earns else 0, step.points, first_line(result, strict_rule),
+                     feedback(result))
+
+
+def first_line(result: CheckResult, strict_rule: bool = False) -> str:
+    """The check in one line: what passed, or the first thing that is wrong and why."""
+    if result.error:
+        return _one(f"{result.error.kind} error: {result.error.message}")
+    if result.passed:
+        if result.rule is Rule.SKIPPED:
+            note = next((c.note for c in result.checks if c.skipped_rule and c.note), None)
+            lead = ("right for this network, not by the line's rule"
+                    + (" (no points: the rule is required)" if strict_rule else ""))
+            return _one(f"{lead}: {note}" if note else lead)
+        return result.summary()
+    for row in result.failed():
+        text = (row.diagnosis.message if row.diagnosis else row.message) or \
+            f"{row.grad} {row.verdict.value}"
+        return _one(f"{row.grad}: {text}")
+    if result.heldout and not result.heldout.passed:
+        return _one(f"wrong on a fresh batch: {result.heldout.message or ''}".rstrip(": "))
+    return result.summary()
+
+
+def _one(text: str, limit: int = 300) -> str:
+    line = text.strip().split("\n", 1)[0]
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def feedback(result: CheckResult) -> str:
+    """The tutor's feedback for one check, as `check` prints it (never the solution), with the
+    learner's print output cut short."""
+    if len(result.stdout) > MAX_STDOUT:
+        result.stdout = result.stdout[:MAX_STDOUT] + "\n… (the rest of your print output is cut)"
+    return _capped(format_result(result, width=FEEDBACK_WIDTH))
+
+
+def _capped(text: str, limit: int = MAX_FEEDBACK) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _training(lesson: Lesson, step: Step, code: str | None, steps: int) -> StepGrade:
+    if code is None:
+        return _missing(step, "no training loop with your backward pass")
+    gradcheck = min(lesson_gradcheck(lesson.pack), max(1, steps // 2))
+    run = lesson.train(code, steps, gradcheck_steps=gradcheck)
+    verdict = run.exercise
+    if run.status is RunStatus.ERROR and run.error and run.error.kind is ErrorKind.INTERNAL:
+        status = Outcome.ERROR
+    else:
+        status = Outcome.PASSED if verdict.passed else Outcome.FAILED
+    if verdict.passed:
+        message = (f"trained {run.steps_done} steps on your gradients: train loss "
+                   f"{run.train_loss:.4f} (the reference reaches {run.reference_train_loss:.4f})")
+    elif run.error is not None:
+        where = f" at step {run.step}" if run.step is not None else ""
+        message = _one(f"{run.error.kind} error{where}: {run.error.message}")
+    else:
+        message = _one(verdict.reason or "the run did not pass")
+    return StepGrade(step.id, step.title, step.exercise, status, None,
+                     step.points if verdict.passed else 0, step.points, message,
+                     _capped(run_feedback(run, message)))
+
+
+def lesson_gradcheck(pack: Pack) -> int:
+    from tutor.training.plan import TrainingSettings
+
+    return TrainingSettings.from_pack(pack).gradcheck_steps
+
+
+def run_feedback(run: TrainingRun, message: str) -> str:
+    """A training run in a few lines: how it ended, its gradient check, its losses."""
+    lines = [message]
+    check = run.gradcheck
+    if check is not None:
+        checked = f"the first {check.steps} steps"
+        if check.random_steps:
+            checked += f" and {len(check.random_steps)} more drawn at random"
+        lines.append(f"gradient check ({checked}): "
+                     + ("every gradient matched autograd's" if check.passed else
+                        (check.failure.message if check.failure else "did not pass")))
+    if run.train_loss is not None:
+        val = f", validation loss {run.val_loss:.4f}" if run.val_loss is not None else ""
+        lines.append(f"after {run.steps_done} steps: train loss {run.train_loss:.4f}{val}")
+    lines += [f"note: {n}" for n in run.notes]
+    if run.stdout:
+        out = run.stdout[:MAX_STDOUT]
+        lines += ["your print output:", *(f"  {line}" for line in out.splitlines())]
+    return "\n".join(lines)

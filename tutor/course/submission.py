@@ -1,0 +1,150 @@
+"""A learner's submission, read: which code answers which step, whatever form it came in.
+
+Three forms: a percent-format `.py` file of `# %% STEP_ID` cells (as `check --all` reads it; a
+`# %% train/loop` cell is the training step), the tutor's own workbook `.ipynb` (`%%check STEP_ID`
+cells), and the lecture's notebook filled in (tutor.course.lecture). Nothing is run here.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tutor import source
+from tutor.cells import parse_cells
+from tutor.course.lecture import (
+    NotebookError,
+    code_cells,
+    is_lecture_notebook,
+    read_lecture,
+)
+from tutor.packs import Pack
+
+# A notebook keeps its outputs (plots, printed losses): more than a code file may hold.
+MAX_NOTEBOOK_BYTES = 16 * 1024 * 1024
+
+
+class Unreadable(ValueError):
+    """The submission cannot be graded at all: why, in one line (shown to the student)."""
+
+
+@dataclass
+class Submission:
+    """The code per step (only steps that have some) and the training step's code."""
+
+    name: str
+    form: str  # "percent", "workbook" or "lecture"
+    code: dict[str, str] = field(default_factory=dict)
+    training: str | None = None
+    notes: list[str] = field(default_factory=list)  # how it was read, for the student
+    unknown: list[str] = field(default_factory=list)  # cells naming no step of the pack
+
+
+def read_submission(path: Path, pack: Pack) -> Submission:
+    """Read `path` as one of the three forms; Unreadable when it is none of them."""
+    suffix = path.suffix.lower()
+    if suffix not in (".py", ".ipynb"):
+        raise Unreadable(f"{path.name}: a submission is a .py file of `# %% STEP_ID` cells or "
+                         "a .ipynb notebook")
+    limit = MAX_NOTEBOOK_BYTES if suffix == ".ipynb" else source.MAX_FILE_BYTES
+    try:
+        text = source.read(str(path), limit)
+    except FileNotFoundError:
+        raise Unreadable(f"no such file: {path.name}") from None
+    except source.SourceError as exc:
+        raise Unreadable(str(exc).replace(str(path), path.name)) from None
+    except OSError as exc:
+        raise Unreadable(f"cannot read {path.name}: {exc.strerror or exc}") from None
+    if suffix == ".py":
+        return _percent(path.name, text, pack)
+    try:
+        document = json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as exc:
+        raise Unreadable(f"{path.name} is not a notebook (not JSON: {exc})") from None
+    if not isinstance(document, dict):
+        raise Unreadable(f"{path.name} is not a notebook (no cells)")
+    try:
+        cells = code_cells(document)
+    except NotebookError as exc:
+        raise Unreadable(f"{path.name} is not a notebook ({exc})") from None
+    checks = [c for c in cells if c.lstrip().startswith("%%check")]
+    if checks:
+        return _workbook(path.name, checks, pack)
+    if is_lecture_notebook(cells):
+        return _lecture(path.name, cells, pack)
+    raise Unreadable(f"{path.name} has neither `%%check STEP_ID` cells nor the lecture's "
+                     "exercises (`# Exercise 1` ... with cmp calls)")
+
+
+def _step_of(pack: Pack, given: str) -> str | None:
+    try:
+        return pack.step(given).id
+    except KeyError:
+        return None
+
+
+def _percent(name: str, text: str, pack: Pack) -> Submission:
+    cells = parse_cells(text)
+    if not cells:
+        raise Unreadable(f"{name} has no `# %% STEP_ID` cells")
+    sub = Submission(name, "percent")
+    for cell in cells:
+        sid = _step_of(pack, cell.step)
+        if sid is None:
+            sub.unknown.append(f"line {cell.line}: no step '{cell.step}'")
+            continue
+        if pack.step(sid).kind.trained:
+            sub.training = cell.code if has_code(cell.code) else None
+        elif has_code(cell.code, pack.step(sid).template):
+            sub.code[sid] = cell.code  # a later cell for the same step replaces an earlier one
+    return sub
+
+
+def _workbook(name: str, cells: list[str], pack: Pack) -> Submission:
+    sub = Submission(name, "workbook")
+    for cell in cells:
+        header, _, code = cell.lstrip().partition("\n")
+        given = header[len("%%check"):].strip()
+        sid = _step_of(pack, given)
+        if sid is None:
+            sub.unknown.append(f"%%check {given}: no such step")
+            continue
+        if has_code(code, pack.step(sid).template):
+            sub.code[sid] = code
+    return sub
+
+
+def _lecture(name: str, cells: list[str], pack: Pack) -> Submission:
+    answers = read_lecture(pack, cells)
+    sub = Submission(name, "lecture", training=answers.training)
+    sub.code = {sid: code for sid, code in answers.code.items() if has_code(code)}
+    if answers.renamed:
+        sub.notes.append("read as the tutor's names: " + ", ".join(
+            f"{yours} as {ours}" for yours, ours in sorted(answers.renamed.items())))
+    sub.notes += answers.notes
+    return sub
+
+
+def has_code(code: str, template: str | None = None) -> bool:
+    """Whether a cell holds an answer: not blank, not the untouched template, not only
+    placeholders (`dx = ...`, `dlogits = None`, `pass`). Code that does not parse is an answer
+    (a wrong one: the check says where)."""
+    if template is not None and code.strip() == template.strip():
+        return False
+    try:
+        body = ast.parse(code).body
+    except SyntaxError:
+        return bool(code.strip())
+    for node in body:
+        if isinstance(node, ast.Pass):
+            continue
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
+            continue  # a docstring or a bare `...`
+        if isinstance(node, ast.Assign):
+            values = node.value.elts if isinstance(node.value, ast.Tuple) else [node.value]
+            if all(isinstance(v, ast.Constant) and v.value in (None, Ellipsis) for v in values):
+                continue
+        return True
+    return False

@@ -25,10 +25,10 @@ import warnings
 warnings.filterwarnings("ignore", message=".*NumPy.*")
 
 from tutor.config import Settings  # noqa: E402
-from tutor.engine import Engine  # noqa: E402
+from tutor.core.engine import Engine  # noqa: E402
 from tutor.evaluator.client import Evaluator  # noqa: E402
-from tutor.packs import load_pack  # noqa: E402
-from tutor.sandbox import forkserver, spawn  # noqa: E402
+from tutor.pack.model import load_pack  # noqa: E402
+from tutor.process import forkserver, spawn  # noqa: E402
 
 STEPS = ["atomic/probs", "atomic/logits", "atomic/bndiff", "atomic/C", "fused/cross_entropy"]
 RUNS = 60

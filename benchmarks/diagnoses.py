@@ -19,9 +19,9 @@ warnings.filterwarnings("ignore", message=".*NumPy.*")
 import corpora  # noqa: E402  (benchmarks/corpora.py: the scripts run from benchmarks/)
 
 from tutor.config import Settings  # noqa: E402
-from tutor.engine import Engine  # noqa: E402
-from tutor.packs import load_pack  # noqa: E402
-from tutor.results import CheckResult  # noqa: E402
+from tutor.core.engine import Engine  # noqa: E402
+from tutor.pack.model import load_pack  # noqa: E402
+from tutor.values.results import CheckResult  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 

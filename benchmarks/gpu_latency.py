@@ -15,7 +15,7 @@ warnings.filterwarnings("ignore", message=".*NumPy.*")
 
 from tutor.config import Settings  # noqa: E402
 from tutor.evaluator.client import Evaluator  # noqa: E402
-from tutor.packs import load_pack  # noqa: E402
+from tutor.pack.model import load_pack  # noqa: E402
 
 STEPS = ["atomic/probs", "atomic/logits", "atomic/bndiff", "atomic/C", "fused/cross_entropy"]
 RUNS = 15

@@ -2,7 +2,7 @@
 
 An answer is accepted when its distance from the float64 gradient is at most ROUNDING_HEADROOM
 times autograd's own float32 distance (or a tiny fraction of the gradient's size; see
-tutor/grading.py). This runs every correct answer we keep (both lessons' references, the
+tutor/core/grading.py). This runs every correct answer we keep (both lessons' references, the
 makemore corpora, the GPT lesson's other forms, the function steps' references) and prints, for
 each graded gradient, that ratio; then the same for near-miss constants that must be refused
 (GELU with 0.04472 for 0.044715). The headroom must sit between the largest correct ratio and
@@ -22,9 +22,9 @@ warnings.filterwarnings("ignore", message=".*NumPy.*")
 import corpora  # noqa: E402  (benchmarks/corpora.py: the scripts run from benchmarks/)
 import torch  # noqa: E402
 
-from tutor import grading  # noqa: E402
 from tutor.config import Settings  # noqa: E402
-from tutor.engine import Engine  # noqa: E402
+from tutor.core import grading  # noqa: E402
+from tutor.core.engine import Engine  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 RATIOS: list[tuple[float, str]] = []

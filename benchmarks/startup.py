@@ -128,7 +128,7 @@ def _minimal_checker(evaluator):
     from textual.app import App
     from textual.widgets import Static
 
-    from tutor.results import CheckResult
+    from tutor.values.results import CheckResult
 
     class MinimalChecker(App):
         BINDINGS = [("ctrl+j", "check")]

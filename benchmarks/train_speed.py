@@ -34,9 +34,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 
-from tutor.candidate import compile_candidate  # noqa: E402
-from tutor.lesson import Dataset, resolve_device, setup_namespace  # noqa: E402
-from tutor.packs import find_pack, load_pack  # noqa: E402
+from tutor.core.candidate import compile_candidate  # noqa: E402
+from tutor.core.network import Dataset, resolve_device, setup_namespace  # noqa: E402
+from tutor.pack.model import find_pack, load_pack  # noqa: E402
 from tutor.training import (  # noqa: E402
     COMPILE_OPTIONS,
     Batches,

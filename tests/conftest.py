@@ -17,7 +17,7 @@ warnings.filterwarnings("ignore", message=".*NumPy.*")
 def engine():
     """One in-process engine for the whole run: building the lesson is the slow part."""
     from tutor.config import Settings
-    from tutor.engine import Engine
+    from tutor.core.engine import Engine
 
     return Engine(Settings(device="cpu"))
 

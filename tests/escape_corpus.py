@@ -31,8 +31,8 @@ from textwrap import dedent
 # files, interpreter objects (frames, cells, the builtins module) and the installation's paths.
 GLOBAL_LEAKS = (
     "TOPSECRET",
-    "tutor.engine",
-    "tutor/engine",
+    "tutor.core.engine",
+    "tutor/core/engine",
     "tutor.sandbox",
     "tutor/sandbox",
     "site-packages",
@@ -748,7 +748,7 @@ ATTEMPTS: list[Attempt] = [
         def g():
             match me:
                 case O(gi_frame=O(f_back=O(f_back=O(f_locals=loc)))):
-                    yield loc["self"].lesson
+                    yield loc["self"].network
         me = g()
         lesson = next(me)
         b = lesson.main if lesson.main.n == n else lesson.heldout

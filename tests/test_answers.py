@@ -13,7 +13,7 @@ import re
 import pytest
 
 from tutor.config import Settings
-from tutor.packs import load_pack
+from tutor.pack.model import load_pack
 
 PACK = load_pack()
 KINDS = {"shape", "sign", "scale", "transpose", "partial", "known_mistake"}
@@ -312,7 +312,7 @@ MISTAKE_CASES = [
 
 @pytest.fixture(scope="module")
 def engine():
-    from tutor.engine import Engine
+    from tutor.core.engine import Engine
 
     return Engine(Settings(device="cpu"))
 

@@ -22,14 +22,14 @@ import pytest
 from rich.console import Console
 
 from tutor import cli as tutor_cli
-from tutor import progress
-from tutor.cells import parse_cells
 from tutor.config import ConfigError, resolve
-from tutor.packs import load_pack
-from tutor.progress import Store, StoreError
-from tutor.report import format_result, format_table
-from tutor.results import CheckResult, TensorCheck
+from tutor.pack.model import load_pack
+from tutor.session import store as progress
+from tutor.session.cells import parse_cells
+from tutor.session.report import format_result, format_table
+from tutor.session.store import Store, StoreError
 from tutor.source import MAX_CODE_BYTES, SourceError, decode, from_argument, size_problem
+from tutor.values.results import CheckResult, TensorCheck
 
 PACK = load_pack()
 CORRECT = "dlogprobs = torch.zeros_like(logprobs)\ndlogprobs[range(n), Yb] = -1.0/n\n"

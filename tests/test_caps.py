@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tutor.config import Settings
-from tutor.packs import load_pack
+from tutor.pack.model import load_pack
 
 PACK = load_pack()
 TINY = Path(__file__).parent / "packs" / "tiny"
@@ -69,7 +69,7 @@ def test_clean_keeps_the_first_and_last_part_of_long_text_with_what_was_cut():
 
 
 def test_printed_output_keeps_its_first_and_last_part_and_cmp_calls_their_place():
-    from tutor.candidate import MAX_STDOUT, Output
+    from tutor.core.candidate import MAX_STDOUT, Output
 
     out = Output()
     out.print("first")
@@ -92,7 +92,7 @@ PATHS = ["fork", "spawn", "started"]  # forked per check, forked by the fork ser
 
 
 def _engine(path: str, monkeypatch: pytest.MonkeyPatch):
-    from tutor.engine import Engine
+    from tutor.core.engine import Engine
 
     if path == "started":
         monkeypatch.setenv("BACKPROP_TUTOR_FORK_SERVER", "0")
@@ -194,7 +194,7 @@ def test_a_kept_dtype_view_of_an_ordinary_tensor_still_works(engine):
 def test_encoding_a_tensor_refuses_more_than_a_message_before_copying_it():
     import torch
 
-    from tutor.sandbox.isolate import TooLarge, encode_tensor
+    from tutor.process.isolate import TooLarge, encode_tensor
 
     with pytest.raises(TooLarge, match="a tensor of 8192 MB"):
         encode_tensor(torch.zeros(1).expand(2**31))

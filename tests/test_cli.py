@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from tutor.packs import load_pack
+from tutor.pack.model import load_pack
 
 PACK = load_pack()
 

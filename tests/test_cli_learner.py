@@ -19,8 +19,8 @@ import pytest
 
 from tutor import source
 from tutor.commands import COMMANDS
-from tutor.packs import load_pack, unwrap
-from tutor.progress import Store
+from tutor.pack.model import load_pack, unwrap
+from tutor.session.store import Store
 from tutor.training.plan import training_code, training_step
 
 PACK = load_pack()

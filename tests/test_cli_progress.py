@@ -9,9 +9,9 @@ import time
 
 import pytest
 
-from tutor.packs import load_pack
-from tutor.progress import Store
-from tutor.results import CheckResult
+from tutor.pack.model import load_pack
+from tutor.session.store import Store
+from tutor.values.results import CheckResult
 
 PACK = load_pack()
 

@@ -1,11 +1,11 @@
 """The lesson controller's rules, with no UI: what a front end is told about locking, what a
 check will open and complete, solutions, drafts, resets and training runs."""
 
-from tutor.controller import Lesson, done_exercises
-from tutor.packs import load_pack
-from tutor.progress import Store
-from tutor.results import CheckResult, ScratchResult, Status
-from tutor.runs import RunPhase, RunProgress, RunStatus, TrainingRun
+from tutor.pack.model import load_pack
+from tutor.session.controller import Lesson, done_exercises
+from tutor.session.store import Store
+from tutor.values.results import CheckResult, ScratchResult, Status
+from tutor.values.runs import RunPhase, RunProgress, RunStatus, TrainingRun
 
 PACK = load_pack()
 FIRST, SECOND = PACK.gradient_steps[0].id, PACK.gradient_steps[1].id

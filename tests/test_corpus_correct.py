@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from tutor.packs import load_pack
+from tutor.pack.model import load_pack
 
 PACK = load_pack()
 

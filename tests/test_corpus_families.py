@@ -3,7 +3,7 @@
 The families: a wrong index or a permutation of an axis; a reduction over the wrong axis; a
 constant or an exponent off; state updated in place that should not be; the order of an
 update's operations. Most of these are in no catalogue: their diagnosis is derived from the
-step's own solution (tutor/derived.py, tutor/rewrites.py) or from the state's patterns.
+step's own solution (tutor/core/derived.py, tutor/core/rewrites.py) or from the state's patterns.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tutor.config import Settings
-from tutor.packs import load_pack
+from tutor.pack.model import load_pack
 
 ROOT = Path(__file__).resolve().parent.parent
 GPT = load_pack(ROOT / "exercises" / "gpt")
@@ -159,7 +159,7 @@ CASES = [pytest.param(*v, id=k) for k, v in WRONG.items()]
 
 @pytest.fixture(scope="module")
 def engines(engine):
-    from tutor.engine import Engine
+    from tutor.core.engine import Engine
 
     gpt = Engine(Settings(device="cpu", pack=str(ROOT / "exercises" / "gpt")))
     yield {"makemore": engine, "gpt": gpt}
@@ -234,8 +234,8 @@ def test_a_factor_two_without_a_square_says_nothing_of_squares(engines):
 
 def test_a_catalogued_mistake_that_is_nan_is_recognised(engines):
     # Catalogued at atomic/counts_sum (its value is NaN: a power of a negative number).
-    from tutor import diagnosis as dx
-    from tutor.packs import Mistake
+    from tutor.core import diagnosis as dx
+    from tutor.pack.model import Mistake
 
     nan = float("nan")
     import torch
@@ -265,7 +265,7 @@ def test_an_approximate_false_row_under_a_pass_says_why(engines):
 def test_every_accepted_row_with_approximate_false_carries_its_why():
     import torch
 
-    from tutor.grading import grade
+    from tutor.core.grading import grade
 
     # autograd's float32 result is 1.5e-8 off the float64 gradient, the answer as much on the
     # other side: as close as autograd, yet 3e-8 from its result, outside allclose's 2e-8.
@@ -279,7 +279,7 @@ def test_a_fresh_batch_blames_the_size_only_where_one_is_written(engines):
     engine = engines["makemore"]
     sized = engine.check("atomic/probs", "dprobs = (1.0 / probs) * dlogprobs * 32 / n").to_dict()
     assert "batch size written in" in sized["heldout"]["message"]
-    from tutor.kinds.lines import writes_the_batch_size as _writes_the_batch_size
+    from tutor.core.kinds.lines import writes_the_batch_size as _writes_the_batch_size
 
     assert _writes_the_batch_size("x = 1 / 32", 32, {})
     assert _writes_the_batch_size("x = y * 31", 32, {})

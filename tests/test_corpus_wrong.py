@@ -2,7 +2,7 @@
 
 Every answer here is wrong in one tensor only and the other gradients of its step are right. The
 kinds come from the catalogue where it applies, from the generic diagnoses (sign, scale, partial,
-shape, nan) and otherwise from `tutor.derived`, which compares the answer with rewrites of the
+shape, nan) and otherwise from `tutor.core.derived`, which compares the answer with rewrites of the
 step's own solution ("derived"), and reads per-row factors ("scale") or missing entries
 ("partial") off the numbers.
 """
@@ -15,8 +15,8 @@ import time
 import pytest
 import torch
 
-from tutor import derived
-from tutor.packs import load_pack
+from tutor.core import derived
+from tutor.pack.model import load_pack
 
 PACK = load_pack()
 
@@ -455,7 +455,7 @@ def test_catalogue_first_then_derived(engine):
 def _fused_batchnorm_namespace(engine) -> tuple:
     """What learner code sees at fused/batchnorm: the forward pass and the given dhpreact."""
     step = PACK.step("fused/batchnorm")
-    batch = engine.lesson.main
+    batch = engine.network.main
     before = {**batch.namespace(), "dhpreact": batch.given[(step.id, "hpreact")]}
     return step, batch, before
 
@@ -515,7 +515,7 @@ def _namespace_before(engine, step_id: str) -> dict:
     import torch.nn.functional as F
 
     step = PACK.step(step_id)
-    batch = engine.lesson.main
+    batch = engine.network.main
     ns = {**batch.namespace(), "torch": torch, "F": F, "math": math}
     for name in step.given:
         ns[f"d{name}"] = batch.given[(step.id, name)].clone()
@@ -537,9 +537,9 @@ def test_derived_leaves_the_namespace_alone(engine, step_id):
     step = PACK.step(step_id)
     before = _namespace_before(engine, step_id)
     kept = {k: v.clone() for k, v in before.items() if isinstance(v, torch.Tensor)}
-    ref = engine.lesson.main.reference[(step_id, step.checks[0])]
+    ref = engine.network.main.reference[(step_id, step.checks[0])]
     noise = torch.randn(ref.shape, generator=torch.Generator().manual_seed(1))
     derived._VALUES.clear()
-    derived.explain(PACK, step, step.checks[0], noise, ref, before, engine.lesson.main.n)
+    derived.explain(PACK, step, step.checks[0], noise, ref, before, engine.network.main.n)
     for name, value in kept.items():
         assert torch.equal(before[name], value), name

@@ -11,8 +11,8 @@ from __future__ import annotations
 import pytest
 
 from tutor.config import Settings
-from tutor.packs import load_pack
-from tutor.results import ErrorKind, Rule
+from tutor.pack.model import load_pack
+from tutor.values.results import ErrorKind, Rule
 
 pytestmark = pytest.mark.cuda
 PACK = load_pack()
@@ -20,7 +20,7 @@ PACK = load_pack()
 
 @pytest.fixture(scope="module")
 def cuda_engine():
-    from tutor.engine import Engine
+    from tutor.core.engine import Engine
 
     engine = Engine(Settings(device="cuda", timeout=20.0))
     engine.prepare()

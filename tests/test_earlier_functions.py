@@ -11,7 +11,8 @@ import sys
 import pytest
 import torch
 
-from tutor.candidate import (
+from tutor.config import Settings
+from tutor.core.candidate import (
     CodeError,
     Output,
     compile_candidate,
@@ -20,7 +21,6 @@ from tutor.candidate import (
     execute,
     runtime_error,
 )
-from tutor.config import Settings
 from tutor.sandbox.guard import Refused
 
 # The step that writes the helper, accepted on its own; the next step calls it.
@@ -44,7 +44,7 @@ PATHS = ["fork", "spawn"]
 
 @pytest.fixture(scope="module")
 def engines():
-    from tutor.engine import Engine
+    from tutor.core.engine import Engine
 
     made = {path: Engine(Settings(device="cpu", isolation=path)) for path in PATHS}
     for engine in made.values():

@@ -2,7 +2,7 @@
 
 import pytest
 
-from tutor.packs import load_pack
+from tutor.pack.model import load_pack
 
 PACK = load_pack()
 GRADIENT_STEPS = [s.id for s in PACK.gradient_steps]
@@ -258,7 +258,7 @@ def test_without_fork_a_held_mode_does_not_outlive_its_check():
     import torch
 
     from tutor.config import Settings
-    from tutor.engine import Engine
+    from tutor.core.engine import Engine
 
     engine = Engine(Settings(device="cpu", isolation="spawn"))
     held = ("def g():\n    with torch.no_grad():\n        yield 1\n"

@@ -34,7 +34,7 @@ from escape_corpus import ATTEMPTS, CONTAINED, CONTROLS, GLOBAL_LEAKS, REFUSED, 
 
 from tutor.config import Settings
 from tutor.evaluator.client import Evaluator
-from tutor.packs import load_pack
+from tutor.pack.model import load_pack
 
 ROOT = Path(__file__).resolve().parents[1]
 PACK = load_pack()
@@ -269,7 +269,7 @@ def isolation(request):
 def engine_ready(engine, isolation):
     """An engine with that isolation, warmed up (both batches built) before anything attacks
     it: the session's own for the fork path."""
-    from tutor.engine import Engine
+    from tutor.core.engine import Engine
 
     ready = engine if isolation == "fork" else Engine(Settings(device="cpu", isolation=isolation))
     assert ready.check("atomic/probs", SOLUTION).to_dict()["passed"]
@@ -892,7 +892,7 @@ def test_an_answer_too_large_to_send_is_a_clear_error(engine_ready):
 def test_records_past_what_one_answer_may_carry_are_replaced_by_an_error_that_names_the_largest():
     import torch
 
-    from tutor.execution import _fit, encode_value
+    from tutor.core.execution import _fit, encode_value
 
     gradient = encode_value(torch.zeros(4_000_000, dtype=torch.float64))  # 31 MB
     records = {"main": {"error": None, "notes": [], "stdout": "", "after": {"dh": gradient}}}

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tutor.config import Settings
-from tutor.packs import PackError, load_pack
+from tutor.pack.model import PackError, load_pack
 
 FN = Path(__file__).parent / "packs" / "fn"
 PACK = load_pack(FN)
@@ -29,7 +29,7 @@ GLOBAL_SIZE = HARD_CODED.replace("C = 16  # the lesson's width, written in", "C 
 
 @pytest.fixture(scope="module")
 def fn_engine():
-    from tutor.engine import Engine
+    from tutor.core.engine import Engine
 
     engine = Engine(Settings(device="cpu", pack=str(FN)))
     yield engine
@@ -121,7 +121,7 @@ def test_calling_errors_are_told_in_the_learners_terms(fn_engine, code, words):
 def test_returning_the_wrong_number_of_values_is_explained(fn_engine):
     from dataclasses import replace
 
-    from tutor.execution import CallError, _unpack
+    from tutor.core.execution import CallError, _unpack
 
     spec = replace(fn_engine._spec(PACK.step(LN), "", {}), outputs=("dinp", "dother"))
     with pytest.raises(CallError, match="returned None"):
@@ -145,7 +145,7 @@ def test_the_function_cannot_read_the_answers(fn_engine):
 
 
 def test_pack_check_passes_and_finds_a_case_without_new_sizes(tmp_path):
-    from tutor.packcheck import check_pack
+    from tutor.evaluator.packcheck import check_pack
 
     assert check_pack(FN, Settings(device="cpu"), progress=lambda _: None) == []
     bad = tmp_path / "bad"

@@ -1,5 +1,6 @@
 """A verdict no one can game: code that behaves one way when it is graded and another when the
-rule probe asks (tutor/probe.py) never gets the plain ✓, on either way of isolating learner code.
+rule probe asks (tutor/core/probe.py) never gets the plain ✓, on either way of isolating
+learner code.
 
 Each attempt below writes a right answer (or the loss's derivative worked out by hand) for the
 real runs, and does something else only when the arriving gradient looks unlike the one this
@@ -14,7 +15,7 @@ from __future__ import annotations
 import pytest
 
 from tutor.config import Settings
-from tutor.results import Rule, Status
+from tutor.values.results import Rule, Status
 
 PATHS = ["fork", "spawn"]
 RIGHT = "dprobs = (1.0 / probs) * dlogprobs\n"
@@ -40,7 +41,7 @@ ATTEMPTS = {
 
 @pytest.fixture(scope="module", params=PATHS)
 def gamed(request):
-    from tutor.engine import Engine
+    from tutor.core.engine import Engine
 
     engine = Engine(Settings(device="cpu", isolation=request.param, timeout=4.0))
     engine.prepare()

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from tutor.config import Settings
-from tutor.packs import find_pack, load_pack
-from tutor.stepkinds import Function, LineGradient
+from tutor.pack.kinds import Function, LineGradient
+from tutor.pack.model import find_pack, load_pack
 
 ROOT = Path(__file__).resolve().parent.parent
 GPT = ROOT / "exercises" / "gpt"
@@ -85,7 +85,7 @@ datty = dy.reshape(n, block_size, n_head, head_size).permute(0, 2, 1, 3)
 
 @pytest.fixture(scope="module")
 def engine():
-    from tutor.engine import Engine
+    from tutor.core.engine import Engine
 
     return Engine(Settings(device="cpu", pack=str(GPT)))
 

@@ -20,7 +20,7 @@ from tutor.course.lecture import code_cells, read_lecture, rename
 from tutor.course.platforms import MAX_RESULTS_BYTES, gradescope, prairielearn, results
 from tutor.course.scoring import Outcome
 from tutor.course.submission import Unreadable, has_code, read_submission
-from tutor.packs import PackError, find_pack, load_pack
+from tutor.pack.model import PackError, find_pack, load_pack
 
 ROOT = Path(__file__).resolve().parents[1]
 PACK = load_pack(find_pack("makemore"))
@@ -250,7 +250,7 @@ def test_unreadable_submissions_say_why(tmp_path):
 
 def test_the_tutors_workbook_is_read(tmp_path):
     from tutor.config import Settings
-    from tutor.workbook import workbook
+    from tutor.session.workbook import workbook
 
     document = workbook(PACK, Settings(device="cpu"))
     for cell in document["cells"]:

@@ -20,8 +20,8 @@ import torch
 
 from tutor.config import ConfigError, Settings, resolve
 from tutor.evaluator.client import Evaluator
-from tutor.packs import load_pack
-from tutor.sandbox import forkserver, spawn
+from tutor.pack.model import load_pack
+from tutor.process import forkserver, spawn
 from tutor.training import training_code
 
 PACK = load_pack()
@@ -61,7 +61,7 @@ CASES = [
 
 
 def _engine(isolation: str, pack: str = "makemore", **settings):
-    from tutor.engine import Engine
+    from tutor.core.engine import Engine
 
     with pytest.MonkeyPatch.context() as mp:
         if isolation == STARTED:  # the engine decides when it starts its first child
@@ -94,8 +94,8 @@ def test_the_switch_is_read_from_the_environment_and_checked(monkeypatch, tmp_pa
 
 
 def test_auto_forks_on_a_cpu_and_starts_children_for_a_gpu():
-    from tutor.engine import isolation_for
-    from tutor.lesson import DeviceError
+    from tutor.core.engine import isolation_for
+    from tutor.core.network import DeviceError
 
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
     assert isolation_for("auto", cpu) == ("fork" if hasattr(os, "fork") else "spawn")
@@ -253,11 +253,11 @@ def _crash_in_child(monkeypatch, engine) -> None:
     """A stand-in for learner code that crashes the interpreter (the guard refuses every real
     route it knows): the child's run dies of SIGSEGV, on either path."""
     if engine.isolation == "fork":
-        monkeypatch.setattr("tutor.engine.run_spec",
+        monkeypatch.setattr("tutor.core.engine.run_spec",
                             lambda *a: os.kill(os.getpid(), signal.SIGSEGV))
     else:
         crashing = (sys.executable, "-c",
-                    "import os, signal, tutor.execution as e\n"
+                    "import os, signal, tutor.core.execution as e\n"
                     "e.run_spec = lambda *a: os.kill(os.getpid(), signal.SIGSEGV)\n"
                     "from tutor.evaluator.child import main\nmain()\n")
         monkeypatch.setattr(spawn, "CHILD_COMMAND", crashing)

@@ -87,7 +87,7 @@ def train_json(home, *args: str) -> dict:
 
 
 def _code_with(old: str, new: str) -> str:
-    from tutor.packs import load_pack
+    from tutor.pack.model import load_pack
     from tutor.training import training_code
 
     code = training_code(load_pack(), None, 3)

@@ -13,7 +13,7 @@ import pytest
 
 from tutor.cli import main
 from tutor.notebook.png import heatmap_png
-from tutor.packs import find_pack, load_pack, unwrap
+from tutor.pack.model import find_pack, load_pack, unwrap
 
 nbformat = pytest.importorskip("nbformat", reason="needs the notebook extra")
 

@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 TINY = Path(__file__).parent / "packs" / "tiny"
 
 
@@ -61,3 +63,43 @@ def test_a_pack_that_does_not_load_is_one_problem(tmp_path):
 
 def test_a_folder_without_a_pack_is_a_usage_error(tmp_path):
     assert _run(tmp_path).returncode == 2
+
+
+# --- the schema ----------------------------------------------------------------------------------
+
+
+def test_an_unknown_key_is_refused_naming_the_file_the_step_and_the_key(tmp_path):
+    out = _run(_broken(tmp_path, 'lines = ["logits"]', 'lines = ["logits"]\nhint = "typo"'))
+    assert out.returncode == 1
+    assert "does not load" in out.stdout
+    assert "01_layers.toml step tiny/h: unknown key 'hint'; did you mean 'hints'?" in out.stdout
+
+
+@pytest.mark.parametrize("old, new, said", [
+    ('lines = ["logits"]', 'lines = "logits"', "'lines' must be a list of strings"),
+    ('lines = ["logits"]', 'lines = ["logits"]\npoints = 0', "'points' must be a positive number"),
+    ('lines = ["logits"]', 'lines = ["logits"]\ncall = "dx = f(x)"', "unknown key 'call'"),
+])
+def test_a_wrong_type_or_another_kinds_field_is_refused(tmp_path, old, new, said):
+    out = _run(_broken(tmp_path, old, new))
+    assert out.returncode == 1 and said in out.stdout, out.stdout
+
+
+def test_the_schema_version_is_required_and_checked(tmp_path):
+    from tutor.pack.model import PackError, load_pack
+
+    folder = _broken(tmp_path, "schema = 1", "schema = 2", file="pack.toml")
+    with pytest.raises(PackError, match="schema 2 is not one this tutor reads"):
+        load_pack(folder)
+    text = (folder / "pack.toml").read_text().replace("schema = 2\n", "")
+    (folder / "pack.toml").write_text(text)
+    with pytest.raises(PackError, match="missing 'schema'"):
+        load_pack(folder)
+
+
+def test_the_docs_show_the_schema_the_code_declares():
+    from tutor.pack import schema
+    from tutor.pack.kinds import KINDS
+
+    docs = (Path(__file__).parents[1] / "docs" / "packs.md").read_text()
+    assert schema.describe({w: k.fields for w, k in KINDS.items()}) in docs

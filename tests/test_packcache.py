@@ -6,8 +6,8 @@ import shutil
 
 import pytest
 
-from tutor import packcache
-from tutor.packs import PackError, exercises_dir, load_pack
+from tutor.pack import cache as packcache
+from tutor.pack.model import PackError, exercises_dir, load_pack
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""The rule probe (tutor/probe.py): an answer is graded on its rule, not only on its numbers.
+"""The rule probe (tutor/core/probe.py): an answer is graded on its rule, not only on its numbers.
 
 On every per-line step of both lessons the reference passes with the probe run and follows the
 rule, and an answer with exactly autograd's numbers but no rule (the values frozen in, as `pass`
@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from tutor import probe
 from tutor.config import Settings
-from tutor.execution import run_check
-from tutor.packs import load_pack
-from tutor.results import Rule, Status
+from tutor.core import probe
+from tutor.core.execution import run_check
+from tutor.pack.model import load_pack
+from tutor.values.results import Rule, Status
 
 ROOT = Path(__file__).resolve().parent.parent
 MAKEMORE = load_pack()
@@ -38,7 +38,7 @@ PROBED = [pytest.param("makemore", s.id, id=s.id) for s in _probed(MAKEMORE)] + 
 @pytest.fixture(scope="module")
 def engines():
     """Engines of their own: the frozen answers put names into the namespaces they cache."""
-    from tutor.engine import Engine
+    from tutor.core.engine import Engine
 
     made = {"makemore": Engine(Settings(device="cpu")),
             "gpt": Engine(Settings(device="cpu", pack=str(ROOT / "exercises" / "gpt")))}
@@ -53,7 +53,7 @@ def _run_here(engine, frozen: bool, seen: list):
 
     def execute(step, code, prior, scratch=False):
         spec = engine._spec(step, code, prior)
-        batches = {"main": engine.lesson.main, "heldout": engine.lesson.heldout}
+        batches = {"main": engine.network.main, "heldout": engine.network.heldout}
         for plan in spec.batches:
             plan.known, plan.replays = False, plan.replays or []
             if frozen:

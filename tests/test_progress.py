@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 
 import tutor
-from tutor import progress
-from tutor.packs import Pack, load_pack
-from tutor.progress import FILENAME, Store, StoreError
-from tutor.results import CheckResult
+from tutor.pack.model import Pack, load_pack
+from tutor.session import store as progress
+from tutor.session.store import FILENAME, Store, StoreError
+from tutor.values.results import CheckResult
 
 REPO = Path(tutor.__file__).resolve().parent.parent
 typed = CheckResult.from_dict  # the store takes the typed result
@@ -321,11 +321,11 @@ def test_two_stores_on_one_home_see_each_others_writes(tmp_path, pack):
 
 RECORD_FOREVER = """
     import sys
-    from tutor.packs import load_pack
-    from tutor.progress import Store
+    from tutor.pack.model import load_pack
+    from tutor.session.store import Store
     store = Store.open(sys.argv[1], load_pack())
     i = int(sys.argv[2])
-    from tutor.results import CheckResult
+    from tutor.values.results import CheckResult
     result = CheckResult.from_dict(
         {"passed": True, "checks": [{"verdict": "exact", "maxdiff": 0.0}], "error": None})
     while True:
@@ -368,12 +368,12 @@ def test_sigkill_while_saving_loses_nothing_committed(tmp_path, pack):
 
 SOLVE_MY_SHARE = """
     import os, sys, time
-    from tutor.packs import load_pack
-    from tutor.progress import Store
+    from tutor.pack.model import load_pack
+    from tutor.session.store import Store
     home, tag, go = sys.argv[1], sys.argv[2], sys.argv[3]
     pack = load_pack()
     share = [s.id for i, s in enumerate(pack.steps) if i % 2 == (tag == "B")]
-    from tutor.results import CheckResult
+    from tutor.values.results import CheckResult
     exact, approx, wrong = (CheckResult.from_dict(d) for d in (
         {"passed": True, "checks": [{"verdict": "exact", "maxdiff": 0.0}], "error": None},
         {"passed": True, "checks": [{"verdict": "approximate", "maxdiff": 1e-9}]},

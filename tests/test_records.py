@@ -1,4 +1,4 @@
-"""Records behave as the dataclasses whose generated methods they replace (tutor/records.py):
+"""Records behave as the dataclasses whose generated methods they replace (tutor/values/records.py):
 each case is checked against a plain `@dataclass` declared the same way."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from dataclasses import FrozenInstanceError, dataclass, field, replace
 
 import pytest
 
-from tutor.records import FrozenRecord, Record
+from tutor.values.records import FrozenRecord, Record
 
 
 @dataclass

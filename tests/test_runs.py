@@ -1,4 +1,5 @@
-"""A training run, typed (tutor/runs.py): the plain data of docs/json.md ("A training run") reads
+"""A training run, typed (tutor/values/runs.py): the plain data of docs/json.md
+("A training run") reads
 into types and back without losing a key or changing its order, runs kept by earlier versions
 read back from the progress store, and the shapes a failed request comes back in read as runs
 that ended with an error. No torch: the runs here are plain data, as the pipe carries them."""
@@ -8,12 +9,12 @@ from __future__ import annotations
 import json
 from types import SimpleNamespace
 
-from tutor.controller import Lesson
 from tutor.evaluator.worker import stopped
-from tutor.packs import load_pack
-from tutor.progress import Store
-from tutor.results import CheckError, ErrorKind, TensorCheck, Verdict
-from tutor.runs import (
+from tutor.pack.model import load_pack
+from tutor.session.controller import Lesson
+from tutor.session.store import Store
+from tutor.values.results import CheckError, ErrorKind, TensorCheck, Verdict
+from tutor.values.runs import (
     LOSS_MARGIN,
     GradientCheck,
     ParameterCheck,

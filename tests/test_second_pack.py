@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tutor.config import Settings
-from tutor.packs import find_pack, load_pack
+from tutor.pack.model import find_pack, load_pack
 
 TINY = Path(__file__).parent / "packs" / "tiny"
 PACK = load_pack(TINY)
@@ -18,7 +18,7 @@ PACK = load_pack(TINY)
 
 @pytest.fixture(scope="module")
 def tiny_engine():
-    from tutor.engine import Engine
+    from tutor.core.engine import Engine
 
     return Engine(Settings(device="cpu", pack=str(TINY)))
 
@@ -80,7 +80,7 @@ def test_the_worker_serves_a_pack_given_by_folder():
 
 
 def test_each_pack_keeps_its_own_progress(tmp_path):
-    from tutor.progress import Store
+    from tutor.session.store import Store
 
     makemore = Store.open(tmp_path, load_pack())
     tiny = Store.open(tmp_path, PACK)
@@ -113,7 +113,7 @@ def test_the_tui_teaches_the_pack(tmp_path):
     import time
 
     from tutor.evaluator.client import Evaluator
-    from tutor.progress import Store
+    from tutor.session.store import Store
     from tutor.ui.app import TutorApp
     from tutor.ui.widgets.editor import CodeEditor
 

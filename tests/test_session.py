@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from tutor import curriculum
-from tutor.controller import Lesson
-from tutor.packs import PackError, find_pack, load_pack
-from tutor.progress import Store
-from tutor.results import (
+from tutor.pack import curriculum
+from tutor.pack.model import PackError, find_pack, load_pack
+from tutor.session.controller import Lesson
+from tutor.session.store import Store
+from tutor.values.results import (
     CheckError,
     CheckResult,
     Diagnosis,

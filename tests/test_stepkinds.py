@@ -1,4 +1,4 @@
-"""Step kinds are types (tutor/stepkinds.py, tutor/kinds/): a pack's `kind` word is read once
+"""Step kinds are types (tutor/pack/kinds.py, tutor/core/kinds/): a pack's `kind` word is read once
 into a kind, every kind has the engine's check, and a check compiles its candidate once."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from tutor import stepkinds
 from tutor.commands.steps import step_entry
-from tutor.packs import PackError, load_pack
-from tutor.stepkinds import Function, Fused, LineGradient, StepKind, Training
+from tutor.pack import kinds as stepkinds
+from tutor.pack.kinds import Function, Fused, LineGradient, StepKind, Training
+from tutor.pack.model import PackError, load_pack
 
 ROOT = Path(__file__).resolve().parent.parent
 MAKEMORE = load_pack()
@@ -75,7 +75,7 @@ def _kinds(cls: type) -> set[type]:
 
 
 def test_every_kind_has_the_engines_check():
-    from tutor.kinds import CHECKS
+    from tutor.core.kinds import CHECKS
 
     assert set(CHECKS) == _kinds(StepKind)
     assert set(stepkinds.KINDS.values()) | {Fused} == _kinds(StepKind)
@@ -90,7 +90,7 @@ def test_a_training_step_is_not_checked(engine):
 def test_the_child_runs_the_candidate_the_worker_compiled(engine, monkeypatch):
     """The forked child loads the worker's compilation: compiling the candidate again there
     would fail this check."""
-    from tutor import execution
+    from tutor.core import execution
 
     code = MAKEMORE.step("atomic/probs").solution
     compile_again = execution.cached_compile

@@ -14,18 +14,17 @@ from pathlib import Path
 
 import pytest
 
-from tutor.packs import load_pack
-from tutor.progress import Store
-from tutor.runs import TrainingRun
+from tutor.pack.model import load_pack
+from tutor.session.store import Store, record_run
 from tutor.training import (
     TrainingSettings,
     backward_sections,
     python_loops,
-    record_run,
     run_training,
     speed_notes,
     training_code,
 )
+from tutor.values.runs import TrainingRun
 
 PACK = load_pack()
 STEPS = 300
@@ -230,7 +229,7 @@ def test_compile_falls_back_to_eager_with_a_note(engine, monkeypatch):
 @pytest.mark.cuda
 def test_cuda_run_when_available():
     from tutor.config import Settings
-    from tutor.engine import Engine
+    from tutor.core.engine import Engine
 
     r = train(Engine(Settings(device="cuda")), steps=200)
     assert r["status"] == "finished" and r["settings"]["device"].startswith("cuda")
@@ -347,7 +346,7 @@ def tiny_evaluator(request):
 
 
 def _train_and_keep(ev, tmp_path, code: str, **options) -> tuple[TrainingRun, str]:
-    from tutor.controller import Lesson
+    from tutor.session.controller import Lesson
 
     with Store.open(tmp_path, TINY_PACK) as store:
         lesson = Lesson(TINY_PACK, store, ev)

@@ -20,13 +20,13 @@ from rich.console import Console
 from textual.app import App
 
 from tutor.config import Settings
-from tutor.controller import Lesson
-from tutor.packs import load_pack
-from tutor.progress import Store
-from tutor.runs import RunProgress, RunStatus, TrainingRun
+from tutor.pack.model import load_pack
+from tutor.session.controller import Lesson
+from tutor.session.store import Store
 from tutor.training import training_code
 from tutor.ui.screens.training import DRAFT_DELAY, LossPlot, TrainingScreen, braille_curve
 from tutor.ui.widgets.editor import CodeEditor
+from tutor.values.runs import RunProgress, RunStatus, TrainingRun
 
 PACK = load_pack()
 STEPS = 2000

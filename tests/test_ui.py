@@ -13,7 +13,7 @@ from rich.console import Console
 
 from tutor.config import Settings
 from tutor.evaluator.client import Evaluator, EvaluatorNotReady
-from tutor.progress import Store
+from tutor.session.store import Store
 from tutor.ui.app import TutorApp
 from tutor.ui.screens.confirm import ConfirmReveal
 from tutor.ui.screens.help import HelpScreen
@@ -430,7 +430,7 @@ def test_first_frame_shows_loading_before_torch_is_ready(settings):
 
 def test_store_notices_are_shown(settings, evaluator):
     async def scenario():
-        from tutor.packs import load_pack
+        from tutor.pack.model import load_pack
 
         store = Store.open(settings.data_home, load_pack())
         store.notices.append("Your progress was moved aside.")
@@ -446,7 +446,7 @@ def test_store_notices_are_shown(settings, evaluator):
 
 def test_solving_exercise_two_shows_the_dlogits_picture(settings, evaluator):
     async def scenario():
-        from tutor.packs import load_pack
+        from tutor.pack.model import load_pack
 
         pack = load_pack()
         store = Store.open(settings.data_home, pack)
@@ -470,7 +470,7 @@ def test_solving_exercise_two_shows_the_dlogits_picture(settings, evaluator):
 
 def test_training_opens_its_screen_once_every_gradient_is_in_place(settings, evaluator):
     async def scenario():
-        from tutor.packs import load_pack
+        from tutor.pack.model import load_pack
         from tutor.ui.screens.training import TrainingScreen
 
         pack = load_pack()
@@ -522,7 +522,7 @@ def test_the_mouse_moves_between_open_steps(settings, evaluator):
 
 def test_a_revealed_step_stays_revealed_after_a_correct_check(settings, evaluator):
     async def scenario():
-        from tutor.packs import load_pack
+        from tutor.pack.model import load_pack
 
         app = TutorApp(settings, evaluator=evaluator, greet=False)
         async with app.run_test(size=SIZE) as pilot:
@@ -583,7 +583,7 @@ def test_escape_keeps_the_editor_editable(settings, evaluator):
 
 def test_tab_goes_to_the_next_blank_and_a_typed_line_is_not_doubled(settings, evaluator):
     async def scenario():
-        from tutor.packs import load_pack
+        from tutor.pack.model import load_pack
 
         pack = load_pack()
         store = Store.open(settings.data_home, pack)
@@ -613,7 +613,7 @@ def test_the_palette_finds_every_open_step_including_training(settings, evaluato
     async def scenario():
         from textual.command import CommandPalette
 
-        from tutor.packs import load_pack
+        from tutor.pack.model import load_pack
         from tutor.ui.commands import StepCommands
         from tutor.ui.screens.training import TrainingScreen
 
@@ -685,7 +685,7 @@ def test_typing_just_before_quit_is_saved(settings, evaluator):
             await wait_until(pilot, lambda: app._exit)
 
     run(scenario)
-    from tutor.packs import load_pack
+    from tutor.pack.model import load_pack
 
     with Store.open(settings.data_home, load_pack()) as store:
         assert store.draft("atomic/logprobs") == "dlogprobs = abc"
@@ -778,7 +778,7 @@ class StillClock:
 
 def test_active_time_is_counted_on_the_step_and_on_the_training_screen(settings, evaluator):
     async def scenario():
-        from tutor.packs import load_pack
+        from tutor.pack.model import load_pack
         from tutor.ui.activity import ActiveClock
         from tutor.ui.screens.training import TrainingScreen
 
@@ -825,7 +825,7 @@ def test_the_progress_view_shows_the_table_of_the_cli(settings, evaluator):
 
 def test_first_launch_welcomes_and_an_exercise_introduces_itself(settings, evaluator):
     async def scenario():
-        from tutor.packs import load_pack
+        from tutor.pack.model import load_pack
         from tutor.ui.screens.welcome import IntroScreen, WelcomeScreen
 
         pack = load_pack()
@@ -851,7 +851,7 @@ def test_first_launch_welcomes_and_an_exercise_introduces_itself(settings, evalu
 
 def test_finishing_an_exercise_shows_what_it_took(settings, evaluator):
     async def scenario():
-        from tutor.packs import load_pack
+        from tutor.pack.model import load_pack
         from tutor.ui.screens.completion import CompletionScreen
 
         pack = load_pack()
@@ -928,19 +928,19 @@ def two_packs(tmp_path, monkeypatch):
     """An installation with two packs: makemore and tests/packs/tiny, side by side."""
     from pathlib import Path
 
-    import tutor.packs
+    import tutor.pack.model
 
     installed = tmp_path / "exercises"
     installed.mkdir()
-    (installed / "makemore").symlink_to(tutor.packs.exercises_dir() / "makemore")
+    (installed / "makemore").symlink_to(tutor.pack.model.exercises_dir() / "makemore")
     (installed / "tiny").symlink_to(Path(__file__).parent / "packs" / "tiny")
-    monkeypatch.setattr(tutor.packs, "exercises_dir", lambda: installed)
+    monkeypatch.setattr(tutor.pack.model, "exercises_dir", lambda: installed)
     monkeypatch.delenv("BACKPROP_TUTOR_PACK", raising=False)
     return installed
 
 
 def test_several_packs_are_offered_only_when_none_was_named(two_packs, tmp_path):
-    from tutor.controller import offered_packs
+    from tutor.session.controller import offered_packs
 
     assert offered_packs(Settings()) == ["makemore", "tiny"]
     assert offered_packs(Settings(pack="tiny")) == []
@@ -952,7 +952,7 @@ def test_several_packs_are_offered_only_when_none_was_named(two_packs, tmp_path)
 
 def test_the_learner_chooses_the_pack_before_the_lesson_opens(settings, two_packs):
     async def scenario():
-        from tutor.controller import offered_packs
+        from tutor.session.controller import offered_packs
         from tutor.ui.screens.packs import PackScreen
 
         app = TutorApp(settings, evaluator=SlowEvaluator(), greet=False,  # type: ignore[arg-type]
@@ -1005,7 +1005,7 @@ def test_the_lesson_opened_last_opens_directly_and_the_chooser_is_one_key_away(
         settings, two_packs, monkeypatch):
     """run_app: the first launch asks; the next opens the lesson chosen then; ctrl+l in it
     asks again, with that lesson highlighted."""
-    from tutor.controller import last_pack, offered_packs
+    from tutor.session.controller import last_pack, offered_packs
     from tutor.ui import app as app_module
     from tutor.ui.screens.packs import PackScreen
 
@@ -1046,7 +1046,7 @@ def test_the_lesson_opened_last_opens_directly_and_the_chooser_is_one_key_away(
 
 def test_ctrl_l_saves_and_leaves_for_the_chooser(settings, two_packs):
     async def scenario():
-        from tutor.controller import offered_packs
+        from tutor.session.controller import offered_packs
 
         app = TutorApp(replace(settings, pack="tiny"), evaluator=SlowEvaluator(),  # type: ignore[arg-type]
                        greet=False, lessons=offered_packs(settings))

@@ -10,10 +10,8 @@ import time
 
 from rich.console import Console
 
-from tutor.curriculum import tally
-from tutor.durations import spoken as duration
-from tutor.packs import load_pack
-from tutor.results import CheckResult
+from tutor.pack.curriculum import tally
+from tutor.pack.model import load_pack
 from tutor.ui.activity import ActiveClock
 from tutor.ui.placeholders import merge_typed_assignment, next_placeholder, placeholders
 from tutor.ui.prose import prose
@@ -24,6 +22,8 @@ from tutor.ui.widgets.feedback import result_view
 from tutor.ui.widgets.footer import fit
 from tutor.ui.widgets.forward import forward_rows
 from tutor.ui.widgets.heatmap import Heatmap
+from tutor.values.durations import spoken as duration
+from tutor.values.results import CheckResult
 
 PACK = load_pack()
 

@@ -15,11 +15,11 @@ import pytest
 
 from tutor.config import Settings
 from tutor.evaluator.client import Evaluator
-from tutor.packs import load_pack
-from tutor.progress import Store
-from tutor.results import CheckResult
+from tutor.pack.model import load_pack
+from tutor.session.store import Store
 from tutor.ui.app import TutorApp
 from tutor.ui.widgets.editor import CodeEditor
+from tutor.values.results import CheckResult
 
 pytestmark = pytest.mark.slow
 
@@ -230,8 +230,8 @@ def test_progress_view_small_terminal(snap_compare, tmp_path, evaluator):
 
 def test_chooser_small_terminal(snap_compare, tmp_path):
     """The lesson chooser at 80×24, with the lesson opened last highlighted."""
-    from tutor.controller import remember_pack
-    from tutor.packs import installed_packs
+    from tutor.pack.model import installed_packs
+    from tutor.session.controller import remember_pack
 
     home = tmp_path / "home"
     packs = installed_packs()

@@ -1,11 +1,13 @@
-__version__ = "0.1.0"
-
 import importlib
+
+from tutor.version import __version__
+
+__all__ = ["__version__", "load_ipython_extension", "unload_ipython_extension"]
 
 
 # `%load_ext tutor`. The notebook front end is imported only when it is loaded, so that
 # `import tutor` stays cheap (no IPython, no torch). By name: the package itself sits in no
-# layer, and every module imports it for `__version__` without reaching the notebook.
+# layer; the version lives below every layer (tutor/version.py).
 def load_ipython_extension(ipython) -> None:
     importlib.import_module("tutor.notebook.magics").load(ipython)
 

@@ -13,11 +13,11 @@ import signal
 import sys
 from collections.abc import Sequence
 
-from tutor import __version__
 from tutor.commands import COMMANDS
 from tutor.commands.base import UsageError
 from tutor.config import DEVICES, ConfigError, resolve, unavailable_device
-from tutor.controller import StoreError
+from tutor.session.controller import StoreError
+from tutor.version import __version__
 
 
 def _global_options(parser: argparse.ArgumentParser, suppress: bool) -> None:

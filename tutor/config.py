@@ -15,9 +15,9 @@ from pathlib import Path
 
 import platformdirs
 
-from tutor.packs import DEFAULT_PACK
-from tutor.records import FrozenRecord
+from tutor.pack.model import DEFAULT_PACK
 from tutor.source import SourceError, decode
+from tutor.values.records import FrozenRecord
 
 APP_NAME = "backprop-tutor"
 DEVICES = ("auto", "cpu", "cuda", "mps")
@@ -193,7 +193,7 @@ def resolve(
 
 
 def _pack(value: object, source: str) -> str:
-    from tutor.packs import PackError, find_pack
+    from tutor.pack.model import PackError, find_pack
 
     if value is None:
         return DEFAULT_PACK

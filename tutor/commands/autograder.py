@@ -22,7 +22,7 @@ from tutor.course.platforms import FORMATS, results, write_atomically
 from tutor.course.scoring import TRAIN_STEPS, Grade, unreadable
 from tutor.course.session import GraderFailed, grade_file
 from tutor.evaluator.client import Evaluator, EvaluatorError
-from tutor.packs import Pack
+from tutor.pack.model import Pack
 
 # Per platform: the default root, the student's folder under it.
 PLATFORMS = {"gradescope": ("/autograder", "submission"), "prairielearn": ("/grade", "student")}

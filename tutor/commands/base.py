@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from tutor import source
 from tutor.config import Settings
-from tutor.packs import Pack, find_pack, load_pack
+from tutor.pack.model import Pack, find_pack, load_pack
 
 
 def lesson_pack(settings: Settings) -> Pack:
@@ -63,7 +63,7 @@ def regraded_steps(pack: Pack) -> set[str]:
 
 def try_open_store(settings: Settings, pack: Pack | None = None):
     """(the learner's progress store, None), or (None, why it cannot be used)."""
-    from tutor.controller import StoreError, open_store
+    from tutor.session.controller import StoreError, open_store
 
     try:
         store = open_store(settings.data_home, pack or lesson_pack(settings))

@@ -8,7 +8,6 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from tutor.cells import parse_cells
 from tutor.commands.base import (
     Command,
     UsageError,
@@ -21,9 +20,10 @@ from tutor.commands.base import (
     try_open_store,
 )
 from tutor.config import Settings
-from tutor.controller import Lesson, cell_size_problem, save
 from tutor.evaluator.client import Evaluator, EvaluatorError
-from tutor.report import format_result, format_table
+from tutor.session.cells import parse_cells
+from tutor.session.controller import Lesson, cell_size_problem, save
+from tutor.session.report import format_result, format_table
 from tutor.source import MAX_FILE_BYTES
 
 

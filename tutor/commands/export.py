@@ -16,8 +16,8 @@ from tutor.commands.base import (
     regraded_steps,
 )
 from tutor.config import Settings
-from tutor.controller import Lesson, save, tally
-from tutor.export import export_script
+from tutor.session.controller import Lesson, save, tally
+from tutor.session.export import export_script
 
 
 def _export_args(p: argparse.ArgumentParser) -> None:
@@ -90,9 +90,9 @@ def run_watch(args: argparse.Namespace, settings: Settings) -> int:
     from watchfiles import watch
 
     from tutor.commands.check import report_unsaved
-    from tutor.controller import Lesson
     from tutor.evaluator.client import Evaluator, EvaluatorError
-    from tutor.report import format_table
+    from tutor.session.controller import Lesson
+    from tutor.session.report import format_table
 
     path = Path(args.file).resolve()
     # A clear usage error now, rather than a silent watch of nothing.

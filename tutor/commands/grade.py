@@ -24,9 +24,9 @@ from tutor.course.platforms import FORMATS, results, write_atomically
 from tutor.course.scoring import TRAIN_STEPS, Grade, Outcome, unreadable
 from tutor.course.session import GraderFailed, default_jobs, grade_file, grade_many
 from tutor.evaluator.client import Evaluator, EvaluatorError
-from tutor.packs import Pack
-from tutor.report import terminal_width
-from tutor.results import Rule, Status
+from tutor.pack.model import Pack
+from tutor.session.report import terminal_width
+from tutor.values.results import Rule, Status
 
 
 def _args(p: argparse.ArgumentParser) -> None:

@@ -8,9 +8,9 @@ import sys
 
 from tutor.commands.base import Command, lesson_pack, open_store, position, step_id
 from tutor.config import Settings
-from tutor.controller import Lesson
-from tutor.packs import Step
-from tutor.report import terminal_width, wrap
+from tutor.pack.model import Step
+from tutor.session.controller import Lesson
+from tutor.session.report import terminal_width, wrap
 
 
 def _args(p: argparse.ArgumentParser) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from tutor.commands.base import Command, UsageError, lesson_pack
 from tutor.config import Settings
-from tutor.workbook import dumps, workbook
+from tutor.session.workbook import dumps, workbook
 
 
 def _args(p: argparse.ArgumentParser) -> None:

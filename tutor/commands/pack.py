@@ -19,7 +19,7 @@ def _args(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, settings: Settings) -> int:
     # Importing torch without NumPy present prints a warning that means nothing here.
     warnings.filterwarnings("ignore", message=".*NumPy.*")
-    from tutor.packcheck import check_pack
+    from tutor.evaluator.packcheck import check_pack
 
     root = Path(args.folder).expanduser()
     if not (root / "pack.toml").is_file():

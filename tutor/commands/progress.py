@@ -8,9 +8,9 @@ import sys
 
 from tutor.commands.base import Command, UsageError, lesson_pack, open_store, step_id
 from tutor.config import Settings
-from tutor.controller import Lesson, tally
-from tutor.durations import compact
-from tutor.results import Status
+from tutor.session.controller import Lesson, tally
+from tutor.values.durations import compact
+from tutor.values.results import Status
 
 
 def _progress_args(p: argparse.ArgumentParser) -> None:

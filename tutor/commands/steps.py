@@ -7,8 +7,8 @@ import json
 
 from tutor.commands.base import Command, UsageError, lesson_pack, position, step_id
 from tutor.config import Settings
-from tutor.packs import unwrap
-from tutor.report import terminal_width, wrap
+from tutor.pack.model import unwrap
+from tutor.session.report import terminal_width, wrap
 
 
 def step_entry(pack, step) -> dict:

@@ -16,13 +16,15 @@ from collections.abc import Callable
 
 from tutor.commands.base import Command, UsageError, lesson_pack, open_store, read_source
 from tutor.config import Settings
-from tutor.controller import Lesson, Store
-from tutor.durations import clock
 from tutor.evaluator.client import Evaluator, EvaluatorError
-from tutor.packs import Pack
-from tutor.report import terminal_width, wrap
-from tutor.results import CheckError
-from tutor.runs import (
+from tutor.pack.model import Pack
+from tutor.session.controller import Lesson, Store
+from tutor.session.report import terminal_width, wrap
+from tutor.source import size_problem
+from tutor.training.plan import speed_notes, training_code
+from tutor.values.durations import clock
+from tutor.values.results import CheckError
+from tutor.values.runs import (
     GradientCheck,
     ParameterCheck,
     RunPhase,
@@ -31,8 +33,6 @@ from tutor.runs import (
     SplitLosses,
     TrainingRun,
 )
-from tutor.source import size_problem
-from tutor.training.plan import speed_notes, training_code
 
 LOG_INTERVAL = 2.0  # seconds between progress lines written to a file or a pipe
 BAR_WIDTH = 24

@@ -19,7 +19,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from tutor.packs import Pack
+from tutor.pack.model import Pack
 
 TORCH_VERSION = "2.13.0"  # the build the tutor is tested with (constraints.txt)
 # Gradescope's images have no GPU: the CPU wheels are a fraction of the size of the default ones.

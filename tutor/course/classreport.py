@@ -15,7 +15,7 @@ from pathlib import Path
 
 from tutor.course.platforms import write_atomically
 from tutor.course.scoring import Grade, Outcome
-from tutor.packs import Pack
+from tutor.pack.model import Pack
 
 TOP_DIAGNOSES = 5
 BINS = 10

@@ -35,7 +35,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from tutor.code_facts import bound, read, written
-from tutor.packs import Pack, Step
+from tutor.pack.model import Pack, Step
 
 EXERCISE_MARK = re.compile(r"^\s*#\s*exercise\s*(\d+)\b", re.IGNORECASE | re.MULTILINE)
 _MAGIC = re.compile(r"^\s*[%!]")

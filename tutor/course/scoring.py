@@ -17,13 +17,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 
-from tutor.controller import Lesson
 from tutor.course.submission import Submission
-from tutor.packs import Pack, Step
-from tutor.report import format_result
-from tutor.results import CheckResult, ErrorKind, Rule
-from tutor.runs import RunStatus, TrainingRun
+from tutor.pack.model import Pack, Step
+from tutor.session.controller import Lesson
+from tutor.session.report import format_result
 from tutor.source import size_problem
+from tutor.values.results import CheckResult, ErrorKind, Rule
+from tutor.values.runs import RunStatus, TrainingRun
 
 TRAIN_STEPS = 1000  # long enough for the loss to fall measurably, short enough for a container
 FEEDBACK_WIDTH = 96

@@ -13,11 +13,11 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 from tutor.config import Settings
-from tutor.controller import Lesson
 from tutor.course.scoring import TRAIN_STEPS, Grade, grade, unreadable
 from tutor.course.submission import Unreadable, read_submission
 from tutor.evaluator.client import Evaluator, EvaluatorError
-from tutor.packs import Pack, find_pack, load_pack
+from tutor.pack.model import Pack, find_pack, load_pack
+from tutor.session.controller import Lesson
 
 
 class GraderFailed(RuntimeError):

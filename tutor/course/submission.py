@@ -13,14 +13,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tutor import source
-from tutor.cells import parse_cells
 from tutor.course.lecture import (
     NotebookError,
     code_cells,
     is_lecture_notebook,
     read_lecture,
 )
-from tutor.packs import Pack
+from tutor.pack.model import Pack
+from tutor.session.cells import parse_cells
 
 # A notebook keeps its outputs (plots, printed losses): more than a code file may hold.
 MAX_NOTEBOOK_BYTES = 16 * 1024 * 1024

@@ -1,3 +1,7 @@
-"""The evaluator: the front ends' client, and the worker process that holds the lesson warm,
-grades with the engine and starts a confined child for every piece of learner code
-(docs/architecture.md). Confinement itself lives in `tutor.sandbox`."""
+"""The evaluator: the front ends' client (`client`, no torch), and behind its pipe the worker
+process that holds the network warm and grades with the engine (`worker`), `pack check`
+(`packcheck`) and a started child's program (`child`). The children themselves come from
+`tutor.process`; their confinement from `tutor.sandbox` (docs/architecture.md).
+
+Above the grading core and training; below the session and the front ends.
+"""

@@ -38,13 +38,6 @@ from typing import Any, NoReturn
 warnings.filterwarnings("ignore", message=".*NumPy.*")
 
 
-def _read_frame(fd: int) -> bytes:
-    from tutor.sandbox.isolate import _HEADER, _read_exact
-
-    (size,) = _HEADER.unpack(_read_exact(fd, _HEADER.size))
-    return _read_exact(fd, size)
-
-
 @dataclass
 class Host:
     """What a training run asks of the engine, built in the child (no answers in it)."""
@@ -52,7 +45,7 @@ class Host:
     pack: Any
     settings: Any
     device: Any
-    lesson: Any
+    network: Any
 
 
 def _warm_device(device: Any) -> None:
@@ -69,7 +62,7 @@ def _warm_check(device: Any) -> None:
     every module imported and every first-use cost paid."""
     import torch
 
-    from tutor.execution import BatchPlan, CheckSpec, run_check
+    from tutor.core.execution import BatchPlan, CheckSpec, run_check
 
     ns = {"x": torch.randn(4, 3, device=device), "n": 4}
     code = "dx = (x * 2).exp().sum(1, keepdim=True) / n + x.max(1, keepdim=True).values\n"
@@ -80,7 +73,7 @@ def _prepare(setup: dict) -> Any:
     """Everything that needs files, done before confinement; returns the work to run."""
     import torch
 
-    from tutor.execution import run_spec
+    from tutor.core.execution import run_spec
 
     torch.set_num_threads(1)
     device = torch.device(setup["device"])
@@ -98,13 +91,13 @@ def _prepare(setup: dict) -> Any:
 
         return check, device
     from tutor.config import Settings
-    from tutor.lesson import Lesson
-    from tutor.packs import find_pack, load_pack
+    from tutor.core.network import Network
+    from tutor.pack.model import find_pack, load_pack
     from tutor.training import run_training
 
     settings = Settings.from_dict(setup["settings"])
     pack = load_pack(find_pack(settings.pack))
-    host = Host(pack, settings, device, Lesson(pack, device, settings.seed))
+    host = Host(pack, settings, device, Network(pack, device, settings.seed))
 
     def train(request: dict, send: Any, cancel: threading.Event) -> dict:
         return run_training(host, request, send, cancel,  # type: ignore[arg-type]
@@ -115,11 +108,12 @@ def _prepare(setup: dict) -> Any:
 
 def _listen(requests: int, cancel: threading.Event) -> None:
     """After the request, the worker only ever sends a cancel; its pipe closing means it went."""
-    from tutor.sandbox.isolate import loads_plain
+    from tutor.process.isolate import loads_plain
+    from tutor.process.protocol import read_frame
 
     while True:
         try:
-            message = loads_plain(_read_frame(requests))
+            message = loads_plain(read_frame(requests))
         except Exception:  # noqa: BLE001 - the worker is gone: nothing may outlive it
             os._exit(1)
         if isinstance(message, dict) and message.get("type") == "cancel":
@@ -127,34 +121,35 @@ def _listen(requests: int, cancel: threading.Event) -> None:
 
 
 def _failed(results: int, exc: BaseException) -> None:
-    from tutor.sandbox.isolate import _send
+    from tutor.process.protocol import write_message
 
     with contextlib.suppress(BaseException):  # when it fails, nobody is left to tell
-        _send(results, {"type": "crashed", "why": f"{type(exc).__name__}: {str(exc)[:300]}"})
+        why = f"{type(exc).__name__}: {str(exc)[:300]}"
+        write_message(results, {"type": "crashed", "why": why})
 
 
 def _live(requests: int, results: int, work: Any, device: Any, setup: dict,
           parent: int) -> NoReturn:
     """Steps 3 and 4: confine, say so, run one request, answer, exit."""
     try:
+        from tutor.process.protocol import read_frame, write_message
+        from tutor.process.spawn import unpack_plan
         from tutor.sandbox import confine
-        from tutor.sandbox.isolate import _send
-        from tutor.sandbox.spawn import unpack_plan
 
         if setup.get("memory_gb") is not None and device.type == "cpu":
             # A GPU's driver reserves far more address space than it uses: no cap there.
             confine.limit_memory(setup["memory_gb"])
         confine.confine(parent, setup["cpu_seconds"], device=device.type,
                         workshop=setup.get("workshop"))
-        _send(results, {"type": "ready"})
-        request = unpack_plan(_read_frame(requests), device)
+        write_message(results, {"type": "ready"})
+        request = unpack_plan(read_frame(requests), device)
         cancel = threading.Event()
         threading.Thread(target=_listen, args=(requests, cancel), daemon=True).start()
 
         def send(message: dict) -> None:
-            _send(results, {"type": "message", "message": message})
+            write_message(results, {"type": "message", "message": message})
 
-        _send(results, {"type": "done", "result": work(request, send, cancel)})
+        write_message(results, {"type": "done", "result": work(request, send, cancel)})
     except BaseException as exc:  # noqa: BLE001 - reported, then the child ends regardless
         _failed(results, exc)
     finally:
@@ -166,8 +161,8 @@ def _serve(sock: socket.socket) -> NoReturn:
     """The fork server (sandbox/forkserver.py): steps 1 and 2 once, then, for each request
     from the worker, a forked child that takes steps 3 and 4 on the two pipes it was handed.
     It runs no learner code and sees no plan; it is not confined, as it must fork."""
+    from tutor.process.isolate import keep_only, loads_plain
     from tutor.sandbox import confine
-    from tutor.sandbox.isolate import keep_only, loads_plain
 
     def answer(message: dict) -> None:
         sock.send(pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL))
@@ -221,11 +216,12 @@ def main() -> None:
     sys.stdout = sys.stderr
     if "--server" in sys.argv[1:]:
         _serve(socket.socket(fileno=0))
+    from tutor.process.isolate import loads_plain
+    from tutor.process.protocol import read_frame
     from tutor.sandbox import confine
-    from tutor.sandbox.isolate import loads_plain
 
     try:
-        setup = loads_plain(_read_frame(0))
+        setup = loads_plain(read_frame(0))
         work, device = _prepare(setup)
         confine.prepare()
     except BaseException as exc:  # noqa: BLE001 - reported, then the child ends regardless

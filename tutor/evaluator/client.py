@@ -18,9 +18,9 @@ import time
 from collections.abc import Callable
 
 from tutor.config import Settings
-from tutor.evaluator import protocol
-from tutor.results import CheckError, CheckResult, ErrorKind, ScratchResult
-from tutor.runs import RunProgress, TrainingRun
+from tutor.process import protocol
+from tutor.values.results import CheckError, CheckResult, ErrorKind, ScratchResult
+from tutor.values.runs import RunProgress, TrainingRun
 
 # How much longer than the in-worker limit to wait before killing the process: the worker stops
 # Python loops itself at the limit; only a single long-running tensor op needs the hard stop.

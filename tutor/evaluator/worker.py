@@ -21,9 +21,9 @@ import traceback
 import warnings
 from typing import Any
 
-from tutor.evaluator import protocol
-from tutor.results import CheckError, ErrorKind
+from tutor.process import protocol
 from tutor.sandbox.clean import clean
+from tutor.values.results import CheckError, ErrorKind
 
 # Importing torch without NumPy present prints a warning that means nothing to a learner.
 warnings.filterwarnings("ignore", message=".*NumPy.*")
@@ -71,8 +71,8 @@ class Worker:
 
     def start(self, init: dict) -> bool:
         from tutor.config import Settings
-        from tutor.engine import Engine
-        from tutor.lesson import DeviceError
+        from tutor.core.engine import Engine
+        from tutor.core.network import DeviceError
 
         settings = Settings.from_dict(init["settings"])
         import torch
@@ -140,7 +140,7 @@ class Worker:
         """A training run in its own confined child; progress is passed on as it comes, and the
         child is killed when it stays silent longer than its window or runs past the run's
         limit (its own per-step alarm can be caught by the code it stops; this cannot)."""
-        from tutor.sandbox import isolate, spawn
+        from tutor.process import isolate, spawn
         from tutor.training import run_training
 
         engine = self.engine

@@ -3,7 +3,7 @@
 The learner's code never runs in the kernel: a `%%check` cell's text goes to the same evaluator
 the TUI and the CLI use (a worker process that runs each check in a confined child, against
 autograd), and what comes back is shown. Everything the check changes goes through the session
-(`tutor.controller`), into the same progress store: the notebook has no rule of its own.
+(`tutor.session.controller`), into the same progress store: the notebook has no rule of its own.
 
 Every failure is one line on stderr, never a traceback: a kernel is where a learner works, and
 a traceback from the tutor reads as a mistake in their own code.
@@ -20,10 +20,10 @@ from IPython.core.magic import no_var_expand
 
 from tutor.commands.base import UsageError, lesson_pack, position, step_id, try_open_store
 from tutor.config import ConfigError, Settings, resolve, unavailable_device
-from tutor.controller import CheckOutcome, Lesson, StoreError
 from tutor.evaluator.client import Evaluator, EvaluatorError
 from tutor.notebook import render
-from tutor.packs import Pack, PackError
+from tutor.pack.model import Pack, PackError
+from tutor.session.controller import CheckOutcome, Lesson, StoreError
 from tutor.source import size_problem
 
 _EXPECTED = (UsageError, ConfigError, EvaluatorError, StoreError, PackError, OSError)

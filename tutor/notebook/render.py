@@ -1,5 +1,6 @@
 """What the notebook shows: a check, hints and progress as HTML, with the terminal's text beside
-it for front ends that do not render HTML. The words and marks are the CLI's (`tutor.report`)."""
+it for front ends that do not render HTML. The words and marks are the CLI's
+(`tutor.session.report`)."""
 
 from __future__ import annotations
 
@@ -12,11 +13,11 @@ from tutor.commands.progress import (
     progress_table,
     summary_line,
 )
-from tutor.controller import CheckOutcome, Hints
-from tutor.durations import compact
 from tutor.notebook.png import heatmap_png
-from tutor.report import format_result, row_detail, row_label, row_mark, verdict_line
-from tutor.results import CheckResult, Rule, Status
+from tutor.session.controller import CheckOutcome, Hints
+from tutor.session.report import format_result, row_detail, row_label, row_mark, verdict_line
+from tutor.values.durations import compact
+from tutor.values.results import CheckResult, Rule, Status
 
 Bundle = dict[str, str]  # a display's MIME bundle: "text/plain", "text/html", "image/png"
 

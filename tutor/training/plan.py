@@ -11,18 +11,10 @@ import math
 import textwrap
 from collections.abc import Collection, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING
 
 from tutor.code_facts import read, written
 from tutor.config import DEFAULT_SEED
-from tutor.packs import Exercise, Pack, Step
-from tutor.results import CheckResult
-from tutor.runs import RunStatus, TrainingRun
-
-if TYPE_CHECKING:
-
-
-    from tutor.progress import Store
+from tutor.pack.model import Exercise, Pack, Step
 
 # --- settings ------------------------------------------------------------------------------
 
@@ -279,16 +271,6 @@ def training_code(pack: Pack, accepted: Mapping[str, str] | None = None,
     return "\n".join(parts) + "\n"
 
 
-def training_draft(store: Store, pack: Pack) -> str | None:
-    """The exercise-4 editor's saved text, or None when there is none to reopen.
-
-    The tutor saves what the learner types on the exercise-4 screen as the training step's
-    draft and reopens that screen with it; an empty draft counts as none, as it does there.
-    `train` runs what this returns, so the screen and the command line run the same code.
-    """
-    return store.draft(training_step(pack).id) or None
-
-
 # --- notes about the code ------------------------------------------------------------------
 
 
@@ -351,22 +333,3 @@ def speed_notes(code: str) -> list[str]:
             "its output is kept."
         )
     return notes
-
-
-# --- recording a run -----------------------------------------------------------------------
-
-
-def record_run(store: Store, pack: Pack, code: str, run: TrainingRun) -> int | None:
-    """Keep the run with its loss history; a finished run of the learner's own code is also an
-    attempt at the training exercise, which passes it only as `run.exercise` (the rule,
-    runs.exercise_verdict) says. Returns the run's id, or None for a run that never started."""
-    if not run.status.kept:
-        return None
-    run_id = store.record_training_run(run.stored(code))
-    if run.status is RunStatus.FINISHED and not run.settings.reference:
-        verdict, gradcheck = run.exercise, run.gradcheck
-        step = training_step(pack).id
-        store.record_attempt(step, code, CheckResult(
-            step, passed=verdict.passed, checks=list(gradcheck.checks) if gradcheck else [],
-            notes=[verdict.reason] if verdict.reason else []))
-    return run_id

@@ -16,9 +16,10 @@ from typing import TYPE_CHECKING, Any
 
 from tutor import code_facts
 from tutor.config import DEFAULT_SEED
-from tutor.packs import Pack
-from tutor.results import CheckError, ErrorKind, TensorCheck
-from tutor.runs import (
+from tutor.pack.model import Pack
+from tutor.sandbox.clean import clean
+from tutor.values.results import CheckError, ErrorKind, TensorCheck
+from tutor.values.runs import (
     GradcheckFailure,
     GradientCheck,
     LossHistory,
@@ -30,14 +31,13 @@ from tutor.runs import (
     SplitLosses,
     TrainingRun,
 )
-from tutor.sandbox.clean import clean
 
 if TYPE_CHECKING:
     import threading
 
     from torch import Tensor
 
-    from tutor.engine import Engine
+    from tutor.core.engine import Engine
 
 from tutor.training.plan import (
     TrainingSettings,
@@ -119,7 +119,7 @@ def training_sizes(pack: Pack, lesson_sizes: dict, fns: dict | None = None,
     if extra:
         sizes.update(extra)
         if fns is not None:
-            from tutor.lesson import Dataset
+            from tutor.core.network import Dataset
 
             derived = Dataset.build(pack, fns, sizes, text).derived_sizes
             sizes.update({k: v for k, v in derived.items() if k not in extra})
@@ -153,7 +153,7 @@ def training_namespace(params: dict[str, Tensor], n: int, out: Any = None,
     `out` is a candidate.Output that collects prints; None discards them. `sizes` are the
     lecture's names (vocab_size, n_embd, ...), which accepted code from the checks may use.
     """
-    from tutor.candidate import Output, sandbox_globals
+    from tutor.core.candidate import Output, sandbox_globals
 
     return {**sandbox_globals(out if out is not None else Output()), **(sizes or {}),
             "n": n, "batch_size": n, **params}
@@ -180,7 +180,7 @@ def step_function(code_text: str, ns: dict, params: tuple[str, ...], grad_names:
     Built from the syntax tree, so line numbers stay those of the editor; the body is the
     learner's statements unchanged, followed by returning the loss and the gradients.
     """
-    from tutor.candidate import CODE_FILE
+    from tutor.core.candidate import CODE_FILE
     from tutor.sandbox.guard import rewrite
 
     tree = rewrite(ast.parse(code_text, CODE_FILE))
@@ -306,7 +306,7 @@ class Trainer:
         self.code_text = request.get("code") or training_code(self.pack)
         self.compile = bool(request.get("compile"))
         self.device = engine.device
-        from tutor.candidate import Output
+        from tutor.core.candidate import Output
 
         self.out = Output()
         self.losses: list = []  # loss tensors not yet turned into numbers
@@ -335,7 +335,7 @@ class Trainer:
     def execute(self) -> TrainingRun:
         import torch
 
-        from tutor.candidate import CodeError, compile_candidate
+        from tutor.core.candidate import CodeError, compile_candidate
 
         started = time.monotonic()
         try:
@@ -373,14 +373,14 @@ class Trainer:
         return self._finish(started)
 
     def _setup(self) -> None:
-        lesson = self.engine.lesson
-        splits = lesson.dataset.splits
-        self.sizes = training_sizes(self.pack, lesson.sizes, lesson.fns, lesson.dataset.text)
-        self.params, generator = init_network(lesson.fns, self.sizes, self.s.seed, self.device)
+        network = self.engine.network
+        splits = network.dataset.splits
+        self.sizes = training_sizes(self.pack, network.sizes, network.fns, network.dataset.text)
+        self.params, generator = init_network(network.fns, self.sizes, self.s.seed, self.device)
         self.param_list = [self.params[k] for k in self.s.parameters]
         self.result.settings.parameters_count = sum(p.numel() for p in self.param_list)
         Xtr, Ytr = splits["train"]
-        self.batches = Batches(lesson.fns["sample_batch"], Xtr, Ytr, self.s.batch_size,
+        self.batches = Batches(network.fns["sample_batch"], Xtr, Ytr, self.s.batch_size,
                                generator, self.device)
         self.ns = training_namespace(self.params, self.s.batch_size, self.out, self.sizes)
         self.step = eager_step(self.code, self.ns, self.params, self.s.grad_names)
@@ -412,7 +412,7 @@ class Trainer:
 
     def _call_learner(self, fn: Callable, *args: Any) -> None:
         """A learner's function called from outside their code, with their code's globals."""
-        from tutor.candidate import CheckTimeout, runtime_error
+        from tutor.core.candidate import CheckTimeout, runtime_error
 
         try:
             fn(*args)  # its globals are the training namespace, sandbox and all
@@ -443,18 +443,18 @@ class Trainer:
 
     # -- the time limit per step -------------------------------------------------------------
     def _arm(self) -> None:
-        from tutor.candidate import arm
+        from tutor.core.candidate import arm
 
         self.can_alarm = arm(self.engine.settings.timeout)
 
     def _disarm(self) -> None:
-        from tutor.candidate import disarm
+        from tutor.core.candidate import disarm
 
         disarm()
 
     def _guarded(self, step: Callable) -> Callable:
         """The step with the sandbox's time limit, and its errors told in the learner's terms."""
-        from tutor.candidate import CheckTimeout, runtime_error
+        from tutor.core.candidate import CheckTimeout, runtime_error
 
         arm, timeout = self._arm, self.engine.settings.timeout
         code, run = self.code_text, self
@@ -482,7 +482,7 @@ class Trainer:
         """Autograd's gradients for this batch through the pack's own forward pass."""
         import torch
 
-        from tutor.lesson import forward_namespace
+        from tutor.core.network import forward_namespace
 
         ns = forward_namespace(self.pack, self.params, Xb, Yb, dtype, device, self.forward,
                                self.sizes)
@@ -510,7 +510,7 @@ class Trainer:
         """Phase 1. Returns a final status (diverged, cancelled) or None to go on."""
         import torch
 
-        from tutor.grading import grade
+        from tutor.core.grading import grade
 
         if self.s.gradcheck_steps == 0:
             return None
@@ -560,7 +560,7 @@ class Trainer:
         False (and the failure recorded) when one differs."""
         import torch
 
-        from tutor.grading import grade
+        from tutor.core.grading import grade
 
         Xb, Yb = next(self.batches)
         cpu = torch.device("cpu")
@@ -593,7 +593,7 @@ class Trainer:
                  ref32: dict, values: dict | None = None, at_random: bool = False
                  ) -> GradcheckFailure:
         """Which parameter diverged, by how much, and the first wrong gradient behind it."""
-        from tutor import diagnosis as dx
+        from tutor.core import diagnosis as dx
 
         line = self.gradients.line
         wrong.sort(key=lambda p: line.get(f"d{p}", 10**9))  # in backward-pass order
@@ -693,7 +693,7 @@ class Trainer:
         once, on a batch of its own (the run's batches are left untouched)."""
         import torch
 
-        from tutor.grading import fits
+        from tutor.core.grading import fits
 
         Xb, Yb = self.batches.X[: self.s.batch_size], self.batches.Y[: self.s.batch_size]
         loss, grads = step(Xb.to(self.device), Yb.to(self.device))
@@ -822,11 +822,11 @@ class Trainer:
         started = time.monotonic()
         self.window("results")
         self.progress(RunProgress(RunPhase.RESULTS, self.steps_done, steps=self.s.steps))
-        splits = self.engine.lesson.dataset.splits
+        splits = self.engine.network.dataset.splits
         Xtr, Ytr = (t.to(self.device) for t in splits["train"])
         Xva, Yva = (t.to(self.device) for t in splits["val"])
         # The pack says how its network is evaluated after training (see its [training.eval]).
-        fns = evaluation_namespace(self.pack, self.engine.lesson.fns, self.sizes)
+        fns = evaluation_namespace(self.pack, self.engine.network.fns, self.sizes)
         with torch.no_grad():
             state = fns["calibrate"](self.params, Xtr) if "calibrate" in fns else None
             self.result.train_loss = fns["evaluate"](self.params, state, Xtr, Ytr)

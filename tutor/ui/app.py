@@ -2,7 +2,8 @@
 
 The lesson itself (forward pass, editor, feedback, steps, and the keys that act on them) is
 `LessonScreen`. The app holds what outlives any one screen: the settings, the pack and its
-progress store, the evaluator and the lesson controller (`session`, a `tutor.controller.Lesson`,
+progress store, the evaluator and the lesson controller (`session`, a
+`tutor.session.controller.Lesson`,
 which the screens ask for every rule and record), active time, the keys that work everywhere
 (progress, help, quit) and the command palette. When several packs are
 installed and none was named, the app first asks which one (`PackScreen`).
@@ -28,7 +29,8 @@ from textual.binding import Binding
 from textual.screen import Screen
 
 from tutor.config import Settings
-from tutor.controller import (
+from tutor.pack.model import Pack, Step, find_pack, load_pack
+from tutor.session.controller import (
     Lesson,
     Store,
     StoreError,
@@ -37,7 +39,6 @@ from tutor.controller import (
     open_store,
     remember_pack,
 )
-from tutor.packs import Pack, Step, find_pack, load_pack
 from tutor.ui import palette
 from tutor.ui.activity import ActiveClock
 from tutor.ui.messages import EvaluatorFailed, EvaluatorReady, TrainingRecorded

@@ -8,7 +8,7 @@ from typing import Protocol
 
 class LessonHost(Protocol):
     """The app's side of the lesson: the evaluator's state and the active-time clock. Rules
-    and records are the lesson controller's (`tutor.controller.Lesson`), not the host's."""
+    and records are the lesson controller's (`tutor.session.controller.Lesson`), not the host's."""
 
     info: dict | None  # from the evaluator, once PyTorch is ready
     evaluator_error: str | None  # why the evaluator could not start, once it could not

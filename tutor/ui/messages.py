@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 from textual.message import Message
 
 if TYPE_CHECKING:  # imported only to be named: the first frame needs neither
-    from tutor.results import CheckResult, ScratchResult
-    from tutor.runs import TrainingRun
+    from tutor.values.results import CheckResult, ScratchResult
+    from tutor.values.runs import TrainingRun
 
 
 class EvaluatorReady(Message):

@@ -1,5 +1,5 @@
 """How progress looks: status markers, colours and words (the questions about progress are
-the lesson controller's, `tutor.controller`).
+the lesson controller's, `tutor.session.controller`).
 
 Statuses come from the progress store ("locked", "unlocked", "passed", "exact", "revealed");
 "current" is not stored, it is whichever step the learner has open.
@@ -7,8 +7,8 @@ Statuses come from the progress store ("locked", "unlocked", "passed", "exact", 
 
 from __future__ import annotations
 
-from tutor.results import Status
 from tutor.ui.palette import ALERT, GOOD, INFO, LOCKED, REVEAL, TEXT, WARN
+from tutor.values.results import Status
 
 # A marker per status that reads without colour; colour (the theme's, see palette) only
 # reinforces it. The stored statuses' marks and words are `results.Status`'s, the same in

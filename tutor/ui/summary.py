@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from tutor.packs import Pack
+from tutor.pack.model import Pack
 
 
 def hardest(rows: Iterable[Mapping], pack: Pack, count: int = 3) -> list[tuple[str, int]]:

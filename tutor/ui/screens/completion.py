@@ -17,13 +17,13 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from tutor.controller import Tally, tally
-from tutor.durations import clock, spoken
-from tutor.packs import Exercise, Pack
-from tutor.runs import SplitLosses, TrainingRun
+from tutor.pack.model import Exercise, Pack
+from tutor.session.controller import Tally, tally
 from tutor.ui.palette import ALERT, DIM, GOOD
 from tutor.ui.prose import prose
 from tutor.ui.summary import hardest
+from tutor.values.durations import clock, spoken
+from tutor.values.runs import SplitLosses, TrainingRun
 
 TITLE = ALERT
 

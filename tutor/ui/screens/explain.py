@@ -8,7 +8,7 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Markdown, Static
 
-from tutor.packs import Exercise, Step
+from tutor.pack.model import Exercise, Step
 
 
 def explanation_markdown(exercise: Exercise, step: Step) -> str:

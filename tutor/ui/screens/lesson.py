@@ -5,7 +5,7 @@ hint, solution, scratch run, template, moving between steps), the draft in the e
 session's results, and the moments when an exercise is done. What outlives a screen stays on
 the app: settings, the lesson controller (pack, progress, evaluator), active time, quitting.
 Every rule (what is locked, what a check unlocks or completes, when a solution needs asking
-for) is the controller's (`tutor.controller.Lesson`); this screen shows what it says.
+for) is the controller's (`tutor.session.controller.Lesson`); this screen shows what it says.
 
 Checks and scratch runs go to the evaluator from one long-lived thread (`tutor.ui.runner`) that
 only posts messages back to this screen; the widgets change in the message handlers, on the
@@ -28,14 +28,13 @@ from textual.widget import Widget
 from textual.widgets import OptionList, TextArea
 from textual.widgets.text_area import Selection
 
-from tutor.controller import (
+from tutor.pack.model import Exercise, Step
+from tutor.session.controller import (
     Celebration,
     Lesson,
     differentiated_lines,
     position_in_lesson,
 )
-from tutor.packs import Exercise, Step
-from tutor.results import CheckError, Status
 from tutor.source import size_problem
 from tutor.ui.highlight import warm_up
 from tutor.ui.messages import CheckFailed, CheckFinished, ScratchFinished
@@ -45,6 +44,7 @@ from tutor.ui.widgets.editor import CodeEditor
 from tutor.ui.widgets.feedback import Feedback
 from tutor.ui.widgets.forward import ForwardPanel
 from tutor.ui.widgets.topbar import TopBar
+from tutor.values.results import CheckError, Status
 
 if TYPE_CHECKING:
     from tutor.ui.host import LessonHost

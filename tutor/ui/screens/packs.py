@@ -2,7 +2,7 @@
 
 Progress is kept per pack, so choosing is all it takes to switch lessons: the app opens the
 chosen pack's progress and starts its checker only once the choice is made. Which packs are
-offered, and which opened last, is `tutor.packchoice`'s (through the controller).
+offered, and which opened last, is `tutor.session.packchoice`'s (through the controller).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from textual.screen import ModalScreen
 from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
-from tutor.controller import loadable_pack
+from tutor.session.controller import loadable_pack
 from tutor.ui import palette
 from tutor.ui.palette import DIM
 

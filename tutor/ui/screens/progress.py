@@ -13,11 +13,11 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from tutor.controller import tally
-from tutor.durations import clock, spoken
-from tutor.packs import Pack
+from tutor.pack.model import Pack
+from tutor.session.controller import tally
 from tutor.ui.palette import DIM, HEADING
 from tutor.ui.progress_view import MARKERS, STATUS_STYLES
+from tutor.values.durations import clock, spoken
 
 
 def progress_table(pack: Pack, rows: Sequence[Mapping]) -> Group:

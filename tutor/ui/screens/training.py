@@ -21,15 +21,7 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Input, ProgressBar, Static, TextArea
 
-from tutor.controller import Lesson, StoreError
-from tutor.runs import (
-    ParameterCheck,
-    RunPhase,
-    RunProgress,
-    RunStatus,
-    SplitLosses,
-    TrainingRun,
-)
+from tutor.session.controller import Lesson, StoreError
 from tutor.training import (
     TrainingSettings,
     speed_notes,
@@ -43,6 +35,14 @@ from tutor.ui.widgets.editor import CodeEditor
 from tutor.ui.widgets.footer import TutorFooter
 from tutor.ui.widgets.lossplot import LossPlot, Series, braille_curve, spaced
 from tutor.ui.widgets.runs import RunsTable, clock, when
+from tutor.values.runs import (
+    ParameterCheck,
+    RunPhase,
+    RunProgress,
+    RunStatus,
+    SplitLosses,
+    TrainingRun,
+)
 
 __all__ = ["LossPlot", "Series", "TrainingScreen", "braille_curve", "parse_steps", "spaced"]
 

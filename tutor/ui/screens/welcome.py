@@ -15,7 +15,7 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Markdown, Static
 
-from tutor.packs import Exercise, Pack
+from tutor.pack.model import Exercise, Pack
 
 KEYS = """\
 - a step opens with its first `...` selected: type, and it is replaced; `tab` selects the next

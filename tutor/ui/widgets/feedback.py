@@ -1,6 +1,6 @@
 """The feedback panel: the verdict of a check, hints taken and a revealed solution.
 
-A result is the evaluator's typed `CheckResult` (tutor/results.py); this module turns it into
+A result is the evaluator's typed `CheckResult` (tutor/values/results.py); this module turns it into
 something a learner can read at a glance, in the spirit of the notebook's `cmp` line.
 """
 
@@ -12,16 +12,7 @@ from rich.text import Text
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
-from tutor.report import explained_below
-from tutor.results import (
-    CheckError,
-    CheckResult,
-    Rule,
-    ScratchResult,
-    Status,
-    TensorCheck,
-    Verdict,
-)
+from tutor.session.report import explained_below
 from tutor.ui.highlight import python_text
 from tutor.ui.palette import (
     ALERT,
@@ -38,6 +29,15 @@ from tutor.ui.palette import (
 )
 from tutor.ui.prose import prose
 from tutor.ui.widgets.heatmap import NEGATIVE, POSITIVE, Heatmap
+from tutor.values.results import (
+    CheckError,
+    CheckResult,
+    Rule,
+    ScratchResult,
+    Status,
+    TensorCheck,
+    Verdict,
+)
 
 VERDICT_STYLES = {
     "exact": GOOD,

@@ -12,7 +12,7 @@ from rich.text import Text
 from textual.events import MouseScrollDown, MouseScrollUp
 from textual.widget import Widget
 
-from tutor.packs import ForwardLine
+from tutor.pack.model import ForwardLine
 from tutor.ui.highlight import is_warm, python_text
 from tutor.ui.palette import ALERT, CURRENT_ROW, DIM, LOCKED, OK
 

@@ -14,10 +14,10 @@ from rich.text import Text
 from textual.message import Message
 from textual.widgets import DataTable
 
-from tutor.durations import clock
-from tutor.runs import RunStatus, TrainingRun
 from tutor.ui.palette import ERROR, OK, WARN
 from tutor.ui.widgets.lossplot import COMPARE_COLOURS, Series, spaced
+from tutor.values.durations import clock
+from tutor.values.runs import RunStatus, TrainingRun
 
 RESULT_STYLES = {RunStatus.FINISHED: OK, RunStatus.CANCELLED: WARN, RunStatus.DIVERGED: ERROR}
 

@@ -9,8 +9,8 @@ from rich.text import Text
 from textual.widgets import OptionList
 from textual.widgets.option_list import Option, OptionDoesNotExist
 
-from tutor.controller import remaining_before
-from tutor.packs import Pack
+from tutor.pack.model import Pack
+from tutor.session.controller import remaining_before
 from tutor.ui import palette
 from tutor.ui.palette import HEADING, LOCKED
 from tutor.ui.progress_view import MARKERS, STATUS_STYLES

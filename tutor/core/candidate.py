@@ -1,0 +1,414 @@
+"""A learner's code as the sandbox runs it: compiled behind the policy and the guard, executed
+with the sandbox's builtins, its failures told in the learner's terms.
+
+Used by the checks (execution.py) and by training; both run it in the confined child process.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import copy
+import difflib
+import marshal
+import signal
+import sys
+import threading
+import time
+import traceback
+import types
+import warnings
+from collections.abc import Callable
+from functools import lru_cache
+from typing import Any
+
+import torch
+
+from tutor.sandbox.classes import TypeOf
+from tutor.sandbox.clean import MAX_MESSAGE, MAX_TEXT, Capped, clean, cut_note
+from tutor.sandbox.guard import GUARD_NAME, Refused, rewrite
+from tutor.sandbox.modules import GUARD, MODULES
+from tutor.sandbox.policy import inspect
+from tutor.values.results import CheckError
+
+Tensor = torch.Tensor
+CODE_FILE = "<your code>"
+MAX_STDOUT = MAX_TEXT
+# An earlier step's accepted code, replayed before the candidate, is compiled under its own name:
+# a function it defined that fails (or warns) when the candidate calls it names that step.
+_EARLIER_HEAD, _EARLIER_TAIL = "<your code for ", ">"
+
+
+def earlier_file(step_id: str) -> str:
+    """The file name an earlier step's accepted code is compiled under."""
+    return f"{_EARLIER_HEAD}{step_id}{_EARLIER_TAIL}"
+
+
+def _earlier_step(filename: str) -> str | None:
+    if filename.startswith(_EARLIER_HEAD) and filename.endswith(_EARLIER_TAIL):
+        return filename[len(_EARLIER_HEAD):-len(_EARLIER_TAIL)] or None
+    return None
+
+
+def _where(filename: str, line: int) -> str | None:
+    """A line of learner code in words: the candidate's own, or an earlier step's."""
+    if filename == CODE_FILE:
+        return f"line {line}"
+    step = _earlier_step(filename)
+    return f"line {line} of your code for {step}" if step else None
+
+# What learner code may call without importing: enough for loops, shapes and printing.
+SAFE_BUILTINS = {
+    name: getattr(builtins, name)
+    for name in (
+        "abs all any bool callable dict divmod enumerate filter float frozenset int isinstance "
+        "issubclass iter len list map max min next pow range repr reversed round set slice "
+        "sorted str sum tuple zip Ellipsis True False None ArithmeticError AssertionError "
+        "AttributeError Exception IndexError KeyError LookupError NameError NotImplementedError "
+        "RuntimeError StopIteration TypeError ValueError ZeroDivisionError"
+    ).split()
+}
+
+
+# type() answers with classes that build nothing dangerous (see classes.py); the ones learner
+# code already holds (int, range, torch.Size, torch.dtype, ...) come back as they are.
+_type = TypeOf([v for v in SAFE_BUILTINS.values() if isinstance(v, type)]
+               + [v for m in MODULES.values() for v in vars(m).values() if isinstance(v, type)])
+
+
+def _loaded_import(name: str, globals: Any = None, locals: Any = None, fromlist: Any = (),
+                   level: int = 0) -> Any:
+    """The `__import__` that torch's C++ code calls while learner code runs.
+
+    Some tensor operations import part of torch lazily, the first time they need it (indexing
+    with a Python list looks up `torch.storage`), through the builtins of the running code. So
+    that they work inside the sandbox, a module of torch that is already loaded is handed back;
+    nothing is ever loaded. Learner code cannot name this function (`import` and names with
+    underscores are refused before anything runs).
+    """
+    if level == 0 and (name == "torch" or name.startswith("torch.")) and name in sys.modules:
+        return sys.modules[name] if fromlist else sys.modules[name.partition(".")[0]]
+    raise ImportError(f"{name} cannot be imported in the sandbox")
+
+
+def _format(value: Any, spec: str = "") -> str:
+    # format() with a spec cannot walk attributes, unlike str.format's fields.
+    return builtins.format(value, spec)
+
+
+class Output:
+    """What learner code prints, capped: its first and last part are kept, with a note of what
+    was cut between them (`clean.Capped`). `cmp(...)` calls are recorded where they happen."""
+
+    def __init__(self) -> None:
+        # Half for the first part, half for the last, with room for the note, so that the engine's
+        # own `clean` (at MAX_TEXT) finds nothing more to cut.
+        half = (MAX_STDOUT - 100) // 2
+        self._text = Capped("", half, half, cut_note)
+        self._cmp_calls: list[tuple[int, str, Any]] = []
+
+    def write(self, text: str) -> None:
+        self._text.write(text)
+
+    def print(self, *args: Any, sep: Any = " ", end: Any = "\n", **_: Any) -> None:
+        self._text.write(str(sep).join(str(a) for a in args) + str(end))
+
+    def cmp(self, name: Any = None, dt: Any = None, t: Any = None, *_: Any, **__: Any) -> None:
+        """The notebook's cmp: recorded here, answered by the tutor after grading."""
+        if len(self._cmp_calls) < 64 and isinstance(name, str):
+            self._cmp_calls.append((self._text.written, name[:40], dt))
+
+    @property
+    def cmp_calls(self) -> list[tuple[int, str, Any]]:
+        """Each call's place in `text()`, its name and its tensor."""
+        return [(self._text.place(at), name, dt) for at, name, dt in self._cmp_calls]
+
+    def text(self) -> str:
+        return self._text.text()
+
+
+def sandbox_globals(out: Output) -> dict:
+    """The modules, guard and builtins learner code runs with, its prints going to `out`.
+
+    The guard and cmp are builtins as well as globals: a function keeps the builtins it was
+    made with, wherever it is called from (see `_RUN_BUILTINS`).
+    """
+    return {
+        **MODULES,
+        GUARD_NAME: GUARD,
+        "cmp": out.cmp,
+        "__builtins__": _builtins(out.print, out.cmp),
+    }
+
+
+def _builtins(print_: Callable, cmp: Callable) -> dict:
+    return {**SAFE_BUILTINS, "print": print_, "type": _type, "format": _format,
+            "__import__": _loaded_import, GUARD_NAME: GUARD, "cmp": cmp}
+
+
+class _Listening(threading.local):
+    out: Output | None = None  # the Output of the learner code running in this thread
+
+
+_LISTENING = _Listening()
+
+
+def _print(*args: Any, **kw: Any) -> None:
+    if _LISTENING.out is not None:
+        _LISTENING.out.print(*args, **kw)
+
+
+def _cmp(*args: Any, **kw: Any) -> None:
+    if _LISTENING.out is not None:
+        _LISTENING.out.cmp(*args, **kw)
+
+
+# The builtins of every run of `execute`, one dict for the process. A function learner code
+# defines keeps the builtins it was made with (Python looks a name up in the function's
+# globals, then in those builtins), and its globals are the namespace of the run that made
+# it, which loses the run's hooks when it ends. So a helper written in one step and called
+# in a later one (whose namespace is a copy) finds the guard here, still behind it for every
+# attribute it reads, and prints into the output of the run that calls it.
+_RUN_BUILTINS = _builtins(_print, _cmp)
+
+
+class CodeError(Exception):
+    """The learner's code could not be run to the end; `payload` is the JSON error object."""
+
+    def __init__(self, kind: str, message: str, line: int | None = None, col: int | None = None):
+        super().__init__(message)
+        self.payload = {"kind": kind, "message": message, "line": line, "col": col}
+
+    @property
+    def error(self) -> CheckError:
+        return CheckError.from_dict(self.payload)
+
+
+class CheckTimeout(BaseException):
+    """The time budget ran out. A BaseException, so `except Exception:` cannot swallow it."""
+
+
+def compile_candidate(code: str, filename: str = CODE_FILE) -> types.CodeType:
+    """Parse, apply the policy, put the guard on attribute reads, compile (as `filename`, which
+    tracebacks and warnings name: the candidate's, or `earlier_file`).
+
+    Raises CodeError for syntax errors and refusals.
+    """
+    try:
+        tree = _without_cmp_definition(ast.parse(code, filename))
+        refusal = inspect(tree)
+        if refusal:
+            raise CodeError("forbidden", refusal.message, refusal.line, refusal.col)
+        # Some errors (a starred expression alone, `return` outside a function) only show here.
+        # Compile-time warnings ("perhaps you missed a comma?") would go to the terminal.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return compile(rewrite(tree), filename, "exec")
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
+        lineno, offset = getattr(exc, "lineno", None), getattr(exc, "offset", None)
+        where = f"line {lineno}, column {offset}" if lineno else "your code"
+        message = getattr(exc, "msg", None) or str(exc) or "too deeply nested to read"
+        raise CodeError("syntax", clean(f"{where}: {message}", MAX_MESSAGE), lineno,
+                        offset) from None
+
+
+@lru_cache(maxsize=64)
+def program(code: str) -> bytes:
+    """The candidate compiled behind the policy and the guard (`compile_candidate`), as bytes
+    (marshal) that a child loads instead of compiling it again: a check compiles its candidate
+    once, in the worker, before any process starts.
+
+    Raises CodeError for syntax errors and refusals.
+    """
+    return marshal.dumps(compile_candidate(code))
+
+
+@lru_cache(maxsize=8)
+def load(compiled: bytes) -> types.CodeType:
+    """The code object `program` made. Only the worker writes these bytes: the direction from
+    the worker to its child is the trusted one."""
+    return marshal.loads(compiled)
+
+
+def _without_cmp_definition(tree: ast.Module) -> ast.Module:
+    """A notebook's own `def cmp(...)` pasted along with a cell is dropped: it reads `.grad`,
+    which the sandbox refuses, and the tutor's cmp answers the same calls."""
+    tree.body = [node for node in tree.body
+                 if not (isinstance(node, ast.FunctionDef) and node.name == "cmp")]
+    return tree
+
+
+def timeout_error(seconds: float) -> CodeError:
+    return CodeError(
+        "timeout",
+        f"your code was stopped after {seconds:g} s. Is there a loop that never ends? The "
+        "gradients here take milliseconds.",
+    )
+
+
+def _offending_line(exc: BaseException) -> int | None:
+    frames = [f for f in traceback.extract_tb(exc.__traceback__, limit=64)
+              if f.filename == CODE_FILE]
+    return frames[-1].lineno if frames else None
+
+
+def _inside_earlier(exc: BaseException, earlier: dict[str, str]) -> str:
+    """Where in an earlier step's code the failure happened, when the candidate called a
+    function that step defined and it failed there: a line to add to the message, or ""."""
+    frames = traceback.extract_tb(exc.__traceback__, limit=64)
+    last = next((f for f in reversed(frames) if f.filename == CODE_FILE
+                 or _earlier_step(f.filename)), None)
+    step = _earlier_step(last.filename) if last is not None else None
+    if step is None or not last.lineno:
+        return ""
+    lines = earlier.get(step, "").splitlines()
+    source = clean(lines[last.lineno - 1].strip(), 300) if last.lineno <= len(lines) else ""
+    return (f"(in {last.name}, {_where(last.filename, last.lineno)}"
+            + (f": `{source}`" if source else "") + ")\n")
+
+
+def runtime_error(exc: BaseException, code: str, names: list[str] | None = None,
+                  scope: str | None = None, earlier: dict[str, str] | None = None
+                  ) -> CodeError:
+    """The learner's failure as one short, clean message; `names` are what was defined, and
+    `scope` says in words what is defined, where that is not the lesson's namespace.
+    `earlier` is the code of the earlier steps replayed before it, by step id: a failure inside
+    a function one of them defined is shown there too."""
+    line = _offending_line(exc)
+    inside = _inside_earlier(exc, earlier or {})
+    try:
+        text = str(exc).strip() or type(exc).__name__
+    except Exception:  # noqa: BLE001 - a learner's exception whose str() fails
+        text = type(exc).__name__
+    text = clean(text, MAX_MESSAGE)
+    if isinstance(exc, MemoryError) or "can't allocate memory" in text or "out of memory" in text:
+        return CodeError(
+            "memory",
+            (f"line {line}: " if line else "")
+            + "that needs more memory than the sandbox allows. The gradients here are small "
+            "tensors; check the sizes you are creating.",
+            line,
+        )
+    lines = code.splitlines()
+    source = clean(lines[line - 1].strip(), 300) if line and line <= len(lines) else ""
+    where = (f"line {line}: `{source}`\n" if line else "") + inside
+    if isinstance(exc, Refused):
+        return CodeError("forbidden", f"{where}{text}.", line)
+    hint = ""
+    if "cannot be multiplied" in text or "size of tensor a" in text:
+        hint = (
+            " Compare the shapes on the forward line: a matmul needs the inner "
+            "dimensions to agree, so one operand may need .T or the order swapped."
+        )
+    elif isinstance(exc, NameError):
+        hint = _name_hint(exc, names or [], scope)
+    return CodeError("runtime", f"{where}{type(exc).__name__}: {text}.{hint}", line)
+
+
+def _name_hint(exc: NameError, names: list[str], scope: str | None = None) -> str:
+    missing = getattr(exc, "name", None) or ""
+    visible = [n for n in names if not n.startswith("_") and n != "cmp"]
+    close = difflib.get_close_matches(missing, visible, n=3, cutoff=0.6) if missing else []
+    grads = sorted(n for n in visible if n.startswith("d") and n[1:] in names)
+    parts = []
+    if close:
+        parts.append(f" Did you mean {' or '.join(close)}?")
+    if scope:
+        return "".join(parts) + f" {scope}"
+    sizes = [n for n in visible if n.startswith("n_") or n.endswith("_size")]
+    parts.append(
+        " Defined here: the forward tensors and parameters, n, Xb, Yb, the lecture's sizes "
+        f"({', '.join(sizes) or 'none'}), torch, F and math"
+    )
+    parts.append(f", and these gradients: {', '.join(grads)}." if grads else
+                 ". No gradient from an earlier step is defined in this exercise.")
+    return "".join(parts)
+
+
+def _alarm(_signum: int, _frame: Any) -> None:
+    raise CheckTimeout()
+
+
+def arm(seconds: float) -> bool:
+    """Raise CheckTimeout in this (main) thread after `seconds`; False where that is impossible."""
+    if not hasattr(signal, "setitimer"):
+        return False
+    try:
+        signal.signal(signal.SIGALRM, _alarm)
+    except ValueError:  # not the main thread
+        return False
+    signal.setitimer(signal.ITIMER_REAL, max(seconds, 1e-3))
+    return True
+
+
+def disarm() -> None:
+    if hasattr(signal, "setitimer"):
+        signal.setitimer(signal.ITIMER_REAL, 0)
+
+
+def execute(compiled: types.CodeType, ns: dict, out: Output,
+            deadline: float | None = None) -> None:
+    """Run compiled learner code in `ns`, which it shares with later code, as in a notebook.
+
+    Warnings the code triggers (a deprecated .T on a 1-D tensor, say) go to its output, next to
+    its own prints, where they are capped with them; never to the worker's stderr.
+    """
+    if deadline is not None and time.monotonic() >= deadline:
+        raise CheckTimeout()
+    ns.update(MODULES)
+    ns["__builtins__"] = _RUN_BUILTINS
+    listening, _LISTENING.out = _LISTENING.out, out
+
+    def shown(message: Any, _category: Any, filename: str, lineno: int, *_: Any) -> None:
+        where = _where(filename, lineno)
+        if where:
+            text = str(message).split(" (Triggered internally")[0]
+            out.write(clean(f"warning ({where}): {text}", MAX_MESSAGE) + "\n")
+
+    try:
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("always")
+            warnings.showwarning = shown  # put back as it was when the block ends
+            exec(compiled, ns)
+    finally:
+        _LISTENING.out = listening
+        ns.pop("__builtins__", None)
+
+
+def copy_namespace(ns: dict) -> dict:
+    """Fresh copies of every tensor, so one run cannot touch what the next one uses.
+
+    Aliasing is kept exactly as the learner made it: tensors that share memory are copied as
+    views of one new copy of that memory, with their own offsets and strides, so two names for
+    one tensor stay one tensor and a view stays a view of its base. (This is deepcopy's memo
+    behaviour, about five times faster for a namespace of small tensors.)
+    """
+    memory: dict[int, Tensor] = {}
+    out = {}
+    for name, value in ns.items():
+        if type(value) is Tensor and value.layout == torch.strided and not value.is_quantized:
+            storage = value.untyped_storage()
+            key = storage.data_ptr()
+            flat = memory.get(key)
+            if flat is None or flat.dtype != value.dtype:
+                flat = value.new_empty(0).set_(storage).clone() if storage.nbytes() else None
+                if flat is not None and key not in memory:
+                    memory[key] = flat
+            if flat is not None and flat.dtype == value.dtype:
+                out[name] = flat.as_strided(value.shape, value.stride(), value.storage_offset())
+                continue
+        if isinstance(value, (types.ModuleType, Callable)) and not isinstance(value, Tensor):
+            out[name] = value
+            continue
+        try:
+            out[name] = copy.deepcopy(value)
+        except Exception:  # noqa: BLE001 - uncopyable learner objects are shared as they are
+            out[name] = value
+    return out
+
+
+def shares_memory(a: Tensor, b: Tensor) -> bool:
+    try:
+        return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+    except (RuntimeError, NotImplementedError):
+        return False

@@ -1,0 +1,215 @@
+"""Why a wrong gradient is wrong: shape, sign, scale, transpose, a missing branch, a known mistake.
+
+Every diagnosis comes from comparing numbers: the learner's tensor against autograd's, against the
+earlier partial gradient, or against what a catalogued mistake evaluates to on the same batch.
+Messages point at the cause without handing over the answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from tutor.pack.model import Mistake
+from tutor.values.results import Diagnosis
+
+Tensor = torch.Tensor
+
+
+def diagnosis(kind: str, message: str) -> Diagnosis:
+    return Diagnosis(kind, message)
+
+
+def close(a: Tensor, b: Tensor) -> bool:
+    a64, b64 = a.detach().to("cpu", torch.float64), b.detach().to("cpu", torch.float64)
+    if a64.shape != b64.shape:
+        return False
+    scale = max(float(b64.abs().max()) if b64.numel() else 0.0, 1e-12)
+    return bool(torch.allclose(a64, b64, rtol=1e-4, atol=1e-4 * scale))
+
+
+def _shape(t) -> str:
+    return "[" + ", ".join(str(d) for d in t) + "]"
+
+
+def explain_shape(name: str, got: list[int], want: list[int]) -> str:
+    """A sentence about how a gradient of the wrong shape came about and what shape is needed."""
+    head = f"d{name} has shape {_shape(got)}, but {name} has shape {_shape(want)}"
+    squeezed_got = [d for d in got if d != 1]
+    squeezed_want = [d for d in want if d != 1]
+    if squeezed_got == squeezed_want and len(got) > len(want):
+        return (
+            f"{head}. There is an extra dimension of size 1. The notebook's cmp would let this "
+            f"broadcast, but an update like `{name} -= lr * d{name}` would then turn {name} into "
+            f"a {_shape(got)} tensor (or fail when done in place). Sum without keepdim, or "
+            f"reshape to {name}.shape."
+        )
+    if squeezed_got == squeezed_want:
+        return (
+            f"{head}. The same numbers with a dimension missing: the forward pass kept a "
+            "dimension of size 1 here, so keep it in the gradient too (keepdim=True)."
+        )
+    if len(got) == len(want) and all(w in (1, g) for g, w in zip(got, want, strict=False)):
+        dims = [
+            str(d) for d, (g, w) in enumerate(zip(got, want, strict=False)) if w == 1 and g != 1
+        ]
+        return (
+            f"{head}. {name} was broadcast along dim {', '.join(dims)} in the forward pass, so "
+            f"every copy sends gradient back to the same entry: add those contributions up "
+            f"along dim {', '.join(dims)}, keeping the dimension."
+        )
+    if len(got) > len(want) and got[len(got) - len(want) :] == want:
+        lead = got[: len(got) - len(want)]
+        which = "it" if len(lead) == 1 else "them"
+        return (
+            f"{head}. {name} was broadcast over every leading dimension of the tensor it was "
+            f"added to (the batch, and time where there is one) in the forward pass, and your "
+            f"d{name} still has {_shape(lead)} of {which} left: sum over every dimension "
+            f"{name} was broadcast along, to get one gradient per entry of {name}."
+        )
+    if sorted(got) == sorted(want) and len(got) == 2:
+        return f"{head}. The dimensions are swapped: check which operand needs a transpose."
+    return f"{head}. A gradient always has the shape of the tensor it belongs to."
+
+
+def shape_diagnosis(name: str, value: Tensor, ref: Tensor) -> Diagnosis:
+    if value.dim() == 2 and value.shape == ref.shape[::-1] and close(value.T, ref):
+        return diagnosis(
+            "transpose",
+            f"d{name} holds the right numbers, transposed: {_shape(value.shape)} instead of "
+            f"{_shape(ref.shape)}. Swap and transpose the operands of the matmul so the result "
+            f"has {name}'s shape.",
+        )
+    return diagnosis("shape", explain_shape(name, list(value.shape), list(ref.shape)))
+
+
+def _scale_message(name: str, c: float, n: int, source: str = "") -> str:
+    near = lambda x: abs(c - x) <= 1e-3 * max(1.0, abs(x))  # noqa: E731
+    if near(n):
+        why = "a factor n too large: the loss averages over the batch"
+    elif near(1 / n):
+        why = "a factor n too small: is there a 1/n too many?"
+    elif near(n * n) or near(1 / (n * n)):
+        why = "that is n squared (or its inverse): the batch size is applied the wrong way round"
+    elif near(n / (n - 1)) or near((n - 1) / n):
+        why = "that is n/(n-1) or its inverse: check 1/n against 1/(n-1) (Bessel's correction)"
+    elif (near(2) or near(0.5)) and "**2" in source.replace(" ", ""):
+        why = "a factor of 2: check the derivative of the square"
+    elif near(2) or near(0.5):
+        why = ("a factor of 2: check each constant of the local derivative, and whether a "
+               "contribution was counted twice (or halved)")
+    else:
+        why = "check the constant factors of the local derivative"
+    return f"d{name} is {c:.4g} times autograd's gradient, everywhere: {why}."
+
+
+def _same(value: Tensor, produced: Tensor) -> bool:
+    """Close where both are finite, and NaN or infinite at the same entries: a catalogued
+    mistake whose value is NaN (a log of a negative number) is still recognised."""
+    a, b = value.detach().cpu(), produced.detach().cpu()
+    if a.shape != b.shape:
+        return False
+    bad_a, bad_b = ~torch.isfinite(a), ~torch.isfinite(b)
+    if not bad_a.any() and not bad_b.any():
+        return close(a, b)
+    if not torch.equal(bad_a, bad_b):
+        return False
+    return bool(bad_a.all()) or close(a[~bad_a], b[~bad_b])
+
+
+def matching_mistake(
+    value: Tensor, mistakes: list[tuple[Mistake, Callable[[], Tensor | None]]],
+    start: Tensor | None = None,
+) -> Diagnosis | None:
+    """The catalogued mistake whose result the learner's tensor reproduces, if any. With
+    `start` (a tensor updated in place), what is compared is the change from it."""
+    for mistake, evaluate in mistakes:
+        produced = evaluate()
+        if produced is None:
+            continue
+        if start is not None and start.shape == value.shape == produced.shape:
+            base = start.detach().to("cpu", torch.float64)
+            same = _same(value.detach().to("cpu", torch.float64) - base,
+                         produced.detach().to("cpu", torch.float64) - base)
+        else:
+            same = _same(value, produced)
+        if same:
+            return diagnosis(mistake.kind, mistake.message)
+    return None
+
+
+def value_diagnosis(
+    name: str,
+    value: Tensor,
+    ref: Tensor,
+    n: int,
+    prior: Tensor | None,
+    mistakes: list[tuple[Mistake, Callable[[], Tensor | None]]],
+    source: str = "",
+) -> Diagnosis | None:
+    """The most specific explanation for a same-shape wrong answer, or None. `source` is the
+    forward code of the step's lines, for messages that depend on what is on them."""
+    known = matching_mistake(value, mistakes)  # first: a catalogued mistake may well be NaN
+    if known:
+        return known
+    if not torch.isfinite(value).all():
+        bad = int((~torch.isfinite(value)).sum())
+        return diagnosis(
+            "nan",
+            f"d{name} has {bad} entries that are NaN or infinite. Look for a division by zero, "
+            "a log of zero or a power of a negative number.",
+        )
+    if value.numel() and not bool(value.any()) and bool(ref.any()):
+        return diagnosis(
+            "scale",
+            f"d{name} is zero everywhere. A buffer made with zeros_like (or zeros) still needs "
+            "the gradient added into it: check that every assignment reaches it.",
+        )
+    if close(value, -ref):
+        return diagnosis("sign", f"d{name} has the right size but the wrong sign everywhere.")
+    if prior is not None and not close(prior, torch.zeros_like(prior)):
+        if close(value, ref - prior):
+            return diagnosis(
+                "partial",
+                f"d{name} holds only the new branch: {name} is used in two places, and the "
+                f"gradient from the first one (already in d{name}) was overwritten. Add to it "
+                "with += instead of assigning with =.",
+            )
+        if close(value, prior):
+            return diagnosis(
+                "partial",
+                f"d{name} still holds only the first branch: add this line's contribution.",
+            )
+    v, r = value.detach().double().flatten(), ref.detach().double().flatten()
+    denom = float(r @ r)
+    if denom > 0:
+        c = float(v @ r) / denom
+        if abs(c - 1) > 1e-3 and close(value, c * ref):
+            if abs(c + 1) <= 1e-3:
+                return diagnosis("sign", f"d{name} has the right size but the wrong sign.")
+            return diagnosis("scale", _scale_message(name, c, n, source))
+    if value.dim() == 2 and value.shape[0] == value.shape[1] and close(value.T, ref):
+        return diagnosis("transpose", f"d{name} is the transpose of the right answer.")
+    return None
+
+
+def where_wrong(value: Tensor, ref: Tensor) -> str:
+    """Describe the pattern of errors so the learner knows where to look."""
+    diff = (value.detach().double() - ref.detach().double().to(value.device)).abs().cpu()
+    scale = float(ref.abs().max()) or 1.0
+    wrong = diff > 1e-4 * scale + 1e-7
+    total, bad = wrong.numel(), int(wrong.sum())
+    if bad == 0:
+        return "the values differ slightly more than float32 rounding explains"
+    parts = [f"{bad} of {total} entries are wrong"]
+    if wrong.dim() == 2 and bad < total:
+        rows, cols = wrong.any(1), wrong.any(0)
+        per_row = wrong.sum(1)
+        if int(rows.sum()) < wrong.shape[0]:
+            parts.append(f"in {int(rows.sum())} of {wrong.shape[0]} rows")
+        elif int(cols.sum()) < wrong.shape[1]:
+            parts.append(f"in {int(cols.sum())} of {wrong.shape[1]} columns")
+        elif bool((per_row == 1).all()):
+            parts.append("exactly one per row")
+    return ", ".join(parts)

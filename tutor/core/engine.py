@@ -1,0 +1,297 @@
+"""The check of one candidate: run it on the lesson's batches, grade it, diagnose it.
+
+The engine holds the lesson and autograd's gradients. Learner code never runs here: each check
+goes to a confined child that replays the earlier steps and runs the candidate on the main and
+the fresh batch (execution.py), then sends back plain tensors. The child is forked from this
+process (sandbox/isolate.py) where that serves, or else a freshly started interpreter that gets
+the plan without answers (sandbox/spawn.py): on a GPU, on Windows, or when asked for. Grading,
+diagnosis and the held-out verdict happen here, on that data, in one pipeline for every kind of
+step: what depends on the kind (the plan, the rows, the rule probe, the held-out data) is the
+kind's check (tutor/core/kinds/). A check returns a typed `CheckResult`
+(tutor/values/results.py); the
+worker turns it into the plain data of docs/json.md.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+
+import torch
+
+from tutor.config import Settings
+from tutor.core.candidate import CodeError, program, timeout_error
+from tutor.core.execution import CheckSpec, FunctionCheckSpec, run_spec
+from tutor.core.functions import Case
+from tutor.core.kinds import Checks, NotChecked, Unreadable
+from tutor.core.kinds.function import FunctionCheck
+from tutor.core.kinds.records import clean_error
+from tutor.core.network import DeviceError, Network, resolve_device
+from tutor.pack.model import Pack, Step, find_pack, load_pack
+from tutor.process import forkserver, isolate, spawn
+from tutor.sandbox.clean import MAX_MESSAGE, clean
+from tutor.sandbox.confine import prepare
+from tutor.values.results import CheckError, CheckResult, Defined, ScratchResult
+
+# How long past its time limit a child that ignores the alarm (a swallowed stop, one long tensor
+# operation) may run before it is killed.
+KILL_GRACE = 0.5
+# Started children kept waiting for the next checks: two, so that `check --all` and a quick
+# re-check after a fix rarely wait for an interpreter to load torch.
+SPARES = 2
+
+
+def isolation_for(asked: str, device: torch.device) -> str:
+    """How checks are kept apart on this device: "fork" or "spawn" (see sandbox/spawn.py)."""
+    if asked == "auto":
+        return "fork" if isolate.can_fork(device) else "spawn"
+    if asked == "fork" and not isolate.can_fork(device):
+        where = "Windows" if not hasattr(os, "fork") else f"the {device.type} device"
+        raise DeviceError(f"isolation 'fork' cannot serve {where} (a forked child cannot use "
+                          "it); use 'auto' or 'spawn'")
+    return asked
+
+
+class Engine:
+    def __init__(self, settings: Settings | None = None, pack: Pack | None = None):
+        self.settings = settings or Settings()
+        self.pack = pack or load_pack(find_pack(self.settings.pack))
+        self.device = resolve_device(self.settings.device)
+        self.network = Network(self.pack, self.device, self.settings.seed)
+        self.isolation = isolation_for(self.settings.isolation, self.device)
+        prepare()
+        # Built once here, not again in every child (the batches are cached properties).
+        _ = self.network.main, self.network.heldout
+        # How each kind of step is planned, graded and held out, with the caches it keeps.
+        self.kinds = Checks(self.network, self.settings)
+        self._lock = threading.RLock()
+        self._spare: isolate.Child | None = None
+        self._spawned: list[spawn.Spawned] = []
+        # Forks the spawn path's children where the system allows it (started when needed).
+        self._server = forkserver.Keeper(self.device.type, spawn.START_LIMIT)
+        # Told how long a check may wait for its child to start (the worker tells its client).
+        self.on_wait: Callable[[float], None] | None = None
+
+    # -- the lesson as plain data ------------------------------------------------------------
+    def info(self) -> dict:
+        batch = self.network.main
+        return {
+            "device": str(self.device),
+            "torch_version": torch.__version__.split("+")[0],
+            "batch_size": batch.n,
+            "heldout_batch_size": self.network.heldout.n,
+            "parameters": self.network.n_params,
+            "dataset": self.network.dataset.sizes,
+            "lines": batch.lines,
+            "isolation": self.isolation,
+        }
+
+    # -- running learner code ------------------------------------------------------------------
+    def function_cases(self, step: Step) -> list[Case]:
+        """A function step's cases with their expected outputs, built once."""
+        check = self.kinds.of(step)
+        assert isinstance(check, FunctionCheck), f"{step.id} is not a function step"
+        return check.cases(step)
+
+    def _scrub(self) -> None:
+        """In the child, before learner code runs: forget every answer it could look for."""
+        for batch in (self.network.main, self.network.heldout):
+            batch.reference.clear()
+            batch.reference64.clear()
+            batch.gradients.clear()
+        for s in self.pack.steps:
+            object.__setattr__(s, "solution", "")
+            object.__setattr__(s, "mistakes", ())
+        for kind in self.kinds.each():
+            kind.forget()
+
+    def _spec(self, step: Step, code: str, prior: dict[str, str],
+              compiled: bytes | None = None) -> CheckSpec | FunctionCheckSpec:
+        """The child's work for this check, planned by the step's kind (tutor/core/kinds/)."""
+        return self.kinds.of(step).plan(step, code, prior, compiled)
+
+    def _in_child(self, request: dict, _send: Callable, _cancel: threading.Event) -> dict:
+        """The child's whole life: plan from the lesson, forget the answers, run the code."""
+        spec = self._spec(self.pack.step(request["step"]), request["code"], request["prior"],
+                          request.get("compiled"))
+        self._scrub()
+        return run_spec(spec, bool(request.get("scratch")))
+
+    def _fork(self) -> isolate.Child:
+        return isolate.Child(self._in_child, cpu_seconds=self.settings.timeout + 1,
+                             memory_gb=self.settings.memory_limit_gb)
+
+    def _start(self) -> spawn.Spawned:
+        """A started child for the next check: forked by the fork server where it serves (one
+        torch import for all checks), else a fresh interpreter of its own."""
+        setup = {"device": str(self.device), "cpu_seconds": self.settings.timeout + 1,
+                 "memory_gb": self.settings.memory_limit_gb}
+        return spawn.Spawned("check", setup, launch=self._server.launcher(setup))
+
+    def prepare(self) -> None:
+        """Start the next checks' children now, while nobody waits for them."""
+        with self._lock:
+            if self.isolation == "spawn":
+                self._spawned = [c for c in self._spawned if c.alive()]
+                while len(self._spawned) < SPARES:
+                    self._spawned.append(self._start())
+            elif self._spare is None or not self._spare.alive():
+                self._spare = self._fork()
+
+    def ready(self) -> bool:
+        """Whether the next check finds its child waiting (forked, or started and ready)."""
+        if self.isolation == "spawn":
+            return bool(self._spawned) and all(c.ready() for c in self._spawned)
+        return self._spare is not None and self._spare.alive()
+
+    def close(self) -> None:
+        if self._spare is not None:
+            self._spare.discard()
+            self._spare = None
+        for child in self._spawned:
+            child.discard()
+        self._spawned = []
+        self._server.close()
+
+    def execute(self, step: Step, code: str, prior: dict[str, str], scratch: bool = False
+                ) -> dict:
+        """Run the candidate in a confined child, forked or started for it."""
+        compiled = _compiled(code)
+        if self.isolation == "spawn":
+            return self._execute_spawned(self._spec(step, code, prior, compiled), scratch)
+        if self.kinds.of(step).build_ahead(step):
+            self.close()  # children forked before know nothing of what was built
+        child, self._spare = self._spare, None
+        if child is None or not child.alive():
+            child = self._fork()
+        outcome = child.run({"step": step.id, "code": code, "prior": prior, "scratch": scratch,
+                             "compiled": compiled},
+                            timeout=self.settings.timeout + KILL_GRACE)
+        return _answer(outcome)
+
+    def _execute_spawned(self, spec: CheckSpec | FunctionCheckSpec, scratch: bool) -> dict:
+        """The plan, built here without answers, run by a started child (a ready one first)."""
+        self._spawned = [c for c in self._spawned if c.alive()]
+        ready = [c for c in self._spawned if c.ready()]
+        child = (ready or self._spawned or [None])[0]
+        if child is None:
+            child = self._start()
+        else:
+            self._spawned.remove(child)
+        if not child.ready() and self.on_wait is not None:
+            self.on_wait(spawn.START_LIMIT)
+        # The random state goes along: a forked child inherits the worker's, and code that
+        # draws random numbers must see the same ones on either path, check after check.
+        rng = {"cpu": torch.get_rng_state()}
+        if self.device.type == "cuda":
+            rng["cuda"] = torch.cuda.get_rng_state(self.device)
+        outcome = child.run({"spec": spec, "scratch": scratch, "rng": rng},
+                            timeout=self.settings.timeout + KILL_GRACE)
+        return _answer(outcome)
+
+    # -- the check -----------------------------------------------------------------------------
+    def check(self, step_id: str, code: str, prior: dict[str, str] | None = None
+              ) -> CheckResult:
+        with self._lock:  # one check at a time: the lesson's caches are shared
+            return self._check(step_id, code, prior or {})
+
+    def scratch(self, step_id: str, code: str, prior: dict[str, str] | None = None
+                ) -> ScratchResult:
+        """Run code against the lesson without grading it or counting an attempt: its printed
+        output, its error if any, and a line about each name it defined or changed."""
+        step = self.pack.step(step_id)
+        result = ScratchResult(step.id)
+        try:
+            program(code)
+        except CodeError as exc:
+            result.error = exc.error
+            return result
+        with self._lock:
+            outcome = self.execute(step, code, prior or {}, scratch=True)
+        if outcome.get("timeout"):
+            result.error = timeout_error(self.settings.timeout).error
+            return result
+        if "stdout" not in outcome:
+            result.error = _stopped(outcome)
+            return result
+        result.stdout = clean(outcome.get("stdout", ""))
+        result.error = clean_error(outcome["error"]) if outcome.get("error") else None
+        result.defined = [
+            Defined(clean(d.get("name", ""), 60), clean(d.get("what", ""), 200))
+            for d in (outcome.get("defined") or [])[:100] if isinstance(d, dict)]
+        return result
+
+    def _check(self, step_id: str, code: str, prior: dict[str, str]) -> CheckResult:
+        """One pipeline for every kind of step (docs/architecture.md, the path of one check):
+        compile, plan and execute in a child, grade, confirm the rule, hold out, figure. What
+        depends on the kind is the kind's (tutor/core/kinds/)."""
+        step = self.pack.step(step_id)
+        kind = self.kinds.of(step)
+        result = CheckResult(step.id, passed=False, device=str(self.device))
+        try:
+            kind.admit(step)
+            program(code)  # syntax errors and refusals, before any process starts
+        except (NotChecked, CodeError) as exc:
+            result.error = exc.error
+            return result
+        outcome = self.execute(step, code, prior)  # planned by the kind, in the child or here
+        first = (outcome.get("records") or {}).get(kind.first(step))
+        if not _usable(outcome, first, result, self.settings.timeout):
+            return result
+        try:
+            graded = kind.grade(step, code, prior, outcome, result)
+        except Unreadable as exc:
+            result.error = exc.error
+            return result
+        passed = graded.passed and kind.confirm(step, code, outcome, graded)
+        if passed:
+            result.heldout = kind.hold_out(step, code, outcome, graded)
+            passed = result.heldout.passed
+        result.checks = graded.rows
+        result.passed = passed
+        if not passed:
+            # Wrong for this network: whether it is the line's rule is not the question.
+            for row in result.checks:
+                row.rule = None
+        if passed:
+            result.figure = kind.figure(step, graded)
+        return result
+
+
+def _compiled(code: str) -> bytes | None:
+    """The candidate as the check compiled it (cached), for the child to load; None where it
+    does not compile (the child then says why, as it would have)."""
+    try:
+        return program(code)
+    except CodeError:
+        return None
+
+
+def _answer(outcome: isolate.Outcome) -> dict:
+    """What a child's end means for the check: its answer, a timeout, or why it has none."""
+    if outcome.status == "done" and isinstance(outcome.result, dict):
+        return outcome.result
+    if outcome.status == "timeout" or outcome.why in ("cpu", "killed"):
+        return {"timeout": True, "records": {}}
+    return {"timeout": False, "records": {}, "crashed": outcome.why}
+
+
+def _usable(outcome: dict, first: dict | None, result: CheckResult, timeout: float) -> bool:
+    """Whether the child answered for the first batch (or case) without an error; if not, the
+    result says why."""
+    if first is None:
+        result.error = (timeout_error(timeout).error if outcome.get("timeout") else
+                        _stopped(outcome))
+        return False
+    result.stdout = clean(first.get("stdout", ""))
+    if first.get("error"):
+        result.error = clean_error(first["error"])
+        return False
+    return True
+
+
+def _stopped(outcome: dict) -> CheckError:
+    """The child ended without an answer (it crashed or was killed): an internal error."""
+    why = clean(outcome.get("crashed") or "it ended without an answer", MAX_MESSAGE)
+    return CheckError.internal(f"the sandbox stopped before answering: {why}")

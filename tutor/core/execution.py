@@ -1,0 +1,641 @@
+"""The learner's side of a check: replay the earlier steps, run the candidate, report facts.
+
+This is what runs inside the confined child (or, where there is no fork, inside the worker with
+torch's state restored afterwards). It sees the forward tensors, what the earlier steps need and
+the candidate; autograd's gradients stay with the engine, which grades the plain data this returns.
+"""
+
+from __future__ import annotations
+
+import time
+import types
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+import torch
+
+from tutor import code_facts
+from tutor.core.candidate import (
+    CheckTimeout,
+    CodeError,
+    Output,
+    arm,
+    compile_candidate,
+    copy_namespace,
+    disarm,
+    earlier_file,
+    execute,
+    load,
+    runtime_error,
+    shares_memory,
+)
+from tutor.core.probe import ProbeSpec, cotangents
+from tutor.process.isolate import (
+    MAX_KEPT,
+    MAX_MESSAGE,
+    TooLarge,
+    check_kept,
+    encode_shared,
+    encode_tensor,
+    megabytes,
+)
+
+Tensor = torch.Tensor
+
+cached_compile = lru_cache(maxsize=512)(compile_candidate)
+
+
+def candidate(spec: CheckSpec | FunctionCheckSpec, code: str) -> types.CodeType:
+    """`code` compiled behind the guard: the worker's own compilation where `code` is the
+    spec's candidate and the worker sent it along, else compiled here (once per process)."""
+    if spec.compiled is not None and code == spec.code:
+        return load(spec.compiled)
+    return cached_compile(code)
+
+
+@dataclass
+class Replay:
+    """One earlier step, replayed as in the notebook: the learner's accepted code, or ours."""
+
+    step_id: str
+    code: str | None
+    solution: str
+    stand_ins: dict[str, Tensor] = field(default_factory=dict)  # first branches (see engine)
+
+
+@dataclass
+class BatchPlan:
+    name: str  # "main" or "heldout"
+    namespace: dict
+    replays: list[Replay]
+    notes: list[str] = field(default_factory=list)  # said when this namespace was first replayed
+    known: bool = False  # the engine already has this namespace: no need to send it back
+    mention: tuple[str, ...] = ()  # tensors whose stand-in first branch is worth a note here
+
+
+@dataclass
+class CheckSpec:
+    step_id: str
+    code: str
+    graded: tuple[str, ...]  # the tensors whose gradients are graded (checks, then partials)
+    batches: list[BatchPlan]
+    timeout: float
+    probe: ProbeSpec | None = None  # the rule probe, run on the first batch (tutor/core/probe.py)
+    compiled: bytes | None = None  # the candidate as the worker compiled it (candidate.program)
+
+
+# -- values as plain data --------------------------------------------------------------------
+_PLAIN_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int8,
+                 torch.int16, torch.int32, torch.int64, torch.uint8, torch.bool)
+
+
+def odd_kind(t: Tensor) -> str | None:
+    """Why a tensor cannot be graded as a gradient, or None for an ordinary dense tensor."""
+    if type(t) is not torch.Tensor:
+        return (f"a {type(t).__name__}, a subclass of torch.Tensor; a gradient must be a plain "
+                "tensor")
+    if t.is_meta:
+        return "a meta tensor, which has a shape but no values"
+    if t.layout != torch.strided:
+        return f"a {str(t.layout).replace('torch.', '')} tensor; use a dense tensor"
+    if t.is_quantized:
+        return "a quantized tensor; a gradient needs full float values"
+    if t.is_complex():
+        return "a complex tensor, but the gradient of a real tensor is real"
+    if t.dtype not in _PLAIN_DTYPES:
+        return f"a {str(t.dtype).replace('torch.', '')} tensor, too coarse to grade; use float32"
+    return None
+
+
+# No gradient of a lesson comes near this many entries; a tensor that does is not sent back.
+MAX_ELEMENTS = 4_000_000
+
+
+def encode_value(value: Any) -> tuple:
+    if isinstance(value, Tensor):
+        why = odd_kind(value)
+        if why is None and value.numel() > MAX_ELEMENTS:
+            why = (f"a tensor of {value.numel():,} entries with shape {list(value.shape)}, far "
+                   "larger than any gradient here")
+        if why is None:
+            try:
+                return encode_tensor(value.resolve_conj().resolve_neg())
+            except (RuntimeError, NotImplementedError, TypeError) as exc:
+                why = f"a tensor that cannot be read back ({str(exc).splitlines()[0][:100]})"
+        return ("odd", why)
+    if value is Ellipsis:
+        return ("ellipsis",)
+    return ("object", type(value).__name__)
+
+
+def encode_namespace(ns: dict, names: set[str]) -> dict[str, tuple]:
+    return {k: encode_value(v) for k, v in ns.items() if k in names}
+
+
+# -- replay and run --------------------------------------------------------------------------
+def _replay(plan: BatchPlan, deadline: float) -> tuple[dict, list[str]]:
+    ns = copy_namespace(plan.namespace)
+    notes = list(plan.notes)
+    for r in plan.replays:
+        if r.code is not None:
+            trial = copy_namespace(ns)
+            try:
+                execute(cached_compile(r.code, earlier_file(r.step_id)), trial, Output(),
+                        deadline)
+                ns = trial
+                notes += _stand_in(r, ns, plan.mention)
+                continue
+            except CheckTimeout:
+                raise
+            except Exception as exc:  # noqa: BLE001 - the learner's saved code failed here
+                what = exc.payload["message"] if isinstance(exc, CodeError) else (
+                    f"{type(exc).__name__}: {str(exc)[:200]}")
+                notes.append(f"your saved code for {r.step_id} failed when replayed ({what}); "
+                             "its reference solution was used instead")
+        execute(cached_compile(r.solution, f"<the reference for {r.step_id}>"), ns, Output(),
+                deadline)
+    return ns, notes
+
+
+def _earlier(plan: BatchPlan) -> dict[str, str]:
+    """The learner's own code of the steps replayed before the candidate, by step id."""
+    return {r.step_id: r.code for r in plan.replays if r.code is not None}
+
+
+def _stand_in(r: Replay, ns: dict, mention: tuple[str, ...]) -> list[str]:
+    """A first branch the learner did not start is taken from autograd, so a later `+=` still
+    works; their own second branch is what gets graded there. It is said where it matters: at the
+    step that completes that gradient (`mention`), not in every step after."""
+    notes = []
+    for name, value in r.stand_ins.items():
+        if not isinstance(ns.get(f"d{name}"), Tensor):
+            ns[f"d{name}"] = value.clone()
+            if name not in mention:
+                continue
+            notes.append(f"your code for {r.step_id} does not start d{name}, the first branch of "
+                         f"{name}; autograd's first branch stands in for it")
+    return notes
+
+
+def _mutations(before: dict, after: dict, graded: tuple[str, ...]) -> dict:
+    """Which earlier tensors the candidate changed, and which of its gradients share memory."""
+    grads = [f"d{t}" for t in graded]
+    changed = []
+    for name, old in before.items():
+        if not isinstance(old, Tensor) or name in grads:
+            continue
+        new = after.get(name)
+        try:
+            same = isinstance(new, Tensor) and new.shape == old.shape and torch.equal(new, old)
+        except (RuntimeError, NotImplementedError, TypeError):
+            same = False
+        if same:
+            continue
+        culprit = next((g for g in grads if isinstance(after.get(g), Tensor)
+                        and isinstance(new, Tensor) and shares_memory(after[g], new)), None)
+        changed.append({"name": name, "deleted": name not in after, "culprit": culprit})
+    shared = {}
+    for g in grads:
+        value = after.get(g)
+        if not isinstance(value, Tensor):
+            continue
+        other = next((n for n, o in after.items() if n != g and n.startswith("d")
+                      and isinstance(o, Tensor) and o.shape == value.shape
+                      and shares_memory(value, o)), None)
+        if other:
+            shared[g] = other
+    return {"changed": changed, "shared": shared}
+
+
+def _is_scalar(value: Any) -> bool:
+    return value is None or type(value) in (int, float, bool, str)
+
+
+def _plain_before(base: dict, given: dict) -> tuple[dict[str, Tensor], bool]:
+    """The tensors the candidate started from, and whether they (with the scalars) are all of it.
+
+    When they are, the engine keeps them and later checks of this step start from them without
+    replaying the earlier steps. A function or a list the learner defined in an earlier step
+    cannot travel, so then every check replays.
+    """
+    plain = {k: v for k, v in base.items() if isinstance(v, Tensor) and odd_kind(v) is None}
+    extra = [k for k, v in base.items()
+             if k not in plain and not _is_scalar(v) and k not in given
+             and k not in ("torch", "F", "math")]
+    return plain, not extra and all(k in plain for k, v in base.items() if isinstance(v, Tensor))
+
+
+# A scalar that travels back with the namespace: lesson sizes and short labels, not a learner's
+# megabyte string (which stays in the child; the step is then replayed instead of cached).
+_MAX_SCALAR_CHARS = 1_000
+
+
+def _short_scalars(base: dict) -> tuple[dict, bool]:
+    """The scalars the candidate started from, and whether that is all of them."""
+    scalars = {k: v for k, v in base.items() if _is_scalar(v)}
+    short = {k: v for k, v in scalars.items()
+             if not (isinstance(v, str) and len(v) > _MAX_SCALAR_CHARS)
+             and not (type(v) is int and v.bit_length() > 4 * _MAX_SCALAR_CHARS)}
+    return short, len(short) == len(scalars)
+
+
+def _encode_cmp(out: Output) -> list[tuple]:
+    """The tensors handed to cmp(...), within MAX_KEPT together: the engine answers a name's
+    first call only, and a call past the budget has nothing to compare."""
+    calls, seen, room = [], set(), MAX_KEPT
+    for pos, name, dt in out.cmp_calls:
+        if not isinstance(dt, Tensor) or name in seen:
+            continue
+        seen.add(name)
+        size = dt.numel() * dt.element_size()
+        encoded = encode_value(dt) if size <= room else ("odd", "too large to compare")
+        room -= size
+        calls.append((pos, name, encoded))
+    return calls
+
+
+def run_batch(spec: CheckSpec, plan: BatchPlan, deadline: float,
+              bases: dict | None = None) -> dict:
+    base, notes = _replay(plan, deadline)
+    if bases is not None:
+        bases[plan.name] = base
+    after = copy_namespace(base)
+    out = Output()
+    record: dict = {"error": None, "notes": notes}
+    try:
+        execute(candidate(spec, spec.code), after, out, deadline)
+    except CheckTimeout:
+        raise
+    except CodeError as exc:
+        record["error"] = exc.payload
+    except Exception as exc:  # noqa: BLE001 - any failure of learner code is reported
+        record["error"] = runtime_error(exc, spec.code, list(after),
+                                        earlier=_earlier(plan)).payload
+    record["stdout"] = out.text()
+    record["cmp"] = _encode_cmp(out)
+    if record["error"]:
+        return record
+    try:
+        # What this step leaves for the steps after it is measured here, in the step that keeps
+        # it, at the size it can reach, before anything below compares or copies it.
+        check_kept(kept_tensors(after))
+        if not plan.known:
+            plain, cacheable = _plain_before(base, plan.namespace)
+            record["before"] = encode_shared(plain)
+            record["scalars"], complete = _short_scalars(base)
+            record["cacheable"] = cacheable and complete
+    except TooLarge as exc:
+        return {**_without_values(record), "error": CodeError("memory", str(exc)).payload}
+    record["after"] = encode_namespace(after, {f"d{t}" for t in spec.graded})
+    record["mutations"] = _mutations(base, after, spec.graded)
+    return record
+
+
+def kept_tensors(ns: dict) -> dict[str, Tensor]:
+    """The tensors a namespace keeps for the steps after it, each by its name."""
+    return {k: v for k, v in ns.items() if isinstance(v, Tensor)}
+
+
+def _without_values(record: dict) -> dict:
+    return {k: v for k, v in record.items() if k in ("notes", "stdout", "error")}
+
+
+# All that one check sends back: two batches' namespaces (each within MAX_KEPT), their gradients,
+# cmp's tensors and the printed text, with room to spare under the pipe's own limit.
+MAX_RESULT = MAX_MESSAGE - 4 * 2**20
+
+
+def _size(value: Any) -> int:
+    """About how many bytes `value` (plain data) takes on the pipe."""
+    if isinstance(value, bytes):
+        return len(value)
+    if isinstance(value, str):
+        return len(value) if value.isascii() else 4 * len(value)
+    if isinstance(value, dict):
+        return 8 + sum(_size(k) + _size(v) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return 8 + sum(_size(v) for v in value)
+    if type(value) is int:
+        return 8 + value.bit_length() // 8
+    return 8
+
+
+def _largest(record: dict) -> str:
+    """The biggest value in a record, named for the learner."""
+    named = [(_size(v), f"`{k}`") for k, v in (record.get("after") or {}).items()]
+    named += [(_size(c[2]), f"the tensor given to cmp('{c[1]}', ...)")
+              for c in record.get("cmp") or []]
+    named.append((_size(record.get("before")), "the tensors the step starts from"))
+    size, what = max(named)
+    return f"{what} alone is {megabytes(size)}"
+
+
+def _fit(records: dict[str, Any], name: str) -> None:
+    """Keep the check's answer within MAX_RESULT: a batch that would pass it is replaced by an
+    error that says what is so large (a message over the pipe's limit is no answer at all)."""
+    total = sum(_size(r) for r in records.values())
+    if total <= MAX_RESULT:
+        return
+    record = records[name]
+    message = (f"what your code hands back to be graded comes to {megabytes(total)} "
+               f"({_largest(record)}); the limit is {megabytes(MAX_RESULT)}. The gradients here "
+               "are small tensors; check the sizes you are creating")
+    records[name] = {**_without_values(record), "error": CodeError("memory", message).payload}
+
+
+def run_check(spec: CheckSpec) -> dict:
+    """Every batch of the plan, within one time budget. Plain data only."""
+    deadline = time.monotonic() + spec.timeout
+    records: dict[str, Any] = {}
+    bases: dict[str, dict] = {}
+    arm(spec.timeout)  # stops Python loops; the parent kills what a signal cannot stop
+    try:
+        for plan in spec.batches:
+            records[plan.name] = run_batch(spec, plan, deadline, bases)
+            _fit(records, plan.name)
+            if records[plan.name]["error"]:
+                break
+        first = spec.batches[0].name
+        if spec.probe is not None and not records[first]["error"]:
+            records[first]["probe"] = _bounded(records, run_probe(spec, spec.probe,
+                                                                  bases[first], deadline))
+    except CheckTimeout:
+        return {"timeout": True, "records": records}
+    finally:
+        disarm()
+    return {"timeout": False, "records": records}
+
+
+def run_probe(spec: CheckSpec, probe: ProbeSpec, base: dict, deadline: float) -> dict:
+    """The candidate once more, from the same namespace, with random arriving gradients (the
+    line probe) and, for a step that completes a gradient started earlier, with random gradients
+    where it was started and the steps in between replayed (the fork probe). See
+    tutor/core/probe.py.
+
+    Each probe's values, or None with what happened instead in `why`: a probe run that raises or
+    runs out of time is an answer to "is it the line's rule?" (no), never a silence."""
+    names = {f"d{t}" for t in spec.graded}
+    ns = copy_namespace(base)
+    ns.update(cotangents(base, probe.upstream, probe.seed, spec.graded))
+    out: dict = {"line": None, "fork": None, "why": {}}
+    out["line"], out["why"]["line"] = _quiet(spec, ns, names, deadline)
+    fork = probe.fork
+    if fork is not None and out["why"]["line"] != OUT_OF_TIME:
+        ns = copy_namespace(base)
+        cots = cotangents(base, fork.upstream, fork.seed, spec.graded)
+        for r in fork.replays:
+            for code in (r.code, r.solution):
+                # What the steps in between compute is computed again, from the new gradients.
+                for name in _names_or_none(code):
+                    if name.startswith("d") and name not in cots:
+                        ns.pop(name, None)
+        ns.update(cots)
+        try:
+            replayed, _ = _replay(BatchPlan("probe", ns, fork.replays), deadline)
+        except CheckTimeout:
+            out["why"]["fork"] = OUT_OF_TIME
+            return out
+        except Exception:  # noqa: BLE001 - the steps in between do not run this way: no fork probe
+            return out
+        out["fork"], out["why"]["fork"] = _quiet(spec, replayed, names, deadline)
+    return out
+
+
+OUT_OF_TIME = "it ran out of time"
+
+
+def _bounded(records: dict[str, Any], probe: dict) -> dict:
+    """The probe's record, unless with it the check's answer would pass MAX_RESULT: then the
+    probe's values give way (and say why), never the real runs' verdict."""
+    total = sum(_size(r) for r in records.values()) + _size(probe)
+    if total <= MAX_RESULT:
+        return probe
+    why = (f"it handed back {megabytes(_size(probe))}, more than a check may send "
+           f"({megabytes(MAX_RESULT)} in all)")
+    return {"line": None, "fork": None,
+            "why": {k: why for k in ("line", "fork") if probe.get(k) is not None}}
+
+
+def _names_or_none(code: str | None) -> set[str]:
+    return set(code_facts.of(code).bound) if code else set()
+
+
+def _quiet(spec: CheckSpec, ns: dict, names: set[str], deadline: float
+           ) -> tuple[dict | None, str | None]:
+    """Run the candidate for the probe: its values, or None and what happened instead. Its print
+    output is not shown: the learner saw the real run's."""
+    try:
+        execute(candidate(spec, spec.code), ns, Output(), deadline)
+    except CheckTimeout:
+        return None, OUT_OF_TIME
+    except CodeError as exc:
+        return None, f"it stopped: {_first_line(exc.error.message)}"
+    except Exception as exc:  # noqa: BLE001 - any failure answers the probe's question
+        return None, f"it raised {_raised(exc)}"
+    try:
+        return encode_namespace(ns, names), None
+    except Exception as exc:  # noqa: BLE001 - what it left cannot travel back
+        return None, f"what it left could not be sent back ({type(exc).__name__})"
+
+
+def _raised(exc: BaseException) -> str:
+    """"ValueError: its first line", from an exception whose class and text are the learner's."""
+    try:
+        name = type(exc).__name__
+        text = str(exc)
+    except Exception:  # noqa: BLE001 - a learner's __str__ may fail too
+        return "an exception"
+    if not isinstance(name, str) or not isinstance(text, str):
+        return "an exception"
+    return f"{name[:60]}: {_first_line(text)}" if text else name[:60]
+
+
+def _first_line(text: str, limit: int = 160) -> str:
+    line = (text.strip().splitlines() or [""])[0]
+    return line if len(line) <= limit else line[:limit - 1] + "…"
+
+
+def describe(value: Any) -> str:
+    """What a name holds, in a few words: the notebook habit of printing `.shape`."""
+    if isinstance(value, Tensor):
+        why = odd_kind(value)
+        if why:
+            return why
+        return f"tensor {list(value.shape)} {str(value.dtype).replace('torch.', '')}"
+    if _is_scalar(value):
+        text = repr(value)
+        return text if len(text) <= 40 else text[:37] + "..."
+    return type(value).__name__
+
+
+def run_scratch(spec: CheckSpec) -> dict:
+    """Run the code on the main batch without grading: its output and what it defined."""
+    deadline = time.monotonic() + spec.timeout
+    arm(spec.timeout)
+    try:
+        plan = spec.batches[0]
+        base, _ = _replay(plan, deadline)
+        after = copy_namespace(base)
+        out = Output()
+        error = None
+        try:
+            execute(candidate(spec, spec.code), after, out, deadline)
+        except CheckTimeout:
+            raise
+        except CodeError as exc:
+            error = exc.payload
+        except Exception as exc:  # noqa: BLE001 - any failure of learner code is reported
+            error = runtime_error(exc, spec.code, list(after), earlier=_earlier(plan)).payload
+        assigned = code_facts.of(spec.code).bound
+        defined = [{"name": k, "what": describe(v)} for k, v in after.items()
+                   if k in assigned or k not in base]
+        return {"timeout": False, "stdout": out.text(), "error": error, "defined": defined}
+    except CheckTimeout:
+        return {"timeout": True}
+    finally:
+        disarm()
+
+
+# -- function steps --------------------------------------------------------------------------
+# The call is ours, not the learner's: compiled here without the policy, with names the policy
+# keeps learner code from touching.
+_ARGS, _RESULT = "__tutor_args__", "__tutor_result__"
+
+
+@dataclass
+class FunctionCheckSpec:
+    step_id: str
+    code: str
+    function: str  # the name the learner's code must define
+    call: str  # the call as the pack writes it, for messages
+    arguments: tuple[str, ...]
+    outputs: tuple[str, ...]  # what the call assigns; empty when the function updates in place
+    graded: tuple[str, ...]  # the names graded: outputs, or arguments updated in place
+    cases: list[tuple[str, dict]]  # (case name, the call's inputs)
+    sizes: dict  # the lesson's sizes, in scope as in every step
+    timeout: float
+    compiled: bytes | None = None  # the candidate as the worker compiled it (candidate.program)
+
+
+class CallError(Exception):
+    """The learner's function could not be called the way the step calls it."""
+
+
+def call_function(spec: FunctionCheckSpec, code: str, inputs: dict, out: Output,
+                  deadline: float | None) -> tuple[dict, list[str]]:
+    """Define the learner's function, call it on copies of `inputs`: the graded values, and the
+    arguments it changed in place that it was not meant to."""
+    ns: dict = dict(spec.sizes)
+    execute(candidate(spec, code), ns, out, deadline)
+    fn = ns.get(spec.function)
+    if not callable(fn):
+        raise CallError(f"your code does not define the function {spec.function}: the step "
+                        f"calls it as `{spec.call}`")
+    args = copy_namespace(inputs)
+    ns[_ARGS] = [args[a] for a in spec.arguments]
+    execute(compile(f"{_RESULT} = {spec.function}(*{_ARGS})", "<the step's call>", "exec"),
+            ns, out, deadline)
+    result = ns.pop(_RESULT, None)
+    if spec.outputs:
+        values = dict(zip(spec.outputs, _unpack(spec, result), strict=True))
+    else:
+        values = {name: args[name] for name in spec.graded}
+    changed = []
+    for name, before in inputs.items():
+        after = args[name]
+        if name in spec.graded or not isinstance(before, Tensor):
+            continue
+        if not (isinstance(after, Tensor) and after.shape == before.shape
+                and torch.equal(after, before)):
+            changed.append(name)
+    return values, changed
+
+
+def _unpack(spec: FunctionCheckSpec, result: Any) -> tuple:
+    want = len(spec.outputs)
+    if want == 1:
+        return (result,)
+    if isinstance(result, (tuple, list)) and len(result) == want:
+        return tuple(result)
+    got = (f"{len(result)} values" if isinstance(result, (tuple, list)) else
+           "None (is a `return` missing?)" if result is None else f"one {type(result).__name__}")
+    raise CallError(f"{spec.function} returned {got}, but the step unpacks {want}: "
+                    f"`{spec.call}`. Return {', '.join(spec.outputs)}, in that order.")
+
+
+def function_scope(spec: FunctionCheckSpec) -> str:
+    return (f"Inside {spec.function} only its own arguments ({', '.join(spec.arguments)}) and "
+            "what it computes from them are defined, with torch, F and math; the lesson's "
+            "tensors are not.")
+
+
+def _call_case(spec: FunctionCheckSpec, code: str, inputs: dict, out: Output,
+               deadline: float | None) -> tuple[dict, list[str], dict | None]:
+    """call_function, with every failure of the learner's code turned into an error payload."""
+    try:
+        values, changed = call_function(spec, code, inputs, out, deadline)
+        return values, changed, None
+    except CheckTimeout:
+        raise
+    except CodeError as exc:
+        return {}, [], exc.payload
+    except CallError as exc:
+        return {}, [], {"kind": "runtime", "message": str(exc), "line": None, "col": None}
+    except Exception as exc:  # noqa: BLE001 - any failure of learner code is reported
+        error = runtime_error(exc, code, [*spec.sizes, *spec.arguments],
+                              function_scope(spec)).payload
+        if error["line"] is None:
+            error["message"] = (f"calling `{spec.call}` failed: {error['message']} Keep the "
+                                "template's signature.")
+        return {}, [], error
+
+
+def run_function_case(spec: FunctionCheckSpec, inputs: dict, deadline: float | None) -> dict:
+    out = Output()
+    values, changed, error = _call_case(spec, spec.code, inputs, out, deadline)
+    record: dict = {"error": error, "stdout": out.text()}
+    if error is None:
+        record["after"] = encode_namespace(values, set(spec.graded))
+        record["changed"] = changed
+    return record
+
+
+def run_function_check(spec: FunctionCheckSpec) -> dict:
+    """The learner's function on every case, within one time budget. Plain data only."""
+    deadline = time.monotonic() + spec.timeout
+    records: dict[str, Any] = {}
+    arm(spec.timeout)
+    try:
+        for name, inputs in spec.cases:
+            records[name] = run_function_case(spec, inputs, deadline)
+            _fit(records, name)
+            if records[name]["error"] and name == spec.cases[0][0]:
+                break  # the lesson's case is reported; the fresh ones have nothing to add
+    except CheckTimeout:
+        return {"timeout": True, "records": records}
+    finally:
+        disarm()
+    return {"timeout": False, "records": records}
+
+
+def run_function_scratch(spec: FunctionCheckSpec) -> dict:
+    """The function on the lesson's case, without grading: its output and what it returned."""
+    deadline = time.monotonic() + spec.timeout
+    arm(spec.timeout)
+    try:
+        out = Output()
+        values, _, error = _call_case(spec, spec.code, spec.cases[0][1], out, deadline)
+        defined = [{"name": k, "what": describe(v)} for k, v in values.items()]
+        return {"timeout": False, "stdout": out.text(), "error": error, "defined": defined}
+    except CheckTimeout:
+        return {"timeout": True}
+    finally:
+        disarm()
+
+
+def run_spec(spec: CheckSpec | FunctionCheckSpec, scratch: bool) -> dict:
+    """A check (or a scratch run) of either kind of step, as the child runs it."""
+    if isinstance(spec, FunctionCheckSpec):
+        return run_function_scratch(spec) if scratch else run_function_check(spec)
+    return run_scratch(spec) if scratch else run_check(spec)

@@ -1,0 +1,158 @@
+"""Function steps: the cases a learner's whole function is called on, and what it must return.
+
+A function step (llm.c's `layernorm_backward`, say) is graded first on the lesson's own tensors,
+then on inputs of freshly drawn sizes: a function that reads a size off the lesson (a literal 32,
+or `n_embd`) instead of off its arguments is right on the first case and wrong on the others.
+The pack's trusted code builds each case's inputs (`lesson`, `draw`) and the expected outputs
+(`expect`). Those are computed twice from the same float32 inputs: in float32, as the learner's
+code computes them (for the notebook's exact / approximate / maxdiff), and in float64 on the CPU
+(the yardstick that decides acceptance, as for every gradient).
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from tutor.core.network import Batch
+from tutor.pack.model import FunctionSpec, PackError, Step
+
+Tensor = torch.Tensor
+
+FRESH_CASES = 2  # cases at new sizes, after the lesson's own
+LESSON_CASE = "lesson"
+SAME_SIZES = "lesson sizes"  # fresh values at the lesson's sizes: did sizes make the difference?
+
+
+@dataclass
+class Case:
+    name: str  # "lesson", "fresh 1", ...
+    sizes: dict[str, int]  # the upper-case sizes the pack's code named (B, T, C, NH, ...)
+    inputs: dict[str, Any]  # the call's arguments: tensors (float32 on the device) and numbers
+    reference: dict[str, Tensor]  # the expected outputs, float32
+    reference64: dict[str, Tensor]  # the same from float64 arithmetic, on the CPU
+
+    def describe(self) -> str:
+        return ", ".join(f"{k}={v}" for k, v in self.sizes.items()) or "its own sizes"
+
+
+def _spec(step: Step) -> FunctionSpec:
+    if step.function is None:
+        raise PackError(f"step {step.id} is not a function step")
+    return step.function
+
+
+def _run(code: str, ns: dict, where: str) -> None:
+    try:
+        with torch.enable_grad():
+            exec(compile(code, where, "exec"), ns)
+    except Exception as exc:  # noqa: BLE001 - the pack's code is wrong: say where
+        raise PackError(f"{where} fails: {type(exc).__name__}: {exc}") from exc
+
+
+def _scope() -> dict:
+    return {"torch": torch, "F": F, "math": math}
+
+
+def lesson_case(step: Step, batch: Batch, device: torch.device) -> Case:
+    """The call's inputs made of the lesson's tensors, with autograd's upstream gradients."""
+    spec = _spec(step)
+    ns = {**_scope(), **{k: v.clone() if isinstance(v, Tensor) else v
+                         for k, v in batch.namespace().items()}}
+    ns["grad"] = lambda name: batch.gradients[name].clone()
+    _run(spec.lesson, ns, f"<{step.id} lesson>")
+    return _case(LESSON_CASE, step, ns, device)
+
+
+def fresh_case(step: Step, seed: int, index: int, device: torch.device) -> Case:
+    """Inputs at sizes the pack's `draw` code picks from a generator seeded for this case."""
+    spec = _spec(step)
+    ns = {**_scope(), "g": torch.Generator().manual_seed(seed * 7919 + 104729 * (index + 1))}
+    _run(spec.draw, ns, f"<{step.id} draw>")
+    return _case(f"fresh {index + 1}", step, ns, device)
+
+
+def same_sizes_case(step: Step, own: Case, seed: int, device: torch.device) -> Case | None:
+    """Fresh values drawn as for a fresh case, but at the lesson's sizes: the pack's `draw` with
+    every size it picks pinned to the lesson's. A function right on the lesson's case and wrong
+    on this one is wrong for other values, whatever its sizes; None where the sizes cannot be
+    pinned (a size drawn in a way this does not recognise)."""
+    spec = _spec(step)
+    tree = ast.parse(spec.draw)
+    for node in tree.body:
+        if not isinstance(node, ast.Assign) or len(node.targets) != 1:
+            continue
+        target = node.targets[0]
+        if isinstance(target, ast.Name) and target.id in own.sizes:
+            node.value = ast.Constant(own.sizes[target.id])
+        elif (isinstance(target, ast.Tuple) and isinstance(node.value, ast.Tuple)
+              and len(target.elts) == len(node.value.elts)):
+            for k, elt in enumerate(target.elts):
+                if isinstance(elt, ast.Name) and elt.id in own.sizes:
+                    node.value.elts[k] = ast.Constant(own.sizes[elt.id])
+    ns = {**_scope(), "g": torch.Generator().manual_seed(seed * 7919 + 104729 * 99)}
+    try:
+        _run(ast.unparse(tree), ns, f"<{step.id} draw at the lesson's sizes>")
+        case = _case(SAME_SIZES, step, ns, device)
+    except PackError:
+        return None
+    return case if case.sizes == own.sizes else None
+
+
+def _case(name: str, step: Step, ns: dict, device: torch.device) -> Case:
+    spec = _spec(step)
+    inputs: dict[str, Any] = {}
+    for arg in spec.arguments:
+        if arg not in ns:
+            raise PackError(f"step {step.id}: the {name} case does not define '{arg}'")
+        value = ns[arg]
+        if isinstance(value, Tensor):
+            value = value.detach().to(device)
+            value = (value.float() if value.is_floating_point() else value).contiguous().clone()
+        inputs[arg] = value
+    sizes = {k: int(v) for k, v in ns.items() if k.isupper() and type(v) is int}
+    reference = expected(step, inputs)
+    reference64 = expected(step, {k: _as64(v) for k, v in inputs.items()})
+    return Case(name, sizes, inputs, reference, reference64)
+
+
+def _as64(value: Any) -> Any:
+    if isinstance(value, Tensor):
+        value = value.detach().cpu()
+        return value.double() if value.is_floating_point() else value
+    return value
+
+
+def expected(step: Step, inputs: dict[str, Any]) -> dict[str, Tensor]:
+    """What the function must return for these inputs (the pack's `expect` code, on copies)."""
+    ns = {**_scope(), **{k: v.clone() if isinstance(v, Tensor) else v
+                         for k, v in inputs.items()}}
+    _run(_spec(step).expect, ns, f"<{step.id} expect>")
+    out = {}
+    for name in step.checks:
+        value = ns.get(name)
+        if not isinstance(value, Tensor):
+            raise PackError(f"step {step.id}: 'expect' does not assign the tensor '{name}'")
+        out[name] = value.detach()
+    return out
+
+
+def cases(step: Step, batch: Batch, seed: int, device: torch.device) -> list[Case]:
+    """The lesson's case first, then the fresh ones."""
+    return [lesson_case(step, batch, device),
+            *(fresh_case(step, seed, i, device) for i in range(FRESH_CASES))]
+
+
+def output_label(name: str) -> str:
+    """The tensor an output is the gradient of (`dinp` -> `inp`); other outputs stand for
+    themselves (`param`, updated in place)."""
+    return name[1:] if is_gradient(name) else name
+
+
+def is_gradient(name: str) -> bool:
+    return name.startswith("d") and len(name) > 1

@@ -1,0 +1,142 @@
+"""How the engine checks one kind of step: the engine's tier of the step kinds.
+
+A pack's step has a kind (tutor/pack/kinds.py: a gradient line by line, fused lines, a whole
+function, the training run). The engine runs one pipeline for every check (docs/architecture.md,
+the path of one check): compile the candidate once, plan the child's work, run it confined,
+grade what comes back, confirm the rule, hold the answer out on data it has not seen, draw the
+figure. Each step of that pipeline that depends on the kind is a method of `StepCheck`; a new
+kind of step is one subclass, listed in `tutor/core/kinds/__init__.py`.
+
+A `StepCheck` runs in the worker, next to autograd's answers, and plans in the child that runs
+the learner's code (forked from the worker, it plans from what it inherited, then `forget`s
+every answer before the learner's code runs).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any
+
+from tutor.config import Settings
+from tutor.core.execution import CheckSpec, FunctionCheckSpec
+from tutor.core.network import Network
+from tutor.pack.model import Step
+from tutor.values.results import CheckError, CheckResult, Heldout, TensorCheck
+
+Spec = CheckSpec | FunctionCheckSpec
+
+
+class NotChecked(Exception):
+    """A step of this kind is not checked at all (the training run is trained, not checked)."""
+
+    def __init__(self, error: CheckError):
+        super().__init__(error.message)
+        self.error = error
+
+
+@dataclass
+class Graded:
+    """What grading the child's answer gave: the rows, and what later stages of the pipeline
+    read again (`state`: the kind's own, such as the namespaces a per-line check ran in)."""
+
+    rows: list[TensorCheck]
+    state: Any = None
+
+    @property
+    def passed(self) -> bool:
+        """Every row accepted and none diagnosed: the answer goes on to the rule and the
+        held-out data."""
+        return all(g.accepted and not g.diagnosis for g in self.rows)
+
+
+class StepCheck(ABC):
+    """The engine's questions about one kind of step, answered once per kind for one lesson.
+
+    Built by the engine with its lesson and settings; holds the caches the kind keeps between
+    checks (the namespaces a step starts from, a function's cases), which `forget` clears.
+    """
+
+    def __init__(self, network: Network, settings: Settings):
+        self.network = network
+        self.pack = network.pack
+        self.settings = settings
+
+    def admit(self, step: Step) -> None:
+        """Whether `step` can be checked at all, asked before anything is compiled or run.
+
+        Takes the step; returns None. Raises NotChecked with the learner's error when a step of
+        this kind is not checked.
+        """
+        return None
+
+    def build_ahead(self, step: Step) -> bool:
+        """Build, in the worker, what planning `step` needs and a confined child cannot build
+        (the pack's trusted code may open files the first time it runs).
+
+        Takes the step; returns True when it built something a child forked earlier does not
+        have (the engine then forks afresh). Raises what the pack's code raises (PackError).
+        """
+        return False
+
+    @abstractmethod
+    def plan(self, step: Step, code: str, prior: dict[str, str],
+             compiled: bytes | None = None) -> Spec:
+        """The child's work for one check: what to run, on what, within which time.
+
+        Takes the step, the candidate's source, the learner's accepted code for earlier steps
+        (`prior`, by step id) and the candidate already compiled behind the guard (marshalled,
+        from `candidate.program`; None to have the child compile it). Returns the spec the
+        child runs (`execution.run_spec`); it holds no answer for the step. Raises nothing.
+        """
+
+    @abstractmethod
+    def first(self, step: Step) -> str:
+        """The name of the record (batch or case) whose answer makes the rows.
+
+        Takes the step; returns the record's name. Raises nothing.
+        """
+
+    @abstractmethod
+    def grade(self, step: Step, code: str, prior: dict[str, str], outcome: dict,
+              result: CheckResult) -> Graded:
+        """The rows: each graded name against autograd, diagnosed where wrong.
+
+        Takes the step, the candidate, `prior`, the child's whole answer (`records` by name,
+        `timeout`) whose first record is usable (no error), and the result so far, to which it
+        adds notes and the printed output as the learner should see them. Returns the rows and
+        what the later stages need. Raises Unreadable when the child's data does not decode.
+        """
+
+    def confirm(self, step: Step, code: str, outcome: dict, graded: Graded) -> bool:
+        """The rule, beyond the numbers, for an answer whose rows all passed: each row's
+        `rule` (followed or skipped; None where no probe applies).
+
+        Takes the step, the candidate, the child's answer and the rows; returns False when it
+        refused a row (and diagnosed it there), which no kind does today: a skipped rule still
+        passes. Raises nothing.
+        """
+        return True
+
+    @abstractmethod
+    def hold_out(self, step: Step, code: str, outcome: dict, graded: Graded) -> Heldout:
+        """The answer held to data it was not written for (a fresh batch, fresh sizes), once
+        the rows and the rule passed.
+
+        Takes the step, the candidate, the child's answer and the rows; returns the Heldout,
+        not passed (and said on the first row) when the answer fails there. Raises nothing.
+        """
+
+    def figure(self, step: Step, graded: Graded) -> dict | None:
+        """A picture of a solved step's answer, as plain data, or None.
+
+        Takes the step and its rows; returns the figure's data. Raises nothing.
+        """
+        return None
+
+    def forget(self) -> None:
+        """In the child, before the learner's code runs: drop every answer this kind holds.
+
+        Returns None. Raises nothing.
+        """
+        return None

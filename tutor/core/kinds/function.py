@@ -1,0 +1,296 @@
+"""Checking a function step: the kind `Function` (docs/architecture.md, a function step).
+
+The learner's whole function is called in the child on the lesson's own tensors and then on
+inputs of freshly drawn sizes (tutor/core/functions.py builds the cases); the lesson's case
+makes the
+rows and their diagnoses, and the fresh cases must agree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from tutor.core import diagnosis as dx
+from tutor.core.candidate import Output
+from tutor.core.execution import FunctionCheckSpec, call_function
+from tutor.core.functions import SAME_SIZES, Case, cases, is_gradient, output_label, same_sizes_case
+from tutor.core.grading import grade, heatmap, rounding_note
+from tutor.core.kinds.base import Graded, StepCheck
+from tutor.core.kinds.records import (
+    Foreign,
+    OddTensor,
+    Unreadable,
+    clean_error,
+    decode_namespace,
+    refuse,
+    unusable,
+)
+from tutor.pack.model import Step
+from tutor.sandbox.clean import clean
+from tutor.values.results import CheckResult, Diagnosis, Heldout, TensorCheck, Verdict
+
+Tensor = torch.Tensor
+
+
+class FunctionCheck(StepCheck):
+    """A function step: its outputs (or the arguments it updates in place) graded on the
+    lesson's case, then held to the cases at fresh sizes."""
+
+    def __init__(self, network, settings):
+        super().__init__(network, settings)
+        self._cases: dict[str, list[Case]] = {}  # function step -> its cases, lesson's first
+        self._mistake_values: dict[tuple, Tensor | None] = {}
+
+    # -- the cases and the plan ----------------------------------------------------------------
+    def cases(self, step: Step) -> list[Case]:
+        """A function step's cases with their expected outputs, built once."""
+        if step.id not in self._cases:
+            self._cases[step.id] = cases(step, self.network.main, self.settings.seed,
+                                         self.network.device)
+        return self._cases[step.id]
+
+    def _same_sizes(self, step: Step) -> Case | None:
+        """Fresh values at the lesson's sizes, run with the cases: whether a fresh case failed
+        because of its sizes (functions.same_sizes_case)."""
+        key = f"{step.id} {SAME_SIZES}"
+        if key not in self._cases:
+            same = same_sizes_case(step, self.cases(step)[0], self.settings.seed,
+                                   self.network.device)
+            self._cases[key] = [same] if same else []
+        return next(iter(self._cases[key]), None)
+
+    def build_ahead(self, step: Step) -> bool:
+        # Built in the worker, where the pack's expect code may still do what a confined child
+        # cannot (torch.optim looks for a cache folder the first time it runs); a child forked
+        # before knows nothing of them.
+        if step.id in self._cases:
+            return False
+        self.cases(step)
+        return True
+
+    def plan(self, step: Step, code: str, prior: dict[str, str],
+             compiled: bytes | None = None) -> FunctionCheckSpec:
+        fn = step.function
+        assert fn is not None
+        return FunctionCheckSpec(
+            step.id, code, fn.name, fn.call, fn.arguments, fn.outputs, step.checks,
+            [(c.name, c.inputs) for c in [*self.cases(step),
+                                          *filter(None, [self._same_sizes(step)])]],
+            dict(self.network.sizes), self.settings.timeout, compiled)
+
+    def first(self, step: Step) -> str:
+        return self.cases(step)[0].name
+
+    def forget(self) -> None:
+        self._cases.clear()
+        self._mistake_values.clear()
+
+    # -- the rows ------------------------------------------------------------------------------
+    def grade(self, step: Step, code: str, prior: dict[str, str], outcome: dict,
+              result: CheckResult) -> Graded:
+        """The lesson's case decides the rows and their diagnoses."""
+        own = self.cases(step)[0]
+        record = (outcome.get("records") or {})[own.name]
+        try:
+            values = decode_namespace(record.get("after"))
+        except Exception as exc:  # noqa: BLE001 - the child's data did not decode: never trust it
+            raise Unreadable() from exc
+        grades = [self._grade_output(step, name, values.get(name), own)
+                  for name in step.checks]
+        for name in record.get("changed") or []:
+            if isinstance(name, str):
+                result.notes.append(
+                    f"your function changed its argument {clean(name, 40)} in place, but the "
+                    "caller may still need it (a backward pass reads its inputs again): compute "
+                    "into new tensors instead.")
+        return Graded(grades)
+
+    def _grade_output(self, step: Step, name: str, value: Any, case: Case) -> TensorCheck:
+        g = self._measure_output(step, name, value, case)
+        g.tensor = name  # the row is the output, by the name the call gives it
+        return g
+
+    def _measure_output(self, step: Step, name: str, value: Any, case: Case) -> TensorCheck:
+        tensor = output_label(name)
+        ref32, ref64 = case.reference[name], case.reference64[name]
+        if isinstance(value, (OddTensor, Foreign)):
+            return unusable(tensor, value, ref32, False, name)
+        g = grade(tensor, value, ref32, ref64, label=name)
+        if not isinstance(value, Tensor) or g.accepted:
+            if g.accepted:
+                g.message = rounding_note(g)
+            return g
+        mistakes = [(m, self._function_mistake(step, m, name, case)) for m in step.mistakes
+                    if (m.tensor or step.checks[0]) == name]
+        start = case.inputs.get(name)
+        known = None
+        if not is_gradient(name):
+            # An update is recognised by how it moved the tensor, not by where it ended up
+            # (a step a tenth too small is no update left out).
+            known = dx.matching_mistake(value, mistakes, start)
+        if known:
+            g.diagnosis = known
+        elif g.verdict is Verdict.SHAPE:
+            g.diagnosis = dx.matching_mistake(value, mistakes) or (
+                dx.shape_diagnosis(tensor, value, ref32) if is_gradient(name) else
+                dx.diagnosis("shape", f"{name} has shape {g.shape}; it must keep its shape "
+                                      f"{g.expected_shape}"))
+        elif (isinstance(start, Tensor) and start.shape == value.shape
+              and torch.equal(value.to(start.device, start.dtype), start)):
+            g.diagnosis = dx.diagnosis(
+                "unchanged", f"{name} came back unchanged. {step.function.name} returns nothing: "
+                f"it must update {' and '.join(step.checks)} in place (`-=`, `+=`, `.mul_()`, "
+                "`.copy_()`); a plain assignment inside the function only renames a local.")
+        elif is_gradient(name):
+            g.diagnosis = dx.value_diagnosis(tensor, value, ref32, _scale_size(case), None,
+                                             mistakes)
+        if g.verdict is not Verdict.SHAPE and (g.diagnosis is None or (
+                g.diagnosis.kind == "scale" and "constant factors" in g.diagnosis.message)):
+            # A factor no count explains may still be a rewrite (a size for another).
+            g.diagnosis = self._derived_output(step, name, value, ref32, case) or g.diagnosis
+        pattern = dx.where_wrong(value, ref32) if (
+            g.verdict is not Verdict.SHAPE and torch.isfinite(value).all()
+            and (g.diagnosis is None or g.diagnosis.kind != "unchanged")) else ""
+        g.message = (g.diagnosis.message if g.diagnosis else f"{name} is wrong") + (
+            f" ({pattern})" if pattern else "")
+        if pattern:
+            g.heatmap = heatmap(value.to(ref32.dtype) - ref32)
+        return g
+
+    def _derived_output(self, step: Step, name: str, value: Tensor, ref: Tensor, case: Case
+                        ) -> Diagnosis | None:
+        """Nobody catalogued this one: rewrites of the reference function, then the state's
+        own patterns (tutor/core/derived.py, tutor/core/rewrites.py)."""
+        from tutor.core import derived
+        from tutor.core.rewrites import state_patterns
+
+        def call(source: str) -> dict | None:
+            return derived.call_function(step, source, case.inputs, self.network.sizes)
+
+        start = case.inputs.get(name)
+        start = start if isinstance(start, Tensor) and not is_gradient(name) else None
+        found = derived.explain_function(step, name, value, ref, case.inputs, call, start)
+        if found is None and not is_gradient(name):
+            why = state_patterns(name, value, ref, start)
+            found = dx.diagnosis("derived", why) if why else None
+        return found
+
+    def _function_mistake(self, step: Step, m, name: str, case: Case
+                          ) -> Callable[[], Tensor | None]:
+        """A catalogued wrong function, called on the same inputs (our code, run here)."""
+
+        def evaluate() -> Tensor | None:
+            key = (step.id, case.name, m.code, name)
+            if key not in self._mistake_values:
+                try:
+                    values, _ = call_function(self.plan(step, m.code, {}), m.code,
+                                              case.inputs, Output(), None)
+                    value = values.get(name)
+                except Exception:  # noqa: BLE001 - a mistake that cannot run matches nothing
+                    value = None
+                self._mistake_values[key] = value if isinstance(value, Tensor) else None
+            return self._mistake_values[key]
+
+        return evaluate
+
+    # -- the fresh sizes -----------------------------------------------------------------------
+    def hold_out(self, step: Step, code: str, outcome: dict, graded: Graded) -> Heldout:
+        """The fresh sizes must agree with the lesson's case."""
+        own, *fresh = self.cases(step)
+        records = outcome.get("records") or {}
+        timed_out = bool(outcome.get("timeout"))
+        where = "; ".join(c.describe() for c in fresh)
+        out = Heldout(what=f"fresh sizes ({where})")
+        for case in fresh:
+            record = records.get(case.name)
+            if record is None:
+                reason = "it ran out of time" if timed_out else "it did not finish"
+            elif record.get("error"):
+                reason = f"it fails: {clean_error(record['error']).message}"
+            else:
+                values = decode_namespace(record.get("after"))
+                failures = []
+                for name in step.checks:
+                    value = values.get(name)
+                    h = grade(output_label(name), value if isinstance(value, Tensor) else None,
+                              case.reference[name], case.reference64[name], label=name)
+                    if h.verdict is Verdict.SHAPE:
+                        failures.append(f"{name} has shape {h.shape} where {h.expected_shape} "
+                                        "is needed")
+                    elif not h.accepted:
+                        failures.append(f"{name} is {'missing' if value is None else 'wrong'}")
+                if not failures:
+                    continue
+                reason = ", ".join(failures)
+            same = self._same_sizes(step)
+            if same is not None and self._fails(step, same, records.get(same.name)):
+                # Wrong at the lesson's own sizes too: the values made the difference.
+                found = self._explain_case(step, same, records[same.name])
+                out.message = (
+                    f"right on the lesson's tensors ({own.describe()}), but at "
+                    f"{case.describe()} {reason}, and it is also wrong for fresh values at the "
+                    f"lesson's own sizes: no size is to blame. It is right only for these "
+                    f"particular values: check the parts whose effect is tiny here (a term "
+                    f"scaled by a small constant, the order of two updates)."
+                    + (f" {found.message}" if found else ""))
+            else:
+                out.message = (
+                    f"right on the lesson's tensors ({own.describe()}), but at "
+                    f"{case.describe()} {reason}. Does the function use a size of the lesson (a "
+                    f"number such as {_lesson_numbers(own)}{self._size_names(own)}) "
+                    "instead of reading every size off its arguments' shapes?")
+            refuse(out, graded.rows)
+            break
+        return out
+
+    def _explain_case(self, step: Step, case: Case, record: dict) -> Diagnosis | None:
+        """The derived diagnosis of the first wrong output of a case, if any."""
+        if record.get("error"):
+            return None
+        values = decode_namespace(record.get("after"))
+        for name in step.checks:
+            value = values.get(name)
+            if not isinstance(value, Tensor) or value.shape != case.reference[name].shape:
+                continue
+            if not grade(output_label(name), value, case.reference[name],
+                         case.reference64[name], label=name).accepted:
+                return self._derived_output(step, name, value, case.reference[name], case)
+        return None
+
+    def _fails(self, step: Step, case: Case, record: dict | None) -> bool:
+        """Whether the learner's function got this case wrong (a failure to run counts)."""
+        if record is None:
+            return False
+        if record.get("error"):
+            return True
+        values = decode_namespace(record.get("after"))
+        for name in step.checks:
+            value = values.get(name)
+            h = grade(output_label(name), value if isinstance(value, Tensor) else None,
+                      case.reference[name], case.reference64[name], label=name)
+            if not h.accepted:
+                return True
+        return False
+
+    def _size_names(self, own: Case) -> str:
+        """The lesson's names for the sizes of its case (C=32 is n_embd), as a learner might
+        have used them."""
+        values = set(own.sizes.values())
+        names = [k for k, v in self.network.sizes.items() if v in values][:2]
+        return f", or a name such as {' or '.join(names)}" if names else ""
+
+
+def _scale_size(case: Case) -> int:
+    """The count a mean divides by in this case, for the scale diagnosis ("a factor n")."""
+    s = case.sizes
+    if "N" in s:
+        return s["N"]
+    return s.get("B", 1) * s.get("T", 1) if ("B" in s or "T" in s) else 1
+
+
+def _lesson_numbers(case: Case) -> str:
+    numbers = sorted({v for v in case.sizes.values() if v > 1}, reverse=True)[:3]
+    return " or ".join(str(n) for n in numbers) if numbers else "32"

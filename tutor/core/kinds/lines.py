@@ -1,0 +1,458 @@
+"""Checking a gradient step, line by line or fused: the kinds `LineGradient` and `Fused`.
+
+The child replays the earlier steps of the exercise and runs the candidate on the main batch
+and on a fresh one; here the gradients it sends back are graded against autograd's for the
+step's lines, diagnosed, held to the rule (tutor/core/probe.py) and to the fresh batch
+(docs/architecture.md, the path of one check). A fused step is checked as a line's: its lines'
+arriving gradients are varied together by the probe.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from tutor import code_facts
+from tutor.core import diagnosis as dx
+from tutor.core import probe
+from tutor.core.candidate import Output, compile_candidate, copy_namespace, execute
+from tutor.core.execution import BatchPlan, CheckSpec, Replay
+from tutor.core.grading import APPROXIMATE_WHY, grade, heatmap, rounding_note
+from tutor.core.kinds.base import Graded, StepCheck
+from tutor.core.kinds.records import (
+    Foreign,
+    OddTensor,
+    Unreadable,
+    clean_error,
+    decode,
+    decode_namespace,
+    refuse,
+    unusable,
+)
+from tutor.core.network import Batch
+from tutor.pack.model import Step
+from tutor.process import isolate, spawn
+from tutor.sandbox.clean import MAX_MESSAGE, clean
+from tutor.values.results import CheckResult, Heldout, TensorCheck, Verdict
+
+Tensor = torch.Tensor
+
+
+@dataclass
+class Run:
+    """What executing a candidate on one batch produced, as plain tensors."""
+
+    namespace: dict
+    before: dict
+
+
+class LineCheck(StepCheck):
+    """A gradient step: its `checks` (and the first branches in `partials`) graded against
+    autograd on the main batch, its rule probed, then the fresh batch."""
+
+    def __init__(self, network, settings):
+        super().__init__(network, settings)
+        # (batch, step, earlier code) -> (namespace before the candidate, notes, reusable)
+        self._befores: dict[tuple, tuple[dict, list[str], bool]] = {}
+        self._mistake_values: dict[tuple, Tensor | None] = {}
+        self._graph: probe.Graph | None = None  # the main batch under autograd, for the probe
+
+    # -- the plan ------------------------------------------------------------------------------
+    def earlier(self, step: Step) -> list[Step]:
+        """The earlier steps of the exercise, replayed before the candidate (the pack's
+        `replay`)."""
+        if not step.kind.replays_earlier(step):
+            return []
+        steps = [s for s in self.pack.gradient_steps if s.exercise == step.exercise]
+        return steps[: steps.index(step)]
+
+    def plan(self, step: Step, code: str, prior: dict[str, str],
+             compiled: bytes | None = None) -> CheckSpec:
+        main = self.network.main
+        replay = lambda s: Replay(s.id, prior.get(s.id), s.solution,  # noqa: E731
+                                  {p: main.reference[(s.id, p)] for p in s.partials})
+        return CheckSpec(step.id, code, step.checks + step.partials, [
+            self._batch_plan(step, main, "main", prior),
+            self._batch_plan(step, self.network.heldout, "heldout", prior),
+        ], self.settings.timeout,
+            probe.spec_for(self.pack, step, self.earlier(step), self.settings.seed, replay,
+                           code), compiled)
+
+    def _batch_plan(self, step: Step, batch: Batch, name: str, prior: dict[str, str]
+                    ) -> BatchPlan:
+        """What the child needs for one batch: its tensors and how to replay earlier steps.
+
+        Once a replay has come back as plain tensors, later checks of the step start from those
+        and replay nothing.
+        """
+        known = self._befores.get(self._before_key(step, batch, prior))
+        if known is not None and known[2]:
+            return BatchPlan(name, known[0], [], known[1], known=True)
+        ns = batch.namespace()
+        for given in step.given:
+            ns[f"d{given}"] = batch.given[(step.id, given)].clone()
+        replays = [
+            Replay(s.id, prior.get(s.id), s.solution,
+                   {p: batch.reference[(s.id, p)] for p in s.partials})
+            for s in self.earlier(step)
+        ]
+        return BatchPlan(name, ns, replays, mention=step.checks)
+
+    def first(self, step: Step) -> str:
+        return "main"
+
+    def forget(self) -> None:
+        self._befores.clear()
+        self._mistake_values.clear()
+
+    # -- the namespaces a check started from ---------------------------------------------------
+    def _before_key(self, step: Step, batch: Batch, prior: dict[str, str]) -> tuple:
+        return (id(batch), step.id, tuple((s.id, prior.get(s.id)) for s in self.earlier(step)))
+
+    def namespace_before(self, step: Step, batch: Batch, prior: dict[str, str]) -> dict:
+        """The namespace the candidate started from, as the child last reported it."""
+        known = self._befores.get(self._before_key(step, batch, prior))
+        return known[0] if known else {}
+
+    def _remember(self, record: dict, step: Step, batch: Batch, prior: dict[str, str]) -> dict:
+        """The namespace a run started from, decoded; kept for diagnosis and later checks."""
+        key = self._before_key(step, batch, prior)
+        if "before" not in record and key in self._befores:
+            return self._befores[key][0]
+        before = {**batch.namespace(), **{k: v for k, v in (record.get("scalars") or {}).items()
+                                          if v is None or type(v) in (int, float, bool, str)}}
+        # On a GPU the child's tensors come back to the CPU: diagnosis runs the catalogued
+        # mistakes on them next to the lesson's own, so they go back to the device.
+        before.update(spawn.to_device(isolate.decode_shared(record["before"]),
+                                      self.network.device))
+        notes = [clean(n, MAX_MESSAGE) for n in record.get("notes", [])]
+        if len(self._befores) > 256:
+            self._befores.clear()
+        self._befores[key] = (
+            before, notes, bool(record.get("cacheable")))
+        return before
+
+    # -- the rows ------------------------------------------------------------------------------
+    def grade(self, step: Step, code: str, prior: dict[str, str], outcome: dict,
+              result: CheckResult) -> Graded:
+        records = outcome.get("records") or {}
+        main = records["main"]
+        batch = self.network.main
+        try:
+            before = self._remember(main, step, batch, prior)
+            run = Run(decode_namespace(main.get("after")), before)
+            heldout = records.get("heldout")
+            if heldout and not heldout.get("error"):
+                self._remember(heldout, step, self.network.heldout, prior)
+        except Exception as exc:  # noqa: BLE001 - the child's data did not decode: never trust it
+            raise Unreadable() from exc
+        result.notes += [clean(n, MAX_MESSAGE) for n in main.get("notes", [])]
+        grades = self._rows(step, run, batch, prior)
+        self._check_mutations(main.get("mutations") or {}, code, grades, result.notes)
+        self._partial_notes(step, run, result.notes)
+        result.stdout = self._with_cmp_rows(step, main, result.stdout)
+        for g in grades:
+            value = run.namespace.get(g.grad)
+            if isinstance(value, Tensor) and value.dtype in (torch.float16, torch.bfloat16):
+                result.notes.append(
+                    f"{g.grad} is a {str(value.dtype)[6:]} tensor, which keeps only about three "
+                    "significant digits; compute gradients in float32, like the forward pass")
+        return Graded(grades, run)
+
+    def _rows(self, step: Step, run: Run, batch: Batch, prior: dict[str, str]
+              ) -> list[TensorCheck]:
+        grades = []
+        names = [(t, False) for t in step.checks] + [(t, True) for t in step.partials]
+        for tensor, partial in names:
+            value = run.namespace.get(f"d{tensor}")
+            if partial and not isinstance(value, Tensor):
+                # Starting a first branch early is the notebook's way, not a requirement: the
+                # tensor is graded in full where its last branch arrives.
+                continue
+            ref32 = batch.reference[(step.id, tensor)]
+            ref64 = batch.reference64[(step.id, tensor)]
+            if isinstance(value, (OddTensor, Foreign)):
+                grades.append(unusable(tensor, value, ref32, partial))
+                continue
+            # Parameters are held to what their update `p -= lr * dp` needs (see grading).
+            g = grade(tensor, value, ref32, ref64, partial, tensor in self.network.params)
+            if partial and not g.accepted:
+                # Both branches typed at once are right: grade against the closing step.
+                from tutor.core.grading import closing_grade
+
+                closing = next((s.id for s in self.pack.gradient_steps[
+                    self.pack.index(step.id) + 1:] if tensor in s.checks), None)
+                if closing:
+                    g = closing_grade(g, value, batch.reference[(closing, tensor)],
+                                      batch.reference64[(closing, tensor)], closing)
+            if isinstance(value, Tensor):
+                self._diagnose(g, step, value, ref32, run, batch, prior)
+            elif not g.message:
+                g.message = f"d{tensor} is missing"
+            grades.append(g)
+        return grades
+
+    def _diagnose(
+        self,
+        g: TensorCheck,
+        step: Step,
+        value: Tensor,
+        ref: Tensor,
+        run: Run,
+        batch: Batch,
+        prior: dict[str, str],
+    ) -> None:
+        role = " (its first branch, completed in a later step)" if g.partial else ""
+        mistakes = self._mistakes_for(g.tensor, step, batch, prior)
+        if g.verdict is Verdict.SHAPE:
+            known = dx.matching_mistake(value, mistakes)
+            g.diagnosis = known or dx.shape_diagnosis(g.tensor, value, ref)
+            g.message = g.diagnosis.message
+            return
+        if g.accepted:
+            g.message = rounding_note(g) + ("" if g.reference_step else role)
+            return
+        from tutor.core import derived
+        from tutor.core.grading import as_graded
+
+        value = as_graded(value, ref)  # a shape that fits is diagnosed on what it broadcasts to
+        earlier = run.before.get(f"d{g.tensor}")
+        g.diagnosis = dx.value_diagnosis(
+            g.tensor,
+            value,
+            ref,
+            batch.n,
+            earlier if isinstance(earlier, Tensor) else None,
+            mistakes,
+            "\n".join(self.pack.line_for(t).source for t in step.lines),
+        )
+        if g.diagnosis is None and torch.isfinite(value).all():
+            # Nobody catalogued this one: compare with wrong answers derived from the step.
+            g.diagnosis = derived.explain(
+                self.pack, step, g.tensor, value, ref, run.before, batch.n
+            )
+        pattern = dx.where_wrong(value, ref) if torch.isfinite(value).all() else ""
+        g.message = (g.diagnosis.message if g.diagnosis else f"d{g.tensor} is wrong{role}") + (
+            f" ({pattern})" if pattern else ""
+        )
+        if torch.isfinite(value).all():
+            g.heatmap = heatmap(value.to(ref.dtype) - ref)
+
+    def _mistakes_for(self, tensor, step, batch, prior) -> list[tuple]:
+        """The step's catalogued mistakes about this tensor, each with a lazy evaluator."""
+        return [
+            (m, self._mistake_value(m, tensor, step, batch, prior))
+            for m in step.mistakes
+            if (m.tensor or step.checks[0]) == tensor
+        ]
+
+    def _mistake_value(self, m, tensor, step, batch, prior) -> Callable[[], Tensor | None]:
+        """Lazily evaluate a catalogued mistake on the namespace the learner's code started from.
+
+        The mistake is our code, run here on plain tensors the child sent back.
+        """
+
+        def evaluate() -> Tensor | None:
+            key = (*self._before_key(step, batch, prior), m.code, tensor)
+            if key not in self._mistake_values:
+                ns = copy_namespace(self.namespace_before(step, batch, prior))
+                try:
+                    execute(compile_candidate(m.code), ns, Output())
+                    value = ns.get(f"d{tensor}")
+                except Exception:  # noqa: BLE001 - a mistake that cannot run matches nothing
+                    value = None
+                self._mistake_values[key] = value if isinstance(value, Tensor) else None
+            return self._mistake_values[key]
+
+        return evaluate
+
+    def _check_mutations(self, facts: dict, code: str, grades: list[TensorCheck],
+                         notes: list[str]) -> None:
+        """Earlier gradients must come out of a step as they went in; forward tensors too."""
+        written = code_facts.of(code).bound
+        by_grad = {g.grad: g for g in grades}
+        for change in facts.get("changed", []):
+            name = str(change.get("name"))
+            if change.get("deleted"):
+                notes.append(f"your code deleted {name}; it is back for the next check")
+                continue
+            if not name.startswith("d"):
+                notes.append(
+                    f"your code changed the forward tensor {name} in place; it was restored "
+                    "before any later check, but gradients computed from it may be off"
+                )
+                continue
+            if name in written:
+                notes.append(f"your code reassigned {name}, an earlier step's gradient")
+                continue
+            if not grades:
+                continue
+            culprit = by_grad.get(change.get("culprit")) or grades[0]
+            culprit.diagnosis = dx.diagnosis(
+                "aliasing",
+                f"your code also changed {name}, which an earlier step already checked: "
+                f"{culprit.grad} and {name} are the same tensor in memory (an assignment like "
+                f"`{culprit.grad} = {name}` copies no data), so the in-place update reached both. "
+                f"Start {culprit.grad} from {name}.clone(), or update it out of place "
+                f"(`{culprit.grad} = {culprit.grad} + ...`).",
+            )
+            culprit.message = culprit.diagnosis.message
+        for grad, other in (facts.get("shared") or {}).items():
+            if grad in by_grad:
+                notes.append(
+                    f"{grad} and {other} share memory: a later `+=` on one changes the "
+                    "other. A .clone() keeps them apart."
+                )
+
+    def _partial_notes(self, step: Step, run: Run, notes: list[str]) -> None:
+        for name in step.partials:
+            if not isinstance(run.namespace.get(f"d{name}"), Tensor):
+                closing = next(
+                    (s.id for s in self.pack.gradient_steps[self.pack.index(step.id) + 1:]
+                     if name in s.checks), "a later step")
+                notes.append(
+                    f"{name} is used twice; its gradient d{name} can be started here with the "
+                    f"branch from this line (it is graded in full at {closing}). Until you do, "
+                    "autograd's first branch stands in for it."
+                )
+
+    def _with_cmp_rows(self, step: Step, record: dict, stdout: str) -> str:
+        """The learner's own cmp(...) calls, answered with the tutor's row where they were made.
+
+        Only gradients graded up to this step are answered, once per name: a row says no more
+        than the check itself shows.
+        """
+        calls = record.get("cmp") or []
+        if not calls:
+            return stdout
+        batch = self.network.main
+        upto = self.pack.gradient_steps[: self.pack.index(step.id) + 1]
+        pieces, last, seen = [], 0, set()
+        for pos, name, encoded in calls:
+            if not isinstance(pos, int) or not isinstance(name, str) or name in seen:
+                continue
+            seen.add(name)
+            key = next(((s.id, name) for s in reversed(upto) if name in s.checks + s.partials
+                        and (s.id, name) in batch.reference), None)
+            value = decode(encoded)
+            if key is None or not isinstance(value, Tensor):
+                continue
+            g = grade(name, value, batch.reference[key], batch.reference64[key])
+            row = (f"cmp {name:<15} exact {str(g.exact):<5}  approximate {str(g.approximate):<5}"
+                   f"  maxdiff {g.maxdiff if g.maxdiff is not None else '-'}"
+                   + ("" if g.shape == g.expected_shape else
+                      f"  (shape {g.shape}, expected {g.expected_shape})")
+                   + (f"\n    ({APPROXIMATE_WHY})" if g.accepted and not g.approximate else "")
+                   + "\n")
+            pos = max(last, min(pos, len(stdout)))
+            pieces += [stdout[last:pos], row]
+            last = pos
+        pieces.append(stdout[last:])
+        return "".join(pieces)
+
+    # -- the rule, the fresh batch, the figure -------------------------------------------------
+    def confirm(self, step: Step, code: str, outcome: dict, graded: Graded) -> bool:
+        """The rule (tutor/core/probe.py): each right row followed the line's rule or skipped it.
+        Never refuses: right values are right for this network, and a skipped rule passes with
+        its own mark."""
+        spec = probe.spec_for(self.pack, step, self.earlier(step), self.settings.seed,
+                              code=code)
+        if spec is None:
+            return True
+        record: Any = ((outcome.get("records") or {}).get("main") or {}).get("probe")
+        line = fork = None
+        why: dict = {}
+        if not isinstance(record, dict):
+            # No probe record: the check's time ran out before or during it, or the child
+            # could not say. Either way nothing shows the rule.
+            why["line"] = ("it ran out of time" if outcome.get("timeout")
+                           else "it gave no answer")
+        else:
+            why = {k: clean(str(v), 300) for k, v in (record.get("why") or {}).items()
+                   if k in ("line", "fork") and v} if isinstance(record.get("why"), dict) else {}
+            try:
+                line, fork = (decode_namespace(record[k]) if record.get(k) is not None
+                              else None for k in ("line", "fork"))
+            except Exception:  # noqa: BLE001 - undecodable probe data shows no rule
+                line = fork = None
+                why = {"line": "what it handed back could not be read"}
+            if line is None and "line" not in why:
+                why["line"] = "it gave no answer"
+        if self._graph is None:
+            self._graph = probe.Graph.of(self.network, self.network.main)
+        run: Run = graded.state
+        probe.apply(self.pack, step, self._graph, spec, run.before, run.namespace, line, fork,
+                    graded.rows, self.network.main.n, code, why)
+        return True
+
+    def hold_out(self, step: Step, code: str, outcome: dict, graded: Graded) -> Heldout:
+        record = (outcome.get("records") or {}).get("heldout")
+        timed_out = bool(outcome.get("timeout"))
+        grades = graded.rows
+        batch = self.network.heldout
+        out = Heldout(batch_size=batch.n)
+        advice = "Is a batch size written in as a number? Use n or a tensor's .shape instead."
+        if (code and record is not None and not record.get("error")
+                and not writes_the_batch_size(code, self.network.main.n, self.network.sizes)):
+            # Only the batch changes between the two batches, and nothing in the code reads as
+            # its size: the values made the difference, not a size.
+            advice = ("Nothing in your code reads as the batch size written in, so the size is "
+                      "not to blame: the rule holds for this batch's values only. Check the "
+                      "parts whose effect is tiny here.")
+        if record is None or record.get("error"):
+            if record is None:
+                reason = ("it ran out of time" if timed_out else "it did not finish")
+            else:
+                reason = f"it fails: {clean_error(record['error']).message}"
+            out.message = (f"right for this batch of {self.network.main.n}, but on a fresh "
+                              f"batch of {batch.n} {reason} {advice}")
+        else:
+            namespace = decode_namespace(record.get("after"))
+            failures = []
+            for g in grades:
+                value = namespace.get(g.grad)
+                # A first branch typed complete is held to the full gradient, as on the main batch.
+                key = (g.reference_step or step.id, g.tensor)
+                h = grade(
+                    g.tensor,
+                    value if isinstance(value, Tensor) else None,
+                    batch.reference[key],
+                    batch.reference64[key],
+                    parameter=g.tensor in self.network.params,
+                )
+                if not h.accepted and not (g.partial and value is None):
+                    failures.append(f"{g.grad} ({h.verdict})")
+            if failures:
+                out.message = (
+                    f"right for this batch of {self.network.main.n}, but wrong on a fresh batch "
+                    f"of {batch.n}: {', '.join(failures)}. {advice}"
+                )
+        if out.message:
+            refuse(out, grades)
+        return out
+
+    def figure(self, step: Step, graded: Graded) -> dict | None:
+        if not step.figure:
+            return None
+        run: Run = graded.state
+        value = run.namespace[f"d{step.figure}"].detach().to("cpu", torch.float32)
+        return {
+            "title": f"d{step.figure}",
+            "values": [[float(x) for x in row] for row in value],
+            "row_sums_max_abs": float(value.sum(1).abs().max()),
+            "targets": [int(y) for y in self.network.main.values["Yb"].cpu()],
+        }
+
+
+def writes_the_batch_size(code: str, n: int, sizes: dict) -> bool:
+    """Whether a number in the code could be the lesson's batch size, or a count made from it
+    (n - 1, 1/n, n times a size): the one thing the fresh batch changes besides the values."""
+    counts = {n, n - 1, n + 1} | {n * v for v in sizes.values() if isinstance(v, int) and v > 1}
+    said = code_facts.of(code)
+    if said.tree is None:
+        return True
+    return any(abs(value - c) < 1e-9 or abs(value * c - 1) < 1e-6
+               for value in said.numbers for c in counts)

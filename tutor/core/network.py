@@ -1,0 +1,288 @@
+"""The lesson: dataset, parameters, a batch, the forward pass as shown, and autograd's gradients.
+
+Everything is built from the pack's own code (setup and forward lines), so the code a learner
+reads is the code that runs. Each batch keeps two copies of the forward pass: float32 on the
+configured device (what the learner's code sees and what `cmp` compares against) and float64 on
+the CPU (the yardstick for "as accurate as autograd's own float32 result").
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import torch
+import torch.nn.functional as F
+
+from tutor.pack.model import ForwardLine, Pack, Step
+
+Tensor = torch.Tensor
+
+
+def resolve_device(name: str) -> torch.device:
+    """`auto` picks cuda, then mps, then cpu; an explicit device must exist."""
+    has_mps = getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "mps" if has_mps else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise DeviceError("CUDA was asked for, but this PyTorch sees no CUDA device")
+    if name == "mps" and not has_mps:
+        raise DeviceError("MPS (Apple GPU) was asked for, but it is not available here")
+    return torch.device(name)
+
+
+class DeviceError(RuntimeError):
+    pass
+
+
+def data_text(pack: Pack) -> str | None:
+    """The pack's data file as text, or None for a pack that makes its own data."""
+    if pack.data_file is None or not pack.data_file.is_file():
+        return None
+    return pack.data_file.read_text(encoding="utf-8")
+
+
+def setup_namespace(pack: Pack) -> dict:
+    """Run the pack's trusted setup code and return the functions it defines."""
+    ns: dict = {"torch": torch, "F": F, "math": math}
+    exec(compile(pack.setup_code, f"<{pack.id} setup>", "exec"), ns)
+    return ns
+
+
+@dataclass
+class Dataset:
+    splits: dict  # "train"/"val"/"test" -> (X, Y); plus whatever else make_data returns
+
+    text: str | None = None  # the data file as read, for sizes derived again later
+
+    @classmethod
+    def build(cls, pack: Pack, fns: dict | None = None, sizes: dict | None = None,
+              text: str | None = None) -> Dataset:
+        fns = fns or setup_namespace(pack)
+        # Read here, not in make_data: a confined process may no longer open the file.
+        text = text if text is not None else data_text(pack)
+        return cls(fns["make_data"](text, sizes if sizes is not None else pack.sizes), text)
+
+    @property
+    def sizes(self) -> dict[str, int]:
+        return {k: int(self.splits[k][0].shape[0]) for k in ("train", "val", "test")}
+
+    @property
+    def derived_sizes(self) -> dict[str, int]:
+        """Sizes only the data knows, such as vocab_size."""
+        return {k: v for k, v in self.splits.items() if k.endswith("_size")
+                and isinstance(v, int)}
+
+
+def forward_namespace(pack: Pack, params: dict[str, Tensor], Xb: Tensor, Yb: Tensor,
+                      dtype: torch.dtype, device: torch.device, sources: list[str],
+                      sizes: dict) -> dict:
+    """The pack's forward lines run with autograd on every parameter: the one place the lesson
+    and the training run's gradient check both get autograd's view of the network."""
+    n = int(Xb.shape[0])
+    ns: dict = {"torch": torch, "F": F, "math": math, **sizes, "n": n, "batch_size": n}
+    for name, p in params.items():
+        ns[name] = p.detach().to(device=device, dtype=dtype).clone().requires_grad_(True)
+    # Float inputs follow the pass's precision (indices, as in makemore, stay integers).
+    ns["Xb"], ns["Yb"] = (t.to(device, dtype if t.is_floating_point() else t.dtype)
+                          for t in (Xb, Yb))
+    with torch.enable_grad():
+        exec(compile("\n".join(sources), f"<{pack.id} forward>", "exec"), ns)
+    return ns
+
+
+
+@dataclass
+class Batch:
+    """One batch pushed through the forward pass, with every gradient the steps grade."""
+
+    n: int
+    values: dict[str, Tensor]  # parameters, batch and forward tensors (float32, on the device)
+    shapes: dict[str, list[int]]
+    reference: dict[tuple[str, str], Tensor]  # (step id, tensor) -> autograd float32 gradient
+    reference64: dict[tuple[str, str], Tensor]  # the same in float64 on the CPU
+    given: dict[tuple[str, str], Tensor]  # (step id, tensor) -> gradient handed to the learner
+    lines: list[dict] = field(default_factory=list)  # shape annotation of each forward line
+    sizes: dict[str, int] = field(default_factory=dict)  # the lecture's names for the sizes
+    # Autograd's gradient of the loss for every forward tensor (float32): what a function step's
+    # lesson code hands in as an upstream gradient.
+    gradients: dict[str, Tensor] = field(default_factory=dict)
+
+    def namespace(self) -> dict:
+        # The lecture's size names (vocab_size, n_embd, ...) are in scope as the notebook has
+        # them; batch_size follows the batch, so code written with it passes the fresh batch too.
+        return {**self.values, **self.sizes, "n": self.n, "batch_size": self.n}
+
+
+class Network:
+    """Pack + dataset + parameters; makes batches with their references on demand."""
+
+    def __init__(self, pack: Pack, device: torch.device, seed: int):
+        self.pack = pack
+        self.device = device
+        self.seed = seed
+        self.fns = setup_namespace(pack)
+        self.dataset = Dataset.build(pack, self.fns)
+        g = torch.Generator().manual_seed(seed)
+        self.params = self.fns["init_params"](g, self.sizes)
+        # The lecture samples its batch from the same generator, right after the parameters.
+        self._generator = g
+
+    @property
+    def n_params(self) -> int:
+        return sum(p.numel() for p in self.params.values())
+
+    @cached_property
+    def main(self) -> Batch:
+        Xtr, Ytr = self.dataset.splits["train"]
+        size = self.pack.lesson.get("batch_size", 32)
+        Xb, Yb = self.fns["sample_batch"](Xtr, Ytr, size, self._generator)
+        return self.make_batch(Xb, Yb)
+
+    @cached_property
+    def heldout(self) -> Batch:
+        Xtr, Ytr = self.dataset.splits["train"]
+        size = self.pack.lesson.get("heldout_batch_size", 17)
+        g = torch.Generator().manual_seed(self.seed + 1)
+        Xb, Yb = self.fns["sample_batch"](Xtr, Ytr, size, g)
+        return self.make_batch(Xb, Yb)
+
+    def make_batch(self, Xb: Tensor, Yb: Tensor) -> Batch:
+        lines = list(self.pack.forward_lines)
+        ns32, refs32, given, full = self._forward_backward(Xb, Yb, torch.float32, self.device,
+                                                           lines)
+        _, refs64, _, _ = self._forward_backward(Xb, Yb, torch.float64, torch.device("cpu"),
+                                                 lines)
+        values = {k: v.detach() for k, v in ns32.items() if isinstance(v, Tensor)}
+        shapes = {k: list(v.shape) for k, v in values.items()}
+        return Batch(
+            n=int(Xb.shape[0]),
+            values=values,
+            shapes=shapes,
+            reference=refs32,
+            reference64=refs64,
+            given=given,
+            lines=[annotate(line, ns32) for line in lines],
+            sizes=self.sizes,
+            gradients={k: g.detach() for k, g in full.items()},
+        )
+
+    @property
+    def sizes(self) -> dict[str, int]:
+        """The network's sizes by the pack's names (vocab_size, n_embd, ... for makemore), as
+        learners use them in their code."""
+        return {**self.pack.sizes, **self.dataset.derived_sizes}
+
+    def _forward_backward(self, Xb, Yb, dtype, device, lines):
+        """Run the forward lines with autograd on, then ask autograd for every graded gradient."""
+        ns = forward_namespace(self.pack, self.params, Xb, Yb, dtype, device,
+                               [line.source for line in lines], self.sizes)
+        loss = ns[self.pack.loss]
+        differentiable = [
+            k
+            for k, v in ns.items()
+            if isinstance(v, Tensor) and v.requires_grad and k != self.pack.loss
+        ]
+        grads = torch.autograd.grad(
+            loss, [ns[k] for k in differentiable], retain_graph=True, allow_unused=True
+        )
+        full = {k: g for k, g in zip(differentiable, grads, strict=False) if g is not None}
+        refs: dict[tuple[str, str], Tensor] = {}
+        given: dict[tuple[str, str], Tensor] = {}
+        sources = {line.target: line.source for line in lines}
+        for step in self.pack.gradient_steps:
+            if not step.kind.of_forward_tensors:
+                continue  # graded on cases of its own (functions.py)
+            for name, grad in _step_references(step, ns, full, self.pack.loss, sources).items():
+                refs[(step.id, name)] = grad.detach()
+            for name in step.given:
+                given[(step.id, name)] = full[name].detach()
+        return ns, refs, given, full
+
+
+def _step_references(
+    step: Step, ns: dict, full: dict, loss: str, sources: dict[str, str]
+) -> dict[str, Tensor]:
+    out: dict[str, Tensor] = {}
+    if step.target == loss and step.upstream is None:
+        for name in step.checks:
+            out[name] = full[name]
+    else:
+        upstream = full[step.upstream] if step.upstream else None
+        grads = torch.autograd.grad(
+            ns[step.target], [ns[c] for c in step.checks], grad_outputs=upstream, retain_graph=True
+        )
+        out.update(zip(step.checks, grads, strict=False))
+    # A partial is the first branch of a tensor used twice: what reaches it through this step's
+    # line(s) alone. Re-running those lines with every other operand detached gives exactly that
+    # local vector-Jacobian product, without the other path autograd would also follow.
+    for name in step.partials:
+        leaf = ns[name].detach().requires_grad_(True)
+        local = {k: (v.detach() if isinstance(v, Tensor) else v) for k, v in ns.items()}
+        local[name] = leaf
+        outputs = [_eval(_value(sources[t]), local, grad=True) for t in step.lines]
+        (grad,) = torch.autograd.grad(outputs, [leaf], grad_outputs=[full[t] for t in step.lines])
+        out[name] = grad
+    return out
+
+
+# --- shape annotations for the forward panel -------------------------------------------------
+
+_OPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.Pow: "**", ast.MatMult: "@"}
+
+
+def _fmt(value) -> str:
+    if isinstance(value, Tensor):
+        return "[" + ", ".join(str(d) for d in value.shape) + "]"
+    return "scalar"
+
+
+def annotate(line: ForwardLine, ns: dict) -> dict:
+    """Shapes of a line's output and operands, and whether broadcasting happens in it."""
+    out = ns.get(line.target)
+    expr = _value(line.source)
+    notes: list[str] = []
+    if isinstance(expr, ast.BinOp) and type(expr.op) in _OPS:
+        left, right = _eval(expr.left, ns), _eval(expr.right, ns)
+        text = f"{_fmt(out)} ← {_fmt(left)} {_OPS[type(expr.op)]} {_fmt(right)}"
+        if type(expr.op) is not ast.MatMult and isinstance(out, Tensor):
+            for operand in (left, right):
+                note = _broadcast_note(operand, out)
+                if note:
+                    notes.append(note)
+    else:
+        operands = [ns[name] for name in line.operands if isinstance(ns.get(name), Tensor)]
+        text = f"{_fmt(out)} ← " + ", ".join(_fmt(v) for v in operands) if operands else _fmt(out)
+    return {
+        "index": line.index,
+        "target": line.target,
+        "source": line.source,
+        "exercise": line.exercise,
+        "shape": list(out.shape) if isinstance(out, Tensor) else None,
+        "annotation": text,
+        "broadcast": bool(notes),
+        "broadcast_note": "; ".join(notes) or None,
+    }
+
+
+def _value(source: str) -> ast.expr:
+    return ast.parse(source).body[0].value  # type: ignore[attr-defined]
+
+
+def _eval(node: ast.expr, ns: dict, grad: bool = False):
+    # Pack code is trusted; evaluating a sub-expression is how we learn its shape.
+    with torch.set_grad_enabled(grad):
+        return eval(compile(ast.Expression(node), "<forward>", "eval"), dict(ns))
+
+
+def _broadcast_note(operand, out: Tensor) -> str | None:
+    if not isinstance(operand, Tensor) or operand.shape == out.shape:
+        return None
+    shape = [1] * (out.dim() - operand.dim()) + list(operand.shape)
+    dims = [d for d, (a, b) in enumerate(zip(shape, out.shape, strict=False)) if a == 1 and b != 1]
+    if not dims:
+        return None
+    where = ", ".join(str(d) for d in dims)
+    return f"{_fmt(operand)} is broadcast along dim {where}"

@@ -1,0 +1,158 @@
+"""`pack check`: everything a pack promises, verified by running it.
+
+A pack is data written by hand, and its mistakes only show when a learner meets them: a reference
+solution that autograd disagrees with, a catalogued mistake that is in fact correct (or that the
+tutor recognises as some other mistake), a step with two hints. This runs the whole pack through
+the same engine learners use and lists every problem it finds.
+"""
+
+from __future__ import annotations
+
+import ast
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from tutor.config import Settings
+from tutor.pack.model import Pack, PackError, Step, load_pack
+
+SMOKE_STEPS = 30  # training steps of the smoke test: enough to run every phase once
+
+
+@dataclass(frozen=True)
+class Problem:
+    where: str
+    what: str
+
+    def __str__(self) -> str:
+        return f"{self.where}: {self.what}"
+
+
+def check_pack(root: Path, settings: Settings, progress: Callable[[str], None] = print
+               ) -> list[Problem]:
+    """Every problem found in the pack at `root`; an empty list means it is ready for learners."""
+    try:
+        pack = load_pack(root)
+    except (PackError, OSError, ValueError) as exc:
+        return [Problem(str(root), f"does not load: {exc}")]
+    problems = list(_content(pack))
+    try:
+        from tutor.core.engine import Engine
+
+        engine = Engine(settings, pack=pack)
+    except Exception as exc:  # noqa: BLE001 - the pack's own code failed: that is the report
+        return [*problems, Problem("lesson", f"cannot be built: {type(exc).__name__}: {exc}")]
+    try:
+        for step in pack.gradient_steps:
+            progress(f"checking {step.id}")
+            if step.function:
+                problems += _cases(engine, step)
+            problems += _solution(engine, step)
+            problems += _mistakes(engine, step)
+        if any(s.kind.trained for s in pack.steps):
+            progress("training smoke test")
+            problems += _training(engine)
+    finally:
+        engine.close()
+    return problems
+
+
+def _content(pack: Pack) -> Iterator[Problem]:
+    for step in pack.steps:
+        if not step.explanation.strip():
+            yield Problem(step.id, "has no explanation")
+        if step.kind.trained:
+            continue
+        if len(set(step.hints)) < 3:
+            yield Problem(step.id, f"has {len(set(step.hints))} different hints; three or more "
+                          "(idea, shapes, nearly the answer) are needed")
+        if not step.template.strip():
+            yield Problem(step.id, "has an empty template")
+        else:
+            try:
+                ast.parse(step.template)
+            except SyntaxError as exc:
+                yield Problem(step.id, f"template is not valid Python: {exc.msg} (line "
+                              f"{exc.lineno})")
+        if step.template.strip() == step.solution.strip():
+            yield Problem(step.id, "template gives the solution away")
+        if step.function and f"def {step.function.name}(" not in step.template:
+            yield Problem(step.id, f"template does not define {step.function.name}")
+        for name in step.graded_names:
+            if name not in step.template:
+                yield Problem(step.id, f"template does not mention {name}")
+
+
+def _cases(engine, step: Step) -> list[Problem]:
+    """A function step's cases must build, and each fresh one must change some size: the point
+    is to catch a function that assumes the lesson's sizes."""
+    try:
+        lesson, *fresh = engine.function_cases(step)
+    except (PackError, KeyError, ValueError) as exc:
+        return [Problem(step.id, f"its cases cannot be built: {exc}")]
+    problems = []
+    if not lesson.sizes:
+        problems.append(Problem(step.id, "the lesson code names no sizes (upper-case ints such "
+                                         "as B, T, C), so messages cannot say where it failed"))
+    for case in fresh:
+        if case.sizes == lesson.sizes:
+            problems.append(Problem(step.id, f"{case.name} has the lesson's own sizes "
+                                             f"({case.describe()}): draw different ones"))
+    return problems
+
+
+def _solution(engine, step: Step) -> list[Problem]:
+    result = engine.check(step.id, step.solution)
+    if result.passed:
+        return []
+    if result.error:
+        return [Problem(step.id, f"reference solution fails to run: {result.error.message}")]
+    wrong = [f"{c.grad} ({c.verdict})" for c in result.checks if not c.right]
+    if wrong:
+        return [Problem(step.id, f"reference solution disagrees with autograd: "
+                                 f"{', '.join(wrong)}")]
+    return [Problem(step.id, f"reference solution fails the fresh batch: "
+                             f"{result.heldout.message if result.heldout else None}")]
+
+
+def _mistakes(engine, step: Step) -> list[Problem]:
+    problems = []
+    for i, mistake in enumerate(step.mistakes, 1):
+        where = f"{step.id} mistake {i}"
+        result = engine.check(step.id, mistake.code)
+        if result.passed:
+            problems.append(Problem(where, "passes: a catalogued mistake must be wrong"))
+            continue
+        if result.error:
+            problems.append(Problem(where, f"does not run: {result.error.message}"))
+            continue
+        tensor = mistake.tensor or step.checks[0]
+        label = step.kind.graded_name(tensor)
+        row = next((c for c in result.checks if c.grad == label), None)
+        diagnosis = row.diagnosis if row else None
+        if row is None or diagnosis is None or diagnosis.message != mistake.message:
+            got = (diagnosis.kind if diagnosis else None) or (row.verdict if row else "no row")
+            problems.append(Problem(where, f"is not recognised as itself on {label} (the "
+                                           f"tutor says: {got})"))
+        elif diagnosis.kind != mistake.kind:
+            problems.append(Problem(where, f"is recognised, but with kind "
+                                           f"{diagnosis.kind} instead of {mistake.kind}"))
+    return problems
+
+
+def _training(engine) -> list[Problem]:
+    from tutor.training import Trainer
+    from tutor.values.runs import RunStatus
+
+    run = Trainer(engine, {"steps": SMOKE_STEPS, "gradcheck_steps": SMOKE_STEPS // 2},
+                  lambda _: None, threading.Event()).execute()
+    if run.status is not RunStatus.FINISHED:
+        message = run.error.message if run.error else run.status.value
+        return [Problem("training", f"the smoke test did not finish: {message}")]
+    if not (run.gradcheck and run.gradcheck.passed):
+        return [Problem("training", "the reference backward pass disagrees with autograd in "
+                                    "the gradient check")]
+    if run.train_loss is None:
+        return [Problem("training", "the run's evaluation gave no loss ([training.eval])")]
+    return []

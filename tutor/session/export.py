@@ -1,0 +1,123 @@
+"""The learner's work as a standalone percent-format script that runs with plain torch.
+
+The script rebuilds the same dataset, parameters and batch as the tutor, runs the forward pass,
+lets autograd compute its gradients for comparison, then has one `# %% STEP_ID` cell per step
+with the learner's accepted code (or the template where the step is not solved yet) followed by a
+`# %% [check]` cell with cmp calls. `check --all` reads the step cells and skips the rest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from tutor.config import Settings
+from tutor.pack.model import Pack
+
+# How an exported cell's code came about, by the step's status.
+_STATE = {"exact": "exact: your code", "passed": "passed: your code",
+          "revealed": "revealed: the reference solution"}
+
+_PRELUDE = '''\
+# Backward pass exported from backprop-tutor ({pack_title}).
+# Run it with plain PyTorch: `python {filename}`. Check it again with
+# `backprop-tutor check --all {filename}`.
+# %% [setup]
+import math
+import random  # noqa: F401 (used by the setup code)
+import sys
+import warnings
+from pathlib import Path
+
+# PyTorch warns when NumPy is not installed; nothing here needs NumPy.
+warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+DATA = Path(sys.argv[1]) if len(sys.argv) > 1 else Path({data_file!r})
+SEED = {seed}
+SIZES = {sizes!r}
+
+{setup_code}
+
+data = make_data(DATA.read_text(encoding="utf-8") if DATA.is_file() else None, SIZES)
+# The sizes by their lecture names (vocab_size, ...), in scope as in the tutor.
+found = {{k: v for k, v in data.items() if k.endswith("_size") and isinstance(v, int)}}
+sizes = {{**SIZES, **found}}
+globals().update(sizes)
+g = torch.Generator().manual_seed(SEED)
+params = init_params(g, sizes)
+Xb, Yb = sample_batch(*data["train"], {batch_size}, g)
+n = batch_size = Xb.shape[0]
+for p in params.values():
+    p.requires_grad = True
+globals().update(params)
+
+# %% [forward]
+{forward_code}
+
+# Keep every intermediate gradient so each step can be compared with autograd's.
+for name, t in list(globals().items()):
+    if isinstance(t, torch.Tensor) and t.requires_grad and not t.is_leaf:
+        t.retain_grad()
+{loss}.backward()
+{forward_extra}
+
+def cmp(label, dt, t):
+    """Compare a hand-written gradient with autograd's, as the lecture's notebook does."""
+    if not isinstance(dt, torch.Tensor):
+        print(f"{{label:15s}} | not done yet")
+        return
+    if dt.shape != t.grad.shape:
+        print(f"{{label:15s}} | shape {{list(dt.shape)}}, expected {{list(t.grad.shape)}}")
+        return
+    ex = torch.all(dt == t.grad).item()
+    app = torch.allclose(dt, t.grad)
+    maxdiff = (dt - t.grad).abs().max().item()
+    print(f"{{label:15s}} | exact: {{str(ex):5s}} | approximate: {{str(app):5s}} | "
+          f"maxdiff: {{maxdiff}}")
+
+
+# From here on gradients are computed by hand: autograd is not needed.
+torch.set_grad_enabled(False)
+'''
+
+
+def export_script(pack: Pack, settings: Settings, accepted: dict[str, str],
+                  filename: str = "backward.py",
+                  statuses: Mapping[str, str] | None = None) -> str:
+    """The script; `statuses` (the store's, by step id) label each cell with how it was done."""
+    statuses = statuses or {}
+    lesson = pack.lesson
+    extra = "\n".join(ex.forward.strip() for ex in pack.exercises if ex.forward.strip())
+    parts = [
+        _PRELUDE.format(
+            pack_title=pack.title,
+            filename=filename,
+            data_file=str(pack.data_file or ""),
+            seed=settings.seed,
+            setup_code=pack.setup_code.strip(),
+            sizes=pack.sizes,
+            batch_size=lesson.get("batch_size", 32),
+            forward_code=pack.forward_code.strip(),
+            loss=pack.loss,
+            forward_extra="# Extra forward lines of the one-expression exercises.\n" + extra
+            if extra else "",
+        )
+    ]
+    for step in pack.gradient_steps:
+        code = accepted.get(step.id, step.template).strip("\n")
+        state = _STATE.get(statuses.get(step.id, ""), "done") if step.id in accepted \
+            else "not done yet: the template"
+        given = "".join(
+            f"d{name} = {name}.grad.clone()  # given\n" for name in step.given
+        )
+        checks = "\n".join(f"cmp({t!r}, d{t}, {t})" for t in step.checks)
+        if step.function:
+            checks = (f"# The tutor calls it as `{step.function.call}`, on the lesson's "
+                      "tensors and at fresh sizes.")
+        parts.append(
+            (f"\n# %% [given] {step.id}\n{given}" if given else "")
+            + f"\n# %% {step.id}\n# {step.title} ({state})\n{code}\n"
+            + f"\n# %% [check] {step.id}\n{checks}\n"
+        )
+    return "".join(parts)

@@ -46,6 +46,7 @@ class Run:
 
     namespace: dict
     before: dict
+    code: str = ""  # the learner's code, for the search for its smallest wrong change
 
 
 class LineCheck(StepCheck):
@@ -142,7 +143,7 @@ class LineCheck(StepCheck):
         batch = self.lesson.main
         try:
             before = self._remember(main, step, batch, prior)
-            run = Run(decode_namespace(main.get("after")), before)
+            run = Run(decode_namespace(main.get("after")), before, code)
             heldout = records.get("heldout")
             if heldout and not heldout.get("error"):
                 self._remember(heldout, step, self.lesson.heldout, prior)
@@ -231,7 +232,7 @@ class LineCheck(StepCheck):
         if g.diagnosis is None and torch.isfinite(value).all():
             # Nobody catalogued this one: compare with wrong answers derived from the step.
             g.diagnosis = derived.explain(
-                self.pack, step, g.tensor, value, ref, run.before, batch.n
+                self.pack, step, g.tensor, value, ref, run.before, batch.n, run.code
             )
         pattern = dx.where_wrong(value, ref) if torch.isfinite(value).all() else ""
         g.message = (g.diagnosis.message if g.diagnosis else f"d{g.tensor} is wrong{role}") + (

@@ -571,8 +571,8 @@ class Search:
             return t - self.start.detach().to("cpu", torch.float64)
         return t
 
-    def produce(self, source: str) -> Tensor | None:
-        if self.runs >= MAX_EDITS or time.monotonic() > self.deadline:
+    def produce(self, source: str, forced: bool = False) -> Tensor | None:
+        if not forced and (self.runs >= MAX_EDITS or time.monotonic() > self.deadline):
             raise TimeoutError
         self.runs += 1
         out = self.run(source)
@@ -586,7 +586,17 @@ class Search:
 
 def search(code: str, run: Callable[[str], Tensor | None], value: Tensor, ref: Tensor,
            sizes: dict[str, int], shapes: dict[str, tuple], function: str | None = None,
-           start: Tensor | None = None, budget: float = BUDGET) -> Diagnosis | None:
+           start: Tensor | None = None, budget: float = BUDGET,
+           first: tuple[Edit, ...] = ()) -> Diagnosis | None:
+    """`search_edit`, said as a diagnosis."""
+    edit = search_edit(code, run, value, ref, sizes, shapes, function, start, budget, first)
+    return diagnosis("derived", edit.message) if edit else None
+
+
+def search_edit(code: str, run: Callable[[str], Tensor | None], value: Tensor, ref: Tensor,
+                sizes: dict[str, int], shapes: dict[str, tuple], function: str | None = None,
+                start: Tensor | None = None, budget: float = BUDGET,
+                first: tuple[Edit, ...] = ()) -> Edit | None:
     """The one change to `code` that makes its value right, said without the changed code.
 
     `run(source)` runs a changed program on the inputs the learner's code saw and returns its
@@ -604,17 +614,27 @@ def search(code: str, run: Callable[[str], Tensor | None], value: Tensor, ref: T
     try:
         # The families in the order of how few programs each takes: a function or an axis has
         # a handful of alternatives, a term two runs, an operand one per same-shaped tensor.
+        for edit in first:  # what explained another output of the same code
+            if s.right(s.produce(edit.source, forced=True)):
+                return edit
+        if value.shape != ref.shape:
+            # A wrong shape: only an axis, a function or an operand can change it.
+            for family in (axis_edits(tree, code), function_edits(tree, code)):
+                for edit in family:
+                    if s.right(s.produce(edit.source)):
+                        return edit
+            return None
         for family in (function_edits(tree, code), axis_edits(tree, code),
                        constant_edits(tree, code, sizes)):
             for edit in family:
                 if s.right(s.produce(edit.source)):
-                    return diagnosis("derived", edit.message)
-        found = _scaled_term(s, tree, sizes)
-        if found:
-            return found
+                    return edit
+        term = _scaled_term(s, tree, sizes)
+        if term:
+            return term
         for edit in operand_edits(tree, code, shapes):
             if s.right(s.produce(edit.source)):
-                return diagnosis("derived", edit.message)
+                return edit
     except TimeoutError:
         return None
     finally:
@@ -622,7 +642,7 @@ def search(code: str, run: Callable[[str], Tensor | None], value: Tensor, ref: T
     return None
 
 
-def _scaled_term(s: Search, tree: ast.Module, sizes: dict[str, int]) -> Diagnosis | None:
+def _scaled_term(s: Search, tree: ast.Module, sizes: dict[str, int]) -> Edit | None:
     """A term off by a constant factor: fitted, then confirmed by running it scaled."""
     value, ref = s.moved(s.value), s.moved(s.ref)
     for i, node in terms(tree):
@@ -637,9 +657,10 @@ def _scaled_term(s: Search, tree: ast.Module, sizes: dict[str, int]) -> Diagnosi
         c = float((ref - base).flatten() @ share) / denom
         if not torch.isfinite(torch.tensor(c)) or abs(c - 1) < 1e-3 or abs(c) < 1e-6:
             continue  # right as it is, or a term to drop: other diagnoses say that
-        if not s.right(s.produce(_edited(tree, i, lambda n, c=c: _scaled(n, c)))):
+        fixed = _edited(tree, i, lambda n, c=c: _scaled(n, c))
+        if not s.right(s.produce(fixed)):
             continue
-        return diagnosis("derived", _term_message(s.code, node, c, sizes))
+        return Edit("term", fixed, _term_message(s.code, node, c, sizes))
     return None
 
 
@@ -719,3 +740,22 @@ def _names(code: str) -> list[str]:
                                   if isinstance(n, ast.Name)))
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return []
+
+
+def function_search(code: str, name: str, value: Tensor, ref: Tensor, inputs: dict,
+                    sizes: dict[str, int], call: Callable[[str], dict | None],
+                    function: str, start: Tensor | None = None,
+                    first: tuple[Edit, ...] = (), budget: float = BUDGET) -> Edit | None:
+    """The search for a function step: `call(source)` defines the changed function and calls it
+    on copies of the case's inputs (the engine's way, behind the guard), giving its outputs by
+    name; a changed read may name any argument of the same shape. An output updated in place
+    (`start` given) is compared by how it moved."""
+    shapes = {k: tuple(v.shape) for k, v in inputs.items()
+              if isinstance(v, Tensor) and v.is_floating_point() and v.dim() > 0}
+
+    def run(source: str) -> Tensor | None:
+        out = (call(source) or {}).get(name)
+        return out if isinstance(out, Tensor) else None
+
+    return search_edit(code, run, value, ref, sizes, shapes, function=function, start=start,
+                       first=first, budget=budget)

@@ -42,6 +42,10 @@ class FunctionCheck(StepCheck):
         super().__init__(lesson, settings)
         self._cases: dict[str, list[Case]] = {}  # function step -> its cases, lesson's first
         self._mistake_values: dict[tuple, Tensor | None] = {}
+        # The learner's changed functions' outputs, and the changes that explained an output:
+        # another output of the same code tries those first (tutor/smallest.py).
+        self._theirs: dict[tuple, dict | None] = {}
+        self._edits: dict[tuple, list] = {}
 
     # -- the cases and the plan ----------------------------------------------------------------
     def cases(self, step: Step) -> list[Case]:
@@ -86,6 +90,8 @@ class FunctionCheck(StepCheck):
     def forget(self) -> None:
         self._cases.clear()
         self._mistake_values.clear()
+        self._theirs.clear()
+        self._edits.clear()
 
     # -- the rows ------------------------------------------------------------------------------
     def grade(self, step: Step, code: str, prior: dict[str, str], outcome: dict,
@@ -97,8 +103,9 @@ class FunctionCheck(StepCheck):
             values = decode_namespace(record.get("after"))
         except Exception as exc:  # noqa: BLE001 - the child's data did not decode: never trust it
             raise Unreadable() from exc
-        grades = [self._grade_output(step, name, values.get(name), lesson)
+        grades = [self._grade_output(step, name, values.get(name), lesson, code)
                   for name in step.checks]
+        self._explain_by_change(step, grades, values, lesson, code)
         for name in record.get("changed") or []:
             if isinstance(name, str):
                 result.notes.append(
@@ -107,12 +114,14 @@ class FunctionCheck(StepCheck):
                     "into new tensors instead.")
         return Graded(grades)
 
-    def _grade_output(self, step: Step, name: str, value: Any, case: Case) -> TensorCheck:
-        g = self._measure_output(step, name, value, case)
+    def _grade_output(self, step: Step, name: str, value: Any, case: Case, code: str = ""
+                      ) -> TensorCheck:
+        g = self._measure_output(step, name, value, case, code)
         g.tensor = name  # the row is the output, by the name the call gives it
         return g
 
-    def _measure_output(self, step: Step, name: str, value: Any, case: Case) -> TensorCheck:
+    def _measure_output(self, step: Step, name: str, value: Any, case: Case, code: str = ""
+                        ) -> TensorCheck:
         tensor = output_label(name)
         ref32, ref64 = case.reference[name], case.reference64[name]
         if isinstance(value, (OddTensor, Foreign)):
@@ -149,7 +158,8 @@ class FunctionCheck(StepCheck):
         if g.verdict is not Verdict.SHAPE and (g.diagnosis is None or (
                 g.diagnosis.kind == "scale" and "constant factors" in g.diagnosis.message)):
             # A factor no count explains may still be a rewrite (a size for another).
-            g.diagnosis = self._derived_output(step, name, value, ref32, case) or g.diagnosis
+            g.diagnosis = (self._derived_output(step, name, value, ref32, case, code)
+                           or g.diagnosis)
         pattern = dx.where_wrong(value, ref32) if (
             g.verdict is not Verdict.SHAPE and torch.isfinite(value).all()
             and (g.diagnosis is None or g.diagnosis.kind != "unchanged")) else ""
@@ -159,19 +169,74 @@ class FunctionCheck(StepCheck):
             g.heatmap = heatmap(value.to(ref32.dtype) - ref32)
         return g
 
-    def _derived_output(self, step: Step, name: str, value: Tensor, ref: Tensor, case: Case
-                        ) -> Diagnosis | None:
-        """Nobody catalogued this one: rewrites of the reference function, then the state's
-        own patterns (tutor/derived.py, tutor/rewrites.py)."""
-        from tutor import derived
+    def _explain_by_change(self, step: Step, grades: list[TensorCheck], values: dict,
+                           case: Case, code: str) -> None:
+        """An output left unexplained that the change found for another output of the same
+        code makes right too (a `v` updated from the wrong tensor also moves `param` wrong):
+        it gets that change's message."""
+        from tutor import smallest
+
+        edits = self._edits.get((step.id, case.name, code))
+        if not edits or step.function is None:
+            return
+        for g in grades:
+            value = values.get(g.tensor)
+            if g.accepted or g.diagnosis is not None or not isinstance(value, Tensor) \
+                    or g.verdict is Verdict.SHAPE:
+                continue
+            start = case.inputs.get(g.tensor)
+            start = start if isinstance(start, Tensor) and not is_gradient(g.tensor) else None
+            sizes = {**self.lesson.sizes, **{k: v for k, v in case.inputs.items()
+                                             if type(v) is int}}
+            found = smallest.function_search(
+                code, g.tensor, value, case.reference[g.tensor], case.inputs, sizes,
+                lambda source: self._theirs.get((step.id, case.name, source)),
+                step.function.name, start, tuple(edits), budget=0.0)
+            if found is not None:
+                g.diagnosis = dx.diagnosis("derived", found.message)
+                g.message = found.message + g.message[len(f"{g.tensor} is wrong"):]
+
+    def _derived_output(self, step: Step, name: str, value: Tensor, ref: Tensor, case: Case,
+                        code: str = "") -> Diagnosis | None:
+        """Nobody catalogued this one: rewrites of the reference function, the smallest change
+        to the learner's own function, then the state's own patterns (tutor/derived.py,
+        tutor/smallest.py, tutor/rewrites.py)."""
+        from tutor import derived, smallest
         from tutor.rewrites import state_patterns
 
         def call(source: str) -> dict | None:
             return derived.call_function(step, source, case.inputs, self.lesson.sizes)
 
+        def call_theirs(source: str) -> dict | None:
+            # The learner's function changed: run behind the guard, as a catalogued mistake;
+            # its outputs are kept for the other outputs of the same check.
+            key = (step.id, case.name, source)
+            if key not in self._theirs:
+                if len(self._theirs) > 256:
+                    self._theirs.clear()
+                try:
+                    values, _ = call_function(self.plan(step, source, {}), source,
+                                              case.inputs, Output(), None)
+                except Exception:  # noqa: BLE001 - a change that cannot run matches nothing
+                    values = None
+                self._theirs[key] = values
+            return self._theirs[key]
+
         start = case.inputs.get(name)
         start = start if isinstance(start, Tensor) and not is_gradient(name) else None
         found = derived.explain_function(step, name, value, ref, case.inputs, call, start)
+        if found is None and code and step.function is not None:
+            sizes = {**self.lesson.sizes, **{k: v for k, v in case.inputs.items()
+                                             if type(v) is int}}
+            key = (step.id, case.name, code)
+            edit = smallest.function_search(code, name, value, ref, case.inputs, sizes,
+                                            call_theirs, step.function.name, start,
+                                            tuple(self._edits.get(key, ())))
+            if edit is not None:
+                self._edits.setdefault(key, []).append(edit)
+                if len(self._edits) > 64:
+                    self._edits.clear()
+                found = dx.diagnosis("derived", edit.message)
         if found is None and not is_gradient(name):
             why = state_patterns(name, value, ref, start)
             found = dx.diagnosis("derived", why) if why else None

@@ -209,7 +209,13 @@ class LineCheck(StepCheck):
         mistakes = self._mistakes_for(g.tensor, step, batch, prior)
         if g.verdict is Verdict.SHAPE:
             known = dx.matching_mistake(value, mistakes)
-            g.diagnosis = known or dx.shape_diagnosis(g.tensor, value, ref)
+            if known is None and run.code:
+                from tutor import smallest  # an axis or a keepdim of the learner's own code
+
+                known = smallest.line_search(run.code, run.before, g.tensor, value, ref, [])
+            sources = [tuple(v.shape) for k, v in run.before.items()
+                       if k.startswith("d") and isinstance(v, Tensor)]
+            g.diagnosis = known or dx.shape_diagnosis(g.tensor, value, ref, sources)
             g.message = g.diagnosis.message
             return
         if g.accepted:
@@ -228,6 +234,7 @@ class LineCheck(StepCheck):
             earlier if isinstance(earlier, Tensor) else None,
             mistakes,
             "\n".join(self.pack.line_for(t).source for t in step.lines),
+            run.code,
         )
         if g.diagnosis is None and torch.isfinite(value).all():
             # Nobody catalogued this one: compare with wrong answers derived from the step.

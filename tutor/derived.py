@@ -122,7 +122,7 @@ def _explain(
     off = _distance(value, ref)
     best: tuple[float, Candidate] | None = None
     scaled: list[tuple[float, Candidate]] = []
-    reads = code_facts.of(code).read if code else frozenset()
+    reads = reads_into(code, grad) if code else frozenset()
     for i, candidate in enumerate(found.candidates):
         if reads & set(candidate.absent):
             continue  # it would say the code leaves out what the code reads
@@ -779,6 +779,23 @@ def _tensor_names(node: ast.AST, ctx: _Context) -> list[str]:
         elif s.id in ctx.local:
             names += [t for t in ctx.local[s.id] if t != ctx.grad]
     return list(dict.fromkeys(names))
+
+
+def reads_into(code: str, grad: str) -> frozenset[str]:
+    """The names the code reads to make `grad`: what the statements writing it read, and what
+    the locals among those were made from (the code's reads for other gradients left out)."""
+    tree = code_facts.of(code).tree
+    if tree is None:
+        return code_facts.of(code).read
+    wanted, reads = {grad}, set()
+    for stmt in reversed([s for s in ast.walk(tree) if isinstance(s, ast.stmt)
+                          and not isinstance(s, (ast.Module, ast.FunctionDef, ast.For,
+                                                 ast.While, ast.If, ast.With))]):
+        if code_facts.written(stmt) & wanted or code_facts.bound(stmt) & wanted:
+            got = code_facts.read(stmt)
+            reads |= got
+            wanted |= got
+    return frozenset(reads)
 
 
 def locals_read(tree: ast.Module, scope: dict) -> dict[str, list[str]]:

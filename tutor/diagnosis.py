@@ -33,6 +33,9 @@ def _shape(t) -> str:
     return "[" + ", ".join(str(d) for d in t) + "]"
 
 
+GENERIC_SHAPE = "A gradient always has the shape of the tensor it belongs to."
+
+
 def _reduced(shape: tuple, dims: tuple[int, ...], keep: bool) -> tuple:
     return tuple(1 if d in dims else s for d, s in enumerate(shape)) if keep else \
         tuple(s for d, s in enumerate(shape) if d not in dims)
@@ -112,7 +115,7 @@ def explain_shape(name: str, got: list[int], want: list[int], sources: list[tupl
     axis = wrong_axis(name, got, want, list(sources))
     if axis:
         return axis
-    return f"{head}. A gradient always has the shape of the tensor it belongs to."
+    return f"{head}. {GENERIC_SHAPE}"
 
 
 def shape_diagnosis(name: str, value: Tensor, ref: Tensor, sources: list[tuple] = ()
@@ -255,13 +258,12 @@ def _zero_message(name: str, source: str, code: str | None) -> str:
             f = node.value.func if isinstance(node.value, ast.Call) else None
             buffer = buffer or (isinstance(f, (ast.Attribute, ast.Name)) and getattr(
                 f, "attr", getattr(f, "id", "")) in _ZEROS)
-        elif isinstance(node, (ast.AugAssign, ast.Assign)) and any(
+        elif (isinstance(node, (ast.AugAssign, ast.Assign)) and any(
                 isinstance(t, ast.Subscript) or (isinstance(t, ast.Name) and t.id == grad
                                                  and isinstance(node, ast.AugAssign))
-                for t in (node.targets if isinstance(node, ast.Assign) else [node.target])):
-            writes = True
-        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-              and isinstance(node.func.value, ast.Name) and node.func.value.id == grad):
+                for t in (node.targets if isinstance(node, ast.Assign) else [node.target]))) or (
+                isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and isinstance(node.func.value, ast.Name) and node.func.value.id == grad):
             writes = True
     if code is None or (buffer and writes):
         return (f"{grad} is zero everywhere. A buffer made with zeros_like (or zeros) still "

@@ -586,7 +586,7 @@ class Search:
 
 def search(code: str, run: Callable[[str], Tensor | None], value: Tensor, ref: Tensor,
            sizes: dict[str, int], shapes: dict[str, tuple], function: str | None = None,
-           start: Tensor | None = None, budget: float = BUDGET,
+           start: Tensor | None = None, budget: float | None = None,
            first: tuple[Edit, ...] = ()) -> Diagnosis | None:
     """`search_edit`, said as a diagnosis."""
     edit = search_edit(code, run, value, ref, sizes, shapes, function, start, budget, first)
@@ -595,7 +595,7 @@ def search(code: str, run: Callable[[str], Tensor | None], value: Tensor, ref: T
 
 def search_edit(code: str, run: Callable[[str], Tensor | None], value: Tensor, ref: Tensor,
                 sizes: dict[str, int], shapes: dict[str, tuple], function: str | None = None,
-                start: Tensor | None = None, budget: float = BUDGET,
+                start: Tensor | None = None, budget: float | None = None,
                 first: tuple[Edit, ...] = ()) -> Edit | None:
     """The one change to `code` that makes its value right, said without the changed code.
 
@@ -608,7 +608,8 @@ def search_edit(code: str, run: Callable[[str], Tensor | None], value: Tensor, r
         return None
     if not searchable(tree, function):
         return None
-    s = Search(code, run, value, ref, start, time.monotonic() + budget)
+    s = Search(code, run, value, ref, start,
+               time.monotonic() + (BUDGET if budget is None else budget))
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny tensors: a second thread only waits for a core
     try:
@@ -624,6 +625,12 @@ def search_edit(code: str, run: Callable[[str], Tensor | None], value: Tensor, r
                     if s.right(s.produce(edit.source)):
                         return edit
             return None
+        # In a function's run of in-place updates an operand read too early or too late is the
+        # likeliest slip: tried first there.
+        if function is not None:
+            for edit in operand_edits(tree, code, shapes):
+                if s.right(s.produce(edit.source)):
+                    return edit
         for family in (function_edits(tree, code), axis_edits(tree, code),
                        constant_edits(tree, code, sizes)):
             for edit in family:
@@ -667,6 +674,9 @@ def _scaled_term(s: Search, tree: ast.Module, sizes: dict[str, int]) -> Edit | N
 def _term_message(code: str, node: ast.AST, c: float, sizes: dict[str, int]) -> str:
     where = _where(node, code)
     head = f"{where} of your code: the term `{_text(node, code)}` is off by a constant factor"
+    if isinstance(node, ast.Constant):  # a lone number: the statement says where it is
+        head = (f"{where} of your code, `{_statement_text(ast.parse(code), node, code)}`: the "
+                "constant it adds or takes away is off by a constant factor")
     # Where the term holds one constant, say what it is and what it needs to be.
     consts = [(k, n) for k, n in _constants(ast.Module([ast.Expr(node)], []), set(sizes))
               if not (isinstance(n, ast.Constant) and n.value in (0,))]
@@ -745,7 +755,7 @@ def _names(code: str) -> list[str]:
 def function_search(code: str, name: str, value: Tensor, ref: Tensor, inputs: dict,
                     sizes: dict[str, int], call: Callable[[str], dict | None],
                     function: str, start: Tensor | None = None,
-                    first: tuple[Edit, ...] = (), budget: float = BUDGET) -> Edit | None:
+                    first: tuple[Edit, ...] = (), budget: float | None = None) -> Edit | None:
     """The search for a function step: `call(source)` defines the changed function and calls it
     on copies of the case's inputs (the engine's way, behind the guard), giving its outputs by
     name; a changed read may name any argument of the same shape. An output updated in place

@@ -208,14 +208,19 @@ class LineCheck(StepCheck):
         role = " (its first branch, completed in a later step)" if g.partial else ""
         mistakes = self._mistakes_for(g.tensor, step, batch, prior)
         if g.verdict is Verdict.SHAPE:
-            known = dx.matching_mistake(value, mistakes)
-            if known is None and run.code:
-                from tutor import smallest  # an axis or a keepdim of the learner's own code
+            known = dx.matching_mistake(value, mistakes) or dx.shape_diagnosis(
+                g.tensor, value, ref)
+            if known.message.endswith(dx.GENERIC_SHAPE):
+                # Nothing in the shapes alone says how: an axis or a keepdim of the learner's
+                # own code, else a sum over the wrong dims of a gradient in reach.
+                from tutor import smallest
 
-                known = smallest.line_search(run.code, run.before, g.tensor, value, ref, [])
-            sources = [tuple(v.shape) for k, v in run.before.items()
-                       if k.startswith("d") and isinstance(v, Tensor)]
-            g.diagnosis = known or dx.shape_diagnosis(g.tensor, value, ref, sources)
+                found = smallest.line_search(run.code, run.before, g.tensor, value, ref, [])
+                sources = [tuple(v.shape) for k, v in run.before.items()
+                           if k.startswith("d") and isinstance(v, Tensor)]
+                known = (dx.diagnosis("shape", found.message) if found else
+                         dx.shape_diagnosis(g.tensor, value, ref, sources))
+            g.diagnosis = known
             g.message = g.diagnosis.message
             return
         if g.accepted:

@@ -244,14 +244,39 @@ def test_plain_tensor_code_is_searched(code):
     assert smallest.searchable(ast.parse(code))
 
 
-def test_a_search_runs_nothing_past_its_budget():
-    calls = []
+def test_a_search_only_asks_for_changed_programs_to_be_run():
+    # The search makes sources and compares values; every run is the runner's (a confined
+    # child in the engine): all changes in one call, then the scaled terms in a second at most.
+    calls: list[list[str]] = []
 
-    def run(source: str):
-        calls.append(source)
-        return None
+    def run(sources: list[str]):
+        calls.append(list(sources))
+        return [[] for _ in sources]
 
     ref = torch.ones(3)
-    found = smallest.search("dx = x.sum(0) + 2 * y", run, torch.zeros(3), ref, {}, {"x": (3,)},
-                            budget=0.0)
-    assert found is None and calls == []
+    found = smallest.search("dx = x.sum(0) + 2 * y", run, torch.zeros(3), [ref], {},
+                            {"x": (3,)})
+    assert found is None
+    assert 1 <= len(calls) <= 2
+    assert sum(map(len, calls)) <= smallest.MAX_EDITS
+    assert all(isinstance(s, str) and ast.parse(s) for c in calls for s in c)
+
+
+def test_a_change_right_on_the_main_batch_only_is_not_named():
+    # The fresh batch confirms a change: one that fits only the main batch's numbers is no
+    # answer, and the message says nothing of it.
+    ref, fresh = torch.ones(3), torch.full((3,), 2.0)
+
+    def run(sources: list[str]):
+        return [[ref.clone(), ref.clone()] for _ in sources]  # right on main, wrong on fresh
+
+    code = "dx = x.mean(0)"
+    assert smallest.search(code, run, torch.zeros(3), [ref, fresh], {}, {}) is None
+    assert smallest.search(code, run, torch.zeros(3), [ref], {}, {}) is not None
+
+
+def test_a_constant_is_read_off_its_syntax_never_run():
+    code = "dx = x * (9 ** 9 ** 9 ** 9) + y * math.sqrt(2 * math.pi) / n"
+    # The tower overflows as a float at once instead of growing as an integer without bound.
+    edits = list(smallest.constant_edits(ast.parse(code), code, {"n": 4}))
+    assert edits and all("9 ** 9" not in e.message for e in edits)

@@ -97,6 +97,7 @@ def explain(
     before: dict,
     n: int,
     code: str = "",
+    own: Callable[[], Diagnosis | None] | None = None,
 ) -> Diagnosis | None:
     """The diagnosis of a wrong same-shape answer that matches a rewrite of the solution, or
     else the smallest change to the learner's own `code` that makes it right
@@ -108,14 +109,14 @@ def explain(
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        return _explain(pack, step, tensor, value, ref, before, n, code)
+        return _explain(pack, step, tensor, value, ref, before, n, code, own)
     finally:
         torch.set_num_threads(threads)
 
 
 def _explain(
     pack: Pack, step: Step, tensor: str, value: Tensor, ref: Tensor, before: dict, n: int,
-    code: str = "",
+    code: str = "", own: Callable[[], Diagnosis | None] | None = None,
 ) -> Diagnosis | None:
     found = _values(pack, step, tensor, before, n)
     grad = f"d{tensor}"
@@ -142,15 +143,12 @@ def _explain(
             scaled.append((c, candidate))
     if best is not None:
         return diagnosis(best[1].kind, best[1].message)
-    if code:
-        from tutor import smallest
-
-        lines = [pack.line_for(t) for t in step.lines]
-        related = [t for line in lines for t in (*line.operands, line.target)]
-        related += [f"d{t}" for t in related]
-        own = smallest.line_search(code, before, tensor, value, ref, related)
-        if own is not None:
-            return own
+    if own is not None:
+        # The smallest change to the learner's own code: searched by the caller, whose child
+        # runs the changed programs (tutor/smallest.py); nothing of the learner's runs here.
+        changed = own()
+        if changed is not None:
+            return changed
     term = _scaled_reference_term(step, tensor, value, ref, found.scope)
     if term is not None:
         return term

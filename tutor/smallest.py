@@ -18,23 +18,27 @@ is, never the corrected code:
 - a reduction, softmax or index over another dimension, or with `keepdim` the other way;
 - one read of a tensor in place of another tensor of the same shape, in one statement.
 
-The learner's code runs here, in the worker, not in the confined child: only code inside a
-small subset is searched (`searchable`): assignments and expressions of tensors, numbers and
-calls of listed torch functions and methods, with no loop, definition other than the step's
-function, comprehension, lambda, import, string or attribute outside the list, no constructor
-given sizes that are not read off a tensor, and no power with an exponent that could grow
-without bound. Such a program runs in a time set by the lesson's tensors, and on top of that
-it is compiled behind the same policy and guard as every run of learner code. Anything outside
-the subset is simply not searched: its wrong answer gets the other diagnoses or none.
+Nothing of the learner's code, original or changed, runs here. This module only makes the
+changed programs (plain work on the syntax tree) and compares what comes back; the caller's
+`run` compiles them as a candidate is compiled (behind the policy and the guard) and has a
+confined child run them on the namespace the learner's code started from, on the main batch and
+on the fresh one (`execution.run_variants`, `Engine.run_variants`), which sends back their
+values, bounded in count, size and time. A constant's value is read off its syntax
+(`_arithmetic`), never evaluated. Only code inside a small subset is searched (`searchable`):
+assignments and expressions of tensors, numbers and calls of listed torch functions and
+methods, with no loop, comprehension, lambda, import or definition other than the step's
+function. That is a cost limit, so that the changes stay few and each runs in a time set by the
+lesson's tensors; the child's confinement is what keeps a changed program from doing harm.
 """
 
 from __future__ import annotations
 
 import ast
 import copy
-import time
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from dataclasses import field as default
 
 import torch
 
@@ -44,7 +48,9 @@ from tutor.results import Diagnosis
 
 Tensor = torch.Tensor
 
-BUDGET = 0.05  # seconds one search may take: a verdict stays well within 100 ms of the check
+# Seconds the child may spend running one search's changed programs: a refused verdict waits
+# for them (the benchmark, benchmarks/diagnoses.py, says how long that is on either path).
+BUDGET = 0.25
 MAX_EDITS = 120  # changed programs run at most per search
 MAX_NODES = 600  # a longer program is not searched: its edits would not fit the budget
 
@@ -474,14 +480,45 @@ def _constant_variants(node: ast.AST) -> Iterator[ast.AST]:
 
 
 def _value(node: ast.AST, sizes: dict[str, int]) -> float | None:
-    import math
-
+    """The number a constant of the learner's code stands for, worked out here from its syntax
+    alone (numbers, the lesson's sizes, `math.pi`, `math.e`, `math.sqrt`, arithmetic in floats,
+    which overflow rather than grow without bound); None for anything else. Nothing of the
+    learner's code is run for it."""
     try:
-        v = eval(compile(ast.Expression(copy.deepcopy(node)), "<constant>", "eval"),  # noqa: S307
-                 {"__builtins__": {}, "math": math}, dict(sizes))
-    except Exception:  # noqa: BLE001 - a constant that cannot be worked out is not named
+        v = _arithmetic(node, sizes)
+    except (ArithmeticError, ValueError, TypeError, RecursionError):
         return None
-    return float(v) if isinstance(v, (int, float)) else None
+    return v if v is not None and math.isfinite(v) else None
+
+
+_BINARY: dict[type, Callable[[float, float], float]] = {
+    ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
+    ast.Div: lambda a, b: a / b, ast.Pow: lambda a, b: math.pow(a, b),
+    ast.FloorDiv: lambda a, b: a // b, ast.Mod: lambda a, b: a % b,
+}
+
+
+def _arithmetic(node: ast.AST, sizes: dict[str, int]) -> float | None:
+    if isinstance(node, ast.Constant):
+        v = node.value
+        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+    if isinstance(node, ast.Name):
+        v = sizes.get(node.id)
+        return float(v) if type(v) is int else None
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
+            and node.value.id == "math" and node.attr in ("pi", "e"):
+        return math.pi if node.attr == "pi" else math.e
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+            and node.func.attr == "sqrt" and len(node.args) == 1 and not node.keywords:
+        x = _arithmetic(node.args[0], sizes)
+        return math.sqrt(x) if x is not None else None
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        x = _arithmetic(node.operand, sizes)
+        return None if x is None else (-x if isinstance(node.op, ast.USub) else x)
+    if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
+        a, b = _arithmetic(node.left, sizes), _arithmetic(node.right, sizes)
+        return None if a is None or b is None else _BINARY[type(node.op)](a, b)
+    return None
 
 
 def _number(x: float) -> str:
@@ -527,6 +564,23 @@ def constant_edits(tree: ast.Module, code: str, sizes: dict[str, int]) -> Iterat
                        f"{_where(node, code)} of your code: the constant `{_text(node, code)}` "
                        f"is {_number(was)} where {_number(now)} is needed; everything else in "
                        "your formula is right.")
+    # A count made of the lesson's sizes where another size belongs (`n * block_size` for the
+    # channels): on a batch of another size it is off by another factor, so only a size of the
+    # lesson, not a fitted number, makes it right on both batches.
+    for i, node in found:
+        if not any(isinstance(s, ast.Name) and s.id in sizes for s in ast.walk(node)):
+            continue
+        was = _value(node, sizes)
+        if was is None:
+            continue
+        for name, now in sizes.items():
+            if now <= 1 or abs(now - was) <= 1e-9 * max(1.0, abs(was)):
+                continue
+            yield Edit("constant", _edited(tree, i, lambda _n, k=name: ast.Name(k, ast.Load())),
+                       f"{_where(node, code)} of your code: the count `{_text(node, code)}` is "
+                       f"{_number(was)} where {_number(now)} is needed here, so the term it is "
+                       "in is off by a constant factor. Check what this part of the formula "
+                       "counts over; everything else in your formula is right.")
 
 
 def terms(tree: ast.Module) -> list[tuple[int, ast.AST]]:
@@ -552,108 +606,124 @@ def _scaled(node: ast.AST, c: float) -> ast.AST:
 
 # --- the search ---------------------------------------------------------------------------------
 
+# What running changed programs gives: for each source asked, its value on each batch (or case)
+# it ran on, the main one first, None where it failed; an empty list where it did not run.
+Runner = Callable[[list[str]], list[list[Tensor | None]]]
+
 
 @dataclass
 class Search:
-    """One learner's program, its wrong value and the right one, and how to run a change."""
+    """One learner's program, its wrong value and the right ones, and the changed programs'
+    values as they come back from the child."""
 
     code: str
-    run: Callable[[str], Tensor | None]
-    value: Tensor
-    ref: Tensor
-    start: Tensor | None = None  # an updated tensor: compared by how it moved
-    deadline: float = 0.0
-    runs: int = 0
+    run: Runner
+    value: Tensor  # the learner's value on the main batch
+    refs: list[Tensor]  # autograd's, per batch: the main one, then the fresh one if any
+    # An updated tensor's value before, per batch: it is compared by how it moved.
+    starts: list[Tensor | None]
+    results: dict[str, list[Tensor | None]] = default(default_factory=dict)
+    asked: int = 0
 
-    def moved(self, t: Tensor) -> Tensor:
+    def moved(self, t: Tensor, k: int = 0) -> Tensor:
         t = t.detach().to("cpu", torch.float64)
-        if self.start is not None and self.start.shape == t.shape:
-            return t - self.start.detach().to("cpu", torch.float64)
+        start = self.starts[k] if k < len(self.starts) else None
+        if start is not None and start.shape == t.shape:
+            return t - start.detach().to("cpu", torch.float64)
         return t
 
-    def produce(self, source: str, forced: bool = False) -> Tensor | None:
-        if not forced and (self.runs >= MAX_EDITS or time.monotonic() > self.deadline):
-            raise TimeoutError
-        self.runs += 1
-        out = self.run(source)
-        if not isinstance(out, Tensor) or out.shape != self.ref.shape:
+    def ask(self, sources: list[str]) -> None:
+        """Run the sources not run yet, in one child, within MAX_EDITS for the search."""
+        new = [x for x in dict.fromkeys(sources) if x not in self.results]
+        new = new[: max(0, MAX_EDITS - self.asked)]
+        if not new:
+            return
+        self.asked += len(new)
+        got = self.run(new)
+        for source, values in zip(new, got, strict=False):
+            self.results[source] = list(values)
+
+    def produced(self, source: str, k: int = 0) -> Tensor | None:
+        values = self.results.get(source) or []
+        out = values[k] if k < len(values) else None
+        if not isinstance(out, Tensor) or out.shape != self.refs[k].shape:
             return None
         return out if bool(torch.isfinite(out).all()) else None
 
-    def right(self, produced: Tensor | None) -> bool:
-        return produced is not None and close(self.moved(produced), self.moved(self.ref))
+    def right(self, source: str) -> bool:
+        """Right on every batch: a change that fits the main batch only is no answer."""
+        for k, ref in enumerate(self.refs):
+            out = self.produced(source, k)
+            if out is None or not close(self.moved(out, k), self.moved(ref, k)):
+                return False
+        return True
 
 
-def search(code: str, run: Callable[[str], Tensor | None], value: Tensor, ref: Tensor,
-           sizes: dict[str, int], shapes: dict[str, tuple], function: str | None = None,
-           start: Tensor | None = None, budget: float | None = None,
+def search(code: str, run: Runner, value: Tensor, refs: list[Tensor], sizes: dict[str, int],
+           shapes: dict[str, tuple], function: str | None = None,
+           starts: list[Tensor | None] | None = None,
            first: tuple[Edit, ...] = ()) -> Diagnosis | None:
     """`search_edit`, said as a diagnosis."""
-    edit = search_edit(code, run, value, ref, sizes, shapes, function, start, budget, first)
+    edit = search_edit(code, run, value, refs, sizes, shapes, function, starts, first)
     return diagnosis("derived", edit.message) if edit else None
 
 
-def search_edit(code: str, run: Callable[[str], Tensor | None], value: Tensor, ref: Tensor,
+def search_edit(code: str, run: Runner, value: Tensor, refs: list[Tensor],
                 sizes: dict[str, int], shapes: dict[str, tuple], function: str | None = None,
-                start: Tensor | None = None, budget: float | None = None,
+                starts: list[Tensor | None] | None = None,
                 first: tuple[Edit, ...] = ()) -> Edit | None:
     """The one change to `code` that makes its value right, said without the changed code.
 
-    `run(source)` runs a changed program on the inputs the learner's code saw and returns its
-    value for this gradient (None when it fails); `sizes` are the lesson's sizes by name,
-    `shapes` the tensors a changed read may name instead (name -> shape)."""
+    Only the changed sources are made here (plain work on the syntax tree); `run` runs them
+    where learner code runs, in a confined child, on the inputs the learner's code saw, and
+    gives back their values per batch: the main batch, and the fresh one that confirms the change
+    is no fit to the main batch's numbers. `sizes` are the lesson's sizes by name, `shapes` the
+    tensors a changed read may name instead (name -> shape). Two runs at most: every change at
+    once, then, for a term off by a factor, the term scaled by the fitted factor."""
     try:
         tree = ast.parse(code)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
     if not searchable(tree, function):
-        return None
-    s = Search(code, run, value, ref, start,
-               time.monotonic() + (BUDGET if budget is None else budget))
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny tensors: a second thread only waits for a core
-    try:
-        # The families in the order of how few programs each takes: a function or an axis has
-        # a handful of alternatives, a term two runs, an operand one per same-shaped tensor.
-        for edit in first:  # what explained another output of the same code
-            if s.right(s.produce(edit.source, forced=True)):
-                return edit
-        if value.shape != ref.shape:
-            # A wrong shape: only an axis, a function or an operand can change it.
-            for family in (axis_edits(tree, code), function_edits(tree, code)):
-                for edit in family:
-                    if s.right(s.produce(edit.source)):
-                        return edit
-            return None
-        # In a function's run of in-place updates an operand read too early or too late is the
-        # likeliest slip: tried first there.
+        return None  # a cost limit: such code would take too many changes to search
+    s = Search(code, run, value, refs, list(starts or [None] * len(refs)))
+    # The families in the order of how likely each slip is: a function or an axis has a
+    # handful of alternatives, a constant a few, a term two runs, an operand one per tensor of
+    # the same shape. In a function's run of in-place updates an operand read too early or too
+    # late is the likeliest: tried first there.
+    before: list[Edit] = list(first)
+    after: list[Edit] = []
+    zeroed: list[tuple[int, ast.AST, str]] = []
+    if value.shape != refs[0].shape:
+        # A wrong shape: only an axis, a function or an operand can change it.
+        before += [*axis_edits(tree, code), *function_edits(tree, code)]
+    else:
         if function is not None:
-            for edit in operand_edits(tree, code, shapes):
-                if s.right(s.produce(edit.source)):
-                    return edit
-        for family in (function_edits(tree, code), axis_edits(tree, code),
-                       constant_edits(tree, code, sizes)):
-            for edit in family:
-                if s.right(s.produce(edit.source)):
-                    return edit
-        term = _scaled_term(s, tree, sizes)
-        if term:
-            return term
-        for edit in operand_edits(tree, code, shapes):
-            if s.right(s.produce(edit.source)):
-                return edit
-    except TimeoutError:
-        return None
-    finally:
-        torch.set_num_threads(threads)
-    return None
+            before += operand_edits(tree, code, shapes)
+        before += [*function_edits(tree, code), *axis_edits(tree, code),
+                   *constant_edits(tree, code, sizes)]
+        zeroed = [(i, node, _edited(tree, i, lambda n: _scaled(n, 0.0)))
+                  for i, node in terms(tree)]
+        if function is None:
+            after += operand_edits(tree, code, shapes)
+    s.ask([e.source for e in before] + [z for _, _, z in zeroed] + [e.source for e in after])
+    for edit in before:
+        if s.right(edit.source):
+            return edit
+    term = _scaled_term(s, tree, sizes, zeroed)
+    if term:
+        return term
+    return next((edit for edit in after if s.right(edit.source)), None)
 
 
-def _scaled_term(s: Search, tree: ast.Module, sizes: dict[str, int]) -> Edit | None:
-    """A term off by a constant factor: fitted, then confirmed by running it scaled."""
-    value, ref = s.moved(s.value), s.moved(s.ref)
-    for i, node in terms(tree):
-        without = s.produce(_edited(tree, i, lambda n: _scaled(n, 0.0)))
+def _scaled_term(s: Search, tree: ast.Module, sizes: dict[str, int],
+                 zeroed: list[tuple[int, ast.AST, str]]) -> Edit | None:
+    """A term off by a constant factor: its factor fitted on the main batch from the program
+    without it, then confirmed by running the program with the term scaled by it."""
+    value, ref = s.moved(s.value), s.moved(s.refs[0])
+    fitted: list[tuple[ast.AST, float, str]] = []
+    for i, node, source in zeroed:
+        without = s.produced(source)
         if without is None:
             continue
         base = s.moved(without)
@@ -662,12 +732,15 @@ def _scaled_term(s: Search, tree: ast.Module, sizes: dict[str, int]) -> Edit | N
         if denom <= 1e-12 * max(float(ref.flatten() @ ref.flatten()), 1e-30):
             continue  # this term adds nothing here
         c = float((ref - base).flatten() @ share) / denom
-        if not torch.isfinite(torch.tensor(c)) or abs(c - 1) < 1e-3 or abs(c) < 1e-6:
+        if not math.isfinite(c) or abs(c - 1) < 1e-3 or abs(c) < 1e-6:
             continue  # right as it is, or a term to drop: other diagnoses say that
-        fixed = _edited(tree, i, lambda n, c=c: _scaled(n, c))
-        if not s.right(s.produce(fixed)):
-            continue
-        return Edit("term", fixed, _term_message(s.code, node, c, sizes))
+        if not close(base + c * (value - base), ref):
+            continue  # no factor of this term alone makes it right
+        fitted.append((node, c, _edited(tree, i, lambda n, c=c: _scaled(n, c))))
+    s.ask([source for _, _, source in fitted])
+    for node, c, source in fitted:
+        if s.right(source):
+            return Edit("term", source, _term_message(s.code, node, c, sizes))
     return None
 
 
@@ -709,39 +782,20 @@ def _divides(term: ast.AST, const: ast.AST) -> bool:
     return False
 
 
-# --- running a change ---------------------------------------------------------------------------
+# --- what a change may read instead ---------------------------------------------------------
 
 
-def line_runner(before: dict, grad: str) -> Callable[[str], Tensor | None]:
-    """Run a changed program of a gradient step on the namespace the learner's code started
-    from: behind the policy and the guard, on fresh copies of every tensor it names (their
-    aliasing kept), so nothing it does reaches the namespace later checks start from."""
-    from tutor.candidate import Output, compile_candidate, copy_namespace, execute
-
-    def run(source: str) -> Tensor | None:
-        try:
-            named = {n.id for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Name)}
-            ns = dict(before)
-            ns.update(copy_namespace({k: v for k, v in before.items() if k in named}))
-            execute(compile_candidate(source), ns, Output())
-        except Exception:  # noqa: BLE001 - a change that cannot run matches nothing
-            return None
-        out = ns.get(grad)
-        return out if isinstance(out, Tensor) and out.is_floating_point() else None
-
-    return run
-
-
-def line_search(code: str, before: dict, tensor: str, value: Tensor, ref: Tensor,
-                related: list[str]) -> Diagnosis | None:
-    """The search for a gradient step: sizes are the namespace's integers, and a changed read
-    may name any tensor the code or the step's lines name."""
+def line_shapes(code: str, before: dict, related: list[str]) -> dict[str, tuple]:
+    """For a gradient step: the tensors a changed read may name, those the code or the step's
+    lines name (name -> shape)."""
     named = related + [n for n in _names(code) if n in before]
-    shapes = {k: tuple(before[k].shape) for k in dict.fromkeys(named)
-              if isinstance(before.get(k), Tensor) and before[k].is_floating_point()
-              and before[k].dim() > 0}
-    sizes = {k: v for k, v in before.items() if type(v) is int}
-    return search(code, line_runner(before, f"d{tensor}"), value, ref, sizes, shapes)
+    return {k: tuple(before[k].shape) for k in dict.fromkeys(named)
+            if isinstance(before.get(k), Tensor) and before[k].is_floating_point()
+            and before[k].dim() > 0}
+
+
+def line_sizes(before: dict) -> dict[str, int]:
+    return {k: v for k, v in before.items() if type(v) is int}
 
 
 def _names(code: str) -> list[str]:
@@ -752,20 +806,7 @@ def _names(code: str) -> list[str]:
         return []
 
 
-def function_search(code: str, name: str, value: Tensor, ref: Tensor, inputs: dict,
-                    sizes: dict[str, int], call: Callable[[str], dict | None],
-                    function: str, start: Tensor | None = None,
-                    first: tuple[Edit, ...] = (), budget: float | None = None) -> Edit | None:
-    """The search for a function step: `call(source)` defines the changed function and calls it
-    on copies of the case's inputs (the engine's way, behind the guard), giving its outputs by
-    name; a changed read may name any argument of the same shape. An output updated in place
-    (`start` given) is compared by how it moved."""
-    shapes = {k: tuple(v.shape) for k, v in inputs.items()
-              if isinstance(v, Tensor) and v.is_floating_point() and v.dim() > 0}
-
-    def run(source: str) -> Tensor | None:
-        out = (call(source) or {}).get(name)
-        return out if isinstance(out, Tensor) else None
-
-    return search_edit(code, run, value, ref, sizes, shapes, function=function, start=start,
-                       first=first, budget=budget)
+def function_shapes(inputs: dict) -> dict[str, tuple]:
+    """For a function step: a changed read may name any argument of the same shape."""
+    return {k: tuple(v.shape) for k, v in inputs.items()
+            if isinstance(v, Tensor) and v.is_floating_point() and v.dim() > 0}

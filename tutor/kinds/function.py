@@ -44,7 +44,7 @@ class FunctionCheck(StepCheck):
         self._mistake_values: dict[tuple, Tensor | None] = {}
         # The learner's changed functions' outputs, and the changes that explained an output:
         # another output of the same code tries those first (tutor/smallest.py).
-        self._theirs: dict[tuple, dict | None] = {}
+        self._theirs: dict[tuple, list[dict | None]] = {}
         self._edits: dict[tuple, list] = {}
 
     # -- the cases and the plan ----------------------------------------------------------------
@@ -173,7 +173,8 @@ class FunctionCheck(StepCheck):
                            case: Case, code: str) -> None:
         """An output left unexplained that the change found for another output of the same
         code makes right too (a `v` updated from the wrong tensor also moves `param` wrong):
-        it gets that change's message."""
+        it gets that change's message. Only the changed programs' values already sent back are
+        compared: nothing runs again."""
         from tutor import smallest
 
         edits = self._edits.get((step.id, case.name, code))
@@ -184,54 +185,74 @@ class FunctionCheck(StepCheck):
             if g.accepted or g.diagnosis is not None or not isinstance(value, Tensor) \
                     or g.verdict is Verdict.SHAPE:
                 continue
-            start = case.inputs.get(g.tensor)
-            start = start if isinstance(start, Tensor) and not is_gradient(g.tensor) else None
-            sizes = {**self.lesson.sizes, **{k: v for k, v in case.inputs.items()
-                                             if type(v) is int}}
-            found = smallest.function_search(
-                code, g.tensor, value, case.reference[g.tensor], case.inputs, sizes,
-                lambda source: self._theirs.get((step.id, case.name, source)),
-                step.function.name, start, tuple(edits), budget=0.0)
+            refs, starts = self._targets(step, g.tensor)
+            found = smallest.search_edit(
+                code, self._runner(step, code, g.tensor, cached_only=True), value, refs,
+                self._sizes(case), smallest.function_shapes(case.inputs),
+                function=step.function.name, starts=starts, first=tuple(edits))
             if found is not None:
                 g.diagnosis = dx.diagnosis("derived", found.message)
                 g.message = found.message + g.message[len(f"{g.tensor} is wrong"):]
 
+    def _sizes(self, case: Case) -> dict[str, int]:
+        return {**self.lesson.sizes, **{k: v for k, v in case.inputs.items() if type(v) is int}}
+
+    def _targets(self, step: Step, name: str) -> tuple[list[Tensor], list[Tensor | None]]:
+        """Autograd's value of an output on the lesson's case and the first fresh one (which
+        confirms a change found on the first), and where an updated argument started."""
+        refs, starts = [], []
+        for case in self.cases(step)[:2]:
+            if name not in case.reference:
+                break
+            refs.append(case.reference[name])
+            start = case.inputs.get(name)
+            starts.append(start if isinstance(start, Tensor) and not is_gradient(name)
+                          else None)
+        return refs, starts
+
+    def _runner(self, step: Step, code: str, name: str, cached_only: bool = False
+                ) -> Callable[[list[str]], list[list[Tensor | None]]]:
+        """Changed functions run in a confined child (`StepCheck.changed_values`), their
+        outputs kept for the other outputs of the same check."""
+
+        def run(sources: list[str]) -> list[list[Tensor | None]]:
+            new = [x for x in sources if (step.id, code, x) not in self._theirs]
+            if new and not cached_only:
+                if len(self._theirs) > 512:
+                    self._theirs.clear()
+                for source, got in zip(new, self.changed_values(step, code, {}, new),
+                                       strict=True):
+                    self._theirs[(step.id, code, source)] = got
+            out = []
+            for source in sources:
+                per = self._theirs.get((step.id, code, source)) or []
+                out.append([v.get(name) if isinstance(v, dict)
+                            and isinstance(v.get(name), Tensor) else None for v in per])
+            return out
+
+        return run
+
     def _derived_output(self, step: Step, name: str, value: Tensor, ref: Tensor, case: Case,
                         code: str = "") -> Diagnosis | None:
         """Nobody catalogued this one: rewrites of the reference function, the smallest change
-        to the learner's own function, then the state's own patterns (tutor/derived.py,
-        tutor/smallest.py, tutor/rewrites.py)."""
+        to the learner's own function (run in a child, tutor/smallest.py), then the state's own
+        patterns (tutor/derived.py, tutor/rewrites.py)."""
         from tutor import derived, smallest
         from tutor.rewrites import state_patterns
 
         def call(source: str) -> dict | None:
             return derived.call_function(step, source, case.inputs, self.lesson.sizes)
 
-        def call_theirs(source: str) -> dict | None:
-            # The learner's function changed: run behind the guard, as a catalogued mistake;
-            # its outputs are kept for the other outputs of the same check.
-            key = (step.id, case.name, source)
-            if key not in self._theirs:
-                if len(self._theirs) > 256:
-                    self._theirs.clear()
-                try:
-                    values, _ = call_function(self.plan(step, source, {}), source,
-                                              case.inputs, Output(), None)
-                except Exception:  # noqa: BLE001 - a change that cannot run matches nothing
-                    values = None
-                self._theirs[key] = values
-            return self._theirs[key]
-
         start = case.inputs.get(name)
         start = start if isinstance(start, Tensor) and not is_gradient(name) else None
         found = derived.explain_function(step, name, value, ref, case.inputs, call, start)
         if found is None and code and step.function is not None:
-            sizes = {**self.lesson.sizes, **{k: v for k, v in case.inputs.items()
-                                             if type(v) is int}}
             key = (step.id, case.name, code)
-            edit = smallest.function_search(code, name, value, ref, case.inputs, sizes,
-                                            call_theirs, step.function.name, start,
-                                            tuple(self._edits.get(key, ())))
+            refs, starts = self._targets(step, name)
+            edit = smallest.search_edit(code, self._runner(step, code, name), value, refs,
+                                        self._sizes(case), smallest.function_shapes(case.inputs),
+                                        function=step.function.name, starts=starts,
+                                        first=tuple(self._edits.get(key, ())))
             if edit is not None:
                 self._edits.setdefault(key, []).append(edit)
                 if len(self._edits) > 64:

@@ -59,6 +59,10 @@ class LineCheck(StepCheck):
         self._befores: dict[tuple, tuple[dict, list[str], bool]] = {}
         self._mistake_values: dict[tuple, Tensor | None] = {}
         self._graph: probe.Graph | None = None  # the main batch under autograd, for the probe
+        # The changed programs of the last code searched (tutor/smallest.py) and their values
+        # per batch: each refused row of the same check reads them, run once.
+        self._variants_key: tuple | None = None
+        self._variants: dict[str, list[dict | None]] = {}
 
     # -- the plan ------------------------------------------------------------------------------
     def earlier(self, step: Step) -> list[Step]:
@@ -107,6 +111,7 @@ class LineCheck(StepCheck):
     def forget(self) -> None:
         self._befores.clear()
         self._mistake_values.clear()
+        self._variants.clear()
 
     # -- the namespaces a check started from ---------------------------------------------------
     def _before_key(self, step: Step, batch: Batch, prior: dict[str, str]) -> tuple:
@@ -213,9 +218,7 @@ class LineCheck(StepCheck):
             if known.message.endswith(dx.GENERIC_SHAPE):
                 # Nothing in the shapes alone says how: an axis or a keepdim of the learner's
                 # own code, else a sum over the wrong dims of a gradient in reach.
-                from tutor import smallest
-
-                found = smallest.line_search(run.code, run.before, g.tensor, value, ref, [])
+                found = self._own_change(step, g.tensor, value, ref, run, prior, [])()
                 sources = [tuple(v.shape) for k, v in run.before.items()
                            if k.startswith("d") and isinstance(v, Tensor)]
                 known = (dx.diagnosis("shape", found.message) if found else
@@ -243,8 +246,12 @@ class LineCheck(StepCheck):
         )
         if g.diagnosis is None and torch.isfinite(value).all():
             # Nobody catalogued this one: compare with wrong answers derived from the step.
+            lines = [self.pack.line_for(t) for t in step.lines]
+            related = [t for line in lines for t in (*line.operands, line.target)]
+            related += [f"d{t}" for t in related]
             g.diagnosis = derived.explain(
-                self.pack, step, g.tensor, value, ref, run.before, batch.n, run.code
+                self.pack, step, g.tensor, value, ref, run.before, batch.n, run.code,
+                self._own_change(step, g.tensor, value, ref, run, prior, related),
             )
         pattern = dx.where_wrong(value, ref) if torch.isfinite(value).all() else ""
         g.message = (g.diagnosis.message if g.diagnosis else f"d{g.tensor} is wrong{role}") + (
@@ -252,6 +259,48 @@ class LineCheck(StepCheck):
         )
         if torch.isfinite(value).all():
             g.heatmap = heatmap(value.to(ref.dtype) - ref)
+
+    def _own_change(self, step: Step, tensor: str, value: Tensor, ref: Tensor, run: Run,
+                    prior: dict[str, str], related: list[str]) -> Callable[[], Any]:
+        """The search for the smallest change to the learner's own code (tutor/smallest.py),
+        to be made only where nothing else explains the row: its changed programs run in a
+        confined child on the main and the fresh batch, and the change must make both right."""
+        from tutor import smallest
+
+        def search() -> Any:
+            if not run.code or self.run_variants is None:
+                return None
+            grad = f"d{tensor}"
+            refs = [ref]
+            fresh = self.lesson.heldout.reference.get((step.id, tensor))
+            if fresh is not None:
+                refs.append(fresh)
+            key = (step.id, run.code, tuple(sorted(prior.items())))
+            if self._variants_key != key:
+                self._variants_key, self._variants = key, {}
+            cache = self._variants
+
+            def values(sources: list[str]) -> list[list[Tensor | None]]:
+                new = [x for x in sources if x not in cache]
+                if new:
+                    for source, got in zip(new, self.changed_values(step, run.code, prior, new),
+                                           strict=True):
+                        cache[source] = got
+                out = []
+                for source in sources:
+                    per = []
+                    for v in cache.get(source) or []:
+                        t = v.get(grad) if isinstance(v, dict) else None
+                        per.append(t if isinstance(t, Tensor) and t.is_floating_point()
+                                   else None)
+                    out.append(per)
+                return out
+
+            return smallest.search(
+                run.code, values, value, refs, smallest.line_sizes(run.before),
+                smallest.line_shapes(run.code, run.before, related))
+
+        return search
 
     def _mistakes_for(self, tensor, step, batch, prior) -> list[tuple]:
         """The step's catalogued mistakes about this tensor, each with a lazy evaluator."""

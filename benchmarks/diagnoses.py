@@ -5,9 +5,11 @@ tests/test_corpus_families.py and tests/test_smallest_change.py) and counts, per
 refused with a diagnosis that names the mistake ("specific") and the ones refused with only
 "X is wrong (k of N)" ("generic"), and any that were accepted (there must be none). Then the
 mistakes `pack check` makes of every step's solution, one per family where it applies
-(tutor/packcheck.py `family_mistakes`), with the share named per family, and how much longer a
-refused check takes than the same step's right answer (the diagnosis's cost; run it with
-BACKPROP_TUTOR_ISOLATION=spawn for the spawn path).
+(tutor/packcheck.py `family_mistakes`), with the share named per family. Last, on the fork path
+and on the spawn path, how much longer a refused check takes than the same step's right answer:
+the diagnosis's cost, the child that runs the changed programs of the learner's code
+(tutor/smallest.py) included. Each check waits, as a learner does, until the engine's next child
+is ready.
 
     .venv/bin/python benchmarks/diagnoses.py
 """
@@ -84,27 +86,53 @@ def classify(result: CheckResult, tensor: str | None) -> str:
     return "generic"
 
 
+def _ready(engine: Engine) -> None:
+    """As the worker does after each check, and as a learner's reading gives it time to."""
+    engine.prepare()
+    for _ in range(600):
+        if engine.ready():
+            return
+        time.sleep(0.01)
+
+
+def refusal_costs(path: str, items: dict[str, list[tuple[str, str]]]) -> dict[str, list[float]]:
+    """lesson -> seconds each refused check took past the same step's right answer."""
+    extra: dict[str, list[float]] = defaultdict(list)
+    for lesson, checks in items.items():
+        pack = "makemore" if lesson == "makemore" else str(ROOT / "exercises" / "gpt")
+        engine = Engine(Settings(device="cpu", pack=pack, isolation=path))
+        bare: dict[str, float] = {}
+        try:
+            for step, code in checks:
+                if step not in bare:
+                    solution = engine.pack.step(step).solution
+                    _ready(engine)
+                    engine.check(step, solution)  # warm: the step's caches
+                    runs = []
+                    for _ in range(3):
+                        _ready(engine)
+                        t = time.perf_counter()
+                        engine.check(step, solution)
+                        runs.append(time.perf_counter() - t)
+                    bare[step] = min(runs)
+                _ready(engine)
+                t = time.perf_counter()
+                result = engine.check(step, code)
+                if not result.passed and not result.error:
+                    extra[lesson].append(time.perf_counter() - t - bare[step])
+        finally:
+            engine.close()
+    return extra
+
+
 def main() -> None:
     engines = {"makemore": Engine(Settings(device="cpu")),
                "gpt": Engine(Settings(device="cpu", pack=str(ROOT / "exercises" / "gpt")))}
-    extra: dict[str, list[float]] = defaultdict(list)
-    bare: dict[tuple[str, str], float] = {}
+    refused: dict[str, list[tuple[str, str]]] = defaultdict(list)
 
     def timed(lesson: str, step: str, code: str):
-        engine = engines[lesson]
-        if (lesson, step) not in bare:
-            solution = engine.pack.step(step).solution
-            engine.check(step, solution)  # warm: the step's caches
-            runs = []
-            for _ in range(3):
-                t = time.perf_counter()
-                engine.check(step, solution)
-                runs.append(time.perf_counter() - t)
-            bare[(lesson, step)] = min(runs)
-        t = time.perf_counter()
-        result = engine.check(step, code)
-        extra[lesson].append(time.perf_counter() - t - bare[(lesson, step)])
-        return result
+        refused[lesson].append((step, code))
+        return engines[lesson].check(step, code)
 
     for lesson, items in wrong_answers().items():
         counts: Counter = Counter()
@@ -133,11 +161,14 @@ def main() -> None:
               f"(all: {total}/{sum(sum(c.values()) for c in per.values())})")
         for line in generic:
             print("   ", line)
-    for lesson, times in extra.items():
-        ms = sorted(1000 * x for x in times)
-        print(f"{lesson}: a refused check takes {statistics.median(ms):.0f} ms more than the "
-              f"step's right answer (median; 90th percentile {ms[int(0.9 * len(ms))]:.0f} ms, "
-              f"max {ms[-1]:.0f} ms) over {len(ms)} checks")
+    for engine in engines.values():
+        engine.close()
+    for path in ("fork", "spawn"):
+        for lesson, times in refusal_costs(path, refused).items():
+            ms = sorted(1000 * x for x in times)
+            print(f"{path} path, {lesson}: a refused check takes {statistics.median(ms):.0f} ms "
+                  f"more than the step's right answer (median; 90th percentile "
+                  f"{ms[int(0.9 * len(ms))]:.0f} ms, max {ms[-1]:.0f} ms) over {len(ms)} checks")
 
 
 if __name__ == "__main__":

@@ -3,10 +3,10 @@
 The catalogue and the rewrites of the reference solution (tutor/derived.py) explain a wrong
 answer that someone foresaw. A learner's code is often right but for one slip in a formula of
 their own: a constant inside one term, one function or one axis of a fused line, one operand of
-a run of in-place updates. This module parses the learner's code, makes one change at a time
-and runs each changed program on the same inputs (the caller's `run`); the first change that
-makes the answer right is what the message names, with where it is and what kind of change it
-is, never the corrected code:
+a run of in-place updates. This module parses the learner's code and makes one change at a
+time; the caller's `run` has each changed program run on the same inputs; the first change
+that makes the answer right, on the main batch and on the fresh one, is what the message
+names, with where it is and what kind of change it is, never the corrected code:
 
 - a term (an operand of a sum, or what a `+=` adds) off by a constant factor: the factor comes
   from a least-squares fit of the term's share of the answer, and is confirmed by running the
@@ -112,7 +112,8 @@ class Edit:
 
 
 def searchable(tree: ast.Module, function: str | None = None) -> bool:
-    """Whether the program is inside the subset that may run in the worker (module docstring)."""
+    """Whether the program is inside the subset whose changes are searched: a cost limit (the
+    changes stay few), not what keeps them from harm (the child is; module docstring)."""
     body = tree.body
     if function is not None:
         defs = [s for s in body if isinstance(s, ast.FunctionDef)]

@@ -1,17 +1,27 @@
-"""How many wrong answers get a specific diagnosis, per lesson.
+"""How many wrong answers get a specific diagnosis, per lesson and per family.
 
-Runs every wrong answer we keep (the catalogued mistakes of both packs, tests/test_corpus_wrong.py
-and tests/test_corpus_families.py) and counts, per lesson, the ones refused with a diagnosis that
-names the mistake ("specific") and the ones refused with only "X is wrong (k of N)" ("generic"),
-and any that were accepted (there must be none).
+Runs every wrong answer we keep (the catalogued mistakes of both packs, tests/test_corpus_wrong.py,
+tests/test_corpus_families.py and tests/test_smallest_change.py) and counts, per lesson, the ones
+refused with a diagnosis that names the mistake ("specific") and the ones refused with only
+"X is wrong (k of N)" ("generic"), and any that were accepted (there must be none). Then the
+mistakes `pack check` makes of every step's solution, one per family where it applies
+(tutor/evaluator/packcheck.py `family_mistakes`), with the share named per family. Last, on the
+fork path
+and on the spawn path, how much longer a refused check takes than the same step's right answer:
+the diagnosis's cost, the child that runs the changed programs of the learner's code
+(tutor/core/smallest.py) included. Each check waits, as a learner does, until the engine's next
+child
+is ready.
 
     .venv/bin/python benchmarks/diagnoses.py
 """
 
 from __future__ import annotations
 
+import statistics
+import time
 import warnings
-from collections import Counter
+from collections import Counter, defaultdict
 from pathlib import Path
 
 warnings.filterwarnings("ignore", message=".*NumPy.*")
@@ -40,6 +50,27 @@ def wrong_answers() -> dict[str, list[tuple[str, str | None, str]]]:
     families = corpora.load("test_corpus_families")
     for lesson, step, tensor, code, _, _ in families.WRONG.values():
         out[lesson].append((step, tensor, code))
+    smallest = corpora.load("test_smallest_change")
+    for lesson, step, tensor, code, _ in smallest.WRONG.values():
+        out[lesson].append((step, tensor, code))
+    return out
+
+
+def generated(engine, lesson: str) -> list[tuple[str, str, str, str]]:
+    """(family, step, changed line, code): each step's first wrong slip of each family."""
+    from tutor.evaluator.packcheck import family_mistakes
+
+    out = []
+    for step in engine.pack.gradient_steps:
+        done: set[str] = set()
+        for family, line, code in family_mistakes(engine, step):
+            if family in done:
+                continue
+            result = engine.check(step.id, code)
+            if result.passed or result.error:
+                continue
+            done.add(family)
+            out.append((family, step.id, line, code))
     return out
 
 
@@ -57,14 +88,59 @@ def classify(result: CheckResult, tensor: str | None) -> str:
     return "generic"
 
 
+def _ready(engine: Engine) -> None:
+    """As the worker does after each check, and as a learner's reading gives it time to."""
+    engine.prepare()
+    for _ in range(600):
+        if engine.ready():
+            return
+        time.sleep(0.01)
+
+
+def refusal_costs(path: str, items: dict[str, list[tuple[str, str]]]) -> dict[str, list[float]]:
+    """lesson -> seconds each refused check took past the same step's right answer."""
+    extra: dict[str, list[float]] = defaultdict(list)
+    for lesson, checks in items.items():
+        pack = "makemore" if lesson == "makemore" else str(ROOT / "exercises" / "gpt")
+        engine = Engine(Settings(device="cpu", pack=pack, isolation=path))
+        bare: dict[str, float] = {}
+        try:
+            for step, code in checks:
+                if step not in bare:
+                    solution = engine.pack.step(step).solution
+                    _ready(engine)
+                    engine.check(step, solution)  # warm: the step's caches
+                    runs = []
+                    for _ in range(3):
+                        _ready(engine)
+                        t = time.perf_counter()
+                        engine.check(step, solution)
+                        runs.append(time.perf_counter() - t)
+                    bare[step] = min(runs)
+                _ready(engine)
+                t = time.perf_counter()
+                result = engine.check(step, code)
+                if not result.passed and not result.error:
+                    extra[lesson].append(time.perf_counter() - t - bare[step])
+        finally:
+            engine.close()
+    return extra
+
+
 def main() -> None:
     engines = {"makemore": Engine(Settings(device="cpu")),
                "gpt": Engine(Settings(device="cpu", pack=str(ROOT / "exercises" / "gpt")))}
+    refused: dict[str, list[tuple[str, str]]] = defaultdict(list)
+
+    def timed(lesson: str, step: str, code: str):
+        refused[lesson].append((step, code))
+        return engines[lesson].check(step, code)
+
     for lesson, items in wrong_answers().items():
         counts: Counter = Counter()
         generic = []
         for step, tensor, code in items:
-            kind = classify(engines[lesson].check(step, code), tensor)
+            kind = classify(timed(lesson, step, code), tensor)
             counts[kind] += 1
             if kind in ("generic", "accepted"):
                 generic.append(f"{kind}: {step} {code.strip().splitlines()[-1][:70]}")
@@ -73,6 +149,28 @@ def main() -> None:
               f"{counts['error']} errors")
         for line in generic:
             print("   ", line)
+    for lesson, engine in engines.items():
+        per: dict[str, Counter] = defaultdict(Counter)
+        generic = []
+        for family, step, line, code in generated(engine, lesson):
+            kind = classify(timed(lesson, step, code), None)
+            per[family][kind] += 1
+            if kind != "specific":
+                generic.append(f"{family} {kind}: {step} {line[:70]}")
+        shares = ", ".join(f"{f} {c['specific']}/{sum(c.values())}" for f, c in per.items())
+        total = sum(c["specific"] for c in per.values())
+        print(f"{lesson} generated slips named per family: {shares} "
+              f"(all: {total}/{sum(sum(c.values()) for c in per.values())})")
+        for line in generic:
+            print("   ", line)
+    for engine in engines.values():
+        engine.close()
+    for path in ("fork", "spawn"):
+        for lesson, times in refusal_costs(path, refused).items():
+            ms = sorted(1000 * x for x in times)
+            print(f"{path} path, {lesson}: a refused check takes {statistics.median(ms):.0f} ms "
+                  f"more than the step's right answer (median; 90th percentile "
+                  f"{ms[int(0.9 * len(ms))]:.0f} ms, max {ms[-1]:.0f} ms) over {len(ms)} checks")
 
 
 if __name__ == "__main__":

@@ -330,7 +330,7 @@ WRONG: dict[str, tuple[str, str | None, str, str]] = {
     ),
     "cross-entropy-subtracts-two": (
         "fused/cross_entropy", None,
-        "dlogits = F.softmax(logits, 1)\ndlogits[range(n), Yb] -= 2\ndlogits /= n", "partial",
+        "dlogits = F.softmax(logits, 1)\ndlogits[range(n), Yb] -= 2\ndlogits /= n", "derived",
     ),
     # --- batchnorm in one go ------------------------------------------------------------------
     "batchnorm-bndiff-for-bnraw": (
@@ -423,7 +423,7 @@ def test_wrong_answer_is_refused_and_diagnosed(engine, step_id, tensor, code, ki
         pytest.param("cross-entropy-probs-times-n", ["`Yb`", "n²"], id="probs-times-n"),
         pytest.param("hpreact-upstream-only", ["local derivative", "`dh`"], id="no-local"),
         pytest.param("probs-extra-row-factor", ["row", "`counts_sum`"], id="row-factor"),
-        pytest.param("cross-entropy-subtracts-two", ["Yb", "correct classes"],
+        pytest.param("cross-entropy-subtracts-two", ["Yb", "2 where 1 is needed"],
                      id="subset-of-entries"),
     ],
 )

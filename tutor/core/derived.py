@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
+from tutor import code_facts
 from tutor.code_facts import changed_in_place, write_targets
 from tutor.core import rewrites
 from tutor.core.diagnosis import close, diagnosis
@@ -63,6 +64,9 @@ class Candidate:
     source: str
     target: str  # the gradient the candidate computes
     writes: tuple[str, ...]  # names the code changes in place: copied before it runs
+    # Names the message says the learner's code leaves out: a claim that is false of code that
+    # reads them, so such code never gets this message.
+    absent: tuple[str, ...] = ()
 
 
 @dataclass
@@ -92,8 +96,12 @@ def explain(
     ref: Tensor,
     before: dict,
     n: int,
+    code: str = "",
+    own: Callable[[], Diagnosis | None] | None = None,
 ) -> Diagnosis | None:
-    """The diagnosis of a wrong same-shape answer that matches a rewrite of the solution."""
+    """The diagnosis of a wrong same-shape answer that matches a rewrite of the solution, or
+    else the smallest change to the learner's own `code` that makes it right
+    (tutor/core/smallest.py), or else a pattern of the numbers that is true of that code."""
     if value.shape != ref.shape or not torch.isfinite(value).all():
         return None
     # The tensors are tiny: one thread is fastest, and on a busy machine a second one waiting
@@ -101,20 +109,24 @@ def explain(
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        return _explain(pack, step, tensor, value, ref, before, n)
+        return _explain(pack, step, tensor, value, ref, before, n, code, own)
     finally:
         torch.set_num_threads(threads)
 
 
 def _explain(
-    pack: Pack, step: Step, tensor: str, value: Tensor, ref: Tensor, before: dict, n: int
+    pack: Pack, step: Step, tensor: str, value: Tensor, ref: Tensor, before: dict, n: int,
+    code: str = "", own: Callable[[], Diagnosis | None] | None = None,
 ) -> Diagnosis | None:
     found = _values(pack, step, tensor, before, n)
     grad = f"d{tensor}"
     off = _distance(value, ref)
     best: tuple[float, Candidate] | None = None
     scaled: list[tuple[float, Candidate]] = []
+    reads = reads_into(code, grad) if code else frozenset()
     for i, candidate in enumerate(found.candidates):
+        if reads & set(candidate.absent):
+            continue  # it would say the code leaves out what the code reads
         produced = found.get(i)
         if produced is None or produced.shape != ref.shape or not produced.isfinite().all():
             continue  # it cannot run here
@@ -131,7 +143,17 @@ def _explain(
             scaled.append((c, candidate))
     if best is not None:
         return diagnosis(best[1].kind, best[1].message)
-    pattern = _subset(grad, value, ref, found.scope) or _per_slice(grad, value, ref, found.scope)
+    if own is not None:
+        # The smallest change to the learner's own code: searched by the caller, whose child
+        # runs the changed programs (tutor/core/smallest.py); nothing of the learner's runs here.
+        changed = own()
+        if changed is not None:
+            return changed
+    term = _scaled_reference_term(step, tensor, value, ref, found.scope)
+    if term is not None:
+        return term
+    pattern = (_subset(grad, value, ref, found.scope, code)
+               or _per_slice(grad, value, ref, found.scope))
     if pattern:
         return pattern
     if scaled:
@@ -192,6 +214,9 @@ class _Context:
     forward: list[str]  # every float tensor that is not a gradient
     unary: dict[str, ast.expr]  # output of a one-operand line -> the line's expression of it
     pack_lines: tuple = ()  # every forward line of the pack
+    # A name the solution binds -> the tensors its value reads: a factor written with such a
+    # local still depends on those tensors, it is no constant.
+    local: dict[str, list[str]] = field(default_factory=dict)
 
     def is_grad(self, name: str) -> bool:
         return name.startswith("d") and name[1:] in self.scope and name in self.scope
@@ -221,6 +246,7 @@ def candidates(pack: Pack, step: Step, tensor: str, scope: dict) -> Iterator[Can
     except SyntaxError:
         return
     ctx = _context(pack, step, tensor, scope)
+    ctx.local = locals_read(tree, scope)
     writes = changed_in_place(tree)  # rewrites only replace expressions: they write no new names
     _SLOTS.clear()
     seen: set[str] = {ast.unparse(tree)}
@@ -250,12 +276,14 @@ def candidates(pack: Pack, step: Step, tensor: str, scope: dict) -> Iterator[Can
         _other_swaps,
     ]
     for make in makers:
-        for source, kind, message in make(tree, ctx):
+        for item in make(tree, ctx):
+            source, kind, message = item[:3]
             if source in seen:
                 continue
             seen.add(source)
             # Its own writes, not the solution's: no rewrite may change a tensor it did not copy.
-            yield Candidate(kind, message, source, ctx.grad, changed_in_place(ast.parse(source)))
+            yield Candidate(kind, message, source, ctx.grad, changed_in_place(ast.parse(source)),
+                            tuple(item[3]) if len(item) > 3 else ())
 
 
 def _skipped_line_rewrites(tree: ast.Module, ctx: _Context):
@@ -381,6 +409,65 @@ def call_function(step: Step, source: str, inputs: dict, sizes: dict) -> dict | 
     if not isinstance(result, (tuple, list)) or len(result) != len(spec.outputs):
         return None
     return dict(zip(spec.outputs, result, strict=True))
+
+
+def _scaled_reference_term(step: Step, tensor: str, value: Tensor, ref: Tensor, scope: dict
+                           ) -> Diagnosis | None:
+    """Right but for one term of the solution's formula, off by a constant factor: the term's
+    share of the right answer, fitted to the learner's numbers and confirmed by running the
+    solution with that term scaled (trusted code, as for every rewrite here)."""
+    try:
+        tree = ast.parse(step.solution)
+    except SyntaxError:
+        return None
+    from tutor.core.smallest import _number, _scaled, terms
+
+    grad = f"d{tensor}"
+    run = lambda source: _evaluate(  # noqa: E731
+        Candidate("derived", "", source, grad, changed_in_place(ast.parse(source))), scope)
+    v = value.detach().to("cpu", torch.float64)
+    r = ref.detach().to("cpu", torch.float64)
+    local = locals_read(tree, scope)
+    for i, node in terms(tree):
+        without = run(_replace_at(tree, i, lambda n: _scaled(n, 0.0)))
+        if without is None or without.shape != ref.shape:
+            continue
+        base = without.detach().to("cpu", torch.float64)
+        share = (r - base).flatten()
+        denom = float(share @ share)
+        if denom <= 1e-12 * max(float(r.flatten() @ r.flatten()), 1e-30):
+            continue
+        c = float((v - base).flatten() @ share) / denom
+        if not math.isfinite(c) or abs(c - 1) < 1e-3 or abs(c) < 1e-6 or abs(c + 1) < 1e-3:
+            continue  # right, a term left out, or one of the wrong sign: said elsewhere
+        if not close(v, base + c * (r - base)):
+            continue
+        confirm = run(_replace_at(tree, i, lambda n, c=c: _scaled(n, c)))
+        if confirm is None or not close(value, confirm):
+            continue
+        names = []
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.Name):
+                held = isinstance(scope.get(sub.id), Tensor)
+                names += [sub.id] if held else local.get(sub.id, [])
+        names = [x for x in dict.fromkeys(names) if x != grad]
+        which = ("the one with " + " and ".join(f"`{x}`" for x in names)) if names else \
+            "a constant one"
+        size = (f"{_number(c)} times what it should be" if c > 0 else
+                f"{_number(-c)} times what it should be, and of the wrong sign")
+        return diagnosis(
+            "derived",
+            f"Your {grad} is right but for one term of the formula, {which}: that term is "
+            f"{size}. Check the constant factors and the count it divides by (a sum where a "
+            "mean belongs, n where another size does); the other terms are right.")
+    return None
+
+
+def _replace_at(tree: ast.Module, index: int, make: Callable[[ast.AST], ast.AST]) -> str:
+    """`tutor.core.smallest._edited`: the source with the node at walk position `index` replaced."""
+    from tutor.core.smallest import _edited
+
+    return _edited(tree, index, make)
 
 
 def _accumulates(tree: ast.Module, grad: str) -> bool:
@@ -541,6 +628,7 @@ def _upstream_rewrites(tree: ast.Module, ctx: _Context):
                 f"Your {grad} is the local derivative of the line on its own, as if the gradient "
                 f"arriving at its output were all ones. The chain rule multiplies it by the "
                 f"gradient that reached the output, `{up}`.",
+                (up,),
             )
         if ctx.is_grad(node.id) and ctx.compatible(node.id, node.id[1:]):
             yield _renamed(tree, i, node.id[1:],
@@ -678,13 +766,55 @@ def _constant_rewrites(tree: ast.Module, ctx: _Context):
 
 
 def _tensor_names(node: ast.AST, ctx: _Context) -> list[str]:
-    """The tensors an expression reads, in order, without the gradient being computed."""
-    names = [
-        s.id
-        for s in ast.walk(node)
-        if isinstance(s, ast.Name) and s.id != ctx.grad and isinstance(ctx.scope.get(s.id), Tensor)
-    ]
+    """The tensors an expression reads, in order, without the gradient being computed; a local
+    of the solution stands for the tensors its value reads."""
+    names: list[str] = []
+    for s in ast.walk(node):
+        if not isinstance(s, ast.Name) or s.id == ctx.grad:
+            continue
+        if isinstance(ctx.scope.get(s.id), Tensor):
+            names.append(s.id)
+        elif s.id in ctx.local:
+            names += [t for t in ctx.local[s.id] if t != ctx.grad]
     return list(dict.fromkeys(names))
+
+
+def reads_into(code: str, grad: str) -> frozenset[str]:
+    """The names the code reads to make `grad`: what the statements writing it read, and what
+    the locals among those were made from (the code's reads for other gradients left out)."""
+    tree = code_facts.of(code).tree
+    if tree is None:
+        return code_facts.of(code).read
+    wanted, reads = {grad}, set()
+    for stmt in reversed([s for s in ast.walk(tree) if isinstance(s, ast.stmt)
+                          and not isinstance(s, (ast.Module, ast.FunctionDef, ast.For,
+                                                 ast.While, ast.If, ast.With))]):
+        if code_facts.written(stmt) & wanted or code_facts.bound(stmt) & wanted:
+            got = code_facts.read(stmt)
+            reads |= got
+            wanted |= got
+    return frozenset(reads)
+
+
+def locals_read(tree: ast.Module, scope: dict) -> dict[str, list[str]]:
+    """Each name the code binds by a plain assignment -> the tensors of `scope` its value reads,
+    through earlier locals too."""
+    out: dict[str, list[str]] = {}
+    for stmt in ast.walk(tree):
+        if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
+                and isinstance(stmt.targets[0], ast.Name)):
+            continue
+        reads: list[str] = []
+        for s in ast.walk(stmt.value):
+            if isinstance(s, ast.Name):
+                if isinstance(scope.get(s.id), Tensor):
+                    reads.append(s.id)
+                else:
+                    reads += out.get(s.id, [])
+        name = stmt.targets[0].id
+        if not isinstance(scope.get(name), Tensor):
+            out[name] = list(dict.fromkeys(out.get(name, []) + reads))
+    return out
 
 
 def _involving(node: ast.AST, ctx: _Context) -> str:
@@ -795,6 +925,9 @@ def _factor_rewrites(tree: ast.Module, ctx: _Context):
                     f"multiplies it by the gradient that reached the output "
                     f"({', '.join(f'`{u}`' for u in sorted(dropped_up))})."
                 )
+                yield (_replace(tree, i, lambda _n, k=kept: k), "derived", message,
+                       tuple(sorted(dropped_up)))
+                continue
             elif isinstance(node.op, ast.Div):
                 message = (
                     f"Your {grad} matches the formula with one division left out: "
@@ -880,7 +1013,19 @@ def _entry_close(value: Tensor, ref: Tensor) -> Tensor:
     return (v - r).abs() <= 1e-4 * scale + 1e-4 * r.abs()
 
 
-def _subset(grad: str, value: Tensor, ref: Tensor, scope: dict) -> Diagnosis | None:
+def _walks_rows(code: str) -> bool:
+    """Whether the code could reach only some rows: a loop, a slice or a row index it builds."""
+    tree = code_facts.of(code).tree
+    if tree is None:
+        return True
+    return any(isinstance(node, (ast.For, ast.While, ast.comprehension, ast.Slice))
+               or (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                   and node.func.id == "range")
+               for node in ast.walk(tree))
+
+
+def _subset(grad: str, value: Tensor, ref: Tensor, scope: dict, code: str = ""
+            ) -> Diagnosis | None:
     """Right except on a recognisable subset of entries: where a branch is missing."""
     if value.dim() != 2:
         return None
@@ -900,7 +1045,9 @@ def _subset(grad: str, value: Tensor, ref: Tensor, scope: dict) -> Diagnosis | N
     live = nonzero.any(1)  # rows whose gradient is not simply zero
     right_rows = ~wrong.any(1) & live
     bad_rows = wrong.any(1)
-    if right_rows.any() and bad_rows.any():
+    # Rows right by chance (where the gradient arriving there is zero, say) are no sign of a
+    # loop: the claim is made only of code that walks or indexes rows.
+    if right_rows.any() and bad_rows.any() and (not code or _walks_rows(code)):
         return diagnosis(
             "partial",
             f"Your {grad} is right in {int(right_rows.sum())} rows and wrong in "

@@ -33,8 +33,50 @@ def _shape(t) -> str:
     return "[" + ", ".join(str(d) for d in t) + "]"
 
 
-def explain_shape(name: str, got: list[int], want: list[int]) -> str:
-    """A sentence about how a gradient of the wrong shape came about and what shape is needed."""
+GENERIC_SHAPE = "A gradient always has the shape of the tensor it belongs to."
+
+
+def _reduced(shape: tuple, dims: tuple[int, ...], keep: bool) -> tuple:
+    return tuple(1 if d in dims else s for d, s in enumerate(shape)) if keep else \
+        tuple(s for d, s in enumerate(shape) if d not in dims)
+
+
+def _reductions(shape: tuple, target: tuple) -> list[tuple[int, ...]]:
+    """Every set of dims of `shape` whose sum (keeping them or not) has the shape `target`."""
+    from itertools import combinations
+
+    out = []
+    for k in range(1, len(shape)):
+        for dims in combinations(range(len(shape)), k):
+            if target in (_reduced(shape, dims, True), _reduced(shape, dims, False)):
+                out.append(dims)
+    return out
+
+
+def _dims(shape: tuple, dims: tuple[int, ...]) -> str:
+    what = ", ".join(f"{d} (size {shape[d]})" for d in dims)
+    return f"dim {what}" if len(dims) == 1 else f"dims {what}"
+
+
+def wrong_axis(name: str, got: list[int], want: list[int], sources: list[tuple]) -> str | None:
+    """A shape that a sum over the wrong dims of a gradient explains, and only it: which dims
+    the sum ran over and which ones the tensor was broadcast along (what the sum needs)."""
+    for shape in sources:
+        ran, needed = _reductions(shape, tuple(got)), _reductions(shape, tuple(want))
+        if len(ran) != 1 or len(needed) != 1 or ran == needed:
+            continue
+        return (f"d{name} has shape {_shape(got)}, but {name} has shape {_shape(want)}: "
+                f"{_shape(got)} is what a sum of the {_shape(shape)} gradient over "
+                f"{_dims(shape, ran[0])} gives, and those are dimensions {name} has its own "
+                f"entries along. {name} was broadcast along {_dims(shape, needed[0])} in the "
+                f"forward pass: its gradient adds up the copies along those instead.")
+    return None
+
+
+def explain_shape(name: str, got: list[int], want: list[int], sources: list[tuple] = ()
+                  ) -> str:
+    """A sentence about how a gradient of the wrong shape came about and what shape is needed.
+    `sources` are the shapes of the gradients in reach, for a sum over the wrong dims."""
     head = f"d{name} has shape {_shape(got)}, but {name} has shape {_shape(want)}"
     squeezed_got = [d for d in got if d != 1]
     squeezed_want = [d for d in want if d != 1]
@@ -70,10 +112,14 @@ def explain_shape(name: str, got: list[int], want: list[int]) -> str:
         )
     if sorted(got) == sorted(want) and len(got) == 2:
         return f"{head}. The dimensions are swapped: check which operand needs a transpose."
-    return f"{head}. A gradient always has the shape of the tensor it belongs to."
+    axis = wrong_axis(name, got, want, list(sources))
+    if axis:
+        return axis
+    return f"{head}. {GENERIC_SHAPE}"
 
 
-def shape_diagnosis(name: str, value: Tensor, ref: Tensor) -> Diagnosis:
+def shape_diagnosis(name: str, value: Tensor, ref: Tensor, sources: list[tuple] = ()
+                    ) -> Diagnosis:
     if value.dim() == 2 and value.shape == ref.shape[::-1] and close(value.T, ref):
         return diagnosis(
             "transpose",
@@ -81,7 +127,7 @@ def shape_diagnosis(name: str, value: Tensor, ref: Tensor) -> Diagnosis:
             f"{_shape(ref.shape)}. Swap and transpose the operands of the matmul so the result "
             f"has {name}'s shape.",
         )
-    return diagnosis("shape", explain_shape(name, list(value.shape), list(ref.shape)))
+    return diagnosis("shape", explain_shape(name, list(value.shape), list(ref.shape), sources))
 
 
 def _scale_message(name: str, c: float, n: int, source: str = "") -> str:
@@ -147,9 +193,11 @@ def value_diagnosis(
     prior: Tensor | None,
     mistakes: list[tuple[Mistake, Callable[[], Tensor | None]]],
     source: str = "",
+    code: str | None = None,
 ) -> Diagnosis | None:
     """The most specific explanation for a same-shape wrong answer, or None. `source` is the
-    forward code of the step's lines, for messages that depend on what is on them."""
+    forward code of the step's lines, for messages that depend on what is on them; `code` the
+    learner's, where a message says something of it (None: not known)."""
     known = matching_mistake(value, mistakes)  # first: a catalogued mistake may well be NaN
     if known:
         return known
@@ -161,11 +209,7 @@ def value_diagnosis(
             "a log of zero or a power of a negative number.",
         )
     if value.numel() and not bool(value.any()) and bool(ref.any()):
-        return diagnosis(
-            "scale",
-            f"d{name} is zero everywhere. A buffer made with zeros_like (or zeros) still needs "
-            "the gradient added into it: check that every assignment reaches it.",
-        )
+        return diagnosis("scale", _zero_message(name, source, code))
     if close(value, -ref):
         return diagnosis("sign", f"d{name} has the right size but the wrong sign everywhere.")
     if prior is not None and not close(prior, torch.zeros_like(prior)):
@@ -192,6 +236,43 @@ def value_diagnosis(
     if value.dim() == 2 and value.shape[0] == value.shape[1] and close(value.T, ref):
         return diagnosis("transpose", f"d{name} is the transpose of the right answer.")
     return None
+
+
+_ZEROS = {"zeros", "zeros_like", "new_zeros", "empty", "empty_like", "new_empty"}
+
+
+def _zero_message(name: str, source: str, code: str | None) -> str:
+    """Why a gradient is zero everywhere, said only as far as it is true of the code: the story
+    of a buffer that nothing reaches only for code that makes a buffer and writes into it."""
+    import ast
+
+    grad = f"d{name}"
+    buffer = writes = False
+    try:
+        tree = ast.parse(code) if code else None
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        tree = None
+    for node in ast.walk(tree) if tree else ():
+        if isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == grad for t in node.targets):
+            f = node.value.func if isinstance(node.value, ast.Call) else None
+            buffer = buffer or (isinstance(f, (ast.Attribute, ast.Name)) and getattr(
+                f, "attr", getattr(f, "id", "")) in _ZEROS)
+        elif (isinstance(node, (ast.AugAssign, ast.Assign)) and any(
+                isinstance(t, ast.Subscript) or (isinstance(t, ast.Name) and t.id == grad
+                                                 and isinstance(node, ast.AugAssign))
+                for t in (node.targets if isinstance(node, ast.Assign) else [node.target]))) or (
+                isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and isinstance(node.func.value, ast.Name) and node.func.value.id == grad):
+            writes = True
+    if code is None or (buffer and writes):
+        return (f"{grad} is zero everywhere. A buffer made with zeros_like (or zeros) still "
+                "needs the gradient added into it: check that every assignment reaches it.")
+    line = f" (`{source.strip().splitlines()[0]}`)" if source.strip() else ""
+    made = " Your code sets it to zeros and adds nothing to it." if buffer else ""
+    return (f"{grad} is zero everywhere, yet {name} reaches the loss through this step's "
+            f"line{line}, so a change of {name} changes the loss: its gradient is not zero."
+            f"{made} Work out what the line sends back to {name}.")
 
 
 def where_wrong(value: Tensor, ref: Tensor) -> str:

@@ -65,6 +65,9 @@ class Engine:
         _ = self.network.main, self.network.heldout
         # How each kind of step is planned, graded and held out, with the caches it keeps.
         self.kinds = Checks(self.network, self.settings)
+        for kind in self.kinds.each():
+            # A refused answer's changed programs (tutor/core/smallest.py) run in a child too.
+            kind.run_variants = self.run_variants
         self._lock = threading.RLock()
         self._spare: isolate.Child | None = None
         self._spawned: list[spawn.Spawned] = []
@@ -115,6 +118,9 @@ class Engine:
         """The child's whole life: plan from the lesson, forget the answers, run the code."""
         spec = self._spec(self.pack.step(request["step"]), request["code"], request["prior"],
                           request.get("compiled"))
+        if request.get("variants") is not None:
+            spec.variants = tuple(request["variants"])
+            spec.variant_seconds = float(request["seconds"])
         self._scrub()
         return run_spec(spec, bool(request.get("scratch")))
 
@@ -167,6 +173,25 @@ class Engine:
             child = self._fork()
         outcome = child.run({"step": step.id, "code": code, "prior": prior, "scratch": scratch,
                              "compiled": compiled},
+                            timeout=self.settings.timeout + KILL_GRACE)
+        return _answer(outcome)
+
+    def run_variants(self, step: Step, code: str, prior: dict[str, str],
+                     programs: list[bytes], seconds: float) -> dict:
+        """Changed programs of the learner's code, compiled behind the policy and the guard, run
+        in a confined child as a check runs (`execution.run_variants`): their values per batch,
+        as plain data. Called while a check is graded; nothing of them runs here."""
+        compiled = _compiled(code)
+        if self.isolation == "spawn":
+            spec = self._spec(step, code, prior, compiled)
+            spec.variants, spec.variant_seconds = tuple(programs), seconds
+            return self._execute_spawned(spec, False)
+        child, self._spare = self._spare, None
+        if child is None or not child.alive():
+            child = self._fork()
+        outcome = child.run({"step": step.id, "code": code, "prior": prior,
+                             "compiled": compiled, "variants": list(programs),
+                             "seconds": seconds},
                             timeout=self.settings.timeout + KILL_GRACE)
         return _answer(outcome)
 

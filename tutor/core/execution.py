@@ -7,6 +7,7 @@ the candidate; autograd's gradients stay with the engine, which grades the plain
 
 from __future__ import annotations
 
+import marshal
 import time
 import types
 from dataclasses import dataclass, field
@@ -83,6 +84,10 @@ class CheckSpec:
     timeout: float
     probe: ProbeSpec | None = None  # the rule probe, run on the first batch (tutor/core/probe.py)
     compiled: bytes | None = None  # the candidate as the worker compiled it (candidate.program)
+    # Changed programs of the learner's code (tutor/core/smallest.py), compiled by the worker as it
+    # compiles a candidate: when given, the child runs these instead of the check (`run_variants`).
+    variants: tuple[bytes, ...] | None = None
+    variant_seconds: float = 0.25  # how long they may take together (the replay aside)
 
 
 # -- values as plain data --------------------------------------------------------------------
@@ -516,6 +521,8 @@ class FunctionCheckSpec:
     sizes: dict  # the lesson's sizes, in scope as in every step
     timeout: float
     compiled: bytes | None = None  # the candidate as the worker compiled it (candidate.program)
+    variants: tuple[bytes, ...] | None = None  # as CheckSpec.variants, run on the first cases
+    variant_seconds: float = 0.25
 
 
 class CallError(Exception):
@@ -523,11 +530,13 @@ class CallError(Exception):
 
 
 def call_function(spec: FunctionCheckSpec, code: str, inputs: dict, out: Output,
-                  deadline: float | None) -> tuple[dict, list[str]]:
-    """Define the learner's function, call it on copies of `inputs`: the graded values, and the
-    arguments it changed in place that it was not meant to."""
+                  deadline: float | None, compiled: types.CodeType | None = None
+                  ) -> tuple[dict, list[str]]:
+    """Define the learner's function (`compiled`, else `code` compiled behind the guard), call
+    it on copies of `inputs`: the graded values, and the arguments it changed in place that it
+    was not meant to."""
     ns: dict = dict(spec.sizes)
-    execute(candidate(spec, code), ns, out, deadline)
+    execute(compiled or candidate(spec, code), ns, out, deadline)
     fn = ns.get(spec.function)
     if not callable(fn):
         raise CallError(f"your code does not define the function {spec.function}: the step "
@@ -634,8 +643,82 @@ def run_function_scratch(spec: FunctionCheckSpec) -> dict:
         disarm()
 
 
+# -- changed programs ------------------------------------------------------------------------
+# At most this many changed programs in one run, and this long for all of them (the replay of
+# the earlier steps aside): a refused answer's diagnosis must not hold its verdict back long.
+MAX_VARIANTS = 200
+# The batches (or cases) each changed program runs on: the main one, and the fresh one that
+# confirms a change is not fitted to the main one's numbers.
+VARIANT_BATCHES = 2
+
+
+def run_variants(spec: CheckSpec | FunctionCheckSpec) -> dict:
+    """Each changed program of `spec.variants` (compiled by the worker behind the policy and the
+    guard) on a fresh copy of what the candidate started from, on the first batches (or cases):
+    its graded values per batch as plain data, None where it failed, ran past the budget or would
+    pass MAX_RESULT. The engine compares them with autograd's; nothing here sees an answer.
+    A program that ends this process ends only the search: the check's verdict is already made."""
+    programs = list(spec.variants or ())[:MAX_VARIANTS]
+    deadline = time.monotonic() + spec.timeout
+    out: list[list[dict | None]] = []
+    total = 0
+    arm(spec.timeout)  # the replay of the earlier steps gets the check's own budget
+    try:
+        if isinstance(spec, FunctionCheckSpec):
+            bases = [inputs for _, inputs in spec.cases[:VARIANT_BATCHES]]
+        else:
+            bases = [_replay(plan, deadline)[0] for plan in spec.batches[:VARIANT_BATCHES]]
+        stop = min(deadline, time.monotonic() + max(spec.variant_seconds, 0.0))
+        arm(max(stop - time.monotonic(), 1e-3))
+        for compiled in programs:
+            code = load_program(compiled)
+            values: list[dict | None] = []
+            for base in bases:
+                got = _variant(spec, code, base, stop) if code is not None else None
+                if got is not None:
+                    total += _size(got)
+                    if total > MAX_RESULT:
+                        return {"timeout": False, "variants": out}
+                values.append(got)
+                if got is None:
+                    break  # what fails on the main batch is no answer on the fresh one
+            out.append(values)
+    except CheckTimeout:
+        return {"timeout": True, "variants": out}
+    finally:
+        disarm()
+    return {"timeout": False, "variants": out}
+
+
+def load_program(compiled: Any) -> types.CodeType | None:
+    """A changed program as the worker compiled it; None for anything else."""
+    try:
+        return marshal.loads(compiled) if isinstance(compiled, bytes) else None
+    except (ValueError, EOFError, TypeError):
+        return None
+
+
+def _variant(spec: CheckSpec | FunctionCheckSpec, code: types.CodeType, base: dict,
+             deadline: float) -> dict | None:
+    """One changed program on one batch (or case): its graded values, or None."""
+    try:
+        if isinstance(spec, FunctionCheckSpec):
+            values, _ = call_function(spec, "", base, Output(), deadline, code)
+            return encode_namespace(values, set(spec.graded))
+        ns = copy_namespace(base)
+        execute(code, ns, Output(), deadline)
+        return encode_namespace(ns, {f"d{t}" for t in spec.graded})
+    except CheckTimeout:
+        raise
+    except Exception:  # noqa: BLE001 - a change that cannot run matches nothing
+        return None
+
+
 def run_spec(spec: CheckSpec | FunctionCheckSpec, scratch: bool) -> dict:
-    """A check (or a scratch run) of either kind of step, as the child runs it."""
+    """A check (or a scratch run, or a run of changed programs) of either kind of step, as the
+    child runs it."""
+    if spec.variants is not None:
+        return run_variants(spec)
     if isinstance(spec, FunctionCheckSpec):
         return run_function_scratch(spec) if scratch else run_function_check(spec)
     return run_scratch(spec) if scratch else run_check(spec)

@@ -18,6 +18,10 @@ from tutor.config import Settings
 from tutor.pack.model import Pack, PackError, Step, load_pack
 
 SMOKE_STEPS = 30  # training steps of the smoke test: enough to run every phase once
+# The families of slips the tutor names from the step itself (tutor/core/smallest.py), each made
+# once per step from its reference solution wherever the solution has a place for it.
+FAMILIES = ("constant", "term", "function", "axis", "operand")
+TRIES = 4  # changes of one family tried per step before it counts as not applying there
 
 
 @dataclass(frozen=True)
@@ -29,8 +33,8 @@ class Problem:
         return f"{self.where}: {self.what}"
 
 
-def check_pack(root: Path, settings: Settings, progress: Callable[[str], None] = print
-               ) -> list[Problem]:
+def check_pack(root: Path, settings: Settings, progress: Callable[[str], None] = print,
+               families: bool = True) -> list[Problem]:
     """Every problem found in the pack at `root`; an empty list means it is ready for learners."""
     try:
         pack = load_pack(root)
@@ -50,6 +54,12 @@ def check_pack(root: Path, settings: Settings, progress: Callable[[str], None] =
                 problems += _cases(engine, step)
             problems += _solution(engine, step)
             problems += _mistakes(engine, step)
+            if families:
+                named = _families(engine, step)
+                problems += [p for p in named if isinstance(p, Problem)]
+                for family, code, message in (n for n in named if not isinstance(n, Problem)):
+                    if message is None:
+                        progress(f"  {family}: `{code}` is refused without a diagnosis")
         if any(s.kind.trained for s in pack.steps):
             progress("training smoke test")
             problems += _training(engine)
@@ -139,6 +149,74 @@ def _mistakes(engine, step: Step) -> list[Problem]:
             problems.append(Problem(where, f"is recognised, but with kind "
                                            f"{diagnosis.kind} instead of {mistake.kind}"))
     return problems
+
+
+def family_mistakes(engine, step: Step) -> Iterator[tuple[str, str, str]]:
+    """(family, changed line, changed solution): the step's solution with one slip of each
+    family, as a learner might make it. A term is made three times too large; the others are
+    the first changes of tutor/core/smallest.py's families. Whether each is wrong is the engine's
+    to say: a change may well be another way to the right answer."""
+    import ast
+
+    from tutor.core import smallest
+
+    try:
+        tree = ast.parse(step.solution)
+    except SyntaxError:
+        return
+    if step.function:
+        inputs = engine.function_cases(step)[0].inputs
+    else:
+        inputs = engine.network.main.namespace()
+    import torch
+
+    shapes = {k: tuple(v.shape) for k, v in inputs.items()
+              if isinstance(v, torch.Tensor) and v.is_floating_point() and v.dim() > 0}
+    sizes = {k: v for k, v in {**engine.network.sizes, **inputs}.items() if type(v) is int}
+    code = step.solution
+    made = {
+        "constant": (e.source for e in smallest.constant_edits(tree, code, sizes)),
+        "term": (smallest._edited(tree, i, lambda n: smallest._scaled(n, 3.0))
+                 for i, _ in smallest.terms(tree)),
+        "function": (e.source for e in smallest.function_edits(tree, code)),
+        "axis": (e.source for e in smallest.axis_edits(tree, code)),
+        "operand": (e.source for e in smallest.operand_edits(tree, code, shapes)),
+    }
+    for family in FAMILIES:
+        for source in list(made[family])[:TRIES]:
+            yield family, _changed_line(step.solution, source), source
+
+
+def _changed_line(before: str, after: str) -> str:
+    import ast
+
+    old = ast.unparse(ast.parse(before)).splitlines()
+    new = after.splitlines()
+    return next((b for a, b in zip(old, new, strict=False) if a != b), new[-1] if new else "")
+
+
+def _families(engine, step: Step) -> list:
+    """Each family's first slip that is wrong, checked: a Problem where the message gives the
+    answer away (a line of the solution), else (family, changed line, message or None)."""
+    out: list = []
+    done: set[str] = set()
+    for family, line, source in family_mistakes(engine, step):
+        if family in done:
+            continue
+        result = engine.check(step.id, source)
+        if result.passed or result.error:
+            continue
+        done.add(family)
+        wrong = [c for c in result.checks if not c.accepted]
+        named = next((c.diagnosis.message for c in wrong if c.diagnosis), None)
+        given = [ln.strip() for ln in step.solution.splitlines()
+                 if len(ln.strip()) > 12 and not ln.strip().startswith("#")]
+        leaked = [ln for ln in given if any(ln in c.message for c in wrong)]
+        if leaked:
+            out.append(Problem(f"{step.id} {family} slip", f"its message gives the answer "
+                                                           f"away: {leaked[0]}"))
+        out.append((family, line.strip(), named))
+    return out
 
 
 def _training(engine) -> list[Problem]:

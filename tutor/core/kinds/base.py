@@ -14,7 +14,9 @@ every answer before the learner's code runs).
 
 from __future__ import annotations
 
+import marshal
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,6 +63,45 @@ class StepCheck(ABC):
         self.network = network
         self.pack = network.pack
         self.settings = settings
+        # How changed programs of a refused answer run: in a confined child, as the engine runs
+        # a check (`Engine.run_variants`: step, code, prior, compiled programs, seconds -> the
+        # child's answer). None where no engine runs children: then no change is searched.
+        self.run_variants: Callable[[Step, str, dict[str, str], list[bytes], float], dict] \
+            | None = None
+
+    def changed_values(self, step: Step, code: str, prior: dict[str, str],
+                       sources: list[str]) -> list[list[dict | None]]:
+        """Changed programs of the learner's code (tutor/core/smallest.py), each compiled as the
+        candidate is (`candidate.program`: the policy and the guard) and run in a confined child
+        on what the candidate started from: per source, its graded values per batch (or case),
+        the main one first, None where it failed; an empty list where it did not run (it does
+        not compile, or the child ran out of time or ended)."""
+        from tutor.core import smallest
+        from tutor.core.candidate import CodeError, compile_candidate
+        from tutor.core.kinds.records import decode_namespace
+
+        out: list[list[dict | None]] = [[] for _ in sources]
+        if self.run_variants is None:
+            return out
+        programs, at = [], []
+        for i, source in enumerate(sources):
+            try:
+                # As candidate.program compiles, without filling its cache with these.
+                programs.append(marshal.dumps(compile_candidate(source)))
+            except (CodeError, ValueError, RecursionError, MemoryError):
+                continue  # the policy refuses it: it runs nowhere
+            at.append(i)
+        if not programs:
+            return out
+        answer = self.run_variants(step, code, prior, programs, smallest.BUDGET)
+        got = answer.get("variants") if isinstance(answer, dict) else None
+        for i, per in zip(at, got if isinstance(got, list) else [], strict=False):
+            try:
+                out[i] = [decode_namespace(v) if isinstance(v, dict) else None
+                          for v in (per if isinstance(per, list) else [])]
+            except Exception:  # noqa: BLE001 - data that does not decode matches nothing
+                out[i] = []
+        return out
 
     def admit(self, step: Step) -> None:
         """Whether `step` can be checked at all, asked before anything is compiled or run.

@@ -43,6 +43,10 @@ class FunctionCheck(StepCheck):
         super().__init__(network, settings)
         self._cases: dict[str, list[Case]] = {}  # function step -> its cases, lesson's first
         self._mistake_values: dict[tuple, Tensor | None] = {}
+        # The learner's changed functions' outputs, and the changes that explained an output:
+        # another output of the same code tries those first (tutor/core/smallest.py).
+        self._theirs: dict[tuple, list[dict | None]] = {}
+        self._edits: dict[tuple, list] = {}
 
     # -- the cases and the plan ----------------------------------------------------------------
     def cases(self, step: Step) -> list[Case]:
@@ -87,6 +91,8 @@ class FunctionCheck(StepCheck):
     def forget(self) -> None:
         self._cases.clear()
         self._mistake_values.clear()
+        self._theirs.clear()
+        self._edits.clear()
 
     # -- the rows ------------------------------------------------------------------------------
     def grade(self, step: Step, code: str, prior: dict[str, str], outcome: dict,
@@ -98,8 +104,9 @@ class FunctionCheck(StepCheck):
             values = decode_namespace(record.get("after"))
         except Exception as exc:  # noqa: BLE001 - the child's data did not decode: never trust it
             raise Unreadable() from exc
-        grades = [self._grade_output(step, name, values.get(name), own)
+        grades = [self._grade_output(step, name, values.get(name), own, code)
                   for name in step.checks]
+        self._explain_by_change(step, grades, values, own, code)
         for name in record.get("changed") or []:
             if isinstance(name, str):
                 result.notes.append(
@@ -108,12 +115,14 @@ class FunctionCheck(StepCheck):
                     "into new tensors instead.")
         return Graded(grades)
 
-    def _grade_output(self, step: Step, name: str, value: Any, case: Case) -> TensorCheck:
-        g = self._measure_output(step, name, value, case)
+    def _grade_output(self, step: Step, name: str, value: Any, case: Case, code: str = ""
+                      ) -> TensorCheck:
+        g = self._measure_output(step, name, value, case, code)
         g.tensor = name  # the row is the output, by the name the call gives it
         return g
 
-    def _measure_output(self, step: Step, name: str, value: Any, case: Case) -> TensorCheck:
+    def _measure_output(self, step: Step, name: str, value: Any, case: Case, code: str = ""
+                        ) -> TensorCheck:
         tensor = output_label(name)
         ref32, ref64 = case.reference[name], case.reference64[name]
         if isinstance(value, (OddTensor, Foreign)):
@@ -150,7 +159,8 @@ class FunctionCheck(StepCheck):
         if g.verdict is not Verdict.SHAPE and (g.diagnosis is None or (
                 g.diagnosis.kind == "scale" and "constant factors" in g.diagnosis.message)):
             # A factor no count explains may still be a rewrite (a size for another).
-            g.diagnosis = self._derived_output(step, name, value, ref32, case) or g.diagnosis
+            g.diagnosis = (self._derived_output(step, name, value, ref32, case, code)
+                           or g.diagnosis)
         pattern = dx.where_wrong(value, ref32) if (
             g.verdict is not Verdict.SHAPE and torch.isfinite(value).all()
             and (g.diagnosis is None or g.diagnosis.kind != "unchanged")) else ""
@@ -160,11 +170,75 @@ class FunctionCheck(StepCheck):
             g.heatmap = heatmap(value.to(ref32.dtype) - ref32)
         return g
 
-    def _derived_output(self, step: Step, name: str, value: Tensor, ref: Tensor, case: Case
-                        ) -> Diagnosis | None:
-        """Nobody catalogued this one: rewrites of the reference function, then the state's
-        own patterns (tutor/core/derived.py, tutor/core/rewrites.py)."""
-        from tutor.core import derived
+    def _explain_by_change(self, step: Step, grades: list[TensorCheck], values: dict,
+                           case: Case, code: str) -> None:
+        """An output left unexplained that the change found for another output of the same
+        code makes right too (a `v` updated from the wrong tensor also moves `param` wrong):
+        it gets that change's message. Only the changed programs' values already sent back are
+        compared: nothing runs again."""
+        from tutor.core import smallest
+
+        edits = self._edits.get((step.id, case.name, code))
+        if not edits or step.function is None:
+            return
+        for g in grades:
+            value = values.get(g.tensor)
+            if g.accepted or g.diagnosis is not None or not isinstance(value, Tensor) \
+                    or g.verdict is Verdict.SHAPE:
+                continue
+            refs, starts = self._targets(step, g.tensor)
+            found = smallest.search_edit(
+                code, self._runner(step, code, g.tensor, cached_only=True), value, refs,
+                self._sizes(case), smallest.function_shapes(case.inputs),
+                function=step.function.name, starts=starts, first=tuple(edits))
+            if found is not None:
+                g.diagnosis = dx.diagnosis("derived", found.message)
+                g.message = found.message + g.message[len(f"{g.tensor} is wrong"):]
+
+    def _sizes(self, case: Case) -> dict[str, int]:
+        return {**self.network.sizes, **{k: v for k, v in case.inputs.items() if type(v) is int}}
+
+    def _targets(self, step: Step, name: str) -> tuple[list[Tensor], list[Tensor | None]]:
+        """Autograd's value of an output on the lesson's case and the first fresh one (which
+        confirms a change found on the first), and where an updated argument started."""
+        refs, starts = [], []
+        for case in self.cases(step)[:2]:
+            if name not in case.reference:
+                break
+            refs.append(case.reference[name])
+            start = case.inputs.get(name)
+            starts.append(start if isinstance(start, Tensor) and not is_gradient(name)
+                          else None)
+        return refs, starts
+
+    def _runner(self, step: Step, code: str, name: str, cached_only: bool = False
+                ) -> Callable[[list[str]], list[list[Tensor | None]]]:
+        """Changed functions run in a confined child (`StepCheck.changed_values`), their
+        outputs kept for the other outputs of the same check."""
+
+        def run(sources: list[str]) -> list[list[Tensor | None]]:
+            new = [x for x in sources if (step.id, code, x) not in self._theirs]
+            if new and not cached_only:
+                if len(self._theirs) > 512:
+                    self._theirs.clear()
+                for source, got in zip(new, self.changed_values(step, code, {}, new),
+                                       strict=True):
+                    self._theirs[(step.id, code, source)] = got
+            out = []
+            for source in sources:
+                per = self._theirs.get((step.id, code, source)) or []
+                out.append([v.get(name) if isinstance(v, dict)
+                            and isinstance(v.get(name), Tensor) else None for v in per])
+            return out
+
+        return run
+
+    def _derived_output(self, step: Step, name: str, value: Tensor, ref: Tensor, case: Case,
+                        code: str = "") -> Diagnosis | None:
+        """Nobody catalogued this one: rewrites of the reference function, the smallest change
+        to the learner's own function (run in a child, tutor/core/smallest.py), then the state's own
+        patterns (tutor/core/derived.py, tutor/core/rewrites.py)."""
+        from tutor.core import derived, smallest
         from tutor.core.rewrites import state_patterns
 
         def call(source: str) -> dict | None:
@@ -173,6 +247,18 @@ class FunctionCheck(StepCheck):
         start = case.inputs.get(name)
         start = start if isinstance(start, Tensor) and not is_gradient(name) else None
         found = derived.explain_function(step, name, value, ref, case.inputs, call, start)
+        if found is None and code and step.function is not None:
+            key = (step.id, case.name, code)
+            refs, starts = self._targets(step, name)
+            edit = smallest.search_edit(code, self._runner(step, code, name), value, refs,
+                                        self._sizes(case), smallest.function_shapes(case.inputs),
+                                        function=step.function.name, starts=starts,
+                                        first=tuple(self._edits.get(key, ())))
+            if edit is not None:
+                self._edits.setdefault(key, []).append(edit)
+                if len(self._edits) > 64:
+                    self._edits.clear()
+                found = dx.diagnosis("derived", edit.message)
         if found is None and not is_gradient(name):
             why = state_patterns(name, value, ref, start)
             found = dx.diagnosis("derived", why) if why else None

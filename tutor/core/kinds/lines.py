@@ -47,6 +47,7 @@ class Run:
 
     namespace: dict
     before: dict
+    code: str = ""  # the learner's code, for the search for its smallest wrong change
 
 
 class LineCheck(StepCheck):
@@ -59,6 +60,10 @@ class LineCheck(StepCheck):
         self._befores: dict[tuple, tuple[dict, list[str], bool]] = {}
         self._mistake_values: dict[tuple, Tensor | None] = {}
         self._graph: probe.Graph | None = None  # the main batch under autograd, for the probe
+        # The changed programs of the last code searched (tutor/core/smallest.py) and their values
+        # per batch: each refused row of the same check reads them, run once.
+        self._variants_key: tuple | None = None
+        self._variants: dict[str, list[dict | None]] = {}
 
     # -- the plan ------------------------------------------------------------------------------
     def earlier(self, step: Step) -> list[Step]:
@@ -107,6 +112,7 @@ class LineCheck(StepCheck):
     def forget(self) -> None:
         self._befores.clear()
         self._mistake_values.clear()
+        self._variants.clear()
 
     # -- the namespaces a check started from ---------------------------------------------------
     def _before_key(self, step: Step, batch: Batch, prior: dict[str, str]) -> tuple:
@@ -143,7 +149,7 @@ class LineCheck(StepCheck):
         batch = self.network.main
         try:
             before = self._remember(main, step, batch, prior)
-            run = Run(decode_namespace(main.get("after")), before)
+            run = Run(decode_namespace(main.get("after")), before, code)
             heldout = records.get("heldout")
             if heldout and not heldout.get("error"):
                 self._remember(heldout, step, self.network.heldout, prior)
@@ -208,8 +214,17 @@ class LineCheck(StepCheck):
         role = " (its first branch, completed in a later step)" if g.partial else ""
         mistakes = self._mistakes_for(g.tensor, step, batch, prior)
         if g.verdict is Verdict.SHAPE:
-            known = dx.matching_mistake(value, mistakes)
-            g.diagnosis = known or dx.shape_diagnosis(g.tensor, value, ref)
+            known = dx.matching_mistake(value, mistakes) or dx.shape_diagnosis(
+                g.tensor, value, ref)
+            if known.message.endswith(dx.GENERIC_SHAPE):
+                # Nothing in the shapes alone says how: an axis or a keepdim of the learner's
+                # own code, else a sum over the wrong dims of a gradient in reach.
+                found = self._own_change(step, g.tensor, value, ref, run, prior, [])()
+                sources = [tuple(v.shape) for k, v in run.before.items()
+                           if k.startswith("d") and isinstance(v, Tensor)]
+                known = (dx.diagnosis("shape", found.message) if found else
+                         dx.shape_diagnosis(g.tensor, value, ref, sources))
+            g.diagnosis = known
             g.message = g.diagnosis.message
             return
         if g.accepted:
@@ -228,11 +243,16 @@ class LineCheck(StepCheck):
             earlier if isinstance(earlier, Tensor) else None,
             mistakes,
             "\n".join(self.pack.line_for(t).source for t in step.lines),
+            run.code,
         )
         if g.diagnosis is None and torch.isfinite(value).all():
             # Nobody catalogued this one: compare with wrong answers derived from the step.
+            lines = [self.pack.line_for(t) for t in step.lines]
+            related = [t for line in lines for t in (*line.operands, line.target)]
+            related += [f"d{t}" for t in related]
             g.diagnosis = derived.explain(
-                self.pack, step, g.tensor, value, ref, run.before, batch.n
+                self.pack, step, g.tensor, value, ref, run.before, batch.n, run.code,
+                self._own_change(step, g.tensor, value, ref, run, prior, related),
             )
         pattern = dx.where_wrong(value, ref) if torch.isfinite(value).all() else ""
         g.message = (g.diagnosis.message if g.diagnosis else f"d{g.tensor} is wrong{role}") + (
@@ -240,6 +260,48 @@ class LineCheck(StepCheck):
         )
         if torch.isfinite(value).all():
             g.heatmap = heatmap(value.to(ref.dtype) - ref)
+
+    def _own_change(self, step: Step, tensor: str, value: Tensor, ref: Tensor, run: Run,
+                    prior: dict[str, str], related: list[str]) -> Callable[[], Any]:
+        """The search for the smallest change to the learner's own code (tutor/core/smallest.py),
+        to be made only where nothing else explains the row: its changed programs run in a
+        confined child on the main and the fresh batch, and the change must make both right."""
+        from tutor.core import smallest
+
+        def search() -> Any:
+            if not run.code or self.run_variants is None:
+                return None
+            grad = f"d{tensor}"
+            refs = [ref]
+            fresh = self.network.heldout.reference.get((step.id, tensor))
+            if fresh is not None:
+                refs.append(fresh)
+            key = (step.id, run.code, tuple(sorted(prior.items())))
+            if self._variants_key != key:
+                self._variants_key, self._variants = key, {}
+            cache = self._variants
+
+            def values(sources: list[str]) -> list[list[Tensor | None]]:
+                new = [x for x in sources if x not in cache]
+                if new:
+                    for source, got in zip(new, self.changed_values(step, run.code, prior, new),
+                                           strict=True):
+                        cache[source] = got
+                out = []
+                for source in sources:
+                    per = []
+                    for v in cache.get(source) or []:
+                        t = v.get(grad) if isinstance(v, dict) else None
+                        per.append(t if isinstance(t, Tensor) and t.is_floating_point()
+                                   else None)
+                    out.append(per)
+                return out
+
+            return smallest.search(
+                run.code, values, value, refs, smallest.line_sizes(run.before),
+                smallest.line_shapes(run.code, run.before, related))
+
+        return search
 
     def _mistakes_for(self, tensor, step, batch, prior) -> list[tuple]:
         """The step's catalogued mistakes about this tensor, each with a lazy evaluator."""

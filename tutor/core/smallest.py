@@ -1,0 +1,812 @@
+"""The smallest change to the learner's own code that makes a wrong gradient right.
+
+The catalogue and the rewrites of the reference solution (tutor/core/derived.py) explain a wrong
+answer that someone foresaw. A learner's code is often right but for one slip in a formula of
+their own: a constant inside one term, one function or one axis of a fused line, one operand of
+a run of in-place updates. This module parses the learner's code and makes one change at a
+time; the caller's `run` has each changed program run on the same inputs; the first change
+that makes the answer right, on the main batch and on the fresh one, is what the message
+names, with where it is and what kind of change it is, never the corrected code:
+
+- a term (an operand of a sum, or what a `+=` adds) off by a constant factor: the factor comes
+  from a least-squares fit of the term's share of the answer, and is confirmed by running the
+  program with the term scaled by it;
+- a constant written inside the formula (a literal, `math.pi`, a size such as `n`) with one
+  operation of it the other way round (`2 * pi` for `2 / pi`) or a square root too many;
+- a function of the same family in place of another (`log_softmax` and `softmax`, `exp` and
+  `log`, `sum` and `mean`, `argmax` and `argmin`, `max` and `min`);
+- a reduction, softmax or index over another dimension, or with `keepdim` the other way;
+- one read of a tensor in place of another tensor of the same shape, in one statement.
+
+Nothing of the learner's code, original or changed, runs here. This module only makes the
+changed programs (plain work on the syntax tree) and compares what comes back; the caller's
+`run` compiles them as a candidate is compiled (behind the policy and the guard) and has a
+confined child run them on the namespace the learner's code started from, on the main batch and
+on the fresh one (`execution.run_variants`, `Engine.run_variants`), which sends back their
+values, bounded in count, size and time. A constant's value is read off its syntax
+(`_arithmetic`), never evaluated. Only code inside a small subset is searched (`searchable`):
+assignments and expressions of tensors, numbers and calls of listed torch functions and
+methods, with no loop, comprehension, lambda, import or definition other than the step's
+function. That is a cost limit, so that the changes stay few and each runs in a time set by the
+lesson's tensors; the child's confinement is what keeps a changed program from doing harm.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from dataclasses import field as default
+
+import torch
+
+from tutor.core.diagnosis import close, diagnosis
+from tutor.values.results import Diagnosis
+
+Tensor = torch.Tensor
+
+# Seconds the child may spend running one search's changed programs: a refused verdict waits
+# for them (the benchmark, benchmarks/diagnoses.py, says how long that is on either path).
+BUDGET = 0.25
+MAX_EDITS = 120  # changed programs run at most per search
+MAX_NODES = 600  # a longer program is not searched: its edits would not fit the budget
+
+# Functions that are easily confused with one another: each may stand for the others.
+_FAMILIES = [
+    ("softmax", "log_softmax"),
+    ("exp", "log"),
+    ("sum", "mean"),
+    ("argmax", "argmin"),
+    ("max", "min"),
+    ("amax", "amin"),
+    ("tanh", "sigmoid"),
+    ("sqrt", "rsqrt"),
+]
+_SWAPS = {a: [b for fam in _FAMILIES if a in fam for b in fam if b != a]
+          for fam in _FAMILIES for a in fam}
+# Calls whose `dim` decides the axis: the position of `dim` among a method's arguments, and
+# among a function's (`F.softmax(x, 1)`).
+_DIMMED = {"sum": 0, "mean": 0, "softmax": 0, "log_softmax": 0, "max": 0, "min": 0,
+           "argmax": 0, "argmin": 0, "amax": 0, "amin": 0, "var": 0, "std": 0, "cumsum": 0,
+           "norm": 1, "cat": 1, "stack": 1}
+_DIM_CHOICES: list[object] = [0, 1, 2, -1, -2, (0, 1), (0, 1, 2), (1, 2)]
+
+_MODULES = {"torch", "F", "math", "nn", "functional"}
+_BUILTINS = {"range", "len", "float", "int", "abs", "min", "max", "round"}
+# Tensor methods and torch functions a searched program may call or read.
+_ATTRIBUTES = set(_SWAPS) | set(_DIMMED) | {
+    "T", "mT", "shape", "size", "dim", "numel", "dtype", "device", "view", "reshape",
+    "transpose", "permute", "unsqueeze", "squeeze", "flatten", "contiguous", "clone", "detach",
+    "float", "double", "long", "int", "bool", "to", "type_as", "view_as", "reshape_as",
+    "pow", "square", "abs", "sign", "neg", "clamp", "clamp_min", "clamp_max", "relu",
+    "where", "masked_fill", "masked_fill_", "matmul", "mm", "bmm", "t", "outer", "einsum",
+    "indices", "values", "split", "chunk", "gather", "index_select", "index_add",
+    "index_add_", "scatter_add", "scatter_add_", "one_hot", "zeros_like", "ones_like",
+    "empty_like", "full_like", "rand_like", "add", "sub", "mul", "div", "add_", "sub_",
+    "mul_", "div_", "addcmul", "addcmul_", "addcdiv", "addcdiv_", "lerp", "lerp_", "copy_",
+    "zero_", "fill_", "sqrt_", "exp_", "neg_", "pi", "e", "tril", "triu", "eq", "ne", "lt",
+    "gt", "le", "ge", "logical_not", "sigmoid_", "tanh_", "square_", "reciprocal",
+    "reciprocal_", "cross_entropy", "functional", "nn", "new_zeros", "new_ones", "zeros",
+    "ones", "full", "empty", "sqrt", "rsqrt", "log1p", "expm1", "erf", "mv", "diag",
+    "diagonal", "flip", "roll", "all", "any", "item", "prod", "cumprod",
+}
+# Constructors that take sizes: allowed only with sizes read off tensors or names the code
+# does not bind (the lesson's sizes), or small literals.
+_SIZED = {"zeros", "ones", "full", "empty", "new_zeros", "new_ones", "range", "one_hot"}
+_BIG = 4096
+
+
+@dataclass(frozen=True)
+class Edit:
+    """One change to the learner's program: the changed source and what the change says."""
+
+    family: str
+    source: str
+    message: str
+
+
+# --- the subset ---------------------------------------------------------------------------------
+
+
+def searchable(tree: ast.Module, function: str | None = None) -> bool:
+    """Whether the program is inside the subset whose changes are searched: a cost limit (the
+    changes stay few), not what keeps them from harm (the child is; module docstring)."""
+    body = tree.body
+    if function is not None:
+        defs = [s for s in body if isinstance(s, ast.FunctionDef)]
+        if len(defs) != 1 or defs[0].name != function or len(body) != 1:
+            return False
+        fn = defs[0]
+        if fn.decorator_list or fn.returns or fn.args.vararg or fn.args.kwarg \
+                or fn.args.kw_defaults or fn.args.defaults:
+            return False
+        body = fn.body
+    if sum(1 for _ in ast.walk(tree)) > MAX_NODES:
+        return False
+    bound = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)
+             and isinstance(n.ctx, ast.Store)}
+    if function is not None:
+        bound |= {a.arg for a in tree.body[0].args.args}  # type: ignore[attr-defined]
+    return all(_statement_ok(s, bound, function is not None) for s in body)
+
+
+def _statement_ok(s: ast.stmt, bound: set[str], in_function: bool) -> bool:
+    if isinstance(s, ast.Assign):
+        return all(_target_ok(t) for t in s.targets) and _expr_ok(s.value, bound)
+    if isinstance(s, ast.AugAssign):
+        return _target_ok(s.target) and _expr_ok(s.value, bound) and not isinstance(
+            s.op, (ast.Pow, ast.LShift, ast.RShift))
+    if isinstance(s, ast.Expr):
+        return isinstance(s.value, (ast.Call, ast.Constant)) and _expr_ok(s.value, bound) \
+            and not (isinstance(s.value, ast.Constant) and not isinstance(s.value.value, str))
+    if isinstance(s, ast.Return):
+        return in_function and (s.value is None or _expr_ok(s.value, bound))
+    return isinstance(s, ast.Pass)
+
+
+def _target_ok(t: ast.expr) -> bool:
+    if isinstance(t, ast.Name):
+        return _name_ok(t.id)
+    if isinstance(t, ast.Tuple):
+        return all(isinstance(e, ast.Name) and _name_ok(e.id) for e in t.elts)
+    if isinstance(t, ast.Subscript):
+        return isinstance(t.value, ast.Name) and _name_ok(t.value.id) and _expr_ok(t.slice, set())
+    return False
+
+
+def _name_ok(name: str) -> bool:
+    return not name.startswith("_")
+
+
+def _expr_ok(e: ast.AST, bound: set[str]) -> bool:
+    for node in ast.walk(e):
+        if isinstance(node, (ast.expr_context, ast.operator, ast.unaryop, ast.cmpop,
+                             ast.boolop, ast.keyword, ast.Slice)):
+            if isinstance(node, ast.keyword) and node.arg is None:
+                return False  # **kwargs
+            continue
+        if isinstance(node, ast.Name):
+            if not _name_ok(node.id):
+                return False
+        elif isinstance(node, ast.Constant):
+            v = node.value
+            if (isinstance(v, str) and len(v) > 40) or not isinstance(
+                    v, (str, int, float, bool, type(None))) or (
+                    isinstance(v, (int, float)) and abs(v) > 1e12):
+                return False
+        elif isinstance(node, ast.Attribute):
+            if node.attr not in _ATTRIBUTES and node.attr not in _MODULES:
+                return False
+        elif isinstance(node, ast.BinOp):
+            if any(isinstance(x, (ast.List, ast.Tuple)) or (
+                    isinstance(x, ast.Constant) and isinstance(x.value, str))
+                    for x in (node.left, node.right)):
+                return False  # [a] * k, "s" * k: sizes out of nothing
+            if isinstance(node.op, (ast.Pow, ast.LShift)) and not _exponent_ok(node):
+                return False
+        elif isinstance(node, ast.Call):
+            if not _call_ok(node, bound):
+                return False
+        elif isinstance(node, ast.Subscript | ast.UnaryOp | ast.Compare | ast.BoolOp
+                        | ast.IfExp | ast.Tuple | ast.List):
+            continue
+        else:
+            return False
+    return True
+
+
+def _exponent_ok(node: ast.BinOp) -> bool:
+    """A power with a small written exponent, or a name for one over a base with no power in
+    it: nothing that grows without bound (`n ** n ** n`)."""
+    if isinstance(node.op, ast.LShift):
+        return False
+    e = node.right
+    if isinstance(e, ast.UnaryOp) and isinstance(e.op, (ast.USub, ast.UAdd)):
+        e = e.operand
+    if isinstance(e, ast.Constant) and isinstance(e.value, (int, float)) \
+            and not isinstance(e.value, bool):
+        return abs(e.value) <= 16
+    if isinstance(e, ast.Name):
+        return not any(isinstance(s, ast.BinOp) and isinstance(s.op, ast.Pow)
+                       for s in ast.walk(node.left))
+    return False
+
+
+def _call_ok(node: ast.Call, bound: set[str]) -> bool:
+    f = node.func
+    if isinstance(f, ast.Name):
+        name = f.id
+        if name not in _BUILTINS:
+            return False
+    elif isinstance(f, ast.Attribute):
+        name = f.attr
+    else:
+        return False
+    if name in _SIZED:
+        sizes = list(node.args) + [k.value for k in node.keywords
+                                   if k.arg in ("num_classes", "size")]
+        if name == "one_hot":
+            sizes = sizes[1:]
+        if not all(_size_ok(a, bound) for a in sizes):
+            return False
+    return not any(isinstance(a, ast.Starred) for a in node.args)
+
+
+def _size_ok(a: ast.expr, bound: set[str]) -> bool:
+    """A size read off a tensor, a lesson size the code does not bind, or a small literal."""
+    if isinstance(a, ast.Constant):
+        return isinstance(a.value, (int, float)) and abs(a.value) <= _BIG
+    if isinstance(a, ast.Name):
+        return a.id not in bound or a.id in ("dtype",)
+    if isinstance(a, ast.keyword):
+        return True
+    reads_shape = any(isinstance(s, ast.Attribute) and s.attr in ("shape", "size", "numel")
+                      for s in ast.walk(a))
+    small = all(not isinstance(s, ast.BinOp) or isinstance(s.op, (ast.Sub, ast.FloorDiv))
+                for s in ast.walk(a))
+    return reads_shape and small
+
+
+# --- the edits ----------------------------------------------------------------------------------
+
+
+def _where(node: ast.AST, code: str) -> str:
+    line = getattr(node, "lineno", None)
+    return f"line {line}" if line else "your code"
+
+
+def _text(node: ast.AST, code: str, limit: int = 70) -> str:
+    text = ast.get_source_segment(code, node) or ast.unparse(node)
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _edited(tree: ast.Module, index: int, make: Callable[[ast.AST], ast.AST]) -> str:
+    new = copy.deepcopy(tree)
+    nodes = list(ast.walk(new))
+    old = nodes[index]
+    replacement = make(old)
+    for parent in nodes:
+        for field, value in ast.iter_fields(parent):
+            if value is old:
+                setattr(parent, field, replacement)
+                return ast.unparse(new)
+            if isinstance(value, list):
+                for k, item in enumerate(value):
+                    if item is old:
+                        value[k] = replacement
+                        return ast.unparse(new)
+    return ast.unparse(new)
+
+
+def _writes(tree: ast.Module) -> set[int]:
+    """Nodes an assignment writes to: never changed, so an edit writes no other tensor."""
+    fixed: set[int] = set()
+    for node in ast.walk(tree):
+        targets = node.targets if isinstance(node, ast.Assign) else (
+            [node.target] if isinstance(node, ast.AugAssign) else [])
+        for t in targets:
+            fixed |= {id(s) for s in ast.walk(t)}
+        if isinstance(node, ast.FunctionDef):
+            fixed.add(id(node.args))
+            fixed |= {id(s) for s in ast.walk(node.args)}
+    return fixed
+
+
+def function_edits(tree: ast.Module, code: str) -> Iterator[Edit]:
+    fixed = _writes(tree)
+    for i, node in enumerate(ast.walk(tree)):
+        if id(node) in fixed or not isinstance(node, ast.Attribute) or node.attr not in _SWAPS:
+            continue
+        for other in _SWAPS[node.attr]:
+            source = _edited(tree, i, lambda n, o=other: ast.Attribute(n.value, o, n.ctx))
+            yield Edit("function", source,
+                       f"{_where(node, code)} of your code calls `{node.attr}` "
+                       f"(`{_text(node, code)}`): that is the wrong function there, and with "
+                       "the right one the rest of your code gives the right answer. Which "
+                       "function's derivative is this?")
+
+
+def _dim_slot(call: ast.Call) -> tuple[str, int | None] | None:
+    """Where the call's dimension is: ("kw", None) for `dim=`, ("arg", k) positional."""
+    f = call.func
+    if not isinstance(f, ast.Attribute) or f.attr not in _DIMMED:
+        return None
+    if any(k.arg == "dim" for k in call.keywords):
+        return ("kw", None)
+    module = isinstance(f.value, ast.Name) and f.value.id in _MODULES
+    k = _DIMMED[f.attr] + (1 if module and f.attr not in ("cat", "stack") else 0)
+    if f.attr in ("cat", "stack"):
+        k = 1
+    return ("arg", k) if len(call.args) > k else None
+
+
+def _dim_value(call: ast.Call, slot: tuple[str, int | None]) -> object:
+    node = next(k.value for k in call.keywords if k.arg == "dim") if slot[0] == "kw" \
+        else call.args[slot[1]]  # type: ignore[index]
+    try:
+        return ast.literal_eval(node)
+    except ValueError:
+        return None
+
+
+def _with_dim(call: ast.Call, slot: tuple[str, int | None], dim: object) -> ast.Call:
+    new = copy.copy(call)
+    value = ast.parse(repr(dim), mode="eval").body
+    if slot[0] == "kw":
+        new.keywords = [ast.keyword("dim", value) if k.arg == "dim" else k
+                        for k in call.keywords]
+    else:
+        new.args = list(call.args)
+        new.args[slot[1]] = value  # type: ignore[index]
+    return new
+
+
+def _with_keepdim(call: ast.Call, keep: bool) -> ast.Call:
+    new = copy.copy(call)
+    new.keywords = [k for k in call.keywords if k.arg != "keepdim"]
+    new.keywords.append(ast.keyword("keepdim", ast.Constant(keep)))
+    return new
+
+
+def _describe_dim(dim: object) -> str:
+    return f"dims {dim}" if isinstance(dim, tuple) else f"dim {dim}"
+
+
+def axis_edits(tree: ast.Module, code: str) -> Iterator[Edit]:
+    fixed = _writes(tree)
+    for i, node in enumerate(ast.walk(tree)):
+        if id(node) in fixed or not isinstance(node, ast.Call):
+            continue
+        slot = _dim_slot(node)
+        if slot is None:
+            continue
+        dim = _dim_value(node, slot)
+        if dim is None:
+            continue
+        name = node.func.attr  # type: ignore[attr-defined]
+        for other in _DIM_CHOICES:
+            if other == dim:
+                continue
+            source = _edited(tree, i, lambda n, o=other, s=slot: _with_dim(n, s, o))
+            yield Edit("axis", source,
+                       f"{_where(node, code)} of your code: `{_text(node, code)}` runs over "
+                       f"{_describe_dim(dim)}, the wrong axis: over {_describe_dim(other)} "
+                       "the rest of your code gives the right answer. Check which dimension "
+                       "the forward pass reduced or broadcast along.")
+        if name in ("sum", "mean", "amax", "max", "min", "amin", "var", "std"):
+            keep = next((k.value.value for k in node.keywords if k.arg == "keepdim"
+                         and isinstance(k.value, ast.Constant)), False)
+            source = _edited(tree, i, lambda n, k=keep: _with_keepdim(n, not k))
+            yield Edit("axis", source,
+                       f"{_where(node, code)} of your code: `{_text(node, code)}` "
+                       + ("keeps the summed dimension, which must go"
+                          if keep else "drops the summed dimension, which must stay (size 1)")
+                       + ": the gradient then broadcasts the wrong way.")
+
+
+def operand_edits(tree: ast.Module, code: str, shapes: dict[str, tuple]) -> Iterator[Edit]:
+    """One read of a tensor replaced by another name of the same shape, in one statement."""
+    fixed = _writes(tree)
+    names = [n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id in shapes]
+    names = list(dict.fromkeys(names + list(shapes)))
+    for i, node in enumerate(ast.walk(tree)):
+        if (id(node) in fixed or not isinstance(node, ast.Name)
+                or not isinstance(node.ctx, ast.Load) or node.id not in shapes):
+            continue
+        for other in names:
+            if other == node.id or shapes[other] != shapes[node.id]:
+                continue
+            source = _edited(tree, i, lambda _n, o=other: ast.Name(o, ast.Load()))
+            yield Edit("operand", source,
+                       f"{_where(node, code)} of your code reads `{node.id}` where another "
+                       f"tensor of the same shape belongs (in `{_statement_text(tree, node, code)}`"
+                       "): the shapes agree, so nothing fails. Check which tensor this part of "
+                       "the formula needs, and what it holds by that statement.")
+
+
+def _statement_text(tree: ast.Module, node: ast.AST, code: str) -> str:
+    line = getattr(node, "lineno", None)
+    lines = code.splitlines()
+    if line and 0 < line <= len(lines):
+        text = lines[line - 1].strip()
+        return text if len(text) <= 70 else text[:69] + "…"
+    return ast.unparse(node)
+
+
+def _constant(node: ast.AST, ints: set[str]) -> bool:
+    """An expression of numbers, `math.pi`-like names and the lesson's sizes only."""
+    for s in ast.walk(node):
+        if isinstance(s, ast.Constant):
+            if not isinstance(s.value, (int, float)) or isinstance(s.value, bool):
+                return False
+        elif isinstance(s, ast.Name):
+            if s.id not in ints and s.id not in ("math",):
+                return False
+        elif isinstance(s, ast.Attribute):
+            if s.attr not in ("pi", "e", "sqrt") or not (
+                    isinstance(s.value, ast.Name) and s.value.id == "math"):
+                return False
+        elif isinstance(s, ast.Call):
+            if not (isinstance(s.func, ast.Attribute) and s.func.attr == "sqrt"
+                    and len(s.args) == 1 and not s.keywords):
+                return False
+        elif not isinstance(s, (ast.BinOp, ast.UnaryOp, ast.operator, ast.unaryop,
+                                ast.expr_context)):
+            return False
+    return True
+
+
+def _constants(tree: ast.Module, ints: set[str]) -> list[tuple[int, ast.AST]]:
+    """Maximal constant subexpressions (a lone `1` or `2` included), by pre-order index."""
+    fixed = _writes(tree)
+    # A call's arguments (a dim, a size, a class count) and an index are no factor of the formula.
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and not (isinstance(node.func, ast.Attribute)
+                                               and node.func.attr == "sqrt"):
+            for a in [*node.args, *(k.value for k in node.keywords)]:
+                if _constant(a, ints):
+                    fixed |= {id(s) for s in ast.walk(a)}
+        elif isinstance(node, ast.Subscript):
+            fixed |= {id(s) for s in ast.walk(node.slice)}
+    out: list[tuple[int, ast.AST]] = []
+    inside: set[int] = set()
+    for i, node in enumerate(ast.walk(tree)):
+        if id(node) in fixed or id(node) in inside or not isinstance(node, ast.expr):
+            continue
+        if isinstance(node, ast.Name) and node.id == "math":
+            continue
+        if _constant(node, ints) and not (isinstance(node, ast.Call) and not node.args):
+            out.append((i, node))
+            inside |= {id(s) for s in ast.walk(node)}
+    return out
+
+
+def _constant_variants(node: ast.AST) -> Iterator[ast.AST]:
+    """The constant with one operation the other way round or one root too many or few."""
+    nodes = list(ast.walk(node))
+    for k, sub in enumerate(nodes):
+        if isinstance(sub, ast.BinOp) and isinstance(sub.op, (ast.Mult, ast.Div)):
+            new = copy.deepcopy(node)
+            target = list(ast.walk(new))[k]
+            target.op = ast.Div() if isinstance(sub.op, ast.Mult) else ast.Mult()  # type: ignore[attr-defined]
+            yield new
+        if isinstance(sub, ast.Call) and k == 0:
+            yield copy.deepcopy(sub.args[0])  # the root dropped
+    yield ast.Call(ast.Attribute(ast.Name("math", ast.Load()), "sqrt", ast.Load()),
+                   [copy.deepcopy(node)], [])  # a root missing
+
+
+def _value(node: ast.AST, sizes: dict[str, int]) -> float | None:
+    """The number a constant of the learner's code stands for, worked out here from its syntax
+    alone (numbers, the lesson's sizes, `math.pi`, `math.e`, `math.sqrt`, arithmetic in floats,
+    which overflow rather than grow without bound); None for anything else. Nothing of the
+    learner's code is run for it."""
+    try:
+        v = _arithmetic(node, sizes)
+    except (ArithmeticError, ValueError, TypeError, RecursionError):
+        return None
+    return v if v is not None and math.isfinite(v) else None
+
+
+_BINARY: dict[type, Callable[[float, float], float]] = {
+    ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
+    ast.Div: lambda a, b: a / b, ast.Pow: lambda a, b: math.pow(a, b),
+    ast.FloorDiv: lambda a, b: a // b, ast.Mod: lambda a, b: a % b,
+}
+
+
+def _arithmetic(node: ast.AST, sizes: dict[str, int]) -> float | None:
+    if isinstance(node, ast.Constant):
+        v = node.value
+        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+    if isinstance(node, ast.Name):
+        v = sizes.get(node.id)
+        return float(v) if type(v) is int else None
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
+            and node.value.id == "math" and node.attr in ("pi", "e"):
+        return math.pi if node.attr == "pi" else math.e
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+            and node.func.attr == "sqrt" and len(node.args) == 1 and not node.keywords:
+        x = _arithmetic(node.args[0], sizes)
+        return math.sqrt(x) if x is not None else None
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        x = _arithmetic(node.operand, sizes)
+        return None if x is None else (-x if isinstance(node.op, ast.USub) else x)
+    if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
+        a, b = _arithmetic(node.left, sizes), _arithmetic(node.right, sizes)
+        return None if a is None or b is None else _BINARY[type(node.op)](a, b)
+    return None
+
+
+def _number(x: float) -> str:
+    if abs(x - round(x)) <= 1e-6 * max(1.0, abs(x)):
+        return str(int(round(x)))
+    if x and abs(1 / x - round(1 / x)) <= 1e-6 * max(1.0, abs(1 / x)):
+        return f"1/{int(round(1 / x))}"
+    return f"{x:.4g}"
+
+
+def _everywhere(tree: ast.Module, text: str, variant: ast.AST) -> str:
+    """The source with every constant written as `text` replaced by `variant` (a constant the
+    learner wrote the same way in several places, as in a repeated `math.sqrt(...)`)."""
+    new = copy.deepcopy(tree)
+    for parent in ast.walk(new):
+        for field, value in ast.iter_fields(parent):
+            if isinstance(value, ast.expr) and ast.unparse(value) == text:
+                setattr(parent, field, copy.deepcopy(variant))
+            elif isinstance(value, list):
+                for k, item in enumerate(value):
+                    if isinstance(item, ast.expr) and ast.unparse(item) == text:
+                        value[k] = copy.deepcopy(variant)
+    return ast.unparse(new)
+
+
+def constant_edits(tree: ast.Module, code: str, sizes: dict[str, int]) -> Iterator[Edit]:
+    found = _constants(tree, set(sizes))
+    counts: dict[str, int] = {}
+    for _, node in found:
+        counts[ast.unparse(node)] = counts.get(ast.unparse(node), 0) + 1
+    for i, node in found:
+        was = _value(node, sizes)
+        if was is None or isinstance(node, ast.Constant):
+            continue  # a lone number is fitted by the term search, which says by how much
+        text = ast.unparse(node)
+        for variant in _constant_variants(node):
+            now = _value(variant, sizes)
+            if now is None or abs(now - was) <= 1e-9 * max(1.0, abs(was)):
+                continue
+            source = (_everywhere(tree, text, variant) if counts[text] > 1
+                      else _edited(tree, i, lambda _n, v=variant: v))
+            yield Edit("constant", source,
+                       f"{_where(node, code)} of your code: the constant `{_text(node, code)}` "
+                       f"is {_number(was)} where {_number(now)} is needed; everything else in "
+                       "your formula is right.")
+    # A count made of the lesson's sizes where another size belongs (`n * block_size` for the
+    # channels): on a batch of another size it is off by another factor, so only a size of the
+    # lesson, not a fitted number, makes it right on both batches.
+    for i, node in found:
+        if not any(isinstance(s, ast.Name) and s.id in sizes for s in ast.walk(node)):
+            continue
+        was = _value(node, sizes)
+        if was is None:
+            continue
+        for name, now in sizes.items():
+            if now <= 1 or abs(now - was) <= 1e-9 * max(1.0, abs(was)):
+                continue
+            yield Edit("constant", _edited(tree, i, lambda _n, k=name: ast.Name(k, ast.Load())),
+                       f"{_where(node, code)} of your code: the count `{_text(node, code)}` is "
+                       f"{_number(was)} where {_number(now)} is needed here, so the term it is "
+                       "in is off by a constant factor. Check what this part of the formula "
+                       "counts over; everything else in your formula is right.")
+
+
+def terms(tree: ast.Module) -> list[tuple[int, ast.AST]]:
+    """The terms of the program: operands of a sum and what a `+=` or `-=` adds."""
+    fixed = _writes(tree)
+    out = []
+    for node in ast.walk(tree):
+        if id(node) in fixed:
+            continue
+        if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub)):
+            for side in (node.left, node.right):
+                out.append(side)
+        elif isinstance(node, ast.AugAssign):
+            out.append(node.value)
+    index = {id(n): i for i, n in enumerate(ast.walk(tree))}
+    return [(index[id(n)], n) for n in out if not (
+        isinstance(n, ast.BinOp) and isinstance(n.op, (ast.Add, ast.Sub)))]
+
+
+def _scaled(node: ast.AST, c: float) -> ast.AST:
+    return ast.BinOp(ast.Constant(c), ast.Mult(), node)
+
+
+# --- the search ---------------------------------------------------------------------------------
+
+# What running changed programs gives: for each source asked, its value on each batch (or case)
+# it ran on, the main one first, None where it failed; an empty list where it did not run.
+Runner = Callable[[list[str]], list[list[Tensor | None]]]
+
+
+@dataclass
+class Search:
+    """One learner's program, its wrong value and the right ones, and the changed programs'
+    values as they come back from the child."""
+
+    code: str
+    run: Runner
+    value: Tensor  # the learner's value on the main batch
+    refs: list[Tensor]  # autograd's, per batch: the main one, then the fresh one if any
+    # An updated tensor's value before, per batch: it is compared by how it moved.
+    starts: list[Tensor | None]
+    results: dict[str, list[Tensor | None]] = default(default_factory=dict)
+    asked: int = 0
+
+    def moved(self, t: Tensor, k: int = 0) -> Tensor:
+        t = t.detach().to("cpu", torch.float64)
+        start = self.starts[k] if k < len(self.starts) else None
+        if start is not None and start.shape == t.shape:
+            return t - start.detach().to("cpu", torch.float64)
+        return t
+
+    def ask(self, sources: list[str]) -> None:
+        """Run the sources not run yet, in one child, within MAX_EDITS for the search."""
+        new = [x for x in dict.fromkeys(sources) if x not in self.results]
+        new = new[: max(0, MAX_EDITS - self.asked)]
+        if not new:
+            return
+        self.asked += len(new)
+        got = self.run(new)
+        for source, values in zip(new, got, strict=False):
+            self.results[source] = list(values)
+
+    def produced(self, source: str, k: int = 0) -> Tensor | None:
+        values = self.results.get(source) or []
+        out = values[k] if k < len(values) else None
+        if not isinstance(out, Tensor) or out.shape != self.refs[k].shape:
+            return None
+        return out if bool(torch.isfinite(out).all()) else None
+
+    def right(self, source: str) -> bool:
+        """Right on every batch: a change that fits the main batch only is no answer."""
+        for k, ref in enumerate(self.refs):
+            out = self.produced(source, k)
+            if out is None or not close(self.moved(out, k), self.moved(ref, k)):
+                return False
+        return True
+
+
+def search(code: str, run: Runner, value: Tensor, refs: list[Tensor], sizes: dict[str, int],
+           shapes: dict[str, tuple], function: str | None = None,
+           starts: list[Tensor | None] | None = None,
+           first: tuple[Edit, ...] = ()) -> Diagnosis | None:
+    """`search_edit`, said as a diagnosis."""
+    edit = search_edit(code, run, value, refs, sizes, shapes, function, starts, first)
+    return diagnosis("derived", edit.message) if edit else None
+
+
+def search_edit(code: str, run: Runner, value: Tensor, refs: list[Tensor],
+                sizes: dict[str, int], shapes: dict[str, tuple], function: str | None = None,
+                starts: list[Tensor | None] | None = None,
+                first: tuple[Edit, ...] = ()) -> Edit | None:
+    """The one change to `code` that makes its value right, said without the changed code.
+
+    Only the changed sources are made here (plain work on the syntax tree); `run` runs them
+    where learner code runs, in a confined child, on the inputs the learner's code saw, and
+    gives back their values per batch: the main batch, and the fresh one that confirms the change
+    is no fit to the main batch's numbers. `sizes` are the lesson's sizes by name, `shapes` the
+    tensors a changed read may name instead (name -> shape). Two runs at most: every change at
+    once, then, for a term off by a factor, the term scaled by the fitted factor."""
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    if not searchable(tree, function):
+        return None  # a cost limit: such code would take too many changes to search
+    s = Search(code, run, value, refs, list(starts or [None] * len(refs)))
+    # The families in the order of how likely each slip is: a function or an axis has a
+    # handful of alternatives, a constant a few, a term two runs, an operand one per tensor of
+    # the same shape. In a function's run of in-place updates an operand read too early or too
+    # late is the likeliest: tried first there.
+    before: list[Edit] = list(first)
+    after: list[Edit] = []
+    zeroed: list[tuple[int, ast.AST, str]] = []
+    if value.shape != refs[0].shape:
+        # A wrong shape: only an axis, a function or an operand can change it.
+        before += [*axis_edits(tree, code), *function_edits(tree, code)]
+    else:
+        if function is not None:
+            before += operand_edits(tree, code, shapes)
+        before += [*function_edits(tree, code), *axis_edits(tree, code),
+                   *constant_edits(tree, code, sizes)]
+        zeroed = [(i, node, _edited(tree, i, lambda n: _scaled(n, 0.0)))
+                  for i, node in terms(tree)]
+        if function is None:
+            after += operand_edits(tree, code, shapes)
+    s.ask([e.source for e in before] + [z for _, _, z in zeroed] + [e.source for e in after])
+    for edit in before:
+        if s.right(edit.source):
+            return edit
+    term = _scaled_term(s, tree, sizes, zeroed)
+    if term:
+        return term
+    return next((edit for edit in after if s.right(edit.source)), None)
+
+
+def _scaled_term(s: Search, tree: ast.Module, sizes: dict[str, int],
+                 zeroed: list[tuple[int, ast.AST, str]]) -> Edit | None:
+    """A term off by a constant factor: its factor fitted on the main batch from the program
+    without it, then confirmed by running the program with the term scaled by it."""
+    value, ref = s.moved(s.value), s.moved(s.refs[0])
+    fitted: list[tuple[ast.AST, float, str]] = []
+    for i, node, source in zeroed:
+        without = s.produced(source)
+        if without is None:
+            continue
+        base = s.moved(without)
+        share = (value - base).flatten()
+        denom = float(share @ share)
+        if denom <= 1e-12 * max(float(ref.flatten() @ ref.flatten()), 1e-30):
+            continue  # this term adds nothing here
+        c = float((ref - base).flatten() @ share) / denom
+        if not math.isfinite(c) or abs(c - 1) < 1e-3 or abs(c) < 1e-6:
+            continue  # right as it is, or a term to drop: other diagnoses say that
+        if not close(base + c * (value - base), ref):
+            continue  # no factor of this term alone makes it right
+        fitted.append((node, c, _edited(tree, i, lambda n, c=c: _scaled(n, c))))
+    s.ask([source for _, _, source in fitted])
+    for node, c, source in fitted:
+        if s.right(source):
+            return Edit("term", source, _term_message(s.code, node, c, sizes))
+    return None
+
+
+def _term_message(code: str, node: ast.AST, c: float, sizes: dict[str, int]) -> str:
+    where = _where(node, code)
+    head = f"{where} of your code: the term `{_text(node, code)}` is off by a constant factor"
+    if isinstance(node, ast.Constant):  # a lone number: the statement says where it is
+        head = (f"{where} of your code, `{_statement_text(ast.parse(code), node, code)}`: the "
+                "constant it adds or takes away is off by a constant factor")
+    # Where the term holds one constant, say what it is and what it needs to be.
+    consts = [(k, n) for k, n in _constants(ast.Module([ast.Expr(node)], []), set(sizes))
+              if not (isinstance(n, ast.Constant) and n.value in (0,))]
+    if len(consts) == 1:
+        k, const = consts[0]
+        was = _value(const, sizes)
+        divisor = _divides(node, const)
+        if was:
+            needed = was / c if divisor else was * c
+            named = [k for k, v in sizes.items() if abs(v - needed) < 1e-9]
+            also = f" (that is `{named[0]}`)" if len(named) == 1 else ""
+            return (f"{head}: {_number(was)} where {_number(needed)}{also} is needed. The rest "
+                    "of your formula is right.")
+    what = (f"{_number(1 / c)} times too large" if abs(c) < 1 else
+            f"{_number(c)} times too small")
+    sign = " and of the wrong sign" if c < 0 else ""
+    what = (f"{_number(abs(1 / c))} times too large" if abs(c) < 1 else
+            f"{_number(abs(c))} times too small") + sign if c < 0 else what
+    return (f"{head}: it is {what}. Check which count that term divides by (a sum where a "
+            "mean belongs, or the other way round) and its constants. The rest of your formula "
+            "is right.")
+
+
+def _divides(term: ast.AST, const: ast.AST) -> bool:
+    """Whether the constant divides the term (`x / 27`) rather than multiplies it."""
+    for node in ast.walk(term):
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div) and any(
+                s is const for s in ast.walk(node.right)):
+            return True
+    return False
+
+
+# --- what a change may read instead ---------------------------------------------------------
+
+
+def line_shapes(code: str, before: dict, related: list[str]) -> dict[str, tuple]:
+    """For a gradient step: the tensors a changed read may name, those the code or the step's
+    lines name (name -> shape)."""
+    named = related + [n for n in _names(code) if n in before]
+    return {k: tuple(before[k].shape) for k in dict.fromkeys(named)
+            if isinstance(before.get(k), Tensor) and before[k].is_floating_point()
+            and before[k].dim() > 0}
+
+
+def line_sizes(before: dict) -> dict[str, int]:
+    return {k: v for k, v in before.items() if type(v) is int}
+
+
+def _names(code: str) -> list[str]:
+    try:
+        return list(dict.fromkeys(n.id for n in ast.walk(ast.parse(code))
+                                  if isinstance(n, ast.Name)))
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return []
+
+
+def function_shapes(inputs: dict) -> dict[str, tuple]:
+    """For a function step: a changed read may name any argument of the same shape."""
+    return {k: tuple(v.shape) for k, v in inputs.items()
+            if isinstance(v, Tensor) and v.is_floating_point() and v.dim() > 0}

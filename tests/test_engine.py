@@ -269,3 +269,29 @@ def test_without_fork_a_held_mode_does_not_outlive_its_check():
         assert engine.check("atomic/probs", PACK.step("atomic/probs").solution).to_dict()["passed"]
     finally:
         engine.close()
+
+
+def test_a_check_compiles_its_candidate_once(engine, monkeypatch):
+    # Parsed, refused or compiled once, in the worker: the child loads those bytes.
+    from tutor.core import engine as engine_module
+
+    calls = []
+    real = engine_module.program
+    monkeypatch.setattr(engine_module, "program", lambda code: calls.append(code) or real(code))
+    code = "dprobs = (1.0 / probs) * dlogprobs  # compiled once"
+    assert engine.check("atomic/probs", code).passed
+    assert calls == [code]
+
+
+def test_the_engine_and_the_client_are_both_evaluators():
+    import inspect
+
+    from tutor.core.engine import Engine
+    from tutor.evaluator.client import Evaluator as Client
+    from tutor.values.evaluation import Evaluator
+
+    for cls in (Engine, Client):
+        for name in ("check", "scratch"):
+            ours = inspect.signature(getattr(cls, name))
+            want = inspect.signature(getattr(Evaluator, name))
+            assert list(ours.parameters) == list(want.parameters), (cls, name)

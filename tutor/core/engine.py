@@ -160,10 +160,12 @@ class Engine:
         self._spawned = []
         self._server.close()
 
-    def execute(self, step: Step, code: str, prior: dict[str, str], scratch: bool = False
-                ) -> dict:
-        """Run the candidate in a confined child, forked or started for it."""
-        compiled = _compiled(code)
+    def execute(self, step: Step, code: str, prior: dict[str, str], scratch: bool = False,
+                compiled: bytes | None = None) -> dict:
+        """Run the candidate in a confined child, forked or started for it. `compiled` is the
+        candidate as the check already compiled it (compiled here when not given)."""
+        if compiled is None:
+            compiled = _compiled(code)
         if self.isolation == "spawn":
             return self._execute_spawned(self._spec(step, code, prior, compiled), scratch)
         if self.kinds.of(step).build_ahead(step):
@@ -228,12 +230,12 @@ class Engine:
         step = self.pack.step(step_id)
         result = ScratchResult(step.id)
         try:
-            program(code)
+            compiled = program(code)
         except CodeError as exc:
             result.error = exc.error
             return result
         with self._lock:
-            outcome = self.execute(step, code, prior or {}, scratch=True)
+            outcome = self.execute(step, code, prior or {}, scratch=True, compiled=compiled)
         if outcome.get("timeout"):
             result.error = timeout_error(self.settings.timeout).error
             return result
@@ -256,11 +258,14 @@ class Engine:
         result = CheckResult(step.id, passed=False, device=str(self.device))
         try:
             kind.admit(step)
-            program(code)  # syntax errors and refusals, before any process starts
+            # Parsed, refused or compiled once, here, before any process starts; the child loads
+            # these bytes.
+            compiled = program(code)
         except (NotChecked, CodeError) as exc:
             result.error = exc.error
             return result
-        outcome = self.execute(step, code, prior)  # planned by the kind, in the child or here
+        # Planned by the kind, in the child or here.
+        outcome = self.execute(step, code, prior, compiled=compiled)
         first = (outcome.get("records") or {}).get(kind.first(step))
         if not _usable(outcome, first, result, self.settings.timeout):
             return result

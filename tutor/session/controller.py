@@ -30,6 +30,7 @@ from tutor.pack.model import DEFAULT_PACK, Exercise, Pack, Step
 from tutor.session.packchoice import last_pack, loadable_pack, offered_packs, remember_pack
 from tutor.session.store import Store, StoreError
 from tutor.source import size_problem
+from tutor.values.evaluation import Evaluator
 from tutor.values.records import Record
 from tutor.values.results import CheckError, CheckResult, ErrorKind, ScratchResult, Status
 
@@ -138,7 +139,8 @@ class CheckOutcome(Record):
 class _CheckAndRecord:
     """Checking and recording, which work without a store too (the CLI's commands)."""
 
-    def __init__(self, pack: Pack, store: Store | None, evaluator, problem: str | None = None):
+    def __init__(self, pack: Pack, store: Store | None, evaluator: Evaluator,
+                 problem: str | None = None):
         self.pack = pack
         self.store = store
         self.evaluator = evaluator

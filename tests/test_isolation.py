@@ -141,6 +141,23 @@ def test_the_child_accepts_no_class_outside_the_request():
         spawn.unpack_plan(forged, torch.device("cpu"))
 
 
+def test_what_a_child_accepts_is_derived_from_the_step_kinds():
+    import pickle
+
+    from tutor.core.execution import CheckSpec
+    from tutor.core.kinds import CHECKS, plan_classes
+
+    allowed = plan_classes()
+    assert ("tutor.core.execution", "CheckSpec") in allowed
+    assert all(cls.__module__.startswith("tutor.core") for check in CHECKS.values()
+               for cls in check.plan_types)
+    spec = CheckSpec.__new__(CheckSpec)
+    data = spawn.pack_plan({"spec": spec})
+    assert isinstance(spawn.unpack_plan(data, torch.device("cpu"), allowed)["spec"], CheckSpec)
+    with pytest.raises(pickle.UnpicklingError, match="may not hold"):
+        spawn.unpack_plan(data, torch.device("cpu"))  # no kind named: no class
+
+
 # --- the same verdicts on both paths --------------------------------------------------------
 
 

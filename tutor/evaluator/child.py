@@ -132,9 +132,12 @@ def _live(requests: int, results: int, work: Any, device: Any, setup: dict,
           parent: int) -> NoReturn:
     """Steps 3 and 4: confine, say so, run one request, answer, exit."""
     try:
+        from tutor.core.kinds import plan_classes
         from tutor.process.protocol import read_frame, write_message
         from tutor.process.spawn import unpack_plan
         from tutor.sandbox import confine
+
+        allowed = plan_classes()  # what the step kinds' plans hold, and nothing else
 
         if setup.get("memory_gb") is not None and device.type == "cpu":
             # A GPU's driver reserves far more address space than it uses: no cap there.
@@ -142,7 +145,7 @@ def _live(requests: int, results: int, work: Any, device: Any, setup: dict,
         confine.confine(parent, setup["cpu_seconds"], device=device.type,
                         workshop=setup.get("workshop"))
         write_message(results, {"type": "ready"})
-        request = unpack_plan(read_frame(requests), device)
+        request = unpack_plan(read_frame(requests), device, allowed)
         cancel = threading.Event()
         threading.Thread(target=_listen, args=(requests, cancel), daemon=True).start()
 

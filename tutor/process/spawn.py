@@ -83,13 +83,11 @@ class _PlanUnpickler(pickle.Unpickler):
     """Reads what `pack_plan` wrote. Only the worker writes it, but the child still accepts no
     class outside the request's own vocabulary."""
 
-    ALLOWED = ("tutor.core.execution", "tutor.training")
-    # A check's probe travels with its spec: these two plain records, not the rest of the module.
-    ALLOWED_CLASSES = (("tutor.core.probe", "ProbeSpec"), ("tutor.core.probe", "Fork"))
-
-    def __init__(self, data: bytes, tensors: list[torch.Tensor]) -> None:
+    def __init__(self, data: bytes, tensors: list[torch.Tensor],
+                 allowed: frozenset[tuple[str, str]]) -> None:
         super().__init__(io.BytesIO(data))
         self._tensors = tensors
+        self._allowed = allowed  # (module, class name): what the step kinds' plans hold
 
     def persistent_load(self, pid: Any) -> torch.Tensor:
         return self._tensors[pid]
@@ -97,12 +95,15 @@ class _PlanUnpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> Any:
         if module.split(".")[0] == "builtins" and name in ("set", "frozenset", "slice"):
             return super().find_class(module, name)
-        if module in self.ALLOWED or (module, name) in self.ALLOWED_CLASSES:
+        if (module, name) in self._allowed:
             return super().find_class(module, name)
         raise pickle.UnpicklingError(f"a request may not hold {module}.{name}")
 
 
-def unpack_plan(data: bytes, device: torch.device) -> Any:
+def unpack_plan(data: bytes, device: torch.device,
+                allowed: frozenset[tuple[str, str]] = frozenset()) -> Any:
+    """A plan `pack_plan` wrote, its tensors on `device`; a class outside `allowed` (module,
+    name) is refused, as is every other class but set, frozenset and slice."""
     memory, places, body = pickle.loads(data)
     blocks = [torch.frombuffer(bytearray(raw), dtype=torch.uint8).to(device) if raw else
               torch.empty(0, dtype=torch.uint8, device=device) for raw in memory]
@@ -113,7 +114,7 @@ def unpack_plan(data: bytes, device: torch.device) -> Any:
         flat = block.view(dtype) if block.numel() else torch.empty(0, dtype=dtype, device=device)
         t = flat.as_strided(shape, stride, offset)
         tensors.append(t.requires_grad_() if grad else t)
-    return _PlanUnpickler(body, tensors).load()
+    return _PlanUnpickler(body, tensors, allowed).load()
 
 
 def to_device(tensors: dict[str, torch.Tensor], device: torch.device

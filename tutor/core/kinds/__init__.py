@@ -23,7 +23,15 @@ CHECKS: dict[type[StepKind], type[StepCheck]] = {
     Training: TrainingCheck,
 }
 
-__all__ = ["CHECKS", "Checks", "Graded", "NotChecked", "StepCheck", "Unreadable"]
+__all__ = ["CHECKS", "Checks", "Graded", "NotChecked", "StepCheck", "Unreadable",
+           "plan_classes"]
+
+
+def plan_classes() -> frozenset[tuple[str, str]]:
+    """(module, name) of every class a kind's plan may hold: what a started child's unpickler
+    accepts, derived from the kinds so that a new kind brings its own."""
+    return frozenset((cls.__module__, cls.__qualname__)
+                     for check in dict.fromkeys(CHECKS.values()) for cls in check.plan_types)
 
 
 class Checks:

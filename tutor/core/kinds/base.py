@@ -18,7 +18,7 @@ import marshal
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from tutor.config import Settings
 from tutor.core.execution import CheckSpec, FunctionCheckSpec
@@ -58,6 +58,10 @@ class StepCheck(ABC):
     Built by the engine with its lesson and settings; holds the caches the kind keeps between
     checks (the namespaces a step starts from, a function's cases), which `forget` clears.
     """
+
+    #: The classes this kind's plan holds when it crosses to a started child: the child's
+    #: unpickler accepts these and no others (`kinds.plan_classes`, `spawn.unpack_plan`).
+    plan_types: ClassVar[tuple[type, ...]] = ()
 
     def __init__(self, network: Network, settings: Settings):
         self.network = network

@@ -39,6 +39,8 @@ class FunctionCheck(StepCheck):
     """A function step: its outputs (or the arguments it updates in place) graded on the
     lesson's case, then held to the cases at fresh sizes."""
 
+    plan_types = (FunctionCheckSpec,)
+
     def __init__(self, network, settings):
         super().__init__(network, settings)
         self._cases: dict[str, list[Case]] = {}  # function step -> its cases, lesson's first

@@ -54,6 +54,8 @@ class LineCheck(StepCheck):
     """A gradient step: its `checks` (and the first branches in `partials`) graded against
     autograd on the main batch, its rule probed, then the fresh batch."""
 
+    plan_types = (CheckSpec, BatchPlan, Replay, probe.ProbeSpec, probe.Fork)
+
     def __init__(self, network, settings):
         super().__init__(network, settings)
         # (batch, step, earlier code) -> (namespace before the candidate, notes, reusable)

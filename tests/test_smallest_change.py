@@ -188,9 +188,9 @@ def test_rows_are_blamed_on_a_loop_only_in_code_that_walks_rows():
     value = ref.clone()
     value[:2] += 1.0  # right in 4 rows, as where the arriving gradient is zero
     plain = "dlogits += F.one_hot(logits.argmin(1), num_classes=5) * dlogit_maxes"
-    assert _subset("dlogits", value, ref, {}, plain) is None
+    assert _subset(MAKEMORE, "dlogits", value, ref, {}, plain) is None
     looped = "for i in range(2, n):\n    dlogits[i] += 1"
-    found = _subset("dlogits", value, ref, {}, looped)
+    found = _subset(MAKEMORE, "dlogits", value, ref, {}, looped)
     assert found is not None and "loop" in found.message
 
 
@@ -280,3 +280,13 @@ def test_a_constant_is_read_off_its_syntax_never_run():
     # The tower overflows as a float at once instead of growing as an integer without bound.
     edits = list(smallest.constant_edits(ast.parse(code), code, {"n": 4}))
     assert edits and all("9 ** 9" not in e.message for e in edits)
+
+
+def test_the_entries_a_forward_pass_singles_out_come_from_the_packs_own_code():
+    # No lesson's tensor names in the core: they are read off each pack's forward lines.
+    from tutor.core.derived import _singled_out
+
+    sources = tuple(line.source for line in MAKEMORE.forward_lines)
+    assert set(_singled_out(sources)) >= {("index", "Yb"), ("max", "logits")}
+    assert _singled_out(("out = scores[torch.arange(B), labels]", "m = z.argmax(1)")) == (
+        ("index", "labels"), ("max", "z"))

@@ -38,6 +38,7 @@ import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import torch
 import torch.nn.functional as F
@@ -152,7 +153,7 @@ def _explain(
     term = _scaled_reference_term(step, tensor, value, ref, found.scope)
     if term is not None:
         return term
-    pattern = (_subset(grad, value, ref, found.scope, code)
+    pattern = (_subset(pack, grad, value, ref, found.scope, code)
                or _per_slice(grad, value, ref, found.scope))
     if pattern:
         return pattern
@@ -420,7 +421,7 @@ def _scaled_reference_term(step: Step, tensor: str, value: Tensor, ref: Tensor, 
         tree = ast.parse(step.solution)
     except SyntaxError:
         return None
-    from tutor.core.smallest import _number, _scaled, terms
+    from tutor.core.smallest import number, scaled, terms
 
     grad = f"d{tensor}"
     run = lambda source: _evaluate(  # noqa: E731
@@ -429,7 +430,7 @@ def _scaled_reference_term(step: Step, tensor: str, value: Tensor, ref: Tensor, 
     r = ref.detach().to("cpu", torch.float64)
     local = locals_read(tree, scope)
     for i, node in terms(tree):
-        without = run(_replace_at(tree, i, lambda n: _scaled(n, 0.0)))
+        without = run(_replace_at(tree, i, lambda n: scaled(n, 0.0)))
         if without is None or without.shape != ref.shape:
             continue
         base = without.detach().to("cpu", torch.float64)
@@ -442,7 +443,7 @@ def _scaled_reference_term(step: Step, tensor: str, value: Tensor, ref: Tensor, 
             continue  # right, a term left out, or one of the wrong sign: said elsewhere
         if not close(v, base + c * (r - base)):
             continue
-        confirm = run(_replace_at(tree, i, lambda n, c=c: _scaled(n, c)))
+        confirm = run(_replace_at(tree, i, lambda n, c=c: scaled(n, c)))
         if confirm is None or not close(value, confirm):
             continue
         names = []
@@ -453,8 +454,8 @@ def _scaled_reference_term(step: Step, tensor: str, value: Tensor, ref: Tensor, 
         names = [x for x in dict.fromkeys(names) if x != grad]
         which = ("the one with " + " and ".join(f"`{x}`" for x in names)) if names else \
             "a constant one"
-        size = (f"{_number(c)} times what it should be" if c > 0 else
-                f"{_number(-c)} times what it should be, and of the wrong sign")
+        size = (f"{number(c)} times what it should be" if c > 0 else
+                f"{number(-c)} times what it should be, and of the wrong sign")
         return diagnosis(
             "derived",
             f"Your {grad} is right but for one term of the formula, {which}: that term is "
@@ -464,10 +465,10 @@ def _scaled_reference_term(step: Step, tensor: str, value: Tensor, ref: Tensor, 
 
 
 def _replace_at(tree: ast.Module, index: int, make: Callable[[ast.AST], ast.AST]) -> str:
-    """`tutor.core.smallest._edited`: the source with the node at walk position `index` replaced."""
-    from tutor.core.smallest import _edited
+    """`tutor.core.smallest.edited`: the source with the node at walk position `index` replaced."""
+    from tutor.core.smallest import edited
 
-    return _edited(tree, index, make)
+    return edited(tree, index, make)
 
 
 def _accumulates(tree: ast.Module, grad: str) -> bool:
@@ -688,12 +689,12 @@ def _other_swaps(tree: ast.Module, ctx: _Context):
     yield from _swaps(tree, ctx, rest, with_grads=False)
 
 
-def _number(node: ast.AST) -> float | None:
+def number(node: ast.AST) -> float | None:
     """The value of a literal number, with its sign, or None."""
     if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):
         return float(node.value)
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-        inner = _number(node.operand)
+        inner = number(node.operand)
         return None if inner is None else -inner
     return None
 
@@ -730,7 +731,7 @@ def _constant_rewrites(tree: ast.Module, ctx: _Context):
             and isinstance(node.op, ast.Sub)
             and isinstance(node.left, ast.Name)
             and node.left.id == "n"
-            and _number(node.right) == 1
+            and number(node.right) == 1
         ):
             yield (
                 _replace(tree, i, lambda _n: _name("n")),
@@ -738,7 +739,7 @@ def _constant_rewrites(tree: ast.Module, ctx: _Context):
                 f"Your {grad} matches the formula with `n` where `n - 1` belongs. {_COUNTS}",
             )
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow):
-            e = _number(node.right)
+            e = number(node.right)
             if e is None:
                 continue
             for shifted in (e - 1, e + 1):
@@ -837,7 +838,7 @@ def _term_rewrites(tree: ast.Module, ctx: _Context):
         if _only_sizes(node):
             continue  # `n - 1` is a count, not two terms
         plus = isinstance(node.op, ast.Add)
-        constant = _number(node.right)
+        constant = number(node.right)
         yield (
             _replace(tree, i, lambda n_: n_.left),
             "partial" if constant is None else "derived",
@@ -1024,7 +1025,7 @@ def _walks_rows(code: str) -> bool:
                for node in ast.walk(tree))
 
 
-def _subset(grad: str, value: Tensor, ref: Tensor, scope: dict, code: str = ""
+def _subset(pack: Pack, grad: str, value: Tensor, ref: Tensor, scope: dict, code: str = ""
             ) -> Diagnosis | None:
     """Right except on a recognisable subset of entries: where a branch is missing."""
     if value.dim() != 2:
@@ -1035,7 +1036,7 @@ def _subset(grad: str, value: Tensor, ref: Tensor, scope: dict, code: str = ""
     rows, cols = ref.shape
     r = ref.detach().abs().cpu()
     nonzero = r > 1e-6 * float(r.max())  # entries right for a reason, not zero on both sides
-    for mask, where in _masks(scope, rows, cols):
+    for mask, where in _masks(pack, scope, rows, cols):
         if not (wrong & ~mask).any() and (nonzero & ~mask).any():
             return diagnosis(
                 "partial",
@@ -1057,14 +1058,44 @@ def _subset(grad: str, value: Tensor, ref: Tensor, scope: dict, code: str = ""
     return None
 
 
-def _masks(scope: dict, rows: int, cols: int) -> Iterator[tuple[Tensor, str]]:
-    Yb, logits = scope.get("Yb"), scope.get("logits")
-    if isinstance(Yb, Tensor) and Yb.dim() == 1 and Yb.shape[0] == rows and int(Yb.max()) < cols:
-        picked = F.one_hot(Yb.cpu().long(), cols).bool()
-        yield picked, "at the entries `[range(n), Yb]` picks, one per row (the correct classes)"
-    if isinstance(logits, Tensor) and tuple(logits.shape) == (rows, cols):
-        maxima = F.one_hot(logits.detach().cpu().argmax(1), cols).bool()
-        yield maxima, "at the largest logit of each row"
+def _masks(pack: Pack, scope: dict, rows: int, cols: int) -> Iterator[tuple[Tensor, str]]:
+    """Entries the pack's own forward pass singles out, one per row: those an integer index
+    picks (`x[range(n), Y]`) and the largest of a row (`x.max(1)`, `x.argmax(1)`). Read from the
+    forward code, so no lesson's names are written here."""
+    for kind, name in _singled_out(tuple(line.source for line in pack.forward_lines)):
+        t = scope.get(name)
+        if not isinstance(t, Tensor):
+            continue
+        if kind == "index" and t.dim() == 1 and t.shape[0] == rows and not t.is_floating_point() \
+                and t.numel() and int(t.max()) < cols and int(t.min()) >= 0:
+            picked = F.one_hot(t.cpu().long(), cols).bool()
+            yield picked, (f"at the entries `[range(n), {name}]` picks, one per row (the "
+                           "entries the forward pass indexes)")
+        elif kind == "max" and t.is_floating_point() and tuple(t.shape) == (rows, cols):
+            maxima = F.one_hot(t.detach().cpu().argmax(1), cols).bool()
+            yield maxima, f"at the largest entry of `{name}` in each row"
+
+
+@lru_cache(maxsize=16)
+def _singled_out(sources: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    """("index", Y) for each `x[range(...), Y]` and ("max", x) for each `x.max(1)` or
+    `x.argmax(1)` in the forward lines."""
+    found: list[tuple[str, str]] = []
+    for source in sources:
+        try:
+            tree = ast.parse(source)
+        except SyntaxError:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Tuple) \
+                    and len(node.slice.elts) == 2 and isinstance(node.slice.elts[1], ast.Name) \
+                    and isinstance(node.slice.elts[0], ast.Call):
+                found.append(("index", node.slice.elts[1].id))
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                    and node.func.attr in ("max", "argmax") \
+                    and isinstance(node.func.value, ast.Name):
+                found.append(("max", node.func.value.id))
+    return tuple(dict.fromkeys(found))
 
 
 def _per_slice(grad: str, value: Tensor, ref: Tensor, scope: dict) -> Diagnosis | None:

@@ -263,7 +263,7 @@ def _text(node: ast.AST, code: str, limit: int = 70) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _edited(tree: ast.Module, index: int, make: Callable[[ast.AST], ast.AST]) -> str:
+def edited(tree: ast.Module, index: int, make: Callable[[ast.AST], ast.AST]) -> str:
     new = copy.deepcopy(tree)
     nodes = list(ast.walk(new))
     old = nodes[index]
@@ -301,7 +301,7 @@ def function_edits(tree: ast.Module, code: str) -> Iterator[Edit]:
         if id(node) in fixed or not isinstance(node, ast.Attribute) or node.attr not in _SWAPS:
             continue
         for other in _SWAPS[node.attr]:
-            source = _edited(tree, i, lambda n, o=other: ast.Attribute(n.value, o, n.ctx))
+            source = edited(tree, i, lambda n, o=other: ast.Attribute(n.value, o, n.ctx))
             yield Edit("function", source,
                        f"{_where(node, code)} of your code calls `{node.attr}` "
                        f"(`{_text(node, code)}`): that is the wrong function there, and with "
@@ -370,7 +370,7 @@ def axis_edits(tree: ast.Module, code: str) -> Iterator[Edit]:
         for other in _DIM_CHOICES:
             if other == dim:
                 continue
-            source = _edited(tree, i, lambda n, o=other, s=slot: _with_dim(n, s, o))
+            source = edited(tree, i, lambda n, o=other, s=slot: _with_dim(n, s, o))
             yield Edit("axis", source,
                        f"{_where(node, code)} of your code: `{_text(node, code)}` runs over "
                        f"{_describe_dim(dim)}, the wrong axis: over {_describe_dim(other)} "
@@ -379,7 +379,7 @@ def axis_edits(tree: ast.Module, code: str) -> Iterator[Edit]:
         if name in ("sum", "mean", "amax", "max", "min", "amin", "var", "std"):
             keep = next((k.value.value for k in node.keywords if k.arg == "keepdim"
                          and isinstance(k.value, ast.Constant)), False)
-            source = _edited(tree, i, lambda n, k=keep: _with_keepdim(n, not k))
+            source = edited(tree, i, lambda n, k=keep: _with_keepdim(n, not k))
             yield Edit("axis", source,
                        f"{_where(node, code)} of your code: `{_text(node, code)}` "
                        + ("keeps the summed dimension, which must go"
@@ -399,7 +399,7 @@ def operand_edits(tree: ast.Module, code: str, shapes: dict[str, tuple]) -> Iter
         for other in names:
             if other == node.id or shapes[other] != shapes[node.id]:
                 continue
-            source = _edited(tree, i, lambda _n, o=other: ast.Name(o, ast.Load()))
+            source = edited(tree, i, lambda _n, o=other: ast.Name(o, ast.Load()))
             yield Edit("operand", source,
                        f"{_where(node, code)} of your code reads `{node.id}` where another "
                        f"tensor of the same shape belongs (in `{_statement_text(tree, node, code)}`"
@@ -521,7 +521,7 @@ def _arithmetic(node: ast.AST, sizes: dict[str, int]) -> float | None:
     return None
 
 
-def _number(x: float) -> str:
+def number(x: float) -> str:
     if abs(x - round(x)) <= 1e-6 * max(1.0, abs(x)):
         return str(int(round(x)))
     if x and abs(1 / x - round(1 / x)) <= 1e-6 * max(1.0, abs(1 / x)):
@@ -559,10 +559,10 @@ def constant_edits(tree: ast.Module, code: str, sizes: dict[str, int]) -> Iterat
             if now is None or abs(now - was) <= 1e-9 * max(1.0, abs(was)):
                 continue
             source = (_everywhere(tree, text, variant) if counts[text] > 1
-                      else _edited(tree, i, lambda _n, v=variant: v))
+                      else edited(tree, i, lambda _n, v=variant: v))
             yield Edit("constant", source,
                        f"{_where(node, code)} of your code: the constant `{_text(node, code)}` "
-                       f"is {_number(was)} where {_number(now)} is needed; everything else in "
+                       f"is {number(was)} where {number(now)} is needed; everything else in "
                        "your formula is right.")
     # A count made of the lesson's sizes where another size belongs (`n * block_size` for the
     # channels): on a batch of another size it is off by another factor, so only a size of the
@@ -576,9 +576,9 @@ def constant_edits(tree: ast.Module, code: str, sizes: dict[str, int]) -> Iterat
         for name, now in sizes.items():
             if now <= 1 or abs(now - was) <= 1e-9 * max(1.0, abs(was)):
                 continue
-            yield Edit("constant", _edited(tree, i, lambda _n, k=name: ast.Name(k, ast.Load())),
+            yield Edit("constant", edited(tree, i, lambda _n, k=name: ast.Name(k, ast.Load())),
                        f"{_where(node, code)} of your code: the count `{_text(node, code)}` is "
-                       f"{_number(was)} where {_number(now)} is needed here, so the term it is "
+                       f"{number(was)} where {number(now)} is needed here, so the term it is "
                        "in is off by a constant factor. Check what this part of the formula "
                        "counts over; everything else in your formula is right.")
 
@@ -600,7 +600,7 @@ def terms(tree: ast.Module) -> list[tuple[int, ast.AST]]:
         isinstance(n, ast.BinOp) and isinstance(n.op, (ast.Add, ast.Sub)))]
 
 
-def _scaled(node: ast.AST, c: float) -> ast.AST:
+def scaled(node: ast.AST, c: float) -> ast.AST:
     return ast.BinOp(ast.Constant(c), ast.Mult(), node)
 
 
@@ -702,7 +702,7 @@ def search_edit(code: str, run: Runner, value: Tensor, refs: list[Tensor],
             before += operand_edits(tree, code, shapes)
         before += [*function_edits(tree, code), *axis_edits(tree, code),
                    *constant_edits(tree, code, sizes)]
-        zeroed = [(i, node, _edited(tree, i, lambda n: _scaled(n, 0.0)))
+        zeroed = [(i, node, edited(tree, i, lambda n: scaled(n, 0.0)))
                   for i, node in terms(tree)]
         if function is None:
             after += operand_edits(tree, code, shapes)
@@ -736,7 +736,7 @@ def _scaled_term(s: Search, tree: ast.Module, sizes: dict[str, int],
             continue  # right as it is, or a term to drop: other diagnoses say that
         if not close(base + c * (value - base), ref):
             continue  # no factor of this term alone makes it right
-        fitted.append((node, c, _edited(tree, i, lambda n, c=c: _scaled(n, c))))
+        fitted.append((node, c, edited(tree, i, lambda n, c=c: scaled(n, c))))
     s.ask([source for _, _, source in fitted])
     for node, c, source in fitted:
         if s.right(source):
@@ -761,13 +761,13 @@ def _term_message(code: str, node: ast.AST, c: float, sizes: dict[str, int]) -> 
             needed = was / c if divisor else was * c
             named = [k for k, v in sizes.items() if abs(v - needed) < 1e-9]
             also = f" (that is `{named[0]}`)" if len(named) == 1 else ""
-            return (f"{head}: {_number(was)} where {_number(needed)}{also} is needed. The rest "
+            return (f"{head}: {number(was)} where {number(needed)}{also} is needed. The rest "
                     "of your formula is right.")
-    what = (f"{_number(1 / c)} times too large" if abs(c) < 1 else
-            f"{_number(c)} times too small")
+    what = (f"{number(1 / c)} times too large" if abs(c) < 1 else
+            f"{number(c)} times too small")
     sign = " and of the wrong sign" if c < 0 else ""
-    what = (f"{_number(abs(1 / c))} times too large" if abs(c) < 1 else
-            f"{_number(abs(c))} times too small") + sign if c < 0 else what
+    what = (f"{number(abs(1 / c))} times too large" if abs(c) < 1 else
+            f"{number(abs(c))} times too small") + sign if c < 0 else what
     return (f"{head}: it is {what}. Check which count that term divides by (a sum where a "
             "mean belongs, or the other way round) and its constants. The rest of your formula "
             "is right.")

@@ -176,7 +176,7 @@ def family_mistakes(engine, step: Step) -> Iterator[tuple[str, str, str]]:
     code = step.solution
     made = {
         "constant": (e.source for e in smallest.constant_edits(tree, code, sizes)),
-        "term": (smallest._edited(tree, i, lambda n: smallest._scaled(n, 3.0))
+        "term": (smallest.edited(tree, i, lambda n: smallest.scaled(n, 3.0))
                  for i, _ in smallest.terms(tree)),
         "function": (e.source for e in smallest.function_edits(tree, code)),
         "axis": (e.source for e in smallest.axis_edits(tree, code)),

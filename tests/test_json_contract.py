@@ -68,7 +68,7 @@ RUN_KEYS = ["status", "error", "step", "settings", "gradcheck", "steps_done", "h
             "reference_train_loss", "exercise"]
 # The run's own settings, after those of the training plan (which depend on the pack).
 RUN_SETTINGS_KEYS = ["device", "reference", "compile", "compiled", "torch_version", "threads",
-                     "parameters_count"]
+                     "parameters_count", "broken"]
 GRADCHECK_KEYS = ["steps", "passed", "failure", "checks", "random_steps"]
 PARAMETER_KEYS = ["tensor", "grad", "shape", "expected_shape", "exact", "approximate", "maxdiff",
                   "verdict", "steps", "exact_steps", "approximate_steps"]
@@ -105,6 +105,7 @@ def test_a_finished_training_run_has_the_pinned_keys_and_values(tmp_path):
     assert (settings["steps"], settings["gradcheck_steps"], settings["device"]) == (3, 2, "cpu")
     assert settings["reference"] is True and settings["compile"] is settings["compiled"] is False
     assert isinstance(settings["threads"], int) and isinstance(settings["parameters_count"], int)
+    assert settings["broken"] is None
     gradcheck = run["gradcheck"]
     assert list(gradcheck) == GRADCHECK_KEYS
     assert (gradcheck["steps"], gradcheck["passed"], gradcheck["failure"]) == (2, True, None)

@@ -33,7 +33,8 @@ def a_run(**changes) -> dict:
         "status": "diverged", "error": None, "step": None,
         "settings": {"steps": 3, "lr": 0.1, "gradcheck_steps": 2, "seed": 2147483647,
                      "device": "cpu", "reference": False, "compile": False, "compiled": False,
-                     "torch_version": "2.13.0", "threads": 1, "parameters_count": 12297},
+                     "torch_version": "2.13.0", "threads": 1, "parameters_count": 12297,
+                     "broken": None},
         "gradcheck": {"steps": 1, "passed": False, "failure": {
             "step": 0, "tensor": "b2", "grad": "db2", "wrong": ["db2"],
             "maxdiff": 0.2144065946340561, "verdict": "wrong", "cause": "db2", "line": 30,

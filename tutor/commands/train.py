@@ -18,7 +18,7 @@ from tutor.commands.base import Command, UsageError, lesson_pack, open_store, re
 from tutor.config import Settings
 from tutor.evaluator.client import Evaluator, EvaluatorError
 from tutor.pack.model import Pack
-from tutor.session.controller import Lesson, Store
+from tutor.session.controller import BreakError, BrokenComparison, Lesson, Store
 from tutor.session.report import terminal_width, wrap
 from tutor.source import size_problem
 from tutor.training.plan import speed_notes, training_code
@@ -58,6 +58,14 @@ def _args(p: argparse.ArgumentParser) -> None:
                    help="run the training phase through torch.compile (eager if it cannot)")
     p.add_argument("--json", action="store_true", help="print the run as one JSON object")
     p.add_argument("--no-record", action="store_true", help="do not keep the run in your progress")
+    p.add_argument("--break", dest="break_step", metavar="STEP",
+                   help="train once more with STEP's code replaced by one of its catalogued "
+                   "mistakes (or --mine), and show its loss next to a good run's")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--mistake", type=int, metavar="N",
+                       help="with --break: the step's catalogued mistake N (default 1)")
+    which.add_argument("--mine", action="store_true",
+                       help="with --break: your own first refused attempt at the step")
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
@@ -68,6 +76,10 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         raise UsageError("--gradcheck-steps cannot be negative")
     if sum(map(bool, (args.file, args.reference, args.from_exercises))) > 1:
         raise UsageError("choose one of --file, --reference and --from-exercises")
+    if args.break_step is not None:
+        return _run_broken(args, settings, pack)
+    if args.mistake is not None or args.mine:
+        raise UsageError("--mistake and --mine choose how --break STEP breaks its step")
     store = open_store(settings, pack)
     if store is None and not args.reference:
         return 1
@@ -120,6 +132,90 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     if interrupted:
         return 130
     return 0 if result.status is RunStatus.FINISHED else 1
+
+
+def _run_broken(args: argparse.Namespace, settings: Settings, pack: Pack) -> int:
+    """`train --break STEP`: the training code assembled from the solved steps, with STEP's
+    code swapped for a mistake, next to a good run of the same code and length (the last one
+    kept that passed, else one trained now and kept as any run). The broken run is shown,
+    never kept: it could not pass the exercise, and the runs table is the learner's own."""
+    for flag, given in (("--file", args.file), ("--reference", args.reference),
+                        ("--from-exercises", args.from_exercises),
+                        ("--gradcheck-steps", args.gradcheck_steps is not None)):
+        if given:
+            raise UsageError(f"{flag} does not go with --break, which swaps one step of the "
+                             "code assembled from your solved steps (its gradient check is off)")
+    if args.mistake is not None and args.mistake < 1:
+        raise UsageError("--mistake counts from 1")
+    store = open_store(settings, pack)
+    if store is None:
+        return 1
+    with store:
+        lesson = Lesson(pack, store, None)
+        try:
+            broken = lesson.breakage(args.break_step, args.mistake, mine=args.mine)
+        except BreakError as exc:
+            raise UsageError(str(exc)) from None
+        if args.print_code:
+            print(lesson.assembled_code(args.steps, broken), end="")
+            return 0
+        _say(f"{broken.step} broken with {broken.label}: {broken.message}")
+        show: Progress | ProgressLog | None = None
+        if sys.stderr.isatty():
+            show = Progress(sys.stderr)
+        elif not sys.stdout.isatty() and not args.json:
+            show = ProgressLog(sys.stdout)
+
+        def stage(which: str) -> None:
+            if show:
+                show.clear()
+            _say("first a good run of your code, to compare with" if which == "good" else
+                 f"now the run with {broken.step} broken")
+
+        try:
+            with Evaluator(settings) as ev:
+                lesson.evaluator = ev
+                run = functools.partial(lesson.compare_broken, broken, args.steps,
+                                        compile=args.compile, keep=not args.no_record,
+                                        stage=stage)
+                comparison, interrupted = _run(ev, run, show)
+        except EvaluatorError as exc:
+            print(f"backprop-tutor: {exc}", file=sys.stderr)
+            return 1
+        finally:
+            if show:
+                show.clear()
+    if comparison.problem:
+        print(f"backprop-tutor: warning: the good run was not saved to your progress: "
+              f"{comparison.problem}", file=sys.stderr)
+    print(json.dumps(comparison.to_dict(), indent=2) if args.json
+          else format_comparison(comparison))
+    if interrupted:
+        return 130
+    return 0
+
+
+def format_comparison(c: BrokenComparison) -> str:
+    """The broken run next to the good one: the loss at a few steps, then the final losses."""
+    b, good, broken = c.broken_step, c.good, c.broken
+    origin = ("a good run trained just now" if c.fresh
+              else f"your run #{good.run_id}" if good.run_id else "your last good run")
+    lines = wrap(f"{b.step} broken with {b.label}: {b.message}", "", "  ")
+    lines.append(f"next to {origin}, {_spaced(good.planned_steps or 0)} steps each, the same "
+                 "seed and batches")
+    lines += ["", "                  good      broken",
+              *(f"  step {_spaced(step):>8}  {_loss(g):>8}  {_loss(x):>8}"
+                for step, g, x in c.checkpoints())]
+    lines += ["",
+              f"  train loss     {_loss(good.train_loss):>8}  {_loss(broken.train_loss):>8}",
+              f"  val loss       {_loss(good.val_loss):>8}  {_loss(broken.val_loss):>8}"]
+    if broken.status is not RunStatus.FINISHED:
+        stopped = broken.error.message if broken.error else str(broken.status)
+        lines += [""] + wrap(f"the broken run stopped after {_spaced(broken.steps_done)} "
+                             f"steps: {stopped}", "✗ ", "  ")
+    lines += ["", *wrap("the broken run is only shown: it never counts for the exercise and is "
+                        "not kept in your progress", "note: ", " " * 6)]
+    return "\n".join(lines)
 
 
 def _training_code(args: argparse.Namespace, pack: Pack,

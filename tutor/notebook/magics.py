@@ -1,4 +1,4 @@
-"""The tutor inside IPython: `%%check`, `%hint`, `%progress` and `%tutor`.
+"""The tutor inside IPython: `%%check`, `%hint`, `%progress`, `%train` and `%tutor`.
 
 The learner's code never runs in the kernel: a `%%check` cell's text goes to the same evaluator
 the TUI and the CLI use (a worker process that runs each check in a confined child, against
@@ -23,11 +23,13 @@ from tutor.config import ConfigError, Settings, resolve, unavailable_device
 from tutor.evaluator.client import Evaluator, EvaluatorError
 from tutor.notebook import render
 from tutor.pack.model import Pack, PackError
-from tutor.session.controller import CheckOutcome, Lesson, StoreError
+from tutor.session.controller import BreakError, CheckOutcome, Lesson, StoreError
 from tutor.source import size_problem
 
 _EXPECTED = (UsageError, ConfigError, EvaluatorError, StoreError, PackError, OSError)
 _SETTINGS = ("pack", "device", "home")  # what `%tutor NAME VALUE` may change
+TRAIN_USAGE = ("`%train [--steps N]` trains your code; `%train --break STEP [--mistake N | "
+               "--mine] [--steps N]` trains once more with STEP broken and shows both curves")
 
 
 def say(message: str) -> None:
@@ -120,7 +122,7 @@ class NotebookTutor:
             raise UsageError("which step? Start the cell with `%%check STEP_ID`")
         sid = step_id(self.pack, line.strip())
         if self.pack.step(sid).kind.trained:
-            raise UsageError("the training step runs in the tutor or with "
+            raise UsageError("the training step runs with `%train`, in the tutor or with "
                              "`backprop-tutor train`, not in a cell")
         too_big = size_problem(cell, "this cell")
         if too_big:
@@ -161,6 +163,42 @@ class NotebookTutor:
         show(render.progress_bundle(rows))
 
     @magic
+    def train(self, line: str) -> None:
+        """Exercise 4 in a cell: the training code `train` runs (your draft, or the code
+        assembled from your solved steps), kept like any run; with `--break STEP`, the same code
+        with STEP swapped for a mistake, next to a good run (see `Lesson.compare_broken`)."""
+        options = _train_options(line)
+        store, problem = try_open_store(self.settings, self.pack)
+        if store is None:
+            raise UsageError(problem or "your progress cannot be opened")
+        with store:
+            session = Lesson(self.pack, store, None, problem)
+            if options["break"] is None:
+                source = session.training_source(options["steps"])
+                too_big = size_problem(source.code, "your exercise-4 draft")
+                if too_big:
+                    raise UsageError(too_big)
+                session.evaluator = self.evaluator()
+                run = session.train(source.code, options["steps"])
+                reason = session.keep_run(source.code, run)
+                if reason:
+                    say(f"this run was not saved to your progress: {reason}")
+                for bundle in render.run_bundles(run):
+                    show(bundle)
+                return
+            try:
+                broken = session.breakage(options["break"], options["mistake"],
+                                          mine=options["mine"])
+            except BreakError as exc:
+                raise UsageError(str(exc)) from None
+            session.evaluator = self.evaluator()
+            comparison = session.compare_broken(broken, options["steps"])
+        if comparison.problem:
+            say(f"the good run was not saved to your progress: {comparison.problem}")
+        for bundle in render.comparison_bundles(comparison):
+            show(bundle)
+
+    @magic
     def configure(self, line: str) -> None:
         words = line.split(maxsplit=1)
         if not words:
@@ -187,6 +225,37 @@ class NotebookTutor:
         return {"text/plain": text}
 
 
+def _train_options(line: str) -> dict:
+    """`%train`'s words: --steps N, --break STEP, --mistake N, --mine; a usage error otherwise."""
+    words = line.split()
+    options: dict = {"steps": None, "break": None, "mistake": None, "mine": False}
+    numbers = {"--steps": "steps", "--mistake": "mistake"}
+    i = 0
+    while i < len(words):
+        word = words[i]
+        if word == "--mine":
+            options["mine"] = True
+        elif word in numbers or word == "--break":
+            if i + 1 >= len(words):
+                raise UsageError(f"{word} needs a value. {TRAIN_USAGE}")
+            value = words[i + 1]
+            if word == "--break":
+                options["break"] = value
+            elif not value.isdigit() or int(value) < 1:
+                raise UsageError(f"{word} takes a whole number from 1, not '{value}'")
+            else:
+                options[numbers[word]] = int(value)
+            i += 1
+        else:
+            raise UsageError(f"unknown option '{word}'. {TRAIN_USAGE}")
+        i += 1
+    if options["break"] is None and (options["mine"] or options["mistake"] is not None):
+        raise UsageError(f"--mistake and --mine choose how --break STEP breaks it. {TRAIN_USAGE}")
+    if options["mine"] and options["mistake"] is not None:
+        raise UsageError("choose one of --mistake N and --mine")
+    return options
+
+
 _tutor: NotebookTutor | None = None
 
 
@@ -204,6 +273,7 @@ def load(ipython, flags: dict[str, str] | None = None) -> None:
     ipython.register_magic_function(tutor.check, "cell", "check")
     ipython.register_magic_function(tutor.hint, "line", "hint")
     ipython.register_magic_function(tutor.progress, "line", "progress")
+    ipython.register_magic_function(tutor.train, "line", "train")
     ipython.register_magic_function(tutor.configure, "line", "tutor")
 
     def start_after_cell(*_) -> None:

@@ -54,3 +54,39 @@ def encode_png(width: int, height: int, raw_rows: bytes) -> bytes:
     header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
     return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header)
             + chunk(b"IDAT", zlib.compress(raw_rows, 9)) + chunk(b"IEND", b""))
+
+
+GOOD_CURVE: Colour = (97, 175, 239)  # the TUI's live curve
+BROKEN_CURVE: Colour = (224, 108, 117)
+AXIS: Colour = (92, 99, 112)
+
+
+def curves_png(curves: Sequence[tuple[Sequence[float], Colour]], slots: int,
+               width: int = 480, height: int = 200) -> bytes:
+    """Loss curves on shared axes (the TUI's plot, as an image): each curve's value i at
+    x = i / slots of the width, joined column to column, on a frame of the axes' colour. Values
+    that are not finite (a run whose loss blew up) end that curve's line."""
+    finite = [v for values, _ in curves for v in values if math.isfinite(v)]
+    if not finite or width < 4 or height < 4:
+        raise ValueError("nothing to draw")
+    lo, hi = min(finite), max(finite)
+    pad = max(0.01, (hi - lo) * 0.05)
+    lo, hi = lo - pad, hi + pad
+    pixels = [[COLD] * width for _ in range(height)]
+    for x in range(width):
+        pixels[height - 1][x] = AXIS
+    for y in range(height):
+        pixels[y][0] = AXIS
+    for values, ink in curves:
+        previous: int | None = None
+        for i, v in enumerate(values):
+            if not math.isfinite(v):
+                break
+            x = 1 + min(width - 2, int(i * (width - 1) / max(1, slots)))
+            y = max(0, min(height - 2, round((hi - v) / (hi - lo) * (height - 2))))
+            top, bottom = (y, y) if previous is None else (min(y, previous), max(y, previous))
+            for yy in range(top, bottom + 1):
+                pixels[yy][x] = ink
+            previous = y
+    raw = b"".join(b"\x00" + b"".join(bytes(p) for p in row) for row in pixels)
+    return encode_png(width, height, raw)

@@ -13,11 +13,13 @@ from tutor.commands.progress import (
     progress_table,
     summary_line,
 )
-from tutor.notebook.png import heatmap_png
-from tutor.session.controller import CheckOutcome, Hints
+from tutor.commands.train import format_comparison, format_run
+from tutor.notebook.png import BROKEN_CURVE, GOOD_CURVE, Colour, curves_png, heatmap_png
+from tutor.session.controller import BrokenComparison, CheckOutcome, Hints
 from tutor.session.report import format_result, row_detail, row_label, row_mark, verdict_line
 from tutor.values.durations import compact
 from tutor.values.results import CheckResult, Rule, Status
+from tutor.values.runs import TrainingRun
 
 Bundle = dict[str, str]  # a display's MIME bundle: "text/plain", "text/html", "image/png"
 
@@ -176,3 +178,36 @@ def progress_bundle(rows: list[dict]) -> Bundle:
     page = (f"<div style=\"{_STYLE}\"><table style=\"border-collapse: collapse\">"
             f"{head}{body}</table><div>{summary}</div></div>")
     return {"text/plain": progress_table(rows), "text/html": page}
+
+
+def _pre(text: str) -> str:
+    return f'<pre style="{_STYLE}">{html.escape(text)}</pre>'
+
+
+def _curve_bundle(curves: list[tuple[TrainingRun, Colour]], caption: str) -> list[Bundle]:
+    """One PNG of the runs' loss curves on the same axes (none when there is nothing to draw)."""
+    drawn = [(run.history.log10_loss, colour) for run, colour in curves if run.history]
+    if not drawn:
+        return []
+    slots = max(len(values) for values, _ in drawn)
+    try:
+        png = curves_png(drawn, slots)
+    except ValueError:
+        return []
+    return [{"image/png": base64.b64encode(png).decode("ascii"), "text/plain": caption}]
+
+
+def run_bundles(run: TrainingRun) -> list[Bundle]:
+    """A training run as `train` prints it, then its loss curve."""
+    text = format_run(run)
+    return [{"text/plain": text, "text/html": _pre(text)},
+            *_curve_bundle([(run, GOOD_CURVE)], "log10(loss) against the step")]
+
+
+def comparison_bundles(comparison: BrokenComparison) -> list[Bundle]:
+    """A run with one step broken next to a good run, as `train --break` prints it, then both
+    loss curves on the same axes (blue: good, red: broken)."""
+    text = format_comparison(comparison)
+    return [{"text/plain": text, "text/html": _pre(text)},
+            *_curve_bundle([(comparison.good, GOOD_CURVE), (comparison.broken, BROKEN_CURVE)],
+                           "log10(loss) against the step: blue the good run, red the broken one")]

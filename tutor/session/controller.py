@@ -36,7 +36,7 @@ from tutor.values.results import CheckError, CheckResult, ErrorKind, ScratchResu
 
 if TYPE_CHECKING:
     from tutor.session.cells import Cell
-    from tutor.values.runs import RunProgress, TrainingRun
+    from tutor.values.runs import BrokenStep, RunProgress, TrainingRun
 
 # tutor.training (the training loop's plan), a training run's types (tutor.values.runs) and a file's
 # cells (tutor.session.cells) are imported where they are used: opening a lesson needs none of them,
@@ -46,8 +46,9 @@ if TYPE_CHECKING:
 # that cannot be opened is the learner's problem to hear about), the progress counts, and
 # which lesson opens (the default pack, the choice at launch).
 __all__ = [
-    "DEFAULT_PACK", "CheckOutcome", "Celebration", "Hints", "Lesson", "Milestones", "Preview",
-    "Store", "StoreError", "Tally", "TrainingSource", "cell_size_problem",
+    "DEFAULT_PACK", "BreakError", "BrokenComparison", "CheckOutcome", "Celebration", "Hints",
+    "Lesson", "Milestones", "Preview", "Store", "StoreError", "Tally", "TrainingSource",
+    "cell_size_problem",
     "done_exercises", "is_done", "is_enterable", "last_pack", "loadable_pack", "offered_packs",
     "open_store", "remember_pack", "save", "tally",
 ]
@@ -231,6 +232,35 @@ def _statements(code: str) -> list[str]:
     """The lines that run: the header's comments mention a step count that may differ."""
     return [line.rstrip() for line in code.splitlines()
             if line.strip() and not line.lstrip().startswith("#")]
+
+
+class BreakError(ValueError):
+    """Why a step cannot be broken as asked (no such step, none in the backward pass, no
+    mistake of that number, no refused attempt): one line for the learner."""
+
+
+@dataclass(repr=False, eq=False)
+class BrokenComparison(Record):
+    """A run with one step broken on purpose next to a good run of the same code and length:
+    the learner's last kept run that passed (`fresh` False) or one trained just now."""
+
+    broken_step: BrokenStep
+    good: TrainingRun
+    broken: TrainingRun
+    fresh: bool
+    problem: str | None = None  # why the fresh good run was not kept, when it was not
+
+    def checkpoints(self, count: int = 6) -> list[tuple[int, float | None, float | None]]:
+        """(step, the good run's loss, the broken run's) at `count` points of the curves."""
+        from tutor.values.runs import checkpoints
+
+        return checkpoints(self.good.history, self.broken.history, count)
+
+    def to_dict(self) -> dict:
+        return {"broken_step": self.broken_step.to_dict(), "fresh_good_run": self.fresh,
+                "checkpoints": [{"step": step, "good": good, "broken": broken}
+                                for step, good, broken in self.checkpoints()],
+                "good": self.good.to_dict(), "broken": self.broken.to_dict()}
 
 
 @dataclass(repr=False, eq=False)
@@ -498,6 +528,157 @@ class Lesson(_CheckAndRecord):
         return self.evaluator.train(code, steps, gradcheck_steps=gradcheck_steps,
                                     compile=compile, reference=reference, progress=progress)
 
+    # -- what a wrong gradient does ----------------------------------------------------------
+
+    def breakable_steps(self) -> list[Step]:
+        """The steps whose code the training step is assembled from, in its order: those a
+        run with one gradient broken on purpose can swap."""
+        from tutor.training.plan import backward_sections
+
+        return [sec.step for sec in backward_sections(self.pack, None)]
+
+    def _breakable(self, step_id: str) -> Step:
+        try:
+            step = self.pack.step(step_id)
+        except KeyError:
+            raise BreakError(f"no step '{step_id}'; `backprop-tutor list` shows them") from None
+        steps = self.breakable_steps()
+        if step not in steps:
+            raise BreakError(f"{step.id} is not part of the training step; these are: "
+                             + ", ".join(s.id for s in steps))
+        return step
+
+    def first_refused(self, step_id: str) -> BrokenStep | None:
+        """The learner's first refused attempt at the step that ran (one that stopped with an
+        error would stop the training at once), as a way to break it; None when there is none."""
+        from tutor.values.runs import BrokenStep
+
+        step = self._breakable(step_id)
+        if self.store is None:
+            return None
+        attempts: list[dict] = []
+        if save(lambda: attempts.extend(self.store.attempts(step.id))):
+            return None
+        for a in attempts:
+            if not a["passed"] and a["verdict"] != "error":
+                why = f" ({a['diagnosis']})" if a["diagnosis"] else ""
+                return BrokenStep(step.id, None, "your first refused attempt",
+                                  f"refused on {a['at'][:10]}: {a['verdict']}{why}", a["code"])
+        return None
+
+    def breakages(self, step_id: str) -> list[BrokenStep]:
+        """Every way to break the step: its catalogued mistakes, then the learner's own first
+        refused attempt, if any."""
+        from tutor.values.runs import BrokenStep
+
+        step = self._breakable(step_id)
+        count = len(step.mistakes)
+        ways = [BrokenStep(step.id, k, f"mistake {k} of {count}", m.message, m.code)
+                for k, m in enumerate(step.mistakes, 1)]
+        mine = self.first_refused(step.id)
+        return ways + ([mine] if mine else [])
+
+    def breakage(self, step_id: str, mistake: int | None = None, *, mine: bool = False
+                 ) -> BrokenStep:
+        """One way to break the step: catalogued mistake `mistake` (from 1; the first by
+        default) or, with `mine`, the learner's first refused attempt. Raises BreakError."""
+        step = self._breakable(step_id)
+        if mine:
+            found = self.first_refused(step.id)
+            if found is None:
+                raise BreakError(f"you have no refused attempt at {step.id} that ran")
+            return found
+        count = len(step.mistakes)
+        if count == 0:
+            raise BreakError(f"{step.id} has no catalogued mistakes; --mine trains with your "
+                             "own first refused attempt instead")
+        k = 1 if mistake is None else mistake
+        if not 1 <= k <= count:
+            raise BreakError(f"{step.id} has {count} catalogued mistake"
+                             f"{'s' if count > 1 else ''}: choose one from 1 to {count}")
+        return self.breakages(step.id)[k - 1]
+
+    def assembled_code(self, steps: int | None, swapped: BrokenStep | None = None) -> str:
+        """The training code assembled from the solved steps (the references standing in for
+        the others), with one step's code swapped when asked."""
+        from tutor.training.plan import training_code
+
+        accepted = self.prior()
+        revealed: set[str] = set()
+        if self.store is not None:
+            save(lambda: revealed.update(self.store.revealed()))
+        if swapped is None:
+            return training_code(self.pack, accepted, steps, revealed)
+        return training_code(self.pack, {**accepted, swapped.step: swapped.code}, steps,
+                             revealed, {swapped.step: f"{swapped.label}, broken on purpose"})
+
+    def train_broken(self, step_id: str, code: str, steps: int | None = None, *,
+                     compile: bool = False, broken: BrokenStep | None = None,
+                     progress: Callable[[RunProgress], None] | None = None) -> TrainingRun:
+        """Train with step `step_id`'s code replaced by `code`, the rest as the training code
+        assembled from the solved steps. The gradient check is off (it would stop the run at
+        its first step, the point is to watch what the wrong gradient does); the run says so
+        (`settings.broken`), never passes the exercise and is never kept (`keep_run`)."""
+        from tutor.values.runs import BrokenStep
+
+        step = self._breakable(step_id)
+        what = broken or BrokenStep(step.id, None, "code of your choice", "", code)
+        if what.step != step.id or what.code != code:
+            what = BrokenStep(step.id, what.mistake, what.label, what.message, code)
+        text = self.assembled_code(steps, what)
+        run = self.evaluator.train(text, steps, gradcheck_steps=0, compile=compile,
+                                   progress=progress)
+        run.settings.broken = what
+        run.code = text
+        return run
+
+    def comparable_run(self, steps: int | None = None) -> TrainingRun | None:
+        """The learner's last kept run that passed the exercise, of the code assembled from
+        the solved steps (the code a broken run swaps one step of), of `steps` steps (any
+        length when None)."""
+        if self.store is None:
+            return None
+        runs: list[TrainingRun] = []
+        if save(lambda: runs.extend(self.training_runs())):
+            return None
+        for run in reversed(runs):
+            if not run.exercise.passed or not run.code:
+                continue
+            if steps is not None and run.planned_steps != steps:
+                continue
+            if _statements(run.code) == _statements(self.assembled_code(run.planned_steps)):
+                return run
+        return None
+
+    def compare_broken(self, broken: BrokenStep, steps: int | None = None, *,
+                       compile: bool = False, keep: bool = True,
+                       stage: Callable[[str], None] | None = None,
+                       progress: Callable[[RunProgress], None] | None = None
+                       ) -> BrokenComparison:
+        """A run with `broken` in its step's place next to a good run of the same length: the
+        last kept run that passed (`comparable_run`), else one trained now on the assembled
+        code with the gradient check on, kept (with `keep`) as any run. `stage` hears "good"
+        before a fresh good run and "broken" before the broken one."""
+        good = self.comparable_run(steps)
+        fresh, problem = good is None, None
+        if good is None:
+            if stage:
+                stage("good")
+            code = self.assembled_code(steps)
+            good = self.train(code, steps or self._default_steps(), progress=progress)
+            if keep:
+                problem = self.keep_run(code, good)
+        if stage:
+            stage("broken")
+        run = self.train_broken(broken.step, broken.code, good.planned_steps, compile=compile,
+                                broken=broken, progress=progress)
+        return BrokenComparison(broken, good, run, fresh, problem)
+
+    def _default_steps(self) -> int:
+        from tutor.training.plan import TrainingSettings
+
+        return TrainingSettings.from_pack(self.pack).steps
+
     def check_cells(self, text: str, prior: dict[str, str]) -> list[CheckResult]:
         """Check each `# %% STEP_ID` cell of a file in order; nothing is recorded. A failing
         cell's step falls back to the reference for the cells after it, so one mistake is
@@ -518,6 +699,8 @@ class Lesson(_CheckAndRecord):
 
         if self.store is None:
             return self.problem or "there is no progress store"
+        if run.settings.broken is not None:
+            return "a run with a step broken on purpose is only shown, never kept"
         kept: list[int | None] = []
         problem = save(lambda: kept.append(record_run(self.store, self.pack, code, run)),
                        tries=1)

@@ -239,17 +239,21 @@ def _header(s: TrainingSettings) -> str:
 
 
 def training_code(pack: Pack, accepted: Mapping[str, str] | None = None,
-                  steps: int | None = None, revealed: Collection[str] = ()) -> str:
+                  steps: int | None = None, revealed: Collection[str] = (),
+                  origins: Mapping[str, str] | None = None) -> str:
     """The text of the exercise-4 editor: forward lines, then the learner's backward pass.
 
     `accepted` maps step ids to accepted code (the store's accepted_codes()); None assembles
     the reference solutions. `steps` only changes the count the header mentions; `revealed`
-    names the steps whose accepted code is the reference solution the learner was shown.
+    names the steps whose accepted code is the reference solution the learner was shown;
+    `origins` says where other steps' code comes from, in its comment (a step broken on purpose).
     """
     s = TrainingSettings.from_pack(pack, steps=steps)
     sections = backward_sections(pack, accepted)
 
     def origin(sec: Section) -> str:
+        if origins and sec.step.id in origins:
+            return origins[sec.step.id]
         if not sec.yours:
             return "reference solution"
         return "revealed solution" if sec.step.id in revealed else "your code"

@@ -353,9 +353,15 @@ class TutorApp(App[int], inherit_bindings=False):
                          self._back_to_lesson)
 
     def help_bindings(self) -> list[Binding]:
-        """Every key of the lesson and of the app, in the order the help lists them."""
-        bindings = [b for b in (*LessonScreen.BINDINGS, *self.BINDINGS)
-                    if isinstance(b, Binding)]
+        """Every key of the screen in front (the lesson's, or exercise 4's) and of the app, in
+        the order the help lists them."""
+        from tutor.ui.screens.training import TrainingScreen
+
+        screen = next((s for s in reversed(self.screen_stack)
+                       if isinstance(s, (LessonScreen, TrainingScreen))), None)
+        own = TrainingScreen.BINDINGS if isinstance(screen, TrainingScreen) else \
+            LessonScreen.BINDINGS
+        bindings = [b for b in (*own, *self.BINDINGS) if isinstance(b, Binding)]
 
         def rank(binding: Binding) -> int:
             return HELP_ORDER.index(binding.id) if binding.id in HELP_ORDER else len(HELP_ORDER)
@@ -370,6 +376,11 @@ class TutorApp(App[int], inherit_bindings=False):
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         if isinstance(screen, LessonScreen):  # the step's commands act on the lesson
             yield from screen.system_commands()
+        from tutor.ui.screens.training import TrainingScreen
+
+        if isinstance(screen, TrainingScreen):
+            for title, help_text, callback in screen.system_commands():
+                yield SystemCommand(title, help_text, callback)
         if self.lesson is not None:
             yield SystemCommand("Progress", "Status, attempts, hints and time per step",
                                 self.action_progress)

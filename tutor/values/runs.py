@@ -223,6 +223,30 @@ class LossHistory(Record):
         return [v for v in self.log10_loss if math.isfinite(v)]
 
 
+def checkpoints(first: LossHistory | None, second: LossHistory | None, count: int = 6
+                ) -> list[tuple[int, float | None, float | None]]:
+    """Two runs' losses side by side at `count` points spread over the longer curve: (the step
+    a point ends at, the first run's loss there, the second's). A run whose curve stops
+    earlier (it failed, or its loss blew up) has None from there on, as has a point that is
+    not finite."""
+    every = (first or second or LossHistory()).every
+    length = max(len(h.log10_loss) for h in (first, second, LossHistory()) if h is not None)
+    if length == 0:
+        return []
+    count = min(count, length)
+    rows = []
+    for j in range(1, count + 1):
+        k = round(j * length / count) - 1
+
+        def loss(h: LossHistory | None, k: int = k) -> float | None:
+            if h is None or k >= len(h.log10_loss) or not math.isfinite(h.log10_loss[k]):
+                return None
+            return 10 ** h.log10_loss[k]
+
+        rows.append(((k + 1) * every, loss(first), loss(second)))
+    return rows
+
+
 @dataclass(repr=False, eq=False)
 class SplitLosses(Record):
     """The calibrated loss on the training and the validation split."""
@@ -241,6 +265,30 @@ class SplitLosses(Record):
 
 
 @dataclass(repr=False, eq=False)
+class BrokenStep(Record):
+    """One step of the backward pass swapped for wrong code, to see what a wrong gradient does
+    to training: a catalogued mistake of the step (`mistake`, counted from 1) or the learner's
+    own first refused attempt (`mistake` None)."""
+
+    step: str
+    mistake: int | None
+    label: str  # "mistake 2 of 3", "your first refused attempt"
+    message: str  # what is wrong with it, in the learner's words
+    code: str
+
+    @classmethod
+    def from_dict(cls, d: object) -> BrokenStep | None:
+        if not isinstance(d, dict) or not d.get("step"):
+            return None
+        return cls(str(d["step"]), _whole(d.get("mistake")), str(d.get("label", "")),
+                   str(d.get("message", "")), str(d.get("code", "")))
+
+    def to_dict(self) -> dict:
+        return {"step": self.step, "mistake": self.mistake, "label": self.label,
+                "message": self.message, "code": self.code}
+
+
+@dataclass(repr=False, eq=False)
 class RunSettings(Record):
     """What a run was asked to do: the training plan's settings (sizes, learning rate, seed,
     ...: enough to repeat it, and the pack's to decide), then where and how it ran."""
@@ -253,9 +301,12 @@ class RunSettings(Record):
     torch_version: str | None = None
     threads: int | None = None
     parameters_count: int | None = None
+    # A run with one step's gradient broken on purpose (`Lesson.train_broken`): the step, what
+    # stood in for its code and that code. None for every other run.
+    broken: BrokenStep | None = None
 
     _RUN = ("device", "reference", "compile", "compiled", "torch_version", "threads",
-            "parameters_count")
+            "parameters_count", "broken")
 
     @property
     def steps(self) -> int | None:
@@ -271,10 +322,13 @@ class RunSettings(Record):
                    reference=bool(d.get("reference")), compile=bool(d.get("compile")),
                    compiled=bool(d.get("compiled")), torch_version=d.get("torch_version"),
                    threads=_whole(d.get("threads")),
-                   parameters_count=_whole(d.get("parameters_count")))
+                   parameters_count=_whole(d.get("parameters_count")),
+                   broken=BrokenStep.from_dict(d.get("broken")))
 
     def to_dict(self) -> dict:
-        return {**self.plan, **{k: getattr(self, k) for k in self._RUN}}
+        d = {**self.plan, **{k: getattr(self, k) for k in self._RUN}}
+        d["broken"] = self.broken.to_dict() if self.broken else None
+        return d
 
 
 # How close the learner's loss must come to the reference's: the calibrated training-split loss
@@ -297,7 +351,8 @@ class ExerciseVerdict(Record):
 def exercise_verdict(run: TrainingRun) -> ExerciseVerdict:
     """The one rule for passing the training exercise (docs/json.md, "Does it pass?").
 
-    A run passes when it ran the learner's own code (not `--reference`), with the gradient
+    A run passes when it ran the learner's own code (not `--reference`, no step broken on
+    purpose by `train --break`), with the gradient
     check on (`gradcheck_steps` > 0), every checked step (the first ones and those drawn at
     random across the run) matched autograd, it finished, and its calibrated training loss is
     at most LOSS_MARGIN above what the reference solutions reach after the same steps.
@@ -308,6 +363,9 @@ def exercise_verdict(run: TrainingRun) -> ExerciseVerdict:
 
     if run.settings.reference:
         return no("a run of the reference solutions: it does not count for the exercise")
+    if run.settings.broken is not None:
+        return no(f"a run with {run.settings.broken.step} broken on purpose: it does not count "
+                  "for the exercise")
     gradcheck = run.gradcheck
     failure = gradcheck.failure if gradcheck else None
     if failure is not None:

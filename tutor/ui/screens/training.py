@@ -21,7 +21,7 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Input, ProgressBar, Static, TextArea
 
-from tutor.session.controller import Lesson, StoreError
+from tutor.session.controller import BrokenComparison, Lesson, StoreError
 from tutor.training import (
     TrainingSettings,
     speed_notes,
@@ -31,11 +31,13 @@ from tutor.training import (
 from tutor.ui import palette
 from tutor.ui.messages import TrainingRecorded
 from tutor.ui.palette import BAD, DIM, GOOD, WARN
+from tutor.ui.screens.breaking import BreakChooser
 from tutor.ui.widgets.editor import CodeEditor
 from tutor.ui.widgets.footer import TutorFooter
 from tutor.ui.widgets.lossplot import LossPlot, Series, braille_curve, spaced
 from tutor.ui.widgets.runs import RunsTable, clock, when
 from tutor.values.runs import (
+    BrokenStep,
     ParameterCheck,
     RunPhase,
     RunProgress,
@@ -64,6 +66,20 @@ class TrainingFinished(Message, bubble=False):
     def __init__(self, result: TrainingRun) -> None:
         super().__init__()
         self.result = result
+
+
+class BreakStage(Message, bubble=False):
+    """A comparison with a broken step moves on: "good" (a good run first) or "broken"."""
+
+    def __init__(self, which: str, broken: BrokenStep) -> None:
+        super().__init__()
+        self.which, self.broken = which, broken
+
+
+class BrokenFinished(Message, bubble=False):
+    def __init__(self, comparison: BrokenComparison) -> None:
+        super().__init__()
+        self.comparison = comparison
 
 
 class TrainingFailed(Message, bubble=False):
@@ -131,6 +147,37 @@ def results_view(result: TrainingRun) -> RenderableType:
     return Group(*parts)
 
 
+def _loss(value: float | None) -> str:
+    return "—" if value is None else f"{value:.4f}"
+
+
+def comparison_view(c: BrokenComparison) -> RenderableType:
+    """The broken run next to the good one: what broke, the loss at a few steps, the final
+    losses, and how the broken run ended when it did not finish."""
+    b, good, broken = c.broken_step, c.good, c.broken
+    origin = ("a good run trained just now" if c.fresh
+              else f"your run #{good.run_id}" if good.run_id else "your last good run")
+    head = Text.assemble((f"{b.step} broken with {b.label}", "bold"), f": {b.message}\n",
+                         (f"next to {origin}, the same seed and batches", DIM))
+    table = Table(box=None, pad_edge=False, padding=(0, 2), show_edge=False)
+    table.add_column("", no_wrap=True)
+    table.add_column("good", justify="right", no_wrap=True)
+    table.add_column("broken", justify="right", no_wrap=True)
+    for step, ok, bad in c.checkpoints():
+        table.add_row(f"step {spaced(step)}", _loss(ok), Text.styled(_loss(bad), BAD))
+    for split, ok, bad in (("train loss", good.train_loss, broken.train_loss),
+                           ("val loss", good.val_loss, broken.val_loss)):
+        table.add_row(Text.styled(split, "bold"), _loss(ok), Text.styled(_loss(bad), BAD))
+    parts: list[RenderableType] = [head, table]
+    if broken.status is not RunStatus.FINISHED:
+        stopped = broken.error.message if broken.error else str(broken.status)
+        parts.append(Text.styled(f"The broken run stopped after {spaced(broken.steps_done)} "
+                                 f"steps: {stopped}", WARN))
+    parts.append(Text.styled("The broken run is only shown: it never counts for the exercise "
+                             "and is not kept. F3 breaks another.", DIM))
+    return Group(*parts)
+
+
 # --- the screen ------------------------------------------------------------------------------
 
 
@@ -175,6 +222,9 @@ class TrainingScreen(Screen):
                 tooltip="Stop the run; the steps done so far are kept"),
         Binding("f6", "steps", "Steps", id="train.steps", priority=True,
                 tooltip="Choose how many steps the next run trains"),
+        Binding("f3", "break_step", "Break", id="train.break",
+                tooltip="Train once more with one step's gradient swapped for a mistake (or "
+                "your first refused attempt) and see both loss curves"),
         Binding("f4", "toggle_view", "Code/Run", id="train.view",
                 tooltip="Show the code or the run (on a narrow terminal one at a time)"),
         Binding("ctrl+t", "reset_code", "Reset code", id="train.reset",
@@ -270,8 +320,9 @@ class TrainingScreen(Screen):
         except Exception:  # noqa: BLE001 - the screen works without its history
             return []
 
-    def _show_history(self) -> None:
-        """The runs kept so far; on opening, the last one fills the panels as it ended."""
+    def _show_history(self, reopen: bool = True) -> None:
+        """The runs kept so far; on opening (`reopen`), the last one fills the panels as it
+        ended."""
         runs = self._runs()
         table = self.query_one("#train-runs", RunsTable)
         table.display = bool(runs)
@@ -280,7 +331,7 @@ class TrainingScreen(Screen):
             (f"Your runs ({len(runs)})", "bold"),
             ("  enter or a click draws one on the plot to compare", DIM)) if runs else "")
         table.show_runs(runs)
-        if runs and self.result is None and not self.running:
+        if reopen and runs and self.result is None and not self.running:
             self._show_run(runs[-1], reopened=True)
 
     @on(RunsTable.CompareChanged)
@@ -351,6 +402,91 @@ class TrainingScreen(Screen):
         self._phase(Text.styled("Starting: the evaluator builds the network…", DIM))
         self._show_side()
         self._train(self.code, self.settings.steps)
+
+    def system_commands(self) -> list[tuple[str, str, object]]:
+        """The palette's commands for this screen: (title, help, callback)."""
+        return [("Run the training", "Check your gradients, then train on them", self.action_run),
+                ("Break a gradient", "Train once more with one step swapped for a mistake, "
+                 "next to a good run", self.action_break_step)]
+
+    def action_break_step(self) -> None:
+        if self.running:
+            self.notify("A run is already going; F8 stops it.", severity="warning")
+            return
+        choices = []
+        try:
+            for step in self.lesson.breakable_steps():
+                ways = self.lesson.breakages(step.id)
+                if ways:
+                    choices.append((f"{step.title} ({step.id})", ways))
+        except Exception as exc:  # noqa: BLE001 - the choice needs the progress store
+            self.notify(f"The steps to break cannot be listed: {exc}", severity="error")
+            return
+        if not choices:
+            self.notify("No step of this training code has a catalogued mistake or a refused "
+                        "attempt of yours.", severity="warning")
+            return
+        self.app.push_screen(BreakChooser(choices), self._break_chosen)
+
+    def _break_chosen(self, broken: BrokenStep | None) -> None:
+        if broken is None or self.running or not self._apply_steps():
+            return
+        self.running, self.cancelling = True, False
+        self.query_one("#train-code", CodeEditor).mark_error(None)
+        for name in ("#train-gradcheck", "#train-results", "#train-rate", "#train-notes"):
+            self.query_one(name, Static).update("")
+        self.query_one("#train-plot", LossPlot).compare([])
+        self._phase(Text.styled(f"Starting: {broken.step} broken with {broken.label}…", DIM))
+        self._show_side()
+        self._train_broken(broken, self.settings.steps)
+
+    @work(thread=True, exclusive=True, group="training")
+    def _train_broken(self, broken: BrokenStep, steps: int) -> None:
+        try:
+            comparison = self.lesson.compare_broken(
+                broken, steps, compile=self.compile, progress=self._relay,
+                stage=lambda which: self.post_message(BreakStage(which, broken)))
+        except Exception as exc:  # noqa: BLE001 - the evaluator could not run it at all
+            self.post_message(TrainingFailed(str(exc)))
+            return
+        self.post_message(BrokenFinished(comparison))
+
+    @on(BreakStage)
+    def _break_stage(self, message: BreakStage) -> None:
+        b = message.broken
+        label = "good run" if message.which == "good" else f"{b.step} broken"
+        what = ("First a good run of your code, to compare with" if message.which == "good"
+                else f"Training with {b.step} broken ({b.label}), the gradient check off")
+        self._phase(Text.styled(what + "…", "bold"))
+        self.query_one("#train-gradcheck", Static).update("")  # the good run's, if any
+        self.query_one("#train-progress", ProgressBar).update(total=self.settings.steps,
+                                                              progress=0)
+        self.query_one("#train-plot", LossPlot).reset(self.settings.steps,
+                                                      self.settings.history_every, label=label)
+
+    @on(BrokenFinished)
+    def _broken_finished(self, message: BrokenFinished) -> None:
+        c = message.comparison
+        good, broken = c.good, c.broken
+        plot = self.query_one("#train-plot", LossPlot)
+        planned = broken.planned_steps or self.settings.steps
+        every = broken.history.every if broken.history else self.settings.history_every
+        plot.reset(planned, every, label=f"{c.broken_step.step} broken")
+        plot.extend(broken.history.log10_loss if broken.history else [])
+        if good.history:
+            name = f"run #{good.run_id}" if good.run_id else "good run"
+            plot.compare([Series(name, good.history.every, good.planned_steps or planned,
+                                 WARN, good.history.finite())])
+        self.query_one("#train-progress", ProgressBar).update(total=planned,
+                                                              progress=broken.steps_done)
+        self.query_one("#train-rate", Static).update(f"{spaced(broken.steps_done)} steps done")
+        self._phase(comparison_view(c))
+        notes = [f"the good run could not be saved: {c.problem}"] if c.problem else []
+        self._show_notes(notes)
+        self.running, self.cancelling = False, False
+        if c.fresh and good.run_id:
+            self._show_history(reopen=False)  # the panels show the comparison
+            self.post_message(TrainingRecorded(good))
 
     def action_cancel(self) -> None:
         if not self.running or self.cancelling:

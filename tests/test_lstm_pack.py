@@ -188,7 +188,7 @@ def test_a_hard_coded_batch_size_fails_the_fresh_batch(engine):
 FUNCTION_STEPS = [s for s in PACK.steps if isinstance(s.kind, Function)]
 
 HARD_CODED = [
-    ("bptt/lstm_backward", "B, T, H = hs.shape", "B, T, H = hs.shape[0], 16, n_hidden"),
+    ("bptt/lstm_backward", "B, T, H = hs.shape", "B, T, H = hs.shape[0], hs.shape[1], n_hidden"),
     ("fused/lstm_step_backward", "H = h_prev.shape[1]", "H = n_hidden"),
 ]
 
@@ -274,7 +274,7 @@ def test_pack_check_is_clean(tmp_path):
 
 
 def test_the_command_line_lists_the_lesson(tmp_path):
-    listed = _cli("--pack", "lstm", "steps", home=tmp_path)
+    listed = _cli("--pack", "lstm", "list", home=tmp_path)
     assert listed.returncode == 0, listed.stderr
     assert "bptt/lstm_backward" in listed.stdout and "step/state" in listed.stdout
 

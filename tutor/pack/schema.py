@@ -117,6 +117,8 @@ TRAINING: tuple[Field, ...] = (
     Field("lr_decay_step", "number", "the step the learning rate drops at (a fraction of the "
           "run when below 1)"),
     Field("optimizer", "string", "the function step that updates the parameters"),
+    Field("clip_norm", "number", "the gradients' total norm is scaled down to this before "
+          "each update (after the gradient check)"),
     Field("n_hidden", "integer", "the hidden layer's size for training"),
     Field("gradcheck_steps", "integer", "the first steps checked against autograd"),
     Field("history_points", "integer", "points of the loss curve kept"),

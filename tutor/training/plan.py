@@ -74,6 +74,10 @@ class TrainingSettings:
     # the pack's hyper-parameters, called as f(p, dp, m, v, t, lr, *optimizer_args.values()).
     optimizer: str = ""
     optimizer_args: dict = field(default_factory=dict)
+    # Gradient-norm clipping before each update (0: none): all gradients scaled together so
+    # that their total norm is at most this. Applied to what the update receives, after the
+    # gradient check has compared the learner's gradients as they were computed.
+    clip_norm: float = 0.0
     sizes: dict = field(default_factory=dict)  # sizes the training run changes from the lesson
 
     @classmethod
@@ -123,6 +127,7 @@ class TrainingSettings:
             optimizer=str(cfg.get("optimizer", "")),
             optimizer_args=dict(cfg.get(str(cfg.get("optimizer", "")).removesuffix("_update"),
                                         {})) if cfg.get("optimizer") else {},
+            clip_norm=float(cfg.get("clip_norm", 0.0)),
             sizes={**{k: cfg[k] for k in lesson if k in cfg and not isinstance(cfg[k], dict)
                       and k not in ("batch_size", "heldout_batch_size")},
                    **cfg.get("sizes", {})},
@@ -227,6 +232,9 @@ def _header(s: TrainingSettings) -> str:
                   "#   updates each parameter p (m and v start at zero, t counts from 1),"]
     else:
         update = ["# After it: each parameter p moves by -lr * dp,"]
+    if s.clip_norm:
+        update.insert(0, f"# The gradients are first scaled down together to a total norm of at "
+                         f"most {s.clip_norm:g}.")
     grads = ", ".join(s.grad_names)
     return "\n".join([
         f"{HEADER_START}{_spaced(s.steps)} times, with no autograd anywhere.",

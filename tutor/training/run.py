@@ -97,7 +97,7 @@ class Batches:
             size = BATCH_CHUNK * self.batch_size
             Xc, Yc = self.sample_batch(self.X, self.Y, size, self.generator)
             self._Xc = Xc.view(BATCH_CHUNK, self.batch_size, *Xc.shape[1:]).to(self.device)
-            self._Yc = Yc.view(BATCH_CHUNK, self.batch_size).to(self.device)
+            self._Yc = Yc.view(BATCH_CHUNK, self.batch_size, *Yc.shape[1:]).to(self.device)
             self._next = 0
         j = self._next
         self._next += 1
@@ -221,6 +221,19 @@ def learner_update(fn: Callable, params: list[Tensor], lr_at: Callable[[int], fl
             fn(p, g, mp, vp, i + 1, lr, *args)
 
     return update
+
+
+def clipped(update: Update, max_norm: float) -> Update:
+    """`update` on the gradients scaled together to a total norm of at most `max_norm`."""
+    import torch
+
+    def step(grads: list[Tensor], i: int) -> None:
+        norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
+        scale = (max_norm / (norm + 1e-6)).clamp(max=1.0)
+        # new tensors: the learner's own gradients stay as their code left them
+        update(torch._foreach_mul(grads, scale), i)
+
+    return step
 
 
 def train_steps(step: Callable, update: Update, batches: Iterator, start: int, stop: int,
@@ -394,6 +407,10 @@ class Trainer:
         self.update = self._update()
 
     def _update(self) -> Update:
+        update = self._optimizer()
+        return clipped(update, self.s.clip_norm) if self.s.clip_norm > 0 else update
+
+    def _optimizer(self) -> Update:
         if not self.s.optimizer:
             return sgd(self.param_list, self.s.lr_at)
         ns, name, run = self.ns, self.s.optimizer, self

@@ -99,8 +99,10 @@ class LineCheck(StepCheck):
         if known is not None and known[2]:
             return BatchPlan(name, known[0], [], known[1], known=True)
         ns = batch.namespace()
-        for given in step.given:
-            ns[f"d{given}"] = batch.given[(step.id, given)].clone()
+        # An earlier step that is replayed reads what it was given, as this step does.
+        for s in [*self.earlier(step), step]:
+            for given in s.given:
+                ns[f"d{given}"] = batch.given[(s.id, given)].clone()
         replays = [
             Replay(s.id, prior.get(s.id), s.solution,
                    {p: batch.reference[(s.id, p)] for p in s.partials})

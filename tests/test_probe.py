@@ -51,7 +51,7 @@ def _run_here(engine, frozen: bool, seen: list):
     """engine.execute, in this process, optionally with each graded gradient's reference put in
     the namespace as `frozen_d<name>`; the child's records are kept in `seen`."""
 
-    def execute(step, code, prior, scratch=False):
+    def execute(step, code, prior, scratch=False, compiled=None):
         spec = engine._spec(step, code, prior)
         batches = {"main": engine.network.main, "heldout": engine.network.heldout}
         for plan in spec.batches:

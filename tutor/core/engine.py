@@ -284,8 +284,7 @@ class Engine:
             # Wrong for this network: whether it is the line's rule is not the question.
             for row in result.checks:
                 row.rule = None
-        if passed:
-            result.figure = kind.figure(step, graded)
+        result.figure = kind.figure(step, graded, passed)
         return result
 
 

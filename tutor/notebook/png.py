@@ -90,3 +90,52 @@ def curves_png(curves: Sequence[tuple[Sequence[float], Colour]], slots: int,
             previous = y
     raw = b"".join(b"\x00" + b"".join(bytes(p) for p in row) for row in pixels)
     return encode_png(width, height, raw)
+
+
+AUTOGRAD_BAR: Colour = (152, 195, 121)  # the TUI's "ok" green: autograd's bar beside yours
+LOG_SPREAD = 100.0  # beyond this ratio of the largest to the smallest size, a log scale
+
+
+def time_bars_png(yours: Sequence[float], autograd: Sequence[float],
+                  wrong: Sequence[bool] = (), bar: int = 8, height: int = 160) -> bytes:
+    """A gradient's size at each time step as pairs of bars (the TUI's time figure, as an
+    image): the learner's in blue, or red at a step where it differs, autograd's in green, time
+    running left to right, a red tick under each wrong step. Sizes spanning more than a factor
+    of 100 are drawn on a log scale, the smallest still one pixel high."""
+    steps = min(len(yours), len(autograd))
+    finite = [v for v in [*yours[:steps], *autograd[:steps]] if math.isfinite(v) and v > 0]
+    if steps == 0 or not finite:
+        raise ValueError("nothing to draw")
+    flags = list(wrong) + [False] * steps
+    hi, lo = max(finite), min(finite)
+    log = hi / lo > LOG_SPREAD
+    room = height - 8  # the bars' area, above the axis and the row of ticks
+
+    def tall(v: float) -> int:
+        if not (math.isfinite(v) and v > 0):
+            return 0
+        if log:
+            return 1 + round((math.log10(v) - math.log10(lo))
+                             / (math.log10(hi) - math.log10(lo)) * (room - 1))
+        return max(1, round(v / hi * room))
+
+    gap = bar
+    width = 2 + steps * (2 * bar + gap)
+    pixels = [[COLD] * width for _ in range(height)]
+    for x in range(width):
+        pixels[room][x] = AXIS
+    for y in range(room + 1):
+        pixels[y][0] = AXIS
+    for t in range(steps):
+        x0 = 2 + t * (2 * bar + gap) + gap // 2
+        for k, (v, ink) in enumerate(((yours[t], BROKEN_CURVE if flags[t] else GOOD_CURVE),
+                                      (autograd[t], AUTOGRAD_BAR))):
+            for y in range(room - tall(v), room):
+                for x in range(x0 + k * bar, x0 + (k + 1) * bar):
+                    pixels[y][x] = ink
+        if flags[t]:
+            for y in range(room + 3, height - 1):
+                for x in range(x0, x0 + 2 * bar):
+                    pixels[y][x] = BROKEN_CURVE
+    raw = b"".join(b"\x00" + b"".join(bytes(p) for p in row) for row in pixels)
+    return encode_png(width, height, raw)

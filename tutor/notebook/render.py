@@ -14,7 +14,14 @@ from tutor.commands.progress import (
     summary_line,
 )
 from tutor.commands.train import format_comparison, format_run
-from tutor.notebook.png import BROKEN_CURVE, GOOD_CURVE, Colour, curves_png, heatmap_png
+from tutor.notebook.png import (
+    BROKEN_CURVE,
+    GOOD_CURVE,
+    Colour,
+    curves_png,
+    heatmap_png,
+    time_bars_png,
+)
 from tutor.session.controller import BrokenComparison, CheckOutcome, Hints
 from tutor.session.report import format_result, row_detail, row_label, row_mark, verdict_line
 from tutor.values.durations import compact
@@ -136,13 +143,35 @@ def heatmap_bundles(result: CheckResult) -> list[Bundle]:
         png = base64.b64encode(heatmap_png(values)).decode("ascii")
         bundles.append({"image/png": png, "text/plain": caption})
     figure = result.figure
-    if figure and figure.get("values"):  # a solved step's gradient worth looking at
+    if figure and figure.get("kind") == "time":  # an output with a time axis, step by step
+        bundle = time_bundle(figure)
+        if bundle is not None:
+            bundles.append(bundle)
+    elif figure and figure.get("values"):  # a solved step's gradient worth looking at
         png = base64.b64encode(heatmap_png(figure["values"], signed=True, cell=6)).decode("ascii")
         caption = (f"{figure.get('title') or 'the gradient'}: one row per example, one column "
                    "per character; blue pulls a logit up (the correct character), orange pushes "
                    "it down (every other character)")
         bundles.append({"image/png": png, "text/plain": caption})
     return bundles
+
+
+def time_bundle(figure: dict) -> Bundle | None:
+    """The time figure (tutor/core/timesteps.py) as an image: the size of the output at each
+    time step, the learner's beside autograd's; None where there is nothing to draw."""
+    try:
+        png = time_bars_png(figure.get("yours") or [], figure.get("autograd") or [],
+                            figure.get("wrong") or [])
+    except ValueError:
+        return None
+    title = figure.get("title") or "the output"
+    first = figure.get("first_wrong")
+    where = (f" Red marks a step where they differ; going back from the last step, yours "
+             f"first leaves autograd's at t = {first}." if isinstance(first, int) else
+             " They agree at every step.")
+    caption = (f"the size of {title} at each time step t (its norm), t = 0 on the left: yours "
+               f"in blue, autograd's in green beside it.{where}")
+    return {"image/png": base64.b64encode(png).decode("ascii"), "text/plain": caption}
 
 
 def hints_bundle(hints: Hints, position: str) -> Bundle:

@@ -147,6 +147,8 @@ class Function(StepKind):
         Field("draw", "string", "draws inputs at new sizes from a generator `g`", required=True),
         Field("expect", "string", "computes the expected outputs (autograd or torch.optim)",
               required=True),
+        Field("time", "string", "an output with a time axis, written as its slice at step `t` "
+              "(`dxs[:, t]`): a wrong one is compared step by step"),
     )
 
     def graded_name(self, tensor: str) -> str:

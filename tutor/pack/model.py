@@ -113,6 +113,9 @@ class FunctionSpec(FrozenRecord):
     lesson: str
     draw: str
     expect: str
+    # An output with a time axis and which axis that is (`dxs[:, t]`: dxs, 1): a wrong one is
+    # compared one time step at a time, to show where a loop through time goes wrong.
+    time: tuple[str, int] | None = None
 
 
 @dataclass(repr=False, eq=False)
@@ -382,7 +385,34 @@ def _function_spec(raw: dict, where: str) -> FunctionSpec:
         lesson=_text(raw, "lesson", where),
         draw=_text(raw, "draw", where),
         expect=_text(raw, "expect", where),
+        time=_time_axis(raw, outputs, where),
     )
+
+
+def _time_axis(raw: dict, outputs: tuple[str, ...], where: str) -> tuple[str, int] | None:
+    """A function step's `time`: an output's slice at one time step, `dxs[:, t]`, read as the
+    output and the position of `t` among its axes (every other axis a plain `:`)."""
+    text = raw.get("time")
+    if text is None:
+        return None
+    shape = (f"{where}: 'time' must be one of the call's outputs sliced at `t` on one axis and "
+             f"`:` on the axes before it, like `dxs[:, t]`")
+    try:
+        node = ast.parse(str(text).strip(), mode="eval").body
+    except SyntaxError:
+        raise PackError(shape) from None
+    if not (isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name)):
+        raise PackError(shape)
+    axes = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+    ts = [k for k, a in enumerate(axes) if isinstance(a, ast.Name) and a.id == "t"]
+    plain = all(isinstance(a, ast.Slice) and a.lower is None and a.upper is None
+                and a.step is None for k, a in enumerate(axes) if k not in ts)
+    if len(ts) != 1 or not plain:
+        raise PackError(shape)
+    if node.value.id not in outputs:
+        raise PackError(f"{where}: 'time' slices {node.value.id}, which is not one of the "
+                        f"call's outputs ({', '.join(outputs) or 'none'})")
+    return node.value.id, ts[0]
 
 
 def _validate(pack: Pack) -> None:

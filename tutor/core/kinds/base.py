@@ -172,10 +172,12 @@ class StepCheck(ABC):
         not passed (and said on the first row) when the answer fails there. Raises nothing.
         """
 
-    def figure(self, step: Step, graded: Graded) -> dict | None:
-        """A picture of a solved step's answer, as plain data, or None.
+    def figure(self, step: Step, graded: Graded, passed: bool) -> dict | None:
+        """A picture of the step's answer, as plain data, or None: of a solved step's answer,
+        or, for a kind whose picture shows where an answer goes wrong, of a wrong one too.
 
-        Takes the step and its rows; returns the figure's data. Raises nothing.
+        Takes the step, its rows and whether the check passed; returns the figure's data.
+        Raises nothing.
         """
         return None
 

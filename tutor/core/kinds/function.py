@@ -28,6 +28,7 @@ from tutor.core.kinds.records import (
     refuse,
     unusable,
 )
+from tutor.core.timesteps import TimeSteps, by_time
 from tutor.pack.model import Step
 from tutor.sandbox.clean import clean
 from tutor.values.results import CheckResult, Diagnosis, Heldout, TensorCheck, Verdict
@@ -90,6 +91,11 @@ class FunctionCheck(StepCheck):
     def first(self, step: Step) -> str:
         return self.cases(step)[0].name
 
+    def figure(self, step: Step, graded: Graded, passed: bool) -> dict | None:
+        # Right or wrong: the learner's output beside autograd's, step by step, is the picture
+        # of a loop through time either way.
+        return graded.state.figure() if isinstance(graded.state, TimeSteps) else None
+
     def forget(self) -> None:
         self._cases.clear()
         self._mistake_values.clear()
@@ -109,13 +115,38 @@ class FunctionCheck(StepCheck):
         grades = [self._grade_output(step, name, values.get(name), own, code)
                   for name in step.checks]
         self._explain_by_change(step, grades, values, own, code)
+        steps = self._by_time(step, grades, values, own, result)
         for name in record.get("changed") or []:
             if isinstance(name, str):
                 result.notes.append(
                     f"your function changed its argument {clean(name, 40)} in place, but the "
                     "caller may still need it (a backward pass reads its inputs again): compute "
                     "into new tensors instead.")
-        return Graded(grades)
+        return Graded(grades, state=steps)
+
+    def _by_time(self, step: Step, grades: list[TensorCheck], values: dict, case: Case,
+                 result: CheckResult) -> TimeSteps | None:
+        """The output with a time axis (the step's `time`), compared one step at a time: a
+        wrong one's row says at which step it first goes wrong, going back from the last; a
+        right one, beside wrong outputs that add up over the steps, says so in a note."""
+        if step.function is None or step.function.time is None:
+            return None
+        name, axis = step.function.time
+        if name not in case.reference:
+            return None
+        steps = by_time(name, axis, values.get(name), case.reference[name],
+                        case.reference64[name])
+        if steps is None:
+            return None
+        row = next((g for g in grades if g.tensor == name), None)
+        if row is not None and not row.accepted and steps.first_wrong is not None:
+            row.message = f"{row.message}. {steps.message()}" if row.message else steps.message()
+        elif row is not None and row.accepted:
+            others = [g.tensor for g in grades if g.tensor != name
+                      and (not g.accepted or g.diagnosis is not None)]
+            if others:
+                result.notes.append(steps.right_everywhere(others))
+        return steps
 
     def _grade_output(self, step: Step, name: str, value: Any, case: Case, code: str = ""
                       ) -> TensorCheck:

@@ -500,8 +500,8 @@ class LineCheck(StepCheck):
             refuse(out, grades)
         return out
 
-    def figure(self, step: Step, graded: Graded) -> dict | None:
-        if not step.figure:
+    def figure(self, step: Step, graded: Graded, passed: bool) -> dict | None:
+        if not step.figure or not passed:  # a solved step's gradient, worth looking at
             return None
         run: Run = graded.state
         value = run.namespace[f"d{step.figure}"].detach().to("cpu", torch.float32)

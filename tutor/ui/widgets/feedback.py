@@ -29,6 +29,7 @@ from tutor.ui.palette import (
 )
 from tutor.ui.prose import prose
 from tutor.ui.widgets.heatmap import NEGATIVE, POSITIVE, Heatmap
+from tutor.ui.widgets.timebars import TimeBars
 from tutor.values.results import (
     CheckError,
     CheckResult,
@@ -172,7 +173,25 @@ def _check_details(check: TensorCheck) -> list[RenderableType]:
     return parts
 
 
+def _time_figure(figure: dict) -> list[RenderableType]:
+    """An output with a time axis, step by step (tutor/core/timesteps.py): its size at each
+    step, the learner's beside autograd's, and where they first part going back in time."""
+    title = figure.get("title") or "the output"
+    parts: list[RenderableType] = [Text.styled(
+        f"the size of {title} at each time step t (its norm), yours beside autograd's:", "bold")]
+    parts.append(TimeBars(figure.get("yours") or [], figure.get("autograd") or [],
+                          figure.get("wrong") or [], label=f"|{title}|"))
+    first = figure.get("first_wrong")
+    if isinstance(first, int):
+        parts.append(Text.styled(
+            f"Going back from the last step, yours first leaves autograd's at t = {first}.",
+            DIM))
+    return parts
+
+
 def _figure(figure: dict) -> list[RenderableType]:
+    if figure.get("kind") == "time":
+        return _time_figure(figure)
     title = figure.get("title") or "the gradient"
     parts: list[RenderableType] = [Text.styled(
                f"{title}: one row per example, one column per character", "bold")]

@@ -8,14 +8,18 @@ import base64
 import html
 import re
 
-from tutor.commands.progress import (
-    best_maxdiff,
-    progress_table,
-    summary_line,
-)
 from tutor.notebook.png import heatmap_png
 from tutor.session.controller import CheckOutcome, Hints
-from tutor.session.report import format_result, row_detail, row_label, row_mark, verdict_line
+from tutor.session.report import (
+    best_maxdiff,
+    format_result,
+    progress_table,
+    row_detail,
+    row_label,
+    row_mark,
+    summary_line,
+    verdict_line,
+)
 from tutor.values.durations import compact
 from tutor.values.results import CheckResult, Rule, Status
 

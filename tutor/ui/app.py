@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 from textual import events, work
 from textual.app import App, SystemCommand
 from textual.binding import Binding
+from textual.message import Message
 from textual.screen import Screen
 
 from tutor.config import Settings
@@ -41,12 +42,12 @@ from tutor.session.controller import (
 )
 from tutor.ui import palette
 from tutor.ui.activity import ActiveClock
-from tutor.ui.messages import EvaluatorFailed, EvaluatorReady, TrainingRecorded
 from tutor.ui.screens.lesson import LessonScreen, describe
 from tutor.ui.widgets.editor import CodeEditor
 
 if TYPE_CHECKING:
     from tutor.evaluator.client import Evaluator
+    from tutor.ui.screens.training import TrainingRecorded
 
 READY_POLL = 0.25  # seconds per wait for the evaluator, so shutdown is never held up
 TIME_FLUSH = 20.0  # seconds between saves of the active time, so a crash loses little
@@ -60,6 +61,25 @@ SHORT = 32  # below this many rows the panels use their compact sizes
 HELP_ORDER = ("check", "hint", "reveal", "scratch", "explain", "next_step", "previous_step",
               "reset_step", "progress", "toggle_steps", "lessons", "help", "quit")
 
+
+
+# What the thread that starts the evaluator posts back to the app (see `_start_evaluator`).
+
+
+class EvaluatorReady(Message):
+    """The sandbox worker has built the lesson state; `info` holds device and shapes."""
+
+    def __init__(self, info: dict) -> None:
+        super().__init__()
+        self.info = info
+
+
+class EvaluatorFailed(Message):
+    """The sandbox worker could not start (no PyTorch, device unavailable, ...)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__()
+        self.message = message
 
 def _step_commands():
     # Imported when the palette first opens: textual.command is slow to import.

@@ -22,6 +22,7 @@ from textual import events, on
 from textual.app import ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
+from textual.message import Message
 from textual.screen import Screen
 from textual.timer import Timer
 from textual.widget import Widget
@@ -37,14 +38,13 @@ from tutor.session.controller import (
 )
 from tutor.source import size_problem
 from tutor.ui.highlight import warm_up
-from tutor.ui.messages import CheckFailed, CheckFinished, ScratchFinished
 from tutor.ui.palette import BAD, DIM, WARN
 from tutor.ui.runner import Runner
 from tutor.ui.widgets.editor import CodeEditor
 from tutor.ui.widgets.feedback import Feedback
 from tutor.ui.widgets.forward import ForwardPanel
 from tutor.ui.widgets.topbar import TopBar
-from tutor.values.results import CheckError, Status
+from tutor.values.results import CheckError, CheckResult, ScratchResult, Status
 
 if TYPE_CHECKING:
     from tutor.ui.host import LessonHost
@@ -59,6 +59,38 @@ DONE_WORDS = {str(status): f"{status.mark} {words}" for status, words in (
                      "write the rule to earn ✓."),
     (Status.REVEALED, "Done by revealing the solution; a passing check of your own version "
                       "is still recorded."))}
+
+
+# What the checks' thread (`tutor.ui.runner`) posts back to this screen: it never touches a
+# widget; Textual delivers these on the app's own thread.
+
+
+class CheckFinished(Message):
+    """A candidate was graded; `result` is the evaluator's typed result."""
+
+    def __init__(self, step_id: str, code: str, result: CheckResult) -> None:
+        super().__init__()
+        self.step_id = step_id
+        self.code = code
+        self.result = result
+
+
+class CheckFailed(Message):
+    """The evaluator itself failed while checking (not the learner's code)."""
+
+    def __init__(self, step_id: str, message: str) -> None:
+        super().__init__()
+        self.step_id = step_id
+        self.message = message
+
+
+class ScratchFinished(Message):
+    """A run without grading came back; `result` has stdout, error and what the code defined."""
+
+    def __init__(self, step_id: str, result: ScratchResult) -> None:
+        super().__init__()
+        self.step_id = step_id
+        self.result = result
 
 
 def idle_text(step: Step, status: str = "unlocked") -> Text:

@@ -12,7 +12,8 @@ from textual import events
 from textual.widgets import TextArea
 from textual.widgets.text_area import Selection, TextAreaTheme
 
-from tutor.ui.highlight import is_warm, spans, warm_up
+from tutor.ui import palette
+from tutor.ui.highlight import TOKEN_NAMES, is_warm, spans, warm_up
 from tutor.ui.placeholders import (
     PLACEHOLDER,
     code_end,
@@ -25,8 +26,8 @@ ERROR_LINE = "code-editor--error-line"  # the component class that tints a line 
 
 
 class CodeTheme(TextAreaTheme):
-    """The editor's colours: the syntax colours of Textual's own dark editor theme, and the
-    rest from the app's CSS (so from its theme), like the built-in "css" theme.
+    """The editor's colours, all from the app's theme: the code's from the palette's roles
+    (as read-only code), the rest from the app's CSS, like TextArea's built-in "css" theme.
 
     The code's colours are laid on each line before TextArea lays the cursor line and the
     selection over it (see `CodeEditor.get_line`): those two keep only their backgrounds here,
@@ -46,8 +47,7 @@ class CodeTheme(TextAreaTheme):
 
 
 def _theme() -> CodeTheme:
-    base = TextAreaTheme.get_builtin_theme("vscode_dark")
-    return CodeTheme(name=THEME_NAME, syntax_styles=dict(base.syntax_styles) if base else {})
+    return CodeTheme(name=THEME_NAME)
 
 
 class CodeEditor(TextArea):
@@ -73,9 +73,9 @@ class CodeEditor(TextArea):
             show_line_numbers=True,
             highlight_cursor_line=True,
         )
-        self._syntax = _theme()
         self._spans: tuple[str, dict[int, list[tuple[int, int, str]]]] | None = None
-        self.register_theme(self._syntax)
+        self._styles: tuple[str, dict[str, Style]] | None = None  # (app theme, token styles)
+        self.register_theme(_theme())
         self.theme = THEME_NAME
 
     def on_mount(self) -> None:
@@ -112,13 +112,22 @@ class CodeEditor(TextArea):
             self._spans = (text, rows)
         return self._spans[1]
 
+    def _code_styles(self) -> dict[str, Style]:
+        """Each token's style, from the palette, for the app's current theme."""
+        theme = self.app.theme
+        if self._styles is None or self._styles[0] != theme:
+            console = self.app.console
+            self._styles = (theme, {name: palette.style_of(palette.code_style(name), console)
+                                    for _, name in TOKEN_NAMES})
+        return self._styles[1]
+
     def get_line(self, line_index: int) -> Text:
         line = super().get_line(line_index)
         if getattr(self, "_error_row", None) == line_index:  # unset while TextArea starts
             line.stylize(self.get_component_rich_style(ERROR_LINE))
         if not is_warm():
             return line
-        styles = self._syntax.syntax_styles
+        styles = self._code_styles()
         for start, end, name in self._row_spans(self.document.text).get(line_index, ()):
             style = styles.get(name)
             if style is not None:

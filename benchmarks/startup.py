@@ -62,9 +62,12 @@ class Terminal:
     """A 120×40 tmux window of our own (a private server socket), in which programs are launched
     the way a learner launches them from a shell, and read back as a learner sees them."""
 
-    def __init__(self, env: dict[str, str]) -> None:
+    def __init__(self, env: dict[str, str], cwd: Path) -> None:
         self.socket = f"tutor-bench-{os.getpid()}"
         self.env = env
+        # Programs start in a folder of their own: `python -c` puts the working folder first on
+        # sys.path, which would otherwise decide which checkout's tutor runs.
+        self.cwd = str(cwd)
         # The session's first program only holds the window open; each launch replaces it.
         self._tmux("new-session", "-d", "-x", str(WIDTH), "-y", str(HEIGHT), "-s", "bench",
                    "sleep 3600")
@@ -82,7 +85,7 @@ class Terminal:
         """Seconds from starting `command` in the window until `mark` is on its screen."""
         extra = [arg for name, value in environ.items() for arg in ("-e", f"{name}={value}")]
         start = time.perf_counter()
-        self._tmux("respawn-pane", "-k", "-t", "bench", *extra, command)
+        self._tmux("respawn-pane", "-k", "-t", "bench", "-c", self.cwd, *extra, command)
         elapsed = float("nan")
         while time.perf_counter() - start < timeout:
             if mark in self.screen():
@@ -107,8 +110,10 @@ class Terminal:
                        capture_output=True)
 
 
-def first_frame(runs: int) -> tuple[list[float], list[float]]:
-    """The tutor's and the minimal app's first frames, launched in turn in the same window.
+def first_frame(runs: int, baseline: Path | None = None
+                ) -> tuple[list[float], list[float], list[float]]:
+    """The tutor's and the minimal app's first frames, launched in turn in the same window
+    (and, given `baseline`, another checkout's tutor's too, in the same turns).
 
     The tutor runs as `backprop-tutor` runs with a fresh home: its console script's one line
     (`from tutor.cli import main`), no arguments, so it shows the chooser when several packs are
@@ -119,28 +124,36 @@ def first_frame(runs: int) -> tuple[list[float], list[float]]:
     """
     if shutil.which("tmux") is None:
         raise SystemExit("the first frame is measured in tmux, which is not installed here")
-    app_times, minimal_times = [], []
+    app_times: list[float] = []
+    minimal_times: list[float] = []
+    base_times: list[float] = []
     with tempfile.TemporaryDirectory() as scratch:
         env = {k: v for k, v in os.environ.items()
-               if k not in ("PYTHONDONTWRITEBYTECODE", "TMUX", "BACKPROP_TUTOR_HOME")}
+               if k not in ("PYTHONDONTWRITEBYTECODE", "TMUX", "BACKPROP_TUTOR_HOME", "PYTHONPATH")}
         env["PYTHONPYCACHEPREFIX"] = str(Path(scratch) / "pycache")
-        env["PYTHONPATH"] = str(ROOT)
         minimal_file = Path(scratch) / "minimal.py"
         minimal_file.write_text(MINIMAL.format(mark=TUTOR_MARK))
         tutor = shlex.join([sys.executable, "-c", TUTOR])
         minimal = shlex.join([sys.executable, str(minimal_file)])
-        terminal = Terminal(env)
+        terminal = Terminal(env, Path(scratch))
         try:
             for run in range(runs + 1):
                 home = Path(scratch) / f"home{run}"  # fresh each time: nothing chosen yet
-                app = terminal.launch(tutor, TUTOR_MARK, {"BACKPROP_TUTOR_HOME": str(home)})
+                app = terminal.launch(tutor, TUTOR_MARK, {"BACKPROP_TUTOR_HOME": str(home),
+                                                          "PYTHONPATH": str(ROOT)})
                 least = terminal.launch(minimal, TUTOR_MARK, {})
+                base = float("nan")
+                if baseline is not None:
+                    base = terminal.launch(tutor, TUTOR_MARK,
+                                           {"BACKPROP_TUTOR_HOME": str(home) + "-baseline",
+                                            "PYTHONPATH": str(baseline)})
                 if run:  # the first of each only compiled the bytecode
                     app_times.append(app)
                     minimal_times.append(least)
+                    base_times.append(base)
         finally:
             terminal.close()
-    return app_times, minimal_times
+    return app_times, minimal_times, base_times
 
 
 def _minimal_checker(evaluator):
@@ -273,9 +286,12 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--first-frame", action="store_true",
                         help="measure the first frame only (no torch needed)")
+    parser.add_argument("--baseline", type=Path, metavar="DIR",
+                        help="another checkout of the tutor whose first frame is timed in the "
+                        "same turns (before and after a change, on the same machine and load)")
     args = parser.parse_args()
 
-    app_times, minimal_times = first_frame(args.runs)
+    app_times, minimal_times, base_times = first_frame(args.runs, args.baseline)
     frame, minimal = statistics.median(app_times), statistics.median(minimal_times)
     ratio = frame / minimal
     print(f"first frame      median {frame:6.3f} s over {args.runs} launches; a minimal Textual "
@@ -283,6 +299,10 @@ def main() -> int:
     print(f"  ratio {ratio:.2f}× the minimal app (target ≤ {FIRST_FRAME_RATIO}×: "
           f"{'ok' if ratio <= FIRST_FRAME_RATIO else 'MISSED'})")
     print(f"  each launch: tutor {_spread(app_times, 1)} s; minimal {_spread(minimal_times, 1)} s")
+    if args.baseline is not None:
+        base = statistics.median(base_times)
+        print(f"  baseline {args.baseline}: median {base:6.3f} s, {base / minimal:.2f}× the "
+              f"minimal app; each launch {_spread(base_times, 1)} s")
     if args.first_frame:
         return 0
 

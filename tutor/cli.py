@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from tutor.config import DEVICES, ConfigError, resolve, unavailable_device
-from tutor.session.controller import StoreError
+from tutor.session.errors import StoreError
 from tutor.session.lookup import UsageError
 from tutor.version import __version__
 

@@ -8,10 +8,14 @@ way: the CLI prints it and exits 2, a magic shows it under the cell). Above the 
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 from tutor.config import Settings
 from tutor.pack.model import Pack, find_pack, load_pack
-from tutor.session.controller import Store, StoreError, open_store
+from tutor.session.errors import StoreError
+
+if TYPE_CHECKING:
+    from tutor.session.controller import Store
 
 
 class UsageError(Exception):
@@ -43,6 +47,8 @@ def position(pack: Pack, sid: str) -> str:
 
 def try_open_store(settings: Settings, pack: Pack | None = None) -> tuple[Store | None, str | None]:
     """(the learner's progress store, None), or (None, why it cannot be used)."""
+    from tutor.session.controller import open_store  # not before the TUI's first frame
+
     try:
         store = open_store(settings.data_home, pack or lesson_pack(settings))
     except StoreError as exc:

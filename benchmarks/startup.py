@@ -3,10 +3,14 @@ measured against a minimal Textual app in the same run.
 
     python benchmarks/startup.py [--runs N]
 
-First frame: the app is launched in a pseudo-terminal (120×40) exactly as `backprop-tutor`
-would run it, and the clock stops when the screen shows the forward-pass panel. A minimal
-Textual app (one Static showing the same words) is launched the same way, alternating with the
-tutor, so the ratio says what the tutor adds to Textual itself (target ≤ 1.3×).
+    python benchmarks/startup.py --first-frame [--runs N]   # the first frame only
+
+First frame, as a learner waits for it: `backprop-tutor` with a fresh home is started in a
+120×40 tmux window, and the clock stops when tmux's copy of the screen (read every 5 ms) shows
+the chooser's question. A minimal Textual app (one Static showing the same words, in a file of
+its own) is started and read the same way, alternating with the tutor, so the ratio says what
+the tutor adds to Textual itself (target ≤ 1.3×). Both clocks include what the terminal adds
+(tmux starting the program, drawing the screen, being asked for it), as a learner's do.
 
 Verdict: with torch warm, the time from the run key's action until the screen that shows the
 verdict has been composed. The same check called on the evaluator directly is what the check
@@ -22,16 +26,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import fcntl
 import os
-import pty
-import select
+import shlex
+import shutil
 import statistics
-import struct
 import subprocess
 import sys
 import tempfile
-import termios
 import time
 from pathlib import Path
 
@@ -41,85 +42,118 @@ sys.path.insert(0, str(ROOT))
 FIRST_FRAME_RATIO = 1.3  # the tutor's first frame against the minimal app's
 UI_VERDICT_TARGET = 0.020  # seconds the UI adds to a check
 PAUSE = 0.3  # seconds between checks, as a learner reads: every check finds its child forked
-FIRST_FRAME_MARK = b"Forward pass"  # a panel title that is on the very first frame
+WIDTH, HEIGHT = 120, 40
+POLL = 0.005  # seconds between two looks at the terminal's screen
+TUTOR_MARK = "Which lesson?"  # the chooser's question, on the very first frame
 CORRECT = "dlogprobs = torch.zeros_like(logprobs)\ndlogprobs[range(n), Yb] = -1.0/n\n"
-LAUNCH = (
-    "from tutor.config import resolve; from tutor.ui.app import run_app; "
-    "raise SystemExit(run_app(resolve(home={home!r}, device='cpu'), packs=[]))"
-)
+TUTOR = "import sys; from tutor.cli import main; sys.exit(main())"
 MINIMAL = (
     "from textual.app import App\n"
     "from textual.widgets import Static\n"
     "class Minimal(App):\n"
     "    BINDINGS = [('ctrl+q', 'quit')]\n"
     "    def compose(self):\n"
-    "        yield Static('Forward pass')\n"
+    "        yield Static({mark!r})\n"
     "Minimal().run()\n"
 )
 
 
-def time_in_terminal(argv: list[str], mark: bytes | None, timeout: float = 30.0,
-                     env: dict[str, str] | None = None) -> float:
-    """Seconds from spawning `argv` on a 120×40 pty until `mark` appears (or the process ends)."""
-    master, slave = pty.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
-    env = dict(env or os.environ, TERM="xterm-256color", COLUMNS="120", LINES="40")
-    start = time.perf_counter()
-    proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, env=env,
-                            cwd=ROOT, start_new_session=True)
-    os.close(slave)
-    seen = b""
-    elapsed = float("nan")
-    try:
+class Terminal:
+    """A 120×40 tmux window of our own (a private server socket), in which programs are launched
+    the way a learner launches them from a shell, and read back as a learner sees them."""
+
+    def __init__(self, env: dict[str, str], cwd: Path) -> None:
+        self.socket = f"tutor-bench-{os.getpid()}"
+        self.env = env
+        # Programs start in a folder of their own: `python -c` puts the working folder first on
+        # sys.path, which would otherwise decide which checkout's tutor runs.
+        self.cwd = str(cwd)
+        # The session's first program only holds the window open; each launch replaces it.
+        self._tmux("new-session", "-d", "-x", str(WIDTH), "-y", str(HEIGHT), "-s", "bench",
+                   "sleep 3600")
+        self._tmux("set-option", "-g", "remain-on-exit", "on")
+
+    def _tmux(self, *args: str) -> str:
+        return subprocess.run(["tmux", "-L", self.socket, *args], env=self.env, check=True,
+                              capture_output=True, text=True).stdout
+
+    def screen(self) -> str:
+        return self._tmux("capture-pane", "-p", "-t", "bench")
+
+    def launch(self, command: str, mark: str, environ: dict[str, str],
+               timeout: float = 30.0) -> float:
+        """Seconds from starting `command` in the window until `mark` is on its screen."""
+        extra = [arg for name, value in environ.items() for arg in ("-e", f"{name}={value}")]
+        start = time.perf_counter()
+        self._tmux("respawn-pane", "-k", "-t", "bench", "-c", self.cwd, *extra, command)
+        elapsed = float("nan")
         while time.perf_counter() - start < timeout:
-            ready, _, _ = select.select([master], [], [], 0.05)
-            if ready:
-                try:
-                    seen += os.read(master, 65536)
-                except OSError:  # the child closed the terminal: it has exited
-                    if mark is None:
-                        elapsed = time.perf_counter() - start
-                    break
-                if mark is not None and mark in seen:
-                    elapsed = time.perf_counter() - start
-                    break
-            if proc.poll() is not None and mark is None:
+            if mark in self.screen():
                 elapsed = time.perf_counter() - start
                 break
-    finally:
-        if proc.poll() is None:
-            os.write(master, b"\x11")  # ctrl+q: let the app shut its evaluator down
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        os.close(master)
-    return elapsed
+            time.sleep(POLL)
+        self._quit()
+        return elapsed
+
+    def _quit(self) -> None:
+        # ctrl+q, as the learner leaves; the next launch would kill it, but a tutor that is
+        # killed leaves no trace of how it shuts down, and may still hold a CPU.
+        self._tmux("send-keys", "-t", "bench", "C-q")
+        deadline = time.perf_counter() + 10
+        while time.perf_counter() < deadline:
+            if self._tmux("display-message", "-p", "-t", "bench", "#{pane_dead}").strip() == "1":
+                return
+            time.sleep(0.02)
+
+    def close(self) -> None:
+        subprocess.run(["tmux", "-L", self.socket, "kill-server"], env=self.env,
+                       capture_output=True)
 
 
-def first_frame(runs: int) -> tuple[list[float], list[float]]:
-    """The tutor's and the minimal app's first frames, launched in turn.
+def first_frame(runs: int, baseline: Path | None = None
+                ) -> tuple[list[float], list[float], list[float]]:
+    """The tutor's and the minimal app's first frames, launched in turn in the same window
+    (and, given `baseline`, another checkout's tutor's too, in the same turns).
 
-    Both run as a learner's Python runs them, with compiled bytecode: into a folder of its own
-    (so the checkout gets no __pycache__), filled by one launch of each that is not timed.
-    PYTHONDONTWRITEBYTECODE, when set here, would otherwise have the tutor's own modules
+    The tutor runs as `backprop-tutor` runs with a fresh home: its console script's one line
+    (`from tutor.cli import main`), no arguments, so it shows the chooser when several packs are
+    installed. Both run as a learner's Python runs them, with compiled bytecode: into a folder
+    of its own (so the checkout gets no __pycache__), filled by one launch of each that is not
+    timed. PYTHONDONTWRITEBYTECODE, when set here, would otherwise have the tutor's own modules
     compiled from source at every launch, which no learner sees.
     """
-    app_times, minimal_times = [], []
-    with tempfile.TemporaryDirectory() as cache:
-        env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-        env["PYTHONPYCACHEPREFIX"] = cache
-        minimal = [sys.executable, "-c", MINIMAL]
-        for timed in [False] + [True] * runs:
-            with tempfile.TemporaryDirectory() as home:
-                launch = [sys.executable, "-c", LAUNCH.format(home=home)]
-                app = time_in_terminal(launch, FIRST_FRAME_MARK, env=env)
-            least = time_in_terminal(minimal, FIRST_FRAME_MARK, env=env)
-            if timed:
-                app_times.append(app)
-                minimal_times.append(least)
-    return app_times, minimal_times
+    if shutil.which("tmux") is None:
+        raise SystemExit("the first frame is measured in tmux, which is not installed here")
+    app_times: list[float] = []
+    minimal_times: list[float] = []
+    base_times: list[float] = []
+    with tempfile.TemporaryDirectory() as scratch:
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("PYTHONDONTWRITEBYTECODE", "TMUX", "BACKPROP_TUTOR_HOME", "PYTHONPATH")}
+        env["PYTHONPYCACHEPREFIX"] = str(Path(scratch) / "pycache")
+        minimal_file = Path(scratch) / "minimal.py"
+        minimal_file.write_text(MINIMAL.format(mark=TUTOR_MARK))
+        tutor = shlex.join([sys.executable, "-c", TUTOR])
+        minimal = shlex.join([sys.executable, str(minimal_file)])
+        terminal = Terminal(env, Path(scratch))
+        try:
+            for run in range(runs + 1):
+                home = Path(scratch) / f"home{run}"  # fresh each time: nothing chosen yet
+                app = terminal.launch(tutor, TUTOR_MARK, {"BACKPROP_TUTOR_HOME": str(home),
+                                                          "PYTHONPATH": str(ROOT)})
+                least = terminal.launch(minimal, TUTOR_MARK, {})
+                base = float("nan")
+                if baseline is not None:
+                    base = terminal.launch(tutor, TUTOR_MARK,
+                                           {"BACKPROP_TUTOR_HOME": str(home) + "-baseline",
+                                            "PYTHONPATH": str(baseline)})
+                if run:  # the first of each only compiled the bytecode
+                    app_times.append(app)
+                    minimal_times.append(least)
+                    base_times.append(base)
+        finally:
+            terminal.close()
+    return app_times, minimal_times, base_times
 
 
 def _minimal_checker(evaluator):
@@ -250,16 +284,27 @@ def _clock(lesson) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--first-frame", action="store_true",
+                        help="measure the first frame only (no torch needed)")
+    parser.add_argument("--baseline", type=Path, metavar="DIR",
+                        help="another checkout of the tutor whose first frame is timed in the "
+                        "same turns (before and after a change, on the same machine and load)")
     args = parser.parse_args()
 
-    app_times, minimal_times = first_frame(args.runs)
+    app_times, minimal_times, base_times = first_frame(args.runs, args.baseline)
     frame, minimal = statistics.median(app_times), statistics.median(minimal_times)
     ratio = frame / minimal
     print(f"first frame      median {frame:6.3f} s over {args.runs} launches; a minimal Textual "
-          f"app {minimal:6.3f} s")
+          f"app {minimal:6.3f} s, in a {WIDTH}×{HEIGHT} tmux window")
     print(f"  ratio {ratio:.2f}× the minimal app (target ≤ {FIRST_FRAME_RATIO}×: "
           f"{'ok' if ratio <= FIRST_FRAME_RATIO else 'MISSED'})")
     print(f"  each launch: tutor {_spread(app_times, 1)} s; minimal {_spread(minimal_times, 1)} s")
+    if args.baseline is not None:
+        base = statistics.median(base_times)
+        print(f"  baseline {args.baseline}: median {base:6.3f} s, {base / minimal:.2f}× the "
+              f"minimal app; each launch {_spread(base_times, 1)} s")
+    if args.first_frame:
+        return 0
 
     in_app, direct, bare = asyncio.run(_verdicts(max(args.runs, 5)))
     verdict, raw, least = (statistics.median(x) for x in (in_app, direct, bare))

@@ -59,3 +59,28 @@ def test_running_a_check_in_the_app_does_not_import_torch(tmp_path):
         print("torch" in sys.modules)
     """)
     assert out.splitlines() == ["exact", "False"]
+
+
+# What the chooser's first frame must not wait for: every command's module, the lesson screen
+# and its widgets, the progress store, a training run's computation.
+NOT_BEFORE_THE_CHOOSER = ("tutor.commands", "tutor.ui.screens.lesson", "tutor.session.store",
+                          "tutor.session.controller", "tutor.training.run")
+
+
+def test_plain_backprop_tutor_reaches_the_chooser_without_what_it_does_not_show(tmp_path):
+    out = _run(f"""
+        import sys
+        import tutor.ui.app
+        from tutor.ui.app import TutorApp
+
+        def run_app(settings, packs=None):
+            TutorApp(settings, packs=["makemore", "gpt"])  # the chooser's app, not run
+            import tutor.ui.screens.packs
+            print(sorted(m for m in sys.modules if m.startswith({NOT_BEFORE_THE_CHOOSER!r})))
+            return 0
+
+        tutor.ui.app.run_app = run_app
+        from tutor.cli import main
+        raise SystemExit(main(["--home", {str(tmp_path)!r}]))
+    """)
+    assert out == "[]"

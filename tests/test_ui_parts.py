@@ -19,7 +19,7 @@ from tutor.ui.runner import Runner
 from tutor.ui.screens.training import parse_steps
 from tutor.ui.summary import hardest
 from tutor.ui.widgets.feedback import result_view
-from tutor.ui.widgets.footer import fit
+from tutor.ui.widgets.footer import Key, fit
 from tutor.ui.widgets.forward import forward_rows
 from tutor.ui.widgets.heatmap import Heatmap
 from tutor.values.durations import spoken as duration
@@ -125,23 +125,18 @@ def test_a_pooled_heatmap_says_how_it_was_pooled_and_what_the_colours_mean():
 # --- footer -------------------------------------------------------------------------------------
 
 
-class FakeKey:
-    def __init__(self, action: str, key: str, description: str) -> None:
-        self.action, self.key_display, self.description = action, key, description
-
-
 def test_the_footer_leaves_out_whole_keys_least_needed_first():
-    keys = [FakeKey(a, k, d) for a, k, d in [
+    keys = [Key(k, k, d, a, True, "") for a, k, d in [
         ("check", "^j", "Check"), ("hint", "f1", "Hint"), ("reveal", "f2", "Solution"),
         ("scratch", "^r", "Run"), ("explain", "f3", "Explain"), ("next_step", "^n", "Next"),
         ("previous_step", "^↑", "Prev"), ("help", "f9", "Keys")]]
-    everything = sum(len(k.key_display) + len(k.description) + 2 for k in keys)
+    everything = sum(len(k.display) + len(k.description) + 2 for k in keys)
     assert fit(keys, everything) == keys
     narrower = [k.action for k in fit(keys, everything - 1)]
     assert "previous_step" not in narrower and narrower[0] == "check"
     tiny = [k.action for k in fit(keys, 30)]
     assert tiny[:2] == ["check", "hint"]
-    assert sum(len(k.key_display) + len(k.description) + 2 for k in fit(keys, 30)) <= 30
+    assert sum(len(k.display) + len(k.description) + 2 for k in fit(keys, 30)) <= 30
 
 
 # --- forward pass -------------------------------------------------------------------------------

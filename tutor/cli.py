@@ -13,10 +13,9 @@ import signal
 import sys
 from collections.abc import Sequence
 
-from tutor.commands import COMMANDS
-from tutor.commands.base import UsageError
 from tutor.config import DEVICES, ConfigError, resolve, unavailable_device
-from tutor.session.controller import StoreError
+from tutor.session.errors import StoreError
+from tutor.session.lookup import UsageError
 from tutor.version import __version__
 
 
@@ -39,6 +38,8 @@ def _global_options(parser: argparse.ArgumentParser, suppress: bool) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from tutor.commands import COMMANDS  # every command's module: not needed to open the TUI
+
     parser = argparse.ArgumentParser(
         prog="backprop-tutor",
         description="Practise the backward pass of a real network, line by line, checked "
@@ -53,6 +54,33 @@ def build_parser() -> argparse.ArgumentParser:
         command.add_arguments(p)
         p.set_defaults(run=command.run)
     return parser
+
+
+class _NotPlain(Exception):
+    """The command line is more than global options: the whole parser reads it."""
+
+
+class _GlobalOptions(argparse.ArgumentParser):
+    def error(self, message: str):  # type: ignore[override]
+        raise _NotPlain(message)
+
+
+def _tui_arguments(argv: Sequence[str] | None) -> argparse.Namespace | None:
+    """The options of a command line that only opens the TUI (global options, no command, no
+    --help or --version); None for any other, which `build_parser` then reads. Opening the TUI
+    so imports none of the commands' modules, which the learner would wait for before the
+    first frame."""
+    parser = _GlobalOptions(prog="backprop-tutor", add_help=False)
+    _global_options(parser, suppress=False)
+    parser.add_argument("-h", "--help", "--version", dest="other", action="store_true")
+    try:
+        args, rest = parser.parse_known_args(argv)
+    except _NotPlain:
+        return None
+    if rest or args.other:
+        return None
+    args.command = None
+    return args
 
 
 def _tolerate_unprintable() -> None:
@@ -73,8 +101,7 @@ def _interruptible() -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     _interruptible()
     _tolerate_unprintable()
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    args = _tui_arguments(argv) or build_parser().parse_args(argv)
     try:
         settings = resolve(device=args.device, seed=args.seed, home=args.home, timeout=args.timeout,
                            pack=args.pack)

@@ -9,16 +9,13 @@ from dataclasses import dataclass
 
 from tutor import source
 from tutor.config import Settings
-from tutor.pack.model import Pack, find_pack, load_pack
+from tutor.pack.model import Pack
 
+# Shared with the notebook's magics, so kept below both front ends; named here for the commands.
+from tutor.session.lookup import UsageError, lesson_pack, position, step_id, try_open_store
 
-def lesson_pack(settings: Settings) -> Pack:
-    """The pack the settings name (`--pack`, default makemore)."""
-    return load_pack(find_pack(settings.pack))
-
-
-class UsageError(Exception):
-    """Wrong command-line input: printed, and the exit code is 2."""
+__all__ = ["Command", "UsageError", "code_argument", "lesson_pack", "open_store", "position",
+           "read_source", "regraded_steps", "step_id", "try_open_store"]
 
 
 @dataclass(frozen=True)
@@ -27,24 +24,6 @@ class Command:
     help: str
     add_arguments: Callable[[argparse.ArgumentParser], None]
     run: Callable[[argparse.Namespace, Settings], int]
-
-
-def step_id(pack: Pack, given: str) -> str:
-    """Resolve a step given by id, number or unambiguous name; a clear error otherwise."""
-    try:
-        return pack.step(given).id
-    except KeyError:
-        ids = ", ".join(s.id for s in pack.steps[:4])
-        raise UsageError(
-            f"no step '{given}'. Step ids look like {ids}, ...; `backprop-tutor list` shows all."
-        ) from None
-
-
-def position(pack: Pack, sid: str) -> str:
-    """Where a step sits, in the one count every command uses: all the pack's steps, the
-    training step included, numbered as `list` numbers them (and as STEP_ID accepts them)."""
-    step = pack.step(sid)
-    return f"exercise {step.exercise}, step {pack.index(sid) + 1} of {len(pack.steps)}"
 
 
 def regraded_steps(pack: Pack) -> set[str]:
@@ -59,19 +38,6 @@ def regraded_steps(pack: Pack) -> set[str]:
             regraded.add(step.id)
         seen.update(step.checks)
     return regraded
-
-
-def try_open_store(settings: Settings, pack: Pack | None = None):
-    """(the learner's progress store, None), or (None, why it cannot be used)."""
-    from tutor.session.controller import StoreError, open_store
-
-    try:
-        store = open_store(settings.data_home, pack or lesson_pack(settings))
-    except StoreError as exc:
-        return None, str(exc)
-    for notice in store.notices:
-        print(f"backprop-tutor: {notice}", file=sys.stderr)
-    return store, None
 
 
 def open_store(settings: Settings, pack: Pack | None = None):

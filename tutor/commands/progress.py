@@ -9,36 +9,12 @@ import sys
 from tutor.commands.base import Command, UsageError, lesson_pack, open_store, step_id
 from tutor.config import Settings
 from tutor.session.controller import Lesson, tally
-from tutor.values.durations import compact
-from tutor.values.results import Status
+from tutor.session.report import progress_table
 
 
 def _progress_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print a JSON object")
 
-
-def progress_table(rows: list[dict]) -> str:
-    """One line per step and a closing total, as `backprop-tutor progress` prints it."""
-    # Numbered as `list`, `show` and `check` number the steps, so "step 2" is one step everywhere.
-    lines = [f"{'':2} {'#':>3} {'step':<24} {'status':<9} {'attempts':>8} {'hints':>5} "
-             f"{'best maxdiff':>13} {'time':>7}"]
-    for number, r in enumerate(rows, start=1):
-        lines.append(f"{Status(r['status']).mark:<2} {number:>2}. {r['id']:<24} "
-                     f"{r['status']:<9} {r['attempts']:>8} {r['hints']:>5} "
-                     f"{best_maxdiff(r):>13} {compact(r['seconds']):>7}")
-    lines.append("\n" + summary_line(rows))
-    return "\n".join(lines)
-
-
-def summary_line(rows: list[dict]) -> str:
-    """"8 of 22 steps done (6 exact, 2 passed), 31 attempts, 4 hints, 12m05"."""
-    total = tally(rows)
-    return (f"{total.sentence()}, {total.attempts} attempts, {total.hints} hints, "
-            f"{compact(total.seconds)}")
-
-
-def best_maxdiff(row: dict) -> str:
-    return "—" if row["best_maxdiff"] is None else f"{row['best_maxdiff']:.2g}"
 
 
 def run_progress(args: argparse.Namespace, settings: Settings) -> int:

@@ -8,12 +8,6 @@ import base64
 import html
 import re
 
-from tutor.commands.progress import (
-    best_maxdiff,
-    progress_table,
-    summary_line,
-)
-from tutor.commands.train import format_comparison, format_run
 from tutor.notebook.png import (
     BROKEN_CURVE,
     GOOD_CURVE,
@@ -23,7 +17,17 @@ from tutor.notebook.png import (
     time_bars_png,
 )
 from tutor.session.controller import BrokenComparison, CheckOutcome, Hints
-from tutor.session.report import format_result, row_detail, row_label, row_mark, verdict_line
+from tutor.session.report import (
+    best_maxdiff,
+    format_result,
+    progress_table,
+    row_detail,
+    row_label,
+    row_mark,
+    summary_line,
+    verdict_line,
+)
+from tutor.session.runtext import format_comparison, format_run
 from tutor.values.durations import compact
 from tutor.values.results import CheckResult, Rule, Status
 from tutor.values.runs import TrainingRun

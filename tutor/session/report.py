@@ -7,7 +7,9 @@ import shutil
 import textwrap
 from collections.abc import Collection
 
-from tutor.values.results import CheckResult, Rule, TensorCheck
+from tutor.pack.curriculum import tally
+from tutor.values.durations import compact
+from tutor.values.results import CheckResult, Rule, Status, TensorCheck
 
 UNSETTLED_MARK = "!"  # right on its own, but the result did not pass: the lines below say why
 
@@ -199,3 +201,26 @@ def _cell_name(result: CheckResult, source: str | None) -> str:
     if line is None:
         return result.step
     return f"{result.step} ({source + ', ' if source else ''}line {line})"
+
+def progress_table(rows: list[dict]) -> str:
+    """One line per step and a closing total, as `backprop-tutor progress` prints it."""
+    # Numbered as `list`, `show` and `check` number the steps, so "step 2" is one step everywhere.
+    lines = [f"{'':2} {'#':>3} {'step':<24} {'status':<9} {'attempts':>8} {'hints':>5} "
+             f"{'best maxdiff':>13} {'time':>7}"]
+    for number, r in enumerate(rows, start=1):
+        lines.append(f"{Status(r['status']).mark:<2} {number:>2}. {r['id']:<24} "
+                     f"{r['status']:<9} {r['attempts']:>8} {r['hints']:>5} "
+                     f"{best_maxdiff(r):>13} {compact(r['seconds']):>7}")
+    lines.append("\n" + summary_line(rows))
+    return "\n".join(lines)
+
+
+def summary_line(rows: list[dict]) -> str:
+    """"8 of 22 steps done (6 exact, 2 passed), 31 attempts, 4 hints, 12m05"."""
+    total = tally(rows)
+    return (f"{total.sentence()}, {total.attempts} attempts, {total.hints} hints, "
+            f"{compact(total.seconds)}")
+
+
+def best_maxdiff(row: dict) -> str:
+    return "—" if row["best_maxdiff"] is None else f"{row['best_maxdiff']:.2g}"

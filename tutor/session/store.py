@@ -24,6 +24,7 @@ from typing import Any
 
 from tutor.pack import curriculum
 from tutor.pack.model import DEFAULT_PACK, Pack, Step
+from tutor.session.errors import StoreError
 from tutor.training.plan import training_step
 from tutor.values.results import CheckResult, Status
 from tutor.values.runs import RunStatus, TrainingRun
@@ -94,10 +95,6 @@ MIGRATIONS: list[tuple[str, ...]] = [
 # Weakest first; "revealed" is never left.
 ACHIEVEMENTS = ("revealed", "skipped", "passed", "exact")
 FAILING_VERDICTS = ("missing", "shape", "wrong")  # most telling first
-
-
-class StoreError(Exception):
-    """Progress cannot be read or saved; the message says which file and why, for the learner."""
 
 
 class _Unreadable(Exception):

@@ -11,7 +11,8 @@ A run has three phases, as in the lecture's last cell:
 
 `plan` is the text work (the editor's code, the settings, notes about the code, recording a
 run) that the UI and the CLI use; `run` is the computation, in the evaluator process. Neither
-imports torch at module level, so the UI can import this package.
+imports torch at module level, so the UI can import this package; `run` is loaded only when
+one of its names is first asked for.
 """
 
 from tutor.training.plan import (
@@ -27,26 +28,38 @@ from tutor.training.plan import (
     training_step,
     with_header,
 )
-from tutor.training.run import (
-    BATCH_CHUNK,
-    COMPILE_OPTIONS,
-    REPORT_INTERVAL,
-    SAMPLE_SEED_OFFSET,
-    Batches,
-    CodeFailure,
-    Gradients,
-    Trainer,
-    eager_step,
-    evaluation_namespace,
-    init_network,
-    learner_update,
-    run_training,
-    sgd,
-    step_function,
-    train_steps,
-    training_namespace,
-    training_sizes,
-)
+
+# The computation is imported on first use (PEP 562): the UI and the CLI, which want only the
+# text work, then never load it, so the tutor's first frame does not wait for it.
+_RUN_NAMES = frozenset({
+    "BATCH_CHUNK",
+    "COMPILE_OPTIONS",
+    "REPORT_INTERVAL",
+    "SAMPLE_SEED_OFFSET",
+    "Batches",
+    "CodeFailure",
+    "Gradients",
+    "Trainer",
+    "eager_step",
+    "evaluation_namespace",
+    "init_network",
+    "learner_update",
+    "run_training",
+    "sgd",
+    "step_function",
+    "train_steps",
+    "training_namespace",
+    "training_sizes",
+})
+
+
+def __getattr__(name: str):
+    if name in _RUN_NAMES:
+        from tutor.training import run
+
+        return getattr(run, name)
+    raise AttributeError(f"module 'tutor.training' has no attribute {name!r}")
+
 
 __all__ = [
     "BATCH_CHUNK",

@@ -26,27 +26,21 @@ from typing import TYPE_CHECKING
 from textual import events, work
 from textual.app import App, SystemCommand
 from textual.binding import Binding
+from textual.message import Message
 from textual.screen import Screen
 
 from tutor.config import Settings
 from tutor.pack.model import Pack, Step, find_pack, load_pack
-from tutor.session.controller import (
-    Lesson,
-    Store,
-    StoreError,
-    last_pack,
-    offered_packs,
-    open_store,
-    remember_pack,
-)
+from tutor.session.errors import StoreError
+from tutor.session.packchoice import last_pack, offered_packs, remember_pack
 from tutor.ui import palette
 from tutor.ui.activity import ActiveClock
-from tutor.ui.messages import EvaluatorFailed, EvaluatorReady, TrainingRecorded
-from tutor.ui.screens.lesson import LessonScreen, describe
-from tutor.ui.widgets.editor import CodeEditor
 
 if TYPE_CHECKING:
     from tutor.evaluator.client import Evaluator
+    from tutor.session.controller import Lesson, Store
+    from tutor.ui.screens.lesson import LessonScreen
+    from tutor.ui.screens.training import TrainingRecorded
 
 READY_POLL = 0.25  # seconds per wait for the evaluator, so shutdown is never held up
 TIME_FLUSH = 20.0  # seconds between saves of the active time, so a crash loses little
@@ -60,6 +54,25 @@ SHORT = 32  # below this many rows the panels use their compact sizes
 HELP_ORDER = ("check", "hint", "reveal", "scratch", "explain", "next_step", "previous_step",
               "reset_step", "progress", "toggle_steps", "lessons", "help", "quit")
 
+
+
+# What the thread that starts the evaluator posts back to the app (see `_start_evaluator`).
+
+
+class EvaluatorReady(Message):
+    """The sandbox worker has built the lesson state; `info` holds device and shapes."""
+
+    def __init__(self, info: dict) -> None:
+        super().__init__()
+        self.info = info
+
+
+class EvaluatorFailed(Message):
+    """The sandbox worker could not start (no PyTorch, device unavailable, ...)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__()
+        self.message = message
 
 def _step_commands():
     # Imported when the palette first opens: textual.command is slow to import.
@@ -155,11 +168,17 @@ class TutorApp(App[int], inherit_bindings=False):
         self.settings = replace(self.settings, pack=name)  # the evaluator serves this pack
         self._pack = load_pack(find_pack(name))
         if self._store is None:
+            from tutor.session.controller import open_store  # once a pack is chosen
+
             self._store = open_store(self.settings.data_home, self._pack)
         if name in self.lessons:
             remember_pack(self.settings.data_home, name)
 
     def _new_lesson(self) -> LessonScreen:
+        # Imported with the lesson's first screen: while the learner chooses a pack, the
+        # chooser's first frame does not wait for the lesson's widgets.
+        from tutor.ui.screens.lesson import LessonScreen
+
         self.lesson = LessonScreen(self.session, greet=self.greet)
         return self.lesson
 
@@ -282,6 +301,8 @@ class TutorApp(App[int], inherit_bindings=False):
         """The lesson controller for this pack: every screen's rules and records go through
         it. The evaluator is made on its first use, not here (see `evaluator`)."""
         if self._session is None:
+            from tutor.session.controller import Lesson
+
             self._session = Lesson(self.pack, self.store, _LazyEvaluator(self))
         return self._session
 
@@ -315,6 +336,8 @@ class TutorApp(App[int], inherit_bindings=False):
                 self.post_message(EvaluatorReady(info))
                 return
         except Exception as exc:  # any failure becomes a message on screen, never a traceback
+            from tutor.ui.screens.lesson import describe  # loaded already: the lesson asked
+
             self.post_message(EvaluatorFailed(describe(exc)))
 
     def on_evaluator_ready(self, message: EvaluatorReady) -> None:
@@ -355,6 +378,7 @@ class TutorApp(App[int], inherit_bindings=False):
     def help_bindings(self) -> list[Binding]:
         """Every key of the screen in front (the lesson's, or exercise 4's) and of the app, in
         the order the help lists them."""
+        from tutor.ui.screens.lesson import LessonScreen
         from tutor.ui.screens.training import TrainingScreen
 
         screen = next((s for s in reversed(self.screen_stack)
@@ -374,8 +398,8 @@ class TutorApp(App[int], inherit_bindings=False):
         self.push_screen(HelpScreen(self.help_bindings()))
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
-        if isinstance(screen, LessonScreen):  # the step's commands act on the lesson
-            yield from screen.system_commands()
+        if self.lesson is not None and screen is self.lesson:  # the step's commands
+            yield from self.lesson.system_commands()
         from tutor.ui.screens.training import TrainingScreen
 
         if isinstance(screen, TrainingScreen):
@@ -402,6 +426,7 @@ class TutorApp(App[int], inherit_bindings=False):
         editor's queue; a callback queued behind them runs once they are in the text.
         """
         from tutor.ui.screens.training import TrainingScreen
+        from tutor.ui.widgets.editor import CodeEditor
 
         editor: CodeEditor | None = None
         if self.lesson is not None:
@@ -489,6 +514,8 @@ def _run_lesson(settings: Settings, lessons: list[str]) -> TutorApp | None:
     checker itself once the first frame is out, and closes it."""
     pack = load_pack(find_pack(settings.pack))
     try:
+        from tutor.session.controller import open_store
+
         store = open_store(settings.data_home, pack)
     except StoreError as exc:
         print(f"backprop-tutor: {exc}")

@@ -1,8 +1,9 @@
 """Python syntax highlighting with pygments, for the editor and for read-only code.
 
 One token vocabulary serves both: pygments token families are mapped to the style names
-TextArea themes use ("keyword", "string", ...), and read-only code gets colours for the
-same names, so the forward pass and the editor look alike.
+TextArea themes use ("keyword", "string", ...), and read-only code gets styles for the same
+names, so the forward pass and the editor look alike. Each name's colour is the palette's
+(`tutor.ui.palette.code_style`), so the app's theme's.
 """
 
 from __future__ import annotations
@@ -10,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from functools import cache
 
-from rich.style import Style
 from rich.text import Text
+
+from tutor.ui.palette import code_style
 
 # Pygments token families, most specific first, and the style name each one gets.
 TOKEN_NAMES: tuple[tuple[str, str], ...] = (
@@ -26,21 +28,6 @@ TOKEN_NAMES: tuple[tuple[str, str], ...] = (
     ("Token.Name.Function", "function"),
     ("Token.Name.Class", "class"),
 )
-
-# Colours for read-only code (close to the editor's dark theme).
-CODE_STYLES: dict[str, Style] = {
-    "comment": Style(color="#6a9955", italic=True),
-    "string": Style(color="#ce9178"),
-    "number": Style(color="#b5cea8"),
-    "boolean": Style(color="#569cd6"),
-    "keyword": Style(color="#c586c0"),
-    "keyword.operator": Style(color="#c586c0"),
-    "operator": Style(color="#d4d4d4"),
-    "function.call": Style(color="#dcdcaa"),
-    "function": Style(color="#dcdcaa"),
-    "class": Style(color="#4ec9b0"),
-}
-
 
 _warm = False  # building the lexer costs ~80 ms; the first frame is painted without it
 
@@ -96,13 +83,12 @@ def spans(text: str) -> Iterator[tuple[int, int, int, str]]:
 
 
 def python_text(code: str) -> Text:
-    """Highlighted rich Text for a snippet of Python (no background colour)."""
+    """Highlighted rich Text for a snippet of Python (no background colour): its styles are the
+    palette's roles for each token, so the app's theme colours them."""
     text = Text(code)
     offsets = [0]
     for line in code.split("\n"):
         offsets.append(offsets[-1] + len(line) + 1)
     for row, start, end, name in spans(code):
-        style = CODE_STYLES.get(name)
-        if style is not None:
-            text.stylize(style, offsets[row] + start, offsets[row] + end)
+        text.stylize(code_style(name), offsets[row] + start, offsets[row] + end)
     return text

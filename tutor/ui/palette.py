@@ -11,9 +11,11 @@ role (`style=GOOD`), never a colour.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import cache
 from weakref import WeakKeyDictionary
 
 from rich.console import Console
+from rich.errors import MissingStyle
 from rich.style import Style
 from rich.text import Span, Text
 from rich.theme import Theme
@@ -37,6 +39,26 @@ ROLES: dict[str, tuple[str, str]] = {
     "tutor.dim": ("foreground-muted", ""),  # explanations around the numbers
     "tutor.locked": ("foreground-disabled", ""),
     "tutor.current-row": ("primary-background", "on"),  # the forward line being worked on
+    "tutor.code": ("foreground", "bold"),  # `code` in a pack's prose
+    # Python, in the editor and in read-only code alike, by token (as tutor.ui.highlight names
+    # them): keywords and constants in the primary colour, numbers green, strings and calls warm,
+    # as code editors' dark themes colour them, but in the theme's own colours.
+    "tutor.code.comment": ("foreground-muted", "italic"),
+    "tutor.code.string": ("text-warning", ""),
+    "tutor.code.number": ("text-success", ""),
+    "tutor.code.boolean": ("text-primary", ""),
+    "tutor.code.keyword": ("text-primary", ""),
+    "tutor.code.keyword.operator": ("text-primary", ""),
+    "tutor.code.operator": ("foreground", ""),
+    "tutor.code.function.call": ("text-accent", ""),
+    "tutor.code.function": ("text-accent", ""),
+    "tutor.code.class": ("text-accent", "bold"),
+    # A heatmap's ramps: from zero (just off the panel's ground) to how far off, or to a sign.
+    "tutor.heat.zero": ("surface", ""),
+    "tutor.heat.far": ("error", ""),
+    "tutor.heat.negative": ("primary", ""),
+    "tutor.heat.positive": ("warning", ""),
+    "tutor.heat.axis": ("foreground-muted", ""),
 }
 
 GOOD, OK, BAD, ERROR = "tutor.good", "tutor.ok", "tutor.bad", "tutor.error"
@@ -44,6 +66,15 @@ ALERT, WARN, INFO, INFO_STRONG = "tutor.alert", "tutor.warn", "tutor.info", "tut
 REVEAL, REVEAL_STRONG = "tutor.reveal", "tutor.reveal-strong"
 HEADING, TEXT, DIM, LOCKED = "tutor.heading", "tutor.text", "tutor.dim", "tutor.locked"
 CURRENT_ROW = "tutor.current-row"
+CODE = "tutor.code"
+HEAT_ZERO, HEAT_FAR = "tutor.heat.zero", "tutor.heat.far"
+HEAT_NEGATIVE, HEAT_POSITIVE, HEAT_AXIS = (
+    "tutor.heat.negative", "tutor.heat.positive", "tutor.heat.axis")
+
+
+def code_style(token: str) -> str:
+    """The style name for a token of Python ("keyword", "string", ...; see tutor.ui.highlight)."""
+    return f"tutor.code.{token}"
 
 
 def solid(value: str, background: Color) -> str:
@@ -76,6 +107,22 @@ def install(app: App, variables: Mapping[str, str] | None = None) -> None:
         app.console.pop_theme()
     app.console.push_theme(rich_theme(variables or app.get_css_variables()))
     _installed[app] = app.theme
+
+
+@cache
+def _default_theme() -> Theme:
+    from textual.theme import BUILTIN_THEMES
+
+    return rich_theme(BUILTIN_THEMES["textual-dark"].to_color_system().generate())
+
+
+def style_of(name: str, console: Console) -> Style:
+    """The style a role's name stands for on `console`; on a console no app gave the roles (a
+    test's, say), the one it stands for in Textual's default theme."""
+    try:
+        return console.get_style(name)
+    except MissingStyle:
+        return _default_theme().styles[name]
 
 
 def resolved(text: Text, console: Console) -> Text:

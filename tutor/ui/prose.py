@@ -11,7 +11,7 @@ import re
 
 from rich.text import Text
 
-CODE_STYLE = "bold #dcdcaa"
+from tutor.ui.palette import CODE
 
 # CommonMark's rule, simplified: an opening run is not followed by a space and not preceded by
 # a letter or digit; a closing run is not preceded by a space and not followed by one.
@@ -40,7 +40,7 @@ def prose(message: str, style: str = "") -> Text:
             text.append("\n")
         for j, piece in enumerate(paragraph.split("`")):
             if j % 2:
-                text.append(piece, style=CODE_STYLE)
+                text.append(piece, style=CODE)
             else:
                 _inline(piece, text)
     # A span under the others rather than the text's own style: widgets that turn Rich text

@@ -22,6 +22,7 @@ from textual import events, on
 from textual.app import ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
+from textual.message import Message
 from textual.screen import Screen
 from textual.timer import Timer
 from textual.widget import Widget
@@ -37,14 +38,13 @@ from tutor.session.controller import (
 )
 from tutor.source import size_problem
 from tutor.ui.highlight import warm_up
-from tutor.ui.messages import CheckFailed, CheckFinished, ScratchFinished
 from tutor.ui.palette import BAD, DIM, WARN
 from tutor.ui.runner import Runner
 from tutor.ui.widgets.editor import CodeEditor
 from tutor.ui.widgets.feedback import Feedback
 from tutor.ui.widgets.forward import ForwardPanel
 from tutor.ui.widgets.topbar import TopBar
-from tutor.values.results import CheckError, Status
+from tutor.values.results import CheckError, CheckResult, ScratchResult, Status
 
 if TYPE_CHECKING:
     from tutor.ui.host import LessonHost
@@ -59,6 +59,38 @@ DONE_WORDS = {str(status): f"{status.mark} {words}" for status, words in (
                      "write the rule to earn ✓."),
     (Status.REVEALED, "Done by revealing the solution; a passing check of your own version "
                       "is still recorded."))}
+
+
+# What the checks' thread (`tutor.ui.runner`) posts back to this screen: it never touches a
+# widget; Textual delivers these on the app's own thread.
+
+
+class CheckFinished(Message):
+    """A candidate was graded; `result` is the evaluator's typed result."""
+
+    def __init__(self, step_id: str, code: str, result: CheckResult) -> None:
+        super().__init__()
+        self.step_id = step_id
+        self.code = code
+        self.result = result
+
+
+class CheckFailed(Message):
+    """The evaluator itself failed while checking (not the learner's code)."""
+
+    def __init__(self, step_id: str, message: str) -> None:
+        super().__init__()
+        self.step_id = step_id
+        self.message = message
+
+
+class ScratchFinished(Message):
+    """A run without grading came back; `result` has stdout, error and what the code defined."""
+
+    def __init__(self, step_id: str, result: ScratchResult) -> None:
+        super().__init__()
+        self.step_id = step_id
+        self.result = result
 
 
 def idle_text(step: Step, status: str = "unlocked") -> Text:
@@ -520,15 +552,24 @@ class LessonScreen(Screen[None]):
 
     def _paint_now(self) -> None:
         """Lay out and paint the whole screen at once, rather than on the next tick of Textual's
-        frame timer: after the "Checking…" repaint, that tick comes 17 to 33 ms later, longer
-        than most checks take. `_dirty_widgets` and `_on_timer_update` (what the tick itself
-        calls) are private to Textual: re-check them on upgrades. The panels' own refreshes,
-        which reach the screen only after this handler, then cost one more (partial) paint."""
+        frame timer: after the "Checking…" repaint, that tick comes 10 to 25 ms after the
+        verdict's handler, longer than most checks take.
+
+        Textual has no public call for this, so it is the UI's one use of Textual's private
+        names (`_dirty_widgets`, `_on_timer_update`: what the tick itself does), allowed by
+        tests/test_layers.py here only. If an upgrade takes them away, the screen is refreshed
+        the public way and painted on the next tick. The panels' own refreshes, which reach the
+        screen only after this handler, then cost one more (partial) paint."""
         if not self.is_current:
             return  # a dialog is on top: the timer paints this screen when it shows again
+        try:
+            dirty, tick = self._dirty_widgets, self._on_timer_update
+        except AttributeError:  # a later Textual: the public way, painted on the next tick
+            self.refresh(layout=True)
+            return
         self.refresh(repaint=False, layout=True)
-        self._dirty_widgets.add(self)  # all of it, in the layout's one pass
-        self._on_timer_update()
+        dirty.add(self)  # all of it, in the layout's one pass
+        tick()
 
     def _record(self) -> None:
         """Save the attempts whose verdicts are on screen, then bring the statuses up to date."""

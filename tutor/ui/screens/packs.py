@@ -15,7 +15,7 @@ from textual.screen import ModalScreen
 from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
-from tutor.session.controller import loadable_pack
+from tutor.session.packchoice import loadable_pack
 from tutor.ui import palette
 from tutor.ui.palette import DIM
 

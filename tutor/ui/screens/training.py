@@ -29,7 +29,6 @@ from tutor.training import (
     with_header,
 )
 from tutor.ui import palette
-from tutor.ui.messages import TrainingRecorded
 from tutor.ui.palette import BAD, DIM, GOOD, WARN
 from tutor.ui.screens.breaking import BreakChooser
 from tutor.ui.widgets.editor import CodeEditor
@@ -54,6 +53,14 @@ MAX_STEPS = 10_000_000  # more would run for hours; the evaluator holds no check
 
 
 # --- messages from the worker (they never bubble past the screen) ------------------------------
+
+
+class TrainingRecorded(Message):
+    """The training screen kept a run in the store (it may have completed exercise 4)."""
+
+    def __init__(self, result: TrainingRun) -> None:
+        super().__init__()
+        self.result = result
 
 
 class TrainingProgress(Message, bubble=False):

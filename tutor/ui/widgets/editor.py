@@ -7,11 +7,13 @@ depend on; pygments is already needed for the forward pass, so the editor uses i
 from __future__ import annotations
 
 from rich.style import Style
+from rich.text import Text
 from textual import events
 from textual.widgets import TextArea
 from textual.widgets.text_area import Selection, TextAreaTheme
 
-from tutor.ui.highlight import is_warm, spans, warm_up
+from tutor.ui import palette
+from tutor.ui.highlight import TOKEN_NAMES, is_warm, spans, warm_up
 from tutor.ui.placeholders import (
     PLACEHOLDER,
     code_end,
@@ -19,20 +21,47 @@ from tutor.ui.placeholders import (
     next_placeholder,
 )
 
-ERROR_HIGHLIGHT = "tutor.error"
 THEME_NAME = "tutor"
+ERROR_LINE = "code-editor--error-line"  # the component class that tints a line with an error
 
 
-def _theme() -> TextAreaTheme:
-    base = TextAreaTheme.get_builtin_theme("vscode_dark")
-    styles = dict(base.syntax_styles) if base else {}
-    styles[ERROR_HIGHLIGHT] = Style(bgcolor="#5c2328")
-    # No base colours: like the built-in "css" theme, the rest follows the app's CSS.
-    return TextAreaTheme(name=THEME_NAME, syntax_styles=styles)
+class CodeTheme(TextAreaTheme):
+    """The editor's colours, all from the app's theme: the code's from the palette's roles
+    (as read-only code), the rest from the app's CSS, like TextArea's built-in "css" theme.
+
+    The code's colours are laid on each line before TextArea lays the cursor line and the
+    selection over it (see `CodeEditor.get_line`): those two keep only their backgrounds here,
+    so the code keeps its colours under them, and an error line keeps its tint under the
+    cursor."""
+
+    def apply_css(self, text_area: TextArea) -> None:
+        super().apply_css(text_area)
+        line, selection = self.cursor_line_style, self.selection_style
+        if line is not None:
+            self.cursor_line_style = Style(bgcolor=line.bgcolor)
+        if selection is not None:
+            self.selection_style = Style(bgcolor=selection.bgcolor, reverse=selection.reverse)
+        if isinstance(text_area, CodeEditor) and text_area.error_row is not None \
+                and text_area.cursor_location[0] == text_area.error_row:
+            self.cursor_line_style = None
+
+
+def _theme() -> CodeTheme:
+    return CodeTheme(name=THEME_NAME)
 
 
 class CodeEditor(TextArea):
-    """Multi-line Python editor with undo, auto-indent and an optional error line."""
+    """Multi-line Python editor with undo, auto-indent and an optional error line.
+
+    Highlighting goes through TextArea's public `get_line` hook: each line's Text gets the
+    pygments spans of its row (worked out once per text) and, on the error line, the tint."""
+
+    COMPONENT_CLASSES = {ERROR_LINE}
+    DEFAULT_CSS = """
+    CodeEditor > .code-editor--error-line {
+        background: $error-muted;
+    }
+    """
 
     def __init__(self, text: str = "", *, id: str | None = None) -> None:
         self._error_row: int | None = None
@@ -44,6 +73,8 @@ class CodeEditor(TextArea):
             show_line_numbers=True,
             highlight_cursor_line=True,
         )
+        self._spans: tuple[str, dict[int, list[tuple[int, int, str]]]] | None = None
+        self._styles: tuple[str, dict[str, Style]] | None = None  # (app theme, token styles)
         self.register_theme(_theme())
         self.theme = THEME_NAME
 
@@ -55,33 +86,53 @@ class CodeEditor(TextArea):
 
     def _warm_up(self) -> None:
         warm_up()
-        self.mark_error(self._error_row)
+        self._spans = None
+        self._repaint()
 
     def mark_error(self, row: int | None) -> None:
         """Tint one line (0-based) until the text changes; None clears the mark."""
         self._error_row = row
-        self._build_highlight_map()
+        self._repaint()
+
+    def _repaint(self) -> None:
+        # TextArea keeps rendered lines until their text, the cursor or the styles change;
+        # a new tint or new colours are a change of style for every line.
+        self.notify_style_update()
         self.refresh()
 
     @property
     def error_row(self) -> int | None:
         return self._error_row
 
-    def _build_highlight_map(self) -> None:
-        # Replaces TextArea's tree-sitter hook (a private method: re-check on Textual upgrades).
-        # TextArea expects UTF-8 byte columns, so character offsets are converted.
-        self._line_cache.clear()
-        highlights = self._highlights
-        highlights.clear()
-        text = self.document.text
-        lines = text.split("\n")
-        for row, start, end, name in spans(text):
-            line = lines[row]
-            b_start = len(line[:start].encode())
-            highlights[row].append((b_start, b_start + len(line[start:end].encode()), name))
-        row = getattr(self, "_error_row", None)  # unset while TextArea.__init__ runs
-        if row is not None and 0 <= row < self.document.line_count:
-            highlights[row].insert(0, (0, None, ERROR_HIGHLIGHT))
+    def _row_spans(self, text: str) -> dict[int, list[tuple[int, int, str]]]:
+        if self._spans is None or self._spans[0] != text:
+            rows: dict[int, list[tuple[int, int, str]]] = {}
+            for row, start, end, name in spans(text):
+                rows.setdefault(row, []).append((start, end, name))
+            self._spans = (text, rows)
+        return self._spans[1]
+
+    def _code_styles(self) -> dict[str, Style]:
+        """Each token's style, from the palette, for the app's current theme."""
+        theme = self.app.theme
+        if self._styles is None or self._styles[0] != theme:
+            console = self.app.console
+            self._styles = (theme, {name: palette.style_of(palette.code_style(name), console)
+                                    for _, name in TOKEN_NAMES})
+        return self._styles[1]
+
+    def get_line(self, line_index: int) -> Text:
+        line = super().get_line(line_index)
+        if getattr(self, "_error_row", None) == line_index:  # unset while TextArea starts
+            line.stylize(self.get_component_rich_style(ERROR_LINE))
+        if not is_warm():
+            return line
+        styles = self._code_styles()
+        for start, end, name in self._row_spans(self.document.text).get(line_index, ()):
+            style = styles.get(name)
+            if style is not None:
+                line.stylize(style, start, end)
+        return line
 
     def select_placeholder(self, after: tuple[int, int] = (0, 0)) -> bool:
         """Select the next `...` at or after `after` (wrapping), so typing replaces it."""
@@ -102,7 +153,8 @@ class CodeEditor(TextArea):
         end = code_end(line)
         self.move_cursor((row, end if col < end else len(line)), select=select)
 
-    async def _on_key(self, event: events.Key) -> None:
+    def on_key(self, event: events.Key) -> None:
+        # Handled before TextArea's own key handler, which never sees a key stopped here.
         if event.key == "escape":
             # TextArea would move focus away, leaving typing and undo dead with nothing on
             # screen to say why. Escape only drops the selection here.
@@ -128,9 +180,7 @@ class CodeEditor(TextArea):
             if before.rstrip().endswith(":"):
                 indent += " " * self.indent_width
             start, end = self.selection
-            self._replace_via_keyboard("\n" + indent, start, end)
-            return
-        await super()._on_key(event)
+            self.replace("\n" + indent, start, end, maintain_selection_offset=False)
 
     def on_text_area_changed(self, _event: TextArea.Changed) -> None:
         # An edit makes the old error marker stale.

@@ -20,6 +20,8 @@ from tutor.ui.palette import (
     DIM,
     ERROR,
     GOOD,
+    HEAT_NEGATIVE,
+    HEAT_POSITIVE,
     INFO,
     INFO_STRONG,
     REVEAL,
@@ -28,7 +30,7 @@ from tutor.ui.palette import (
     WARN,
 )
 from tutor.ui.prose import prose
-from tutor.ui.widgets.heatmap import NEGATIVE, POSITIVE, Heatmap
+from tutor.ui.widgets.heatmap import Heatmap
 from tutor.ui.widgets.timebars import TimeBars
 from tutor.values.results import (
     CheckError,
@@ -197,8 +199,9 @@ def _figure(figure: dict) -> list[RenderableType]:
                f"{title}: one row per example, one column per character", "bold")]
     parts.append(Heatmap(figure.get("values") or [], signed=True, max_rows=32))
     parts.append(Text.assemble(
-        ("blue", NEGATIVE), " pulls a logit up (the correct character), ",
-        ("orange", POSITIVE), " pushes it down (every other character)",
+        # Swatches rather than colour names: the theme says what the two colours are.
+        ("██", HEAT_NEGATIVE), " pulls a logit up (the correct character), ",
+        ("██", HEAT_POSITIVE), " pushes it down (every other character)",
     ))
     sums = figure.get("row_sums_max_abs")
     if sums is not None:

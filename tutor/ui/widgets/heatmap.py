@@ -17,17 +17,23 @@ from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
 
+from tutor.ui.palette import (
+    HEAT_AXIS,
+    HEAT_FAR,
+    HEAT_NEGATIVE,
+    HEAT_POSITIVE,
+    HEAT_ZERO,
+    style_of,
+)
+
 Matrix = Sequence[Sequence[float]]
 
-_COLD = (40, 44, 52)  # zero: the panel's own background, so "no error" looks empty
-_HOT = (224, 108, 117)
-_NEGATIVE = (97, 175, 239)
-_POSITIVE = (209, 154, 102)
-AXIS = Style(color="#7f8896")
-# The signed ramp's two ends, for legends that name them.
-NEGATIVE = "#{:02x}{:02x}{:02x}".format(*_NEGATIVE)
-POSITIVE = "#{:02x}{:02x}{:02x}".format(*_POSITIVE)
+# The ramps' colours are the palette's (so the app theme's): zero is the theme's surface, just
+# off the panel's ground, so "no error" looks empty while the grid's extent still shows;
+# `tutor.heat.negative` and `.positive` are the signed ramp's ends, for legends that show them.
+AXIS = HEAT_AXIS
 LEGEND_STEPS = 6
+RGB = tuple[int, int, int]
 
 
 def downsample(values: Matrix, max_rows: int, max_cols: int, signed: bool) -> list[list[float]]:
@@ -52,7 +58,13 @@ def downsample(values: Matrix, max_rows: int, max_cols: int, signed: bool) -> li
     return out
 
 
-def _mix(a: tuple[int, int, int], b: tuple[int, int, int], t: float) -> Color:
+def _rgb(name: str, console: Console) -> RGB:
+    color = style_of(name, console).color
+    triplet = color.get_truecolor() if color is not None else None
+    return (triplet.red, triplet.green, triplet.blue) if triplet else (0, 0, 0)
+
+
+def _mix(a: RGB, b: RGB, t: float) -> Color:
     t = min(1.0, max(0.0, t))
     return Color.from_rgb(*(round(x + (y - x) * t) for x, y in zip(a, b, strict=True)))
 
@@ -71,7 +83,7 @@ def _plural(n: int, word: str) -> str:
 
 
 class Heatmap:
-    """A rich renderable. `signed` maps negative to blue and positive to orange.
+    """A rich renderable. `signed` maps negative and positive values to two ramps of their own.
 
     `shape` is the (rows, columns) of the tensor the values were pooled from, when they were
     pooled before they got here (the engine sends at most 8 x 32 cells); it labels the axes.
@@ -94,15 +106,17 @@ class Heatmap:
             # The engine flattens what lies beyond the first axis, and makes a vector one row.
             rows, cols = (1, dims[0]) if len(dims) == 1 else (dims[0], math.prod(dims[1:]))
         self.rows, self.cols = rows, cols
+        self._ends: tuple[RGB, RGB, RGB, RGB] = ((0, 0, 0),) * 4  # read from the console
 
     def _color(self, v: float, scale: float) -> Color:
+        zero, far, negative, positive = self._ends
         if scale <= 0 or v == 0:
-            return Color.from_rgb(*_COLD)
+            return Color.from_rgb(*zero)
         # sqrt keeps small entries visible next to a few large ones.
         t = math.sqrt(min(1.0, abs(v) / scale))
         if not self.signed:
-            return _mix(_COLD, _HOT, 0.15 + 0.85 * t)
-        return _mix(_COLD, _NEGATIVE if v < 0 else _POSITIVE, 0.15 + 0.85 * t)
+            return _mix(zero, far, 0.15 + 0.85 * t)
+        return _mix(zero, negative if v < 0 else positive, 0.15 + 0.85 * t)
 
     def _legend(self, scale: float) -> Text:
         text = Text.styled("colour: ", AXIS)
@@ -123,6 +137,9 @@ class Heatmap:
         return text
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        self._ends = tuple(_rgb(name, console)  # type: ignore[assignment]
+                           for name in (HEAT_ZERO, HEAT_FAR, HEAT_NEGATIVE, HEAT_POSITIVE))
+        axis = style_of(AXIS, console)  # a Segment takes a style, not a style's name
         gutter = max(4, len(str(max(self.rows - 1, 0))) + 1)  # room for "row" over the numbers
         room = max(4, options.max_width - gutter)
         grid = downsample(self.values, self.max_rows, room, self.signed)
@@ -142,7 +159,7 @@ class Heatmap:
         yield header
         for top in range(0, len(grid), 2):
             first_row = top * self.rows // len(grid)
-            yield Segment(f"{first_row:>{gutter - 1}} ", AXIS)
+            yield Segment(f"{first_row:>{gutter - 1}} ", axis)
             upper = grid[top]
             lower = grid[top + 1] if top + 1 < len(grid) else None
             for c, value in enumerate(upper):

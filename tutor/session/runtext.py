@@ -1,0 +1,125 @@
+"""A training run as text, for the command line and the notebook alike: its gradient check,
+its losses beside the lecture's, whether it passes the exercise, and a broken run beside a good
+one (`train --break`)."""
+
+from __future__ import annotations
+
+from tutor.session.controller import BrokenComparison
+from tutor.session.report import wrap
+from tutor.values.durations import clock
+from tutor.values.results import CheckError
+from tutor.values.runs import GradientCheck, ParameterCheck, RunStatus, SplitLosses, TrainingRun
+
+
+def spaced(number: float) -> str:
+    return f"{number:,.0f}".replace(",", " ")
+
+
+def loss_text(value: float | None) -> str:
+    return "—" if value is None else f"{value:.4f}"
+
+
+def _error(error: CheckError | None) -> list[str]:
+    if not error:
+        return ["✗ failed"]
+    return wrap(f"{error.kind} error: {error.message}", "✗ ", "  ")
+
+
+def _cmp_row(c: ParameterCheck, width: int) -> str:
+    approx = (f"{c.approximate_steps}/{c.steps} steps" if c.approximate_on_some_steps
+              else str(c.approximate))
+    maxdiff = "—" if c.maxdiff is None else f"{c.maxdiff:.3g}"
+    return (f"  {c.verdict.mark} {c.tensor:<{width}} | exact: {str(c.exact):<5} | approximate: "
+            f"{approx:<11} | maxdiff: {maxdiff}")
+
+
+def format_gradcheck(gradcheck: GradientCheck | None) -> list[str]:
+    if not gradcheck:
+        return ["Gradient check: skipped"]
+    drawn = gradcheck.random_steps
+    also = (f" and at {len(drawn)} drawn at random ({', '.join(map(spaced, drawn))})"
+            if drawn else "")
+    lines = [f"Gradient check against autograd over the first {gradcheck.steps} step(s){also}:"]
+    width = max((len(c.tensor) for c in gradcheck.checks), default=0)
+    lines += [_cmp_row(c, width) for c in gradcheck.checks]
+    if gradcheck.failure:
+        lines += wrap(gradcheck.failure.message, "  ✗ ", "    ")
+    elif gradcheck.passed:
+        lines.append("  ✓ every gradient matches autograd, to float32 rounding")
+    return lines
+
+
+def format_run(r: TrainingRun) -> str:
+    s = r.settings
+    lines: list[str] = []
+    if r.status is RunStatus.ERROR and not r.gradcheck:
+        lines += _error(r.error)
+    lines += format_gradcheck(r.gradcheck)
+    if r.error and r.gradcheck:
+        lines += _error(r.error)
+    steps = r.steps_done
+    if steps and r.status is not RunStatus.DIVERGED:
+        rate = f" · {spaced(r.steps_per_s)} steps/s" if r.steps_per_s else ""
+        compiled = ""
+        if s.compiled and r.compile_s is not None:
+            compiled = f" · torch.compile {r.compile_s:.1f} s, not counted"
+        status = "cancelled after" if r.status is RunStatus.CANCELLED else "trained"
+        took = clock(r.train_s, "?")
+        lines.append(f"\n{status.capitalize()} {spaced(steps)} of {spaced(s.steps or 0)} "
+                     f"steps on {s.device} in {took}{rate}{compiled}")
+    if r.train_loss is not None:
+        lecture = r.lecture or SplitLosses()
+        lines += [
+            "\n              yours     lecture",
+            f"  train loss  {loss_text(r.train_loss)}    {loss_text(lecture.train_loss)}",
+            f"  val loss    {loss_text(r.val_loss)}    {loss_text(lecture.val_loss)}",
+        ]
+    if r.samples:
+        lines.append("\nNames sampled from your network:")
+        names = r.samples
+        for k in range(0, len(names), 5):
+            lines.append("  " + "  ".join(f"{n:<14}" for n in names[k:k + 5]).rstrip())
+    for note in r.notes:
+        lines += ["", *wrap(note, "note: ", " " * 6)]
+    if r.stdout:
+        head = r.stdout.splitlines()[:10]
+        lines.append("\nyour print output (first lines):")
+        lines += [f"  {line}" for line in head]
+    lines.append(f"\nwall time {clock(r.wall_s, '?')}"
+                 + (f" · run #{r.run_id} saved" if r.saved and r.run_id else ""))
+    lines += format_verdict(r)
+    return "\n".join(lines)
+
+
+def format_verdict(r: TrainingRun) -> list[str]:
+    """Whether the run passes the training exercise, and why not (runs.exercise_verdict)."""
+    verdict = r.exercise
+    if verdict.passed:
+        reference = r.reference_train_loss
+        bar = f" (train loss {loss_text(r.train_loss)}, the reference's {loss_text(reference)})" \
+            if reference is not None else ""
+        return [f"✓ this run passes the exercise{bar}"]
+    return wrap(f"this run does not pass the exercise: {verdict.reason}", "✗ ", "  ")
+
+
+def format_comparison(c: BrokenComparison) -> str:
+    """The broken run next to the good one: the loss at a few steps, then the final losses."""
+    b, good, broken = c.broken_step, c.good, c.broken
+    origin = ("a good run trained just now" if c.fresh
+              else f"your run #{good.run_id}" if good.run_id else "your last good run")
+    lines = wrap(f"{b.step} broken with {b.label}: {b.message}", "", "  ")
+    lines.append(f"next to {origin}, {spaced(good.planned_steps or 0)} steps each, the same "
+                 "seed and batches")
+    lines += ["", "                  good      broken",
+              *(f"  step {spaced(step):>8}  {loss_text(g):>8}  {loss_text(x):>8}"
+                for step, g, x in c.checkpoints())]
+    losses = ((good.train_loss, broken.train_loss), (good.val_loss, broken.val_loss))
+    lines += ["", *(f"  {name:<13}{loss_text(g):>8}  {loss_text(x):>8}"
+                    for name, (g, x) in zip(("train loss", "val loss"), losses, strict=True))]
+    if broken.status is not RunStatus.FINISHED:
+        stopped = broken.error.message if broken.error else str(broken.status)
+        lines += [""] + wrap(f"the broken run stopped after {spaced(broken.steps_done)} "
+                             f"steps: {stopped}", "✗ ", "  ")
+    lines += ["", *wrap("the broken run is only shown: it never counts for the exercise and is "
+                        "not kept in your progress", "note: ", " " * 6)]
+    return "\n".join(lines)

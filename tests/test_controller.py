@@ -4,7 +4,7 @@ check will open and complete, solutions, drafts, resets and training runs."""
 from tutor.pack.model import load_pack
 from tutor.session.controller import Lesson, done_exercises
 from tutor.session.store import Store
-from tutor.values.results import CheckResult, ScratchResult, Status
+from tutor.values.results import CheckResult, Rule, ScratchResult, Status
 from tutor.values.runs import RunPhase, RunProgress, RunStatus, TrainingRun
 
 PACK = load_pack()
@@ -139,3 +139,23 @@ def test_a_run_without_a_store_says_why_it_was_not_kept():
     lesson = Lesson(PACK, None, None, "read-only folder")
     assert not lesson.keeps_progress
     assert lesson.keep_run("code", TrainingRun(RunStatus.FINISHED)) == "read-only folder"
+
+
+def test_a_record_returns_every_status_after_it_computed_once(tmp_path):
+    with Store.open(tmp_path, PACK) as store:
+        lesson = Lesson(PACK, store, None)
+        outcome = lesson.record(FIRST, "dlogprobs = ...", _result(FIRST, True))
+        assert outcome.statuses == lesson.statuses()
+        assert outcome.statuses[FIRST] is Status.EXACT
+        assert outcome.statuses[SECOND] is Status.UNLOCKED and outcome.unlocked == [SECOND]
+
+
+def test_a_pass_that_skips_the_rule_unlocks_the_next_step_with_its_own_status(tmp_path):
+    result = _result(FIRST, True)
+    result.checks[0].rule = Rule.SKIPPED
+    with Store.open(tmp_path, PACK) as store:
+        outcome = Lesson(PACK, store, None).record(FIRST, "dlogprobs = ...", result)
+        assert outcome.status is Status.SKIPPED and outcome.unlocked == [SECOND]
+        # The line's rule, written later, raises it to passed or exact.
+        again = Lesson(PACK, store, None).record(FIRST, "dlogprobs = 1", _result(FIRST, True))
+        assert again.status is Status.EXACT

@@ -130,6 +130,9 @@ class CheckOutcome(Record):
     status: Status | None = None  # None when nothing was recorded
     unlocked: list[str] = field(default_factory=list)
     problem: str | None = None
+    # Every step's status after the check, computed once here: front ends show these rather
+    # than asking the store again.
+    statuses: dict[str, Status] = field(default_factory=dict)
 
     @property
     def revealed_pass(self) -> bool:
@@ -172,13 +175,15 @@ class _CheckAndRecord:
     def record(self, step_id: str, code: str, result: CheckResult) -> CheckOutcome:
         """Record an attempt and say what it changed."""
         if self.store is None:
-            return CheckOutcome(result, problem=self.problem or "there is no progress store")
+            return CheckOutcome(result, problem=self.problem or "there is no progress store",
+                                statuses=self.statuses())
         store = self.store
         before = store.statuses()
         problem = save(lambda: store.record_attempt(step_id, code, result))
         after = store.statuses()
         sid = self.pack.step(step_id).id
-        return CheckOutcome(result, after.get(sid), curriculum.unlocked(before, after), problem)
+        return CheckOutcome(result, after.get(sid), curriculum.unlocked(before, after), problem,
+                            after)
 
     def check(self, step_id: str, code: str) -> CheckOutcome:
         return self.record(step_id, code, self.evaluate(step_id, code))

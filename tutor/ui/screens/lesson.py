@@ -572,24 +572,27 @@ class LessonScreen(Screen[None]):
         tick()
 
     def _record(self) -> None:
-        """Save the attempts whose verdicts are on screen, then bring the statuses up to date."""
-        if not self._save_attempts():
+        """Save the attempts whose verdicts are on screen, then bring the statuses up to date
+        (the controller's, computed once with the last record)."""
+        after = self._save_attempts()
+        if after is None:
             return
-        after = self.lesson.statuses()
         self._show_progress(after)
         if not self._run_queued():
             self._celebrate(after)
 
-    def _save_attempts(self) -> bool:
+    def _save_attempts(self) -> dict[str, Status] | None:
         """Record the checks whose verdicts are shown but not saved yet; whether there were any.
-        Also on leaving a step or the app, so a verdict shown just before is never lost."""
-        saved = bool(self._unrecorded)
+        Also on leaving a step or the app, so a verdict shown just before is never lost. Returns
+        the statuses after the last one, or None when there was none to save."""
+        after = None
         while self._unrecorded:
             message = self._unrecorded.pop(0)
             outcome = self.lesson.record(message.step_id, message.code, message.result)
+            after = outcome.statuses
             if outcome.problem:
                 self.notify(f"Could not save this attempt: {outcome.problem}", severity="error")
-        return saved
+        return after
 
     def on_check_failed(self, message: CheckFailed) -> None:
         # A failed scratch run reports here too: either way nothing is under way any more.

@@ -15,6 +15,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from pack_cases import assert_mistake_recognised, assert_passed, assert_reference_passes
 
 from tutor.config import Settings
 from tutor.pack.kinds import Function
@@ -82,13 +83,6 @@ def engine():
     return Engine(Settings(device="cpu", pack=str(LSTM)))
 
 
-def _assert_passed(result: dict) -> None:
-    assert result["error"] is None, result["error"]
-    failing = [(c["grad"], c["verdict"], c["diagnosis"]) for c in result["checks"]
-               if c["verdict"] not in ("exact", "approximate") or c["diagnosis"]]
-    assert result["passed"], failing or result.get("heldout")
-
-
 def test_the_pack_is_installed_by_id():
     assert find_pack("lstm") == LSTM
     assert PACK.id == "lstm" and PACK.data_file is not None and PACK.data_file.is_file()
@@ -124,32 +118,17 @@ def test_the_sizes_are_in_scope_by_their_names(engine):
 
 @pytest.mark.parametrize("step_id", REFERENCE_CASES)
 def test_reference_solution_passes(engine, step_id):
-    result = engine.check(step_id, PACK.step(step_id).solution).to_dict()
-    _assert_passed(result)
-    if isinstance(PACK.step(step_id).kind, Function):
-        assert result["heldout"]["what"].startswith("fresh sizes (")
-    else:
-        assert result["heldout"]["batch_size"] == 17
+    assert_reference_passes(engine, PACK, step_id, 17)
 
 
 @pytest.mark.parametrize("step_id", list(CORRECT))
 def test_another_correct_form_passes(engine, step_id):
-    _assert_passed(engine.check(step_id, CORRECT[step_id].lstrip("\n")).to_dict())
+    assert_passed(engine.check(step_id, CORRECT[step_id].lstrip("\n")).to_dict())
 
 
 @pytest.mark.parametrize("step_id, index", MISTAKE_CASES)
 def test_mistake_is_recognised_as_itself(engine, step_id, index):
-    step = PACK.step(step_id)
-    mistake = step.mistakes[index]
-    tensor = mistake.tensor or step.checks[0]
-    result = engine.check(step_id, mistake.code).to_dict()
-    assert result["error"] is None, result["error"]
-    assert not result["passed"]
-    check = next(c for c in result["checks"] if c["tensor"] == tensor)
-    assert check["verdict"] in ("wrong", "shape"), check["verdict"]
-    assert check["diagnosis"] is not None, check["message"]
-    assert check["diagnosis"]["kind"] == mistake.kind, check["diagnosis"]
-    assert check["diagnosis"]["message"] == mistake.message
+    assert_mistake_recognised(engine, PACK, step_id, index)
 
 
 def test_the_traps_of_bptt_are_catalogued():
@@ -232,7 +211,7 @@ def lstm_backward(dhs, xs, h0, c0, hs, cs, gates, Wx, Wh):
         dWx, dWh, db = dWx + dwx, dWh + dwh, db + dbb
     return dxs, dh, dc, dWx, dWh, db
 '''
-    _assert_passed(engine.check("bptt/lstm_backward", loop).to_dict())
+    assert_passed(engine.check("bptt/lstm_backward", loop).to_dict())
 
 
 # --- content ----------------------------------------------------------------------------------

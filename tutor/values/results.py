@@ -10,11 +10,30 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 from tutor.values.records import Record
 
 
-class Verdict(str, Enum):
+class Word(str, Enum):
+    """A word of the JSON contract as an enum: printed as the word itself, and read back from
+    plain data without trusting it (`named`: None for a word this version does not know)."""
+
+    def __str__(self) -> str:  # the word itself, in f-strings and prints alike
+        return self.value
+
+    @classmethod
+    def named(cls, word: object) -> Self | None:
+        try:
+            return cls(word)
+        except ValueError:
+            return None
+
+
+class Verdict(Word):
     """How one gradient compares with autograd's."""
 
     EXACT = "exact"
@@ -22,9 +41,6 @@ class Verdict(str, Enum):
     WRONG = "wrong"
     SHAPE = "shape"
     MISSING = "missing"
-
-    def __str__(self) -> str:  # the word itself, in f-strings and prints alike
-        return self.value
 
     @property
     def accepted(self) -> bool:
@@ -34,14 +50,6 @@ class Verdict(str, Enum):
     def mark(self) -> str:
         """✓ or ✗: the same in the CLI, the TUI and the notebook."""
         return "✓" if self.accepted else "✗"
-
-    @classmethod
-    def named(cls, word: object) -> Verdict | None:
-        """The verdict a plain-data row names (a training run's gradient check), or None."""
-        try:
-            return cls(word)
-        except ValueError:
-            return None
 
 
 class Status(str, Enum):
@@ -83,7 +91,7 @@ _WORDS = {Status.LOCKED: "locked", Status.UNLOCKED: "open",
 ACHIEVEMENTS = (Status.SKIPPED, Status.PASSED, Status.EXACT)
 
 
-class Rule(str, Enum):
+class Rule(Word):
     """The second question a gradient's verdict answers, once its values are right for this
     network (this batch and a fresh one): is the code the line's rule? The rule probe asks it
     with every entry of the arriving gradient random (docs/architecture.md, the rule probe).
@@ -96,16 +104,6 @@ class Rule(str, Enum):
 
     FOLLOWED = "followed"
     SKIPPED = "skipped"
-
-    def __str__(self) -> str:
-        return self.value
-
-    @classmethod
-    def named(cls, word: object) -> Rule | None:
-        try:
-            return cls(word)
-        except ValueError:
-            return None
 
 
 class ErrorKind(str, Enum):

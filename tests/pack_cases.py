@@ -1,0 +1,41 @@
+"""What every lesson's pack test asks of its steps, written once: the reference passes (and is
+held out on a fresh batch or at fresh sizes), and each catalogued mistake is refused with its
+own diagnosis."""
+
+from __future__ import annotations
+
+from tutor.pack.kinds import Function
+from tutor.pack.model import Pack
+
+
+def assert_passed(result: dict) -> None:
+    assert result["error"] is None, result["error"]
+    failing = [(c["grad"], c["verdict"], c["diagnosis"]) for c in result["checks"]
+               if c["verdict"] not in ("exact", "approximate") or c["diagnosis"]]
+    assert result["passed"], failing or result.get("heldout")
+
+
+def assert_reference_passes(engine, pack: Pack, step_id: str, heldout_batch: int) -> None:
+    result = engine.check(step_id, pack.step(step_id).solution).to_dict()
+    assert_passed(result)
+    if isinstance(pack.step(step_id).kind, Function):
+        assert result["heldout"]["what"].startswith("fresh sizes (")
+    else:
+        assert result["heldout"]["batch_size"] == heldout_batch
+
+
+def assert_mistake_recognised(engine, pack: Pack, step_id: str, index: int) -> dict:
+    """The mistake is refused, with its own kind and message; returns the check of its tensor
+    and the whole result."""
+    step = pack.step(step_id)
+    mistake = step.mistakes[index]
+    tensor = mistake.tensor or step.checks[0]
+    result = engine.check(step_id, mistake.code).to_dict()
+    assert result["error"] is None, result["error"]
+    assert not result["passed"]
+    check = next(c for c in result["checks"] if c["tensor"] == tensor)
+    assert check["verdict"] in ("wrong", "shape"), check["verdict"]
+    assert check["diagnosis"] is not None, check["message"]
+    assert check["diagnosis"]["kind"] == mistake.kind, check["diagnosis"]
+    assert check["diagnosis"]["message"] == mistake.message
+    return result

@@ -13,12 +13,13 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from tutor.commands.base import Command, UsageError, lesson_pack, open_store, read_source
 from tutor.config import Settings
 from tutor.evaluator.client import Evaluator, EvaluatorError
 from tutor.pack.model import Pack
-from tutor.session.controller import BreakError, Lesson, Store
+from tutor.session.controller import BreakError, Lesson
 from tutor.session.report import terminal_width, wrap
 from tutor.session.runtext import format_comparison, format_run, spaced
 from tutor.source import size_problem
@@ -30,6 +31,9 @@ from tutor.values.runs import (
     RunStatus,
     TrainingRun,
 )
+
+if TYPE_CHECKING:
+    from tutor.session.store import Store
 
 LOG_INTERVAL = 2.0  # seconds between progress lines written to a file or a pipe
 BAR_WIDTH = 24

@@ -22,7 +22,8 @@ from tutor.config import ConfigError, Settings, resolve, unavailable_device
 from tutor.evaluator.client import Evaluator, EvaluatorError
 from tutor.notebook import render
 from tutor.pack.model import Pack, PackError
-from tutor.session.controller import BreakError, CheckOutcome, Lesson, StoreError
+from tutor.session.controller import BreakError, CheckOutcome, Lesson
+from tutor.session.errors import StoreError
 from tutor.session.lookup import UsageError, lesson_pack, position, step_id, try_open_store
 from tutor.source import size_problem
 

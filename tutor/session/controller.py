@@ -42,12 +42,13 @@ if TYPE_CHECKING:
 # cells (tutor.session.cells) are imported where they are used: opening a lesson needs none of them,
 # and their imports are a noticeable part of the TUI's first frame.
 
-# What front ends may name without reaching below the controller: the store's error (a store
-# that cannot be opened is the learner's problem to hear about), the progress counts, and
-# which lesson opens (the default pack, the choice at launch).
+# What front ends may name without reaching below the controller: the progress counts and
+# which lesson opens (the default pack, the choice at launch). The store itself is not among
+# them; its error is tutor.session.errors' (a store that cannot be opened is the learner's
+# problem to hear about).
 __all__ = [
     "DEFAULT_PACK", "BreakError", "BrokenComparison", "CheckOutcome", "Celebration", "Hints",
-    "Lesson", "Milestones", "Preview", "Store", "StoreError", "Tally", "TrainingSource",
+    "Lesson", "Milestones", "Preview", "Tally", "TrainingSource",
     "cell_size_problem",
     "done_exercises", "is_done", "is_enterable", "last_pack", "loadable_pack", "offered_packs",
     "open_store", "remember_pack", "save", "tally",

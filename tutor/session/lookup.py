@@ -15,7 +15,7 @@ from tutor.pack.model import Pack, find_pack, load_pack
 from tutor.session.errors import StoreError
 
 if TYPE_CHECKING:
-    from tutor.session.controller import Store
+    from tutor.session.store import Store
 
 
 class UsageError(Exception):

@@ -38,7 +38,8 @@ from tutor.ui.activity import ActiveClock
 
 if TYPE_CHECKING:
     from tutor.evaluator.client import Evaluator
-    from tutor.session.controller import Lesson, Store
+    from tutor.session.controller import Lesson
+    from tutor.session.store import Store
     from tutor.ui.screens.lesson import LessonScreen
     from tutor.ui.screens.training import TrainingRecorded
 

@@ -21,7 +21,8 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Input, ProgressBar, Static, TextArea
 
-from tutor.session.controller import BrokenComparison, Lesson, StoreError
+from tutor.session.controller import BrokenComparison, Lesson
+from tutor.session.errors import StoreError
 from tutor.training import (
     TrainingSettings,
     speed_notes,

@@ -295,3 +295,13 @@ def test_the_engine_and_the_client_are_both_evaluators():
             ours = inspect.signature(getattr(cls, name))
             want = inspect.signature(getattr(Evaluator, name))
             assert list(ours.parameters) == list(want.parameters), (cls, name)
+
+
+def test_what_a_child_sends_back_is_read_into_types_once_and_never_trusted():
+    from tutor.core.kinds.records import ChildAnswer
+
+    answer = ChildAnswer.of({"timeout": 1, "records": {"main": {"error": None}, "x": "junk"},
+                             "crashed": 7})
+    assert answer.timeout is True and answer.record("main") == {"error": None}
+    assert answer.record("x") is None and answer.crashed is None
+    assert ChildAnswer.of("not a dict").crashed and ChildAnswer.of({}).records == {}

@@ -26,7 +26,7 @@ from tutor.core.execution import CheckSpec, FunctionCheckSpec, run_spec
 from tutor.core.functions import Case
 from tutor.core.kinds import Checks, NotChecked, Unreadable
 from tutor.core.kinds.function import FunctionCheck
-from tutor.core.kinds.records import clean_error
+from tutor.core.kinds.records import ChildAnswer, clean_error
 from tutor.core.network import DeviceError, Network, resolve_device
 from tutor.pack.model import Pack, Step, find_pack, load_pack
 from tutor.process import forkserver, isolate, spawn
@@ -240,7 +240,7 @@ class Engine:
             result.error = timeout_error(self.settings.timeout).error
             return result
         if "stdout" not in outcome:
-            result.error = _stopped(outcome)
+            result.error = _stopped(outcome.get("crashed"))
             return result
         result.stdout = clean(outcome.get("stdout", ""))
         result.error = clean_error(outcome["error"]) if outcome.get("error") else None
@@ -265,8 +265,8 @@ class Engine:
             result.error = exc.error
             return result
         # Planned by the kind, in the child or here.
-        outcome = self.execute(step, code, prior, compiled=compiled)
-        first = (outcome.get("records") or {}).get(kind.first(step))
+        outcome = ChildAnswer.of(self.execute(step, code, prior, compiled=compiled))
+        first = outcome.record(kind.first(step))
         if not _usable(outcome, first, result, self.settings.timeout):
             return result
         try:
@@ -306,12 +306,13 @@ def _answer(outcome: isolate.Outcome) -> dict:
     return {"timeout": False, "records": {}, "crashed": outcome.why}
 
 
-def _usable(outcome: dict, first: dict | None, result: CheckResult, timeout: float) -> bool:
+def _usable(outcome: ChildAnswer, first: dict | None, result: CheckResult, timeout: float
+            ) -> bool:
     """Whether the child answered for the first batch (or case) without an error; if not, the
     result says why."""
     if first is None:
-        result.error = (timeout_error(timeout).error if outcome.get("timeout") else
-                        _stopped(outcome))
+        result.error = (timeout_error(timeout).error if outcome.timeout else
+                        _stopped(outcome.crashed))
         return False
     result.stdout = clean(first.get("stdout", ""))
     if first.get("error"):
@@ -320,7 +321,7 @@ def _usable(outcome: dict, first: dict | None, result: CheckResult, timeout: flo
     return True
 
 
-def _stopped(outcome: dict) -> CheckError:
+def _stopped(crashed: str | None) -> CheckError:
     """The child ended without an answer (it crashed or was killed): an internal error."""
-    why = clean(outcome.get("crashed") or "it ended without an answer", MAX_MESSAGE)
+    why = clean(crashed or "it ended without an answer", MAX_MESSAGE)
     return CheckError.internal(f"the sandbox stopped before answering: {why}")

@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 
 from tutor.config import Settings
 from tutor.core.execution import CheckSpec, FunctionCheckSpec
+from tutor.core.kinds.records import ChildAnswer
 from tutor.core.network import Network
 from tutor.pack.model import Step
 from tutor.values.results import CheckError, CheckResult, Heldout, TensorCheck
@@ -143,7 +144,7 @@ class StepCheck(ABC):
         """
 
     @abstractmethod
-    def grade(self, step: Step, code: str, prior: dict[str, str], outcome: dict,
+    def grade(self, step: Step, code: str, prior: dict[str, str], outcome: ChildAnswer,
               result: CheckResult) -> Graded:
         """The rows: each graded name against autograd, diagnosed where wrong.
 
@@ -153,7 +154,7 @@ class StepCheck(ABC):
         what the later stages need. Raises Unreadable when the child's data does not decode.
         """
 
-    def confirm(self, step: Step, code: str, outcome: dict, graded: Graded) -> bool:
+    def confirm(self, step: Step, code: str, outcome: ChildAnswer, graded: Graded) -> bool:
         """The rule, beyond the numbers, for an answer whose rows all passed: each row's
         `rule` (followed or skipped; None where no probe applies).
 
@@ -164,7 +165,7 @@ class StepCheck(ABC):
         return True
 
     @abstractmethod
-    def hold_out(self, step: Step, code: str, outcome: dict, graded: Graded) -> Heldout:
+    def hold_out(self, step: Step, code: str, outcome: ChildAnswer, graded: Graded) -> Heldout:
         """The answer held to data it was not written for (a fresh batch, fresh sizes), once
         the rows and the rule passed.
 

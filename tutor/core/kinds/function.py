@@ -20,6 +20,7 @@ from tutor.core.functions import SAME_SIZES, Case, cases, is_gradient, output_la
 from tutor.core.grading import grade, heatmap, rounding_note
 from tutor.core.kinds.base import Graded, StepCheck
 from tutor.core.kinds.records import (
+    ChildAnswer,
     Foreign,
     OddTensor,
     Unreadable,
@@ -103,11 +104,11 @@ class FunctionCheck(StepCheck):
         self._edits.clear()
 
     # -- the rows ------------------------------------------------------------------------------
-    def grade(self, step: Step, code: str, prior: dict[str, str], outcome: dict,
+    def grade(self, step: Step, code: str, prior: dict[str, str], outcome: ChildAnswer,
               result: CheckResult) -> Graded:
         """The lesson's case decides the rows and their diagnoses."""
         own = self.cases(step)[0]
-        record = (outcome.get("records") or {})[own.name]
+        record = outcome.records[own.name]
         try:
             values = decode_namespace(record.get("after"))
         except Exception as exc:  # noqa: BLE001 - the child's data did not decode: never trust it
@@ -316,11 +317,11 @@ class FunctionCheck(StepCheck):
         return evaluate
 
     # -- the fresh sizes -----------------------------------------------------------------------
-    def hold_out(self, step: Step, code: str, outcome: dict, graded: Graded) -> Heldout:
+    def hold_out(self, step: Step, code: str, outcome: ChildAnswer, graded: Graded) -> Heldout:
         """The fresh sizes must agree with the lesson's case."""
         own, *fresh = self.cases(step)
-        records = outcome.get("records") or {}
-        timed_out = bool(outcome.get("timeout"))
+        records = outcome.records
+        timed_out = outcome.timeout
         where = "; ".join(c.describe() for c in fresh)
         out = Heldout(what=f"fresh sizes ({where})")
         for case in fresh:

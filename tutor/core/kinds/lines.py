@@ -23,6 +23,7 @@ from tutor.core.execution import BatchPlan, CheckSpec, Replay
 from tutor.core.grading import APPROXIMATE_WHY, grade, heatmap, rounding_note
 from tutor.core.kinds.base import Graded, StepCheck
 from tutor.core.kinds.records import (
+    ChildAnswer,
     Foreign,
     OddTensor,
     Unreadable,
@@ -146,9 +147,9 @@ class LineCheck(StepCheck):
         return before
 
     # -- the rows ------------------------------------------------------------------------------
-    def grade(self, step: Step, code: str, prior: dict[str, str], outcome: dict,
+    def grade(self, step: Step, code: str, prior: dict[str, str], outcome: ChildAnswer,
               result: CheckResult) -> Graded:
-        records = outcome.get("records") or {}
+        records = outcome.records
         main = records["main"]
         batch = self.network.main
         try:
@@ -420,7 +421,7 @@ class LineCheck(StepCheck):
         return "".join(pieces)
 
     # -- the rule, the fresh batch, the figure -------------------------------------------------
-    def confirm(self, step: Step, code: str, outcome: dict, graded: Graded) -> bool:
+    def confirm(self, step: Step, code: str, outcome: ChildAnswer, graded: Graded) -> bool:
         """The rule (tutor/core/probe.py): each right row followed the line's rule or skipped it.
         Never refuses: right values are right for this network, and a skipped rule passes with
         its own mark."""
@@ -428,13 +429,13 @@ class LineCheck(StepCheck):
                               code=code)
         if spec is None:
             return True
-        record: Any = ((outcome.get("records") or {}).get("main") or {}).get("probe")
+        record: Any = (outcome.record("main") or {}).get("probe")
         line = fork = None
         why: dict = {}
         if not isinstance(record, dict):
             # No probe record: the check's time ran out before or during it, or the child
             # could not say. Either way nothing shows the rule.
-            why["line"] = ("it ran out of time" if outcome.get("timeout")
+            why["line"] = ("it ran out of time" if outcome.timeout
                            else "it gave no answer")
         else:
             why = {k: clean(str(v), 300) for k, v in (record.get("why") or {}).items()
@@ -454,9 +455,9 @@ class LineCheck(StepCheck):
                     graded.rows, self.network.main.n, code, why)
         return True
 
-    def hold_out(self, step: Step, code: str, outcome: dict, graded: Graded) -> Heldout:
-        record = (outcome.get("records") or {}).get("heldout")
-        timed_out = bool(outcome.get("timeout"))
+    def hold_out(self, step: Step, code: str, outcome: ChildAnswer, graded: Graded) -> Heldout:
+        record = outcome.record("heldout")
+        timed_out = outcome.timeout
         grades = graded.rows
         batch = self.network.heldout
         out = Heldout(batch_size=batch.n)

@@ -6,7 +6,7 @@ engine for what all checks share (an error, a scratch run's output).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -70,6 +70,34 @@ def unusable(tensor: str, value: OddTensor | Foreign, ref: Tensor, partial: bool
         g.message = (f"{g.grad} is a {value.type_name}, but it must be a tensor of shape "
                      f"{list(ref.shape)}" + ("" if label else f" like {tensor}"))
     return g
+
+
+@dataclass
+class ChildAnswer:
+    """What a child sent back for a check, read once into types and never trusted to be well
+    formed: whether its time ran out, each batch's (or case's) record by name, and why it ended
+    without an answer (crashed, killed) when it did. A record stays plain data: each kind reads
+    its own."""
+
+    timeout: bool = False
+    records: dict[str, dict] = field(default_factory=dict)
+    crashed: str | None = None
+
+    @classmethod
+    def of(cls, plain: Any) -> ChildAnswer:
+        if not isinstance(plain, dict):
+            return cls(crashed="the sandbox sent an answer that is not one")
+        records = plain.get("records")
+        crashed = plain.get("crashed")
+        return cls(
+            timeout=bool(plain.get("timeout")),
+            records={str(k): v for k, v in records.items() if isinstance(v, dict)}
+            if isinstance(records, dict) else {},
+            crashed=crashed if isinstance(crashed, str) else None,
+        )
+
+    def record(self, name: str) -> dict | None:
+        return self.records.get(name)
 
 
 def refuse(heldout: Heldout, grades: list[TensorCheck]) -> None:

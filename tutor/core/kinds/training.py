@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import NoReturn
 
 from tutor.core.kinds.base import Graded, NotChecked, Spec, StepCheck
+from tutor.core.kinds.records import ChildAnswer
 from tutor.pack.model import Step
 from tutor.values.results import CheckError, CheckResult, ErrorKind, Heldout
 
@@ -24,11 +25,11 @@ class TrainingCheck(StepCheck):
     def first(self, step: Step) -> str:
         self._refuse(step)
 
-    def grade(self, step: Step, code: str, prior: dict[str, str], outcome: dict,
+    def grade(self, step: Step, code: str, prior: dict[str, str], outcome: ChildAnswer,
               result: CheckResult) -> Graded:
         self._refuse(step)
 
-    def hold_out(self, step: Step, code: str, outcome: dict, graded: Graded) -> Heldout:
+    def hold_out(self, step: Step, code: str, outcome: ChildAnswer, graded: Graded) -> Heldout:
         self._refuse(step)
 
     def _refuse(self, step: Step) -> NoReturn:

@@ -58,20 +58,10 @@ def wrong_answers() -> dict[str, list[tuple[str, str | None, str]]]:
 
 def generated(engine, lesson: str) -> list[tuple[str, str, str, str]]:
     """(family, step, changed line, code): each step's first wrong slip of each family."""
-    from tutor.evaluator.packcheck import family_mistakes
+    from tutor.evaluator.packcheck import wrong_slips
 
-    out = []
-    for step in engine.pack.gradient_steps:
-        done: set[str] = set()
-        for family, line, code in family_mistakes(engine, step):
-            if family in done:
-                continue
-            result = engine.check(step.id, code)
-            if result.passed or result.error:
-                continue
-            done.add(family)
-            out.append((family, step.id, line, code))
-    return out
+    return [(family, step.id, line, code) for step in engine.pack.gradient_steps
+            for family, line, code, _ in wrong_slips(engine, step)]
 
 
 def classify(result: CheckResult, tensor: str | None) -> str:

@@ -15,11 +15,14 @@ warnings.filterwarnings("ignore", message=".*NumPy.*")
 
 @pytest.fixture(scope="session")
 def engine():
-    """One in-process engine for the whole run: building the lesson is the slow part."""
+    """One in-process engine for the whole run: building the lesson is the slow part. Its
+    children are forked, or started where BACKPROP_TUTOR_ISOLATION says so (spawn), so the
+    check tests run on either path."""
     from tutor.config import Settings
     from tutor.core.engine import Engine
 
-    return Engine(Settings(device="cpu"))
+    isolation = os.environ.get("BACKPROP_TUTOR_ISOLATION") or "auto"
+    return Engine(Settings(device="cpu", isolation=isolation))
 
 
 @pytest.fixture(autouse=True)

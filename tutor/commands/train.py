@@ -13,23 +13,22 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tutor.commands.base import Command, UsageError, lesson_pack, open_store, read_source
 from tutor.config import Settings
 from tutor.evaluator.client import Evaluator, EvaluatorError
 from tutor.pack.model import Pack
-from tutor.session.controller import BreakError, Lesson
+from tutor.session.controller import BreakError, BrokenComparison, Lesson
 from tutor.session.report import terminal_width, wrap
-from tutor.session.runtext import format_comparison, format_run, spaced
+from tutor.session.runtext import format_comparison, format_run
 from tutor.source import size_problem
 from tutor.training.plan import speed_notes, training_code
-from tutor.values.durations import clock
+from tutor.values.durations import clock, spaced
 from tutor.values.runs import (
     RunPhase,
     RunProgress,
     RunStatus,
-    TrainingRun,
 )
 
 if TYPE_CHECKING:
@@ -100,25 +99,13 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     width = terminal_width()
     for note in speed_notes(code):
         print("\n".join(wrap(note, "note: ", " " * 6, width)), file=sys.stderr)
-    show: Progress | ProgressLog | None = None
-    if sys.stderr.isatty():
-        show = Progress(sys.stderr)
-    elif not sys.stdout.isatty() and not args.json:
-        # `train > log`: the progress goes into the log as it happens, a line at a time.
-        show = ProgressLog(sys.stdout)
-    try:
-        with Evaluator(settings) as ev:
-            run = functools.partial(
-                Lesson(pack, store, ev).train, code, args.steps,
-                gradcheck_steps=args.gradcheck_steps, compile=args.compile,
-                reference=args.reference)
-            result, interrupted = _run(ev, run, show)
-    except EvaluatorError as exc:
-        print(f"backprop-tutor: {exc}", file=sys.stderr)
+    show = _display(args)
+    ran = _in_evaluator(settings, show, lambda ev: functools.partial(
+        Lesson(pack, store, ev).train, code, args.steps, gradcheck_steps=args.gradcheck_steps,
+        compile=args.compile, reference=args.reference))
+    if ran is None:
         return 1
-    finally:
-        if show:
-            show.clear()
+    result, interrupted = ran
     if store is not None and not args.no_record:
         # Recorded before printing, because the run's id is part of what is printed; a failure
         # costs the record and one warning, never the run. Not retried: the run and its
@@ -161,11 +148,7 @@ def _run_broken(args: argparse.Namespace, settings: Settings, pack: Pack) -> int
             print(lesson.assembled_code(args.steps, broken), end="")
             return 0
         _say(f"{broken.step} broken with {broken.label}: {broken.message}")
-        show: Progress | ProgressLog | None = None
-        if sys.stderr.isatty():
-            show = Progress(sys.stderr)
-        elif not sys.stdout.isatty() and not args.json:
-            show = ProgressLog(sys.stdout)
+        show = _display(args)
 
         def stage(which: str) -> None:
             if show:
@@ -173,19 +156,16 @@ def _run_broken(args: argparse.Namespace, settings: Settings, pack: Pack) -> int
             _say("first a good run of your code, to compare with" if which == "good" else
                  f"now the run with {broken.step} broken")
 
-        try:
-            with Evaluator(settings) as ev:
-                lesson.evaluator = ev
-                run = functools.partial(lesson.compare_broken, broken, args.steps,
-                                        compile=args.compile, keep=not args.no_record,
-                                        stage=stage)
-                comparison, interrupted = _run(ev, run, show)
-        except EvaluatorError as exc:
-            print(f"backprop-tutor: {exc}", file=sys.stderr)
+        def compare(ev: Evaluator) -> Callable[..., BrokenComparison]:
+            lesson.evaluator = ev
+            return functools.partial(lesson.compare_broken, broken, args.steps,
+                                     compile=args.compile, keep=not args.no_record,
+                                     stage=stage)
+
+        ran = _in_evaluator(settings, show, compare)
+        if ran is None:
             return 1
-        finally:
-            if show:
-                show.clear()
+        comparison, interrupted = ran
     if comparison.problem:
         print(f"backprop-tutor: warning: the good run was not saved to your progress: "
               f"{comparison.problem}", file=sys.stderr)
@@ -232,8 +212,34 @@ def _say(origin: str | None) -> None:
         print("\n".join(wrap(origin, "backprop-tutor train: ", "  ")), file=sys.stderr)
 
 
-def _run(ev: Evaluator, run: Callable[..., TrainingRun],
-         show: Progress | ProgressLog | None) -> tuple[TrainingRun, bool]:
+def _display(args: argparse.Namespace) -> Progress | ProgressLog | None:
+    """How a run's progress is shown: a line rewritten in place on a terminal, whole lines in
+    a log (`train > log`), nothing where the output is JSON for a program."""
+    if sys.stderr.isatty():
+        return Progress(sys.stderr)
+    if not sys.stdout.isatty() and not args.json:
+        return ProgressLog(sys.stdout)
+    return None
+
+
+def _in_evaluator(settings: Settings, show: Progress | ProgressLog | None,
+                  make: Callable[[Evaluator], Callable[..., Any]]) -> tuple[Any, bool] | None:
+    """The run `make(evaluator)` returns, in an evaluator of its own, with Ctrl+C handled
+    (`_run`): (its result, whether it was interrupted), or None when the evaluator failed
+    (said on stderr)."""
+    try:
+        with Evaluator(settings) as ev:
+            return _run(ev, make(ev), show)
+    except EvaluatorError as exc:
+        print(f"backprop-tutor: {exc}", file=sys.stderr)
+        return None
+    finally:
+        if show:
+            show.clear()
+
+
+def _run(ev: Evaluator, run: Callable[..., Any],
+         show: Progress | ProgressLog | None) -> tuple[Any, bool]:
     """`run(progress=...)` (the controller's training run) runs in a thread so Ctrl+C reaches
     us: the first one cancels the run (its partial result still comes back), a second one
     gives up waiting."""

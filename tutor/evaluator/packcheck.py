@@ -16,6 +16,7 @@ from pathlib import Path
 
 from tutor.config import Settings
 from tutor.pack.model import Pack, PackError, Step, load_pack
+from tutor.values.results import CheckResult
 
 SMOKE_STEPS = 30  # training steps of the smoke test: enough to run every phase once
 # The families of slips the tutor names from the step itself (tutor/core/smallest.py), each made
@@ -195,10 +196,9 @@ def _changed_line(before: str, after: str) -> str:
     return next((b for a, b in zip(old, new, strict=False) if a != b), new[-1] if new else "")
 
 
-def _families(engine, step: Step) -> list:
-    """Each family's first slip that is wrong, checked: a Problem where the message gives the
-    answer away (a line of the solution), else (family, changed line, message or None)."""
-    out: list = []
+def wrong_slips(engine, step: Step) -> Iterator[tuple[str, str, str, CheckResult]]:
+    """(family, changed line, code, its check) for each family's first slip of the step's
+    solution that the check refuses (a slip that passes or does not run is not a mistake)."""
     done: set[str] = set()
     for family, line, source in family_mistakes(engine, step):
         if family in done:
@@ -207,6 +207,14 @@ def _families(engine, step: Step) -> list:
         if result.passed or result.error:
             continue
         done.add(family)
+        yield family, line, source, result
+
+
+def _families(engine, step: Step) -> list:
+    """Each family's first slip that is wrong, checked: a Problem where the message gives the
+    answer away (a line of the solution), else (family, changed line, message or None)."""
+    out: list = []
+    for family, line, source, result in wrong_slips(engine, step):
         wrong = [c for c in result.checks if not c.accepted]
         named = next((c.diagnosis.message for c in wrong if c.diagnosis), None)
         # A line of the solution the slip itself also holds is the learner's own code when

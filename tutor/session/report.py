@@ -120,16 +120,11 @@ def format_result(result: CheckResult, position: str | None = None, width: int |
     """One check as text. `position` (e.g. "exercise 1, step 2 of 23") follows the step id."""
     width = width or terminal_width()
     lines = [result.step + (f" ({position})" if position else "")]
-    passed = result.passed
     error = result.error
     if error:
         lines += wrap(f"{error.kind} error: {error.message}", "  ✗ ", "    ", width)
     column = _label_width([row_label(c) for c in result.checks])
-    for check in result.checks:
-        lines.append(f"  {row_mark(check, passed)} {cmp_line(check, column)}")
-        detail = row_detail(check, passed, result.checks)
-        if detail:
-            lines += wrap(detail, "      ", "        ", width)
+    lines += _check_rows(result, column, width, "  ")
     heldout = result.heldout
     if heldout:
         mark = "✓" if heldout.passed else "✗"
@@ -173,17 +168,24 @@ def format_table(results: list[CheckResult], tagged: Collection[str] = (),
             message = result.error.message if result.error else "nothing to check"
             rows += wrap(f"{result.step}: {message}", "✗ ", "    ", width)
             continue
-        passed = result.passed
-        for check in result.checks:
-            rows.append(f"{row_mark(check, passed)} {cmp_line(check, column, tag(result))}")
-            detail = row_detail(check, passed, result.checks)
-            if detail:
-                rows += wrap(detail, "      ", "        ", width)
+        rows += _check_rows(result, column, width, "", tag(result))
         heldout = result.heldout
         if heldout and not heldout.passed:
             rows += wrap(heldout.message or "", "      ", "        ", width)
     rows += wrap(_summary(results, source), "", "  ", width)
     return "\n".join(rows)
+
+
+def _check_rows(result: CheckResult, column: int, width: int, indent: str,
+                tag: str | None = None) -> list[str]:
+    """A result's cmp rows, each with the line under it that says what is wrong, if any."""
+    rows = []
+    for check in result.checks:
+        rows.append(f"{indent}{row_mark(check, result.passed)} {cmp_line(check, column, tag)}")
+        detail = row_detail(check, result.passed, result.checks)
+        if detail:
+            rows += wrap(detail, "      ", "        ", width)
+    return rows
 
 
 def _summary(results: list[CheckResult], source: str | None) -> str:

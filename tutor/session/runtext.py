@@ -6,17 +6,9 @@ from __future__ import annotations
 
 from tutor.session.controller import BrokenComparison
 from tutor.session.report import wrap
-from tutor.values.durations import clock
+from tutor.values.durations import clock, loss_text, spaced
 from tutor.values.results import CheckError
 from tutor.values.runs import GradientCheck, ParameterCheck, RunStatus, SplitLosses, TrainingRun
-
-
-def spaced(number: float) -> str:
-    return f"{number:,.0f}".replace(",", " ")
-
-
-def loss_text(value: float | None) -> str:
-    return "—" if value is None else f"{value:.4f}"
 
 
 def _error(error: CheckError | None) -> list[str]:

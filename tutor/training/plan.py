@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from tutor.code_facts import read, written
 from tutor.config import DEFAULT_SEED
 from tutor.pack.model import Exercise, Pack, Step
+from tutor.values.durations import spaced
 
 # --- settings ------------------------------------------------------------------------------
 
@@ -207,10 +208,6 @@ def forward_for(pack: Pack, backward: str, loss_line: str) -> list[str]:
     return [line.source for line in reversed(kept)]
 
 
-def _spaced(number: int) -> str:
-    return f"{number:,}".replace(",", " ")
-
-
 HEADER_START = "# One training step, run "
 
 
@@ -237,10 +234,10 @@ def _header(s: TrainingSettings) -> str:
                          f"most {s.clip_norm:g}.")
     grads = ", ".join(s.grad_names)
     return "\n".join([
-        f"{HEADER_START}{_spaced(s.steps)} times, with no autograd anywhere.",
+        f"{HEADER_START}{spaced(s.steps)} times, with no autograd anywhere.",
         f"# Before it: a seeded batch Xb, Yb of n = {s.batch_size} examples.",
         *update,
-        f"#   lr = {s.lr:g}, then {s.lr_after_decay:g} from step {_spaced(s.lr_decay_step)}.",
+        f"#   lr = {s.lr:g}, then {s.lr_after_decay:g} from step {spaced(s.lr_decay_step)}.",
         *textwrap.wrap(f"Leave loss and {grads} defined.", 96, initial_indent="# ",
                        subsequent_indent="#   "),
     ])

@@ -1,5 +1,6 @@
 """Seconds as the learner reads them, in one place for every front end: in a sentence
-("4 min 05 s"), on a clock ("4:05"), and in a narrow table column ("4m05")."""
+("4 min 05 s"), on a clock ("4:05"), and in a narrow table column ("4m05"); and the other
+numbers a run prints, counts ("200 000") and losses ("2.0705")."""
 
 from __future__ import annotations
 
@@ -31,3 +32,13 @@ def compact(seconds: float) -> str:
     not rounded: a step is never shown as having taken longer than it did."""
     minutes, secs = divmod(int(seconds), 60)
     return f"{minutes // 60}h{minutes % 60:02d}" if minutes >= 60 else f"{minutes}m{secs:02d}"
+
+
+def spaced(number: float) -> str:
+    """A count with its thousands apart: "200 000"."""
+    return f"{number:,.0f}".replace(",", " ")
+
+
+def loss_text(value: float | None) -> str:
+    """A loss to four places, or a dash for none."""
+    return "—" if value is None else f"{value:.4f}"

@@ -36,6 +36,7 @@ from tutor.ui.widgets.editor import CodeEditor
 from tutor.ui.widgets.footer import TutorFooter
 from tutor.ui.widgets.lossplot import LossPlot, Series, braille_curve, spaced
 from tutor.ui.widgets.runs import RunsTable, clock, when
+from tutor.values.durations import loss_text
 from tutor.values.runs import (
     BrokenStep,
     ParameterCheck,
@@ -155,10 +156,6 @@ def results_view(result: TrainingRun) -> RenderableType:
     return Group(*parts)
 
 
-def _loss(value: float | None) -> str:
-    return "—" if value is None else f"{value:.4f}"
-
-
 def comparison_view(c: BrokenComparison) -> RenderableType:
     """The broken run next to the good one: what broke, the loss at a few steps, the final
     losses, and how the broken run ended when it did not finish."""
@@ -172,10 +169,10 @@ def comparison_view(c: BrokenComparison) -> RenderableType:
     table.add_column("good", justify="right", no_wrap=True)
     table.add_column("broken", justify="right", no_wrap=True)
     for step, ok, bad in c.checkpoints():
-        table.add_row(f"step {spaced(step)}", _loss(ok), Text.styled(_loss(bad), BAD))
+        table.add_row(f"step {spaced(step)}", loss_text(ok), Text.styled(loss_text(bad), BAD))
     for split, ok, bad in (("train loss", good.train_loss, broken.train_loss),
                            ("val loss", good.val_loss, broken.val_loss)):
-        table.add_row(Text.styled(split, "bold"), _loss(ok), Text.styled(_loss(bad), BAD))
+        table.add_row(Text.styled(split, "bold"), loss_text(ok), Text.styled(loss_text(bad), BAD))
     parts: list[RenderableType] = [head, table]
     if broken.status is not RunStatus.FINISHED:
         stopped = broken.error.message if broken.error else str(broken.status)

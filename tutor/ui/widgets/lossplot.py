@@ -14,15 +14,12 @@ from rich.text import Text
 from textual.widget import Widget
 
 from tutor.ui.palette import DIM, INFO, OK, REVEAL, WARN
+from tutor.values.durations import spaced
 
 CURVE = INFO
 COMPARE_COLOURS = (WARN, REVEAL, OK)
 # Braille cells hold 2 x 4 dots; bit of the dot at (column, row) inside one cell.
 BRAILLE_BITS = ((0x01, 0x02, 0x04, 0x40), (0x08, 0x10, 0x20, 0x80))
-
-
-def spaced(number: float) -> str:
-    return f"{number:,.0f}".replace(",", " ")
 
 
 def braille_curve(values: list[float], slots: int, width: int, height: int,

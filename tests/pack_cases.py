@@ -4,6 +4,8 @@ own diagnosis."""
 
 from __future__ import annotations
 
+import pytest
+
 from tutor.pack.kinds import Function
 from tutor.pack.model import Pack
 
@@ -39,3 +41,14 @@ def assert_mistake_recognised(engine, pack: Pack, step_id: str, index: int) -> d
     assert check["diagnosis"]["kind"] == mistake.kind, check["diagnosis"]
     assert check["diagnosis"]["message"] == mistake.message
     return result
+
+
+def reference_cases(pack: Pack) -> list:
+    """One parameter per checked step: its id."""
+    return [pytest.param(s.id, id=s.id) for s in pack.gradient_steps]
+
+
+def mistake_cases(pack: Pack) -> list:
+    """One parameter per catalogued mistake: (step id, its index), named for what it is."""
+    return [pytest.param(step.id, i, id=f"{step.id}-{i}-{m.kind}-d{m.tensor or step.checks[0]}")
+            for step in pack.gradient_steps for i, m in enumerate(step.mistakes)]

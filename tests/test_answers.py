@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from pack_cases import assert_mistake_recognised
+from pack_cases import assert_mistake_recognised, mistake_cases, reference_cases
 
 from tutor.config import Settings
 from tutor.pack.model import load_pack
@@ -303,12 +303,8 @@ CORRECT_CASES = [
     for step_id, forms in CORRECT.items()
     for name, code in forms.items()
 ]
-REFERENCE_CASES = [pytest.param(s.id, id=s.id) for s in PACK.gradient_steps]
-MISTAKE_CASES = [
-    pytest.param(step.id, i, id=f"{step.id}-{i}-{m.kind}-d{m.tensor or step.checks[0]}")
-    for step in PACK.gradient_steps
-    for i, m in enumerate(step.mistakes)
-]
+REFERENCE_CASES = reference_cases(PACK)
+MISTAKE_CASES = mistake_cases(PACK)
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,13 @@ import threading
 from pathlib import Path
 
 import pytest
-from pack_cases import assert_mistake_recognised, assert_passed, assert_reference_passes
+from pack_cases import (
+    assert_mistake_recognised,
+    assert_passed,
+    assert_reference_passes,
+    mistake_cases,
+    reference_cases,
+)
 
 from tutor.config import Settings
 from tutor.pack.kinds import Function
@@ -26,12 +32,8 @@ LSTM = ROOT / "exercises" / "lstm"
 PACK = load_pack(LSTM)
 KINDS = {"shape", "sign", "scale", "transpose", "partial", "known_mistake"}
 
-REFERENCE_CASES = [pytest.param(s.id, id=s.id) for s in PACK.gradient_steps]
-MISTAKE_CASES = [
-    pytest.param(step.id, i, id=f"{step.id}-{i}-{m.kind}-d{m.tensor or step.checks[0]}")
-    for step in PACK.gradient_steps
-    for i, m in enumerate(step.mistakes)
-]
+REFERENCE_CASES = reference_cases(PACK)
+MISTAKE_CASES = mistake_cases(PACK)
 
 # Other right answers, as learners write them.
 CORRECT = {

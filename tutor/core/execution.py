@@ -523,6 +523,11 @@ class FunctionCheckSpec:
     compiled: bytes | None = None  # the candidate as the worker compiled it (candidate.program)
     variants: tuple[bytes, ...] | None = None  # as CheckSpec.variants, run on the first cases
     variant_seconds: float = 0.25
+    # The picture's calls ([steps.picture]): (name, inputs) on the steps after each t, run once
+    # the cases are done, within `picture_seconds`; only `picture_output` of each comes back.
+    pictures: list[tuple[str, dict]] = field(default_factory=list)
+    picture_output: str = ""
+    picture_seconds: float = 1.5
 
 
 class CallError(Exception):
@@ -625,7 +630,36 @@ def run_function_check(spec: FunctionCheckSpec) -> dict:
         return {"timeout": True, "records": records}
     finally:
         disarm()
+    first = records.get(spec.cases[0][0]) if spec.cases else None
+    if spec.pictures and first is not None and not first["error"]:
+        records.update(run_pictures(spec, deadline))
     return {"timeout": False, "records": records}
+
+
+def run_pictures(spec: FunctionCheckSpec, deadline: float) -> dict[str, dict]:
+    """The picture's calls, after the graded cases and on a budget of their own: what does not
+    fit is left out of the picture and never counts against the check. Each record keeps only
+    the picture's output (`picture_output`), or the call's error."""
+    records: dict[str, dict] = {}
+    budget = min(spec.picture_seconds, deadline - time.monotonic())
+    if budget <= 0:
+        return records
+    stop = time.monotonic() + budget
+    arm(budget)
+    try:
+        for name, inputs in spec.pictures:
+            out = Output()
+            values, _, error = _call_case(spec, spec.code, inputs, out, stop)
+            record: dict = {"error": error}
+            if error is None:
+                record["after"] = encode_namespace(values, {spec.picture_output})
+            records[name] = record
+            _fit(records, name)
+    except CheckTimeout:
+        pass  # the calls that finished are drawn; the rest are not
+    finally:
+        disarm()
+    return records
 
 
 def run_function_scratch(spec: FunctionCheckSpec) -> dict:

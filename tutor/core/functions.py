@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import ast
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from tutor.core.network import Batch
+from tutor.core.timesteps import Series, series
 from tutor.pack.model import FunctionSpec, PackError, Step
 
 Tensor = torch.Tensor
@@ -146,6 +149,93 @@ def cases(step: Step, batch: Batch, seed: int, device: torch.device) -> list[Cas
     """The lesson's case first, then the fresh ones."""
     return [lesson_case(step, batch, device),
             *(fresh_case(step, seed, i, device) for i in range(FRESH_CASES))]
+
+
+# -- the picture through time ([steps.picture]) -----------------------------------------------
+DEMO_SEED = 7  # every demo draws from the same seed: they differ only where the pack says
+DEMO = "demo "  # a demo's case is named so, then the demo's own name
+
+
+@contextmanager
+def one_thread() -> Iterator[None]:
+    """Torch on one thread for a while: many tiny operations, which threads only slow down."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def time_steps(step: Step, case: Case) -> int:
+    """How many time steps a case has: the length of the `time` output's axis."""
+    spec = _spec(step)
+    assert spec.time is not None
+    name, axis = spec.time
+    return int(case.reference[name].shape[axis])
+
+
+def later_inputs(step: Step, inputs: dict[str, Any], t: int) -> dict[str, Any]:
+    """The call's inputs on the steps after `t` alone, starting from the state step `t` left
+    (the picture's `later` code, on copies)."""
+    picture = _spec(step).picture
+    assert picture is not None
+    ns = {**_scope(), **{k: v.clone() if isinstance(v, Tensor) else v
+                         for k, v in inputs.items()}, "t": t}
+    _run(picture.later, ns, f"<{step.id} picture later>")
+    return {a: ns[a] for a in _spec(step).arguments if a in ns}
+
+
+def later_case(step: Step, base: Case, t: int, device: torch.device) -> Case:
+    """The call on the steps after `t`, as a case: its `carry` output is what those steps send
+    back to step `t`."""
+    return _case(f"{base.name} after t={t}", step, later_inputs(step, base.inputs, t), device)
+
+
+def demo_case(step: Step, name: str, device: torch.device) -> Case:
+    """One of the picture's demos: inputs drawn by its `demo` code, `demo` naming which."""
+    picture = _spec(step).picture
+    assert picture is not None
+    ns = {**_scope(), "g": torch.Generator().manual_seed(DEMO_SEED), "demo": name}
+    _run(picture.demo, ns, f"<{step.id} picture demo>")
+    return _case(f"{DEMO}{name}", step, ns, device)
+
+
+def shown(step: Step, inputs: dict[str, Any], t: int, carry: Tensor) -> Tensor:
+    """What the picture draws at step `t`: the `shown` expression on the case's inputs, with
+    `carry` what the later steps sent back."""
+    picture = _spec(step).picture
+    assert picture is not None
+    ns = {**_scope(), **inputs, "t": t, picture.carry: carry}
+    try:
+        value = eval(compile(picture.shown, f"<{step.id} picture shown>", "eval"), ns)
+    except Exception as exc:  # noqa: BLE001 - the pack's expression is wrong: say where
+        raise PackError(f"<{step.id} picture shown> fails: {type(exc).__name__}: {exc}") from exc
+    return value.detach() if isinstance(value, Tensor) else torch.as_tensor(value)
+
+
+def carried_series(step: Step, case: str, inputs: dict[str, Any],
+                   yours: list[Tensor | None], ref32: list[Tensor], ref64: list[Tensor]
+                   ) -> Series:
+    """One panel of the picture: at each step t, `shown` of what the steps after t sent back
+    (`yours` from the learner's calls, `ref32`/`ref64` autograd's; one fewer than the steps, as
+    nothing comes after the last), on the case's `inputs`."""
+    picture = _spec(step).picture
+    assert picture is not None
+    inputs64 = {k: _as64(v) for k, v in inputs.items()}
+    nothing = torch.zeros_like(ref32[0]) if ref32 else None
+    drawn, drawn32, drawn64 = [], [], []
+    for t in range(len(ref32) + 1):
+        last = t == len(ref32)
+        mine = nothing if last else yours[t]
+        theirs32 = nothing if last else ref32[t]
+        theirs64 = _as64(nothing) if last else ref64[t]
+        if isinstance(mine, Tensor) and nothing is not None and mine.shape == nothing.shape:
+            mine = shown(step, inputs, t, mine.to(nothing.device, nothing.dtype))
+        drawn.append(mine)
+        drawn32.append(shown(step, inputs, t, theirs32))
+        drawn64.append(shown(step, inputs64, t, theirs64))
+    return series(picture.title, case, drawn, drawn32, drawn64)
 
 
 def output_label(name: str) -> str:

@@ -13,7 +13,7 @@ here knows which network it is.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -35,6 +35,10 @@ class TimeSteps:
     autograd: list[float]
     maxdiff: list[float]
     wrong: list[bool]
+    # The step's picture ([steps.picture]): a carried gradient at every step, on the lesson's
+    # case and on each demo (Series.to_dict), drawn under this output's own bars.
+    panels: list[dict] = field(default_factory=list)
+    about: str = ""  # what the picture's demos show (its `about`)
 
     @property
     def steps(self) -> int:
@@ -94,7 +98,55 @@ class TimeSteps:
             "maxdiff": self.maxdiff,
             "wrong": self.wrong,
             "first_wrong": self.first_wrong,
+            "panels": self.panels,
+            "about": self.about,
         }
+
+
+@dataclass
+class Series:
+    """One panel of a step's picture: a gradient the function carries (`dh_t`), its size at
+    every time step, the learner's beside autograd's; None where the learner's call failed or
+    ran out of its time."""
+
+    title: str  # `dh_t`
+    case: str  # "lesson", or a demo's name ("forget gate shut")
+    yours: list[float | None]
+    autograd: list[float]
+    wrong: list[bool]
+
+    def to_dict(self) -> dict:
+        return {"title": self.title, "case": self.case, "yours": self.yours,
+                "autograd": self.autograd, "wrong": self.wrong}
+
+
+def series(title: str, case: str, yours: list[Tensor | None], ref32: list[Tensor],
+           ref64: list[Tensor]) -> Series:
+    """Sizes per step of `yours` and autograd's; a step is wrong by the rule of `by_time`, the
+    tolerance taken over all the steps together."""
+    tolerance = _tolerance(torch.stack([r.double().cpu() for r in ref32]),
+                           torch.stack([r.double().cpu() for r in ref64]))
+    sizes, autograd, wrong = [], [], []
+    for mine, theirs in zip(yours, ref64, strict=True):
+        theirs = theirs.detach().to("cpu", torch.float64)
+        autograd.append(_round(float(theirs.norm())))
+        if (not isinstance(mine, Tensor) or mine.shape != theirs.shape
+                or not torch.isfinite(mine).all()):
+            sizes.append(None)
+            wrong.append(isinstance(mine, Tensor))  # a value that cannot be drawn is wrong
+            continue
+        mine = mine.detach().to("cpu", torch.float64)
+        sizes.append(_round(float(mine.norm())))
+        wrong.append(float((mine - theirs).abs().max()) > tolerance if mine.numel() else False)
+    return Series(title, case, sizes, autograd, wrong)
+
+
+def _tolerance(ref32: Tensor, ref64: Tensor) -> float:
+    """How far from the float64 reference a value may be: the tolerance `grading.accepts` gives
+    the whole output (autograd's own float32 rounding, with headroom, or a relative floor)."""
+    autograd_error = float((ref32 - ref64).abs().max()) if ref64.numel() else 0.0
+    top = float(ref64.abs().max()) if ref64.numel() else 0.0
+    return max(ROUNDING_HEADROOM * autograd_error, RELATIVE_FLOOR * top)
 
 
 def _steps(k: int) -> str:
@@ -117,8 +169,7 @@ def by_time(name: str, axis: int, value: Tensor, ref32: Tensor, ref64: Tensor
     if not torch.isfinite(ours).all():
         return None
     ref64 = ref64.detach().to("cpu", torch.float64)
-    autograd_error = float((ref32.detach().to("cpu", torch.float64) - ref64).abs().max())
-    tolerance = max(ROUNDING_HEADROOM * autograd_error, RELATIVE_FLOOR * float(ref64.abs().max()))
+    tolerance = _tolerance(ref32.detach().to("cpu", torch.float64), ref64)
     yours, autograd, maxdiff, wrong = [], [], [], []
     for t in range(value.shape[axis]):
         mine, theirs = ours.select(axis, t), ref64.select(axis, t)

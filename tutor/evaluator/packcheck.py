@@ -116,7 +116,7 @@ def _cases(engine, step: Step) -> list[Problem]:
 def _solution(engine, step: Step) -> list[Problem]:
     result = engine.check(step.id, step.solution)
     if result.passed:
-        return []
+        return _picture(step, result)
     if result.error:
         return [Problem(step.id, f"reference solution fails to run: {result.error.message}")]
     wrong = [f"{c.grad} ({c.verdict})" for c in result.checks if not c.right]
@@ -125,6 +125,23 @@ def _solution(engine, step: Step) -> list[Problem]:
                                  f"{', '.join(wrong)}")]
     return [Problem(step.id, f"reference solution fails the fresh batch: "
                              f"{result.heldout.message if result.heldout else None}")]
+
+
+def _picture(step: Step, result: CheckResult) -> list[Problem]:
+    """A [steps.picture] drawn from the reference solution must match autograd's at every step
+    and on every demo: else its `later` or `shown` code is not what the function computes."""
+    picture = step.function.picture if step.function else None
+    if picture is None:
+        return []
+    panels = (result.figure or {}).get("panels") or []
+    expected = 1 + len(picture.demos)
+    if len(panels) != expected:
+        return [Problem(step.id, f"the picture has {len(panels)} panels, not {expected}: its "
+                                 "calls did not all finish")]
+    return [Problem(step.id, f"the picture's {p['case']} panel differs from autograd's at "
+                             f"t = {', '.join(str(t) for t, w in enumerate(p['wrong']) if w)} "
+                             "for the reference solution: check its `later` and `shown`")
+            for p in panels if any(p["wrong"]) or None in p["yours"]]
 
 
 def _mistakes(engine, step: Step) -> list[Problem]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import html
+import math
 import re
 
 from tutor.notebook.png import (
@@ -151,6 +152,7 @@ def heatmap_bundles(result: CheckResult) -> list[Bundle]:
         bundle = time_bundle(figure)
         if bundle is not None:
             bundles.append(bundle)
+        bundles += picture_bundles(figure)
     elif figure and figure.get("values"):  # a solved step's gradient worth looking at
         png = base64.b64encode(heatmap_png(figure["values"], signed=True, cell=6)).decode("ascii")
         caption = (f"{figure.get('title') or 'the gradient'}: one row per example, one column "
@@ -175,7 +177,51 @@ def time_bundle(figure: dict) -> Bundle | None:
              " They agree at every step.")
     caption = (f"the size of {title} at each time step t (its norm), t = 0 on the left: yours "
                f"in blue, autograd's in green beside it.{where}")
-    return {"image/png": base64.b64encode(png).decode("ascii"), "text/plain": caption}
+    return _captioned(png, caption)
+
+
+def picture_bundles(figure: dict) -> list[Bundle]:
+    """The step's picture through time (a carried gradient such as dh_t at every step, on the
+    lesson's batch and on each demo), one captioned image a panel."""
+    out = []
+    panels = [p for p in figure.get("panels") or [] if isinstance(p, dict)]
+    for k, panel in enumerate(panels):
+        title = str(panel.get("title") or "the gradient")
+        yours = [math.nan if v is None else v for v in panel.get("yours") or []]
+        autograd = panel.get("autograd") or []
+        try:
+            png = time_bars_png(yours, autograd, panel.get("wrong") or [],
+                                height=160 if k == 0 else 100)
+        except ValueError:
+            continue
+        finite = [v for v in [*yours, *autograd] if math.isfinite(v) and v > 0]
+        span = (f" Sizes run from {min(finite):.1e} to {max(finite):.1e}"
+                + (", on a log scale." if max(finite) > 100 * min(finite) else ".")
+                if finite else "")
+        wrong = [t for t, w in enumerate(panel.get("wrong") or []) if w]
+        differ = (f" Yours differs from autograd's at t = {', '.join(map(str, wrong[:8]))}"
+                  f"{', ...' if len(wrong) > 8 else ''} (red)." if wrong else
+                  " Yours matches autograd's at every step.")
+        if k == 0:
+            caption = (f"the size of {title} at each time step t, t = 0 on the left: what "
+                       "reaches step t from its own output and from the steps after it (your "
+                       "function called on those steps alone). Yours in blue, autograd's in "
+                       f"green beside it.{differ}{span}")
+        else:
+            caption = f"{panel.get('case') or 'demo'}: {title} at each step.{differ}{span}"
+            if k == 1 and figure.get("about"):
+                caption = f"{figure['about']} {caption}"
+        out.append(_captioned(png, caption))
+    return out
+
+
+def _captioned(png: bytes, caption: str) -> Bundle:
+    """An image with its caption under it: Jupyter shows the HTML, other front ends the text."""
+    data = base64.b64encode(png).decode("ascii")
+    page = (f'<figure style="margin: 4px 0"><img src="data:image/png;base64,{data}"/>'
+            f'<figcaption style="{_STYLE}; color: {_MUTED}">{html.escape(caption)}'
+            "</figcaption></figure>")
+    return {"image/png": data, "text/plain": caption, "text/html": page}
 
 
 def hints_bundle(hints: Hints, position: str) -> Bundle:

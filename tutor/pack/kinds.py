@@ -149,6 +149,8 @@ class Function(StepKind):
               required=True),
         Field("time", "string", "an output with a time axis, written as its slice at step `t` "
               "(`dxs[:, t]`): a wrong one is compared step by step"),
+        Field("picture", "table", "[steps.picture]: a carried gradient drawn at every time "
+              "step, the learner's beside autograd's"),
     )
 
     def graded_name(self, tensor: str) -> str:

@@ -97,6 +97,24 @@ class Step(FrozenRecord):
 
 
 @dataclass(repr=False, eq=False)
+class Picture(FrozenRecord):
+    """A function step's picture through time ([steps.picture], docs/packs.md): a gradient the
+    learner's loop carries from step to step (`dh_t`) is no output of the function, so it is
+    read off the function as the loop uses it: called on the steps after `t` alone, the
+    function's `carry` output is what those steps send back, and `shown` adds the step's own
+    share. `demos` are inputs drawn to show what the carried gradient does (a forget gate
+    pinned shut or open)."""
+
+    title: str  # `dh_t`
+    carry: str  # the output carrying the gradient back to the starting state: `dh0`
+    later: str  # code: the inputs narrowed to the steps after `t`
+    shown: str  # an expression: what is drawn at step `t`
+    demos: tuple[str, ...] = ()
+    demo: str = ""  # code: one demo's inputs, drawn from `g`, its name in `demo`
+    about: str = ""  # what the demos show, said above them
+
+
+@dataclass(repr=False, eq=False)
 class FunctionSpec(FrozenRecord):
     """A function step: the learner writes a whole function (llm.c's `layernorm_backward`), and
     it is called on the lesson's tensors and then on inputs of freshly drawn sizes.
@@ -116,6 +134,7 @@ class FunctionSpec(FrozenRecord):
     # An output with a time axis and which axis that is (`dxs[:, t]`: dxs, 1): a wrong one is
     # compared one time step at a time, to show where a loop through time goes wrong.
     time: tuple[str, int] | None = None
+    picture: Picture | None = None
 
 
 @dataclass(repr=False, eq=False)
@@ -386,7 +405,41 @@ def _function_spec(raw: dict, where: str) -> FunctionSpec:
         draw=_text(raw, "draw", where),
         expect=_text(raw, "expect", where),
         time=_time_axis(raw, outputs, where),
+        picture=_picture(raw, outputs, where) if raw.get("time") else _no_picture(raw, where),
     )
+
+
+def _no_picture(raw: dict, where: str) -> None:
+    if "picture" in raw:
+        raise PackError(f"{where}: a [steps.picture] needs the step's 'time' (the output with "
+                        "a time axis that says how many steps there are)")
+
+
+def _picture(raw: dict, outputs: tuple[str, ...], where: str) -> Picture | None:
+    table = raw.get("picture")
+    if table is None:
+        return None
+    where = f"{where} [steps.picture]"
+    carry = _text(table, "carry", where)
+    if carry not in outputs:
+        raise PackError(f"{where}: 'carry' names {carry}, which is not one of the call's "
+                        f"outputs ({', '.join(outputs) or 'none'})")
+    demos = _names(table, "demos", where)
+    if demos and not table.get("demo"):
+        raise PackError(f"{where}: 'demos' needs the 'demo' code that draws them")
+    for key in ("later", "demo"):
+        try:
+            compile(table.get(key, ""), f"<{where} {key}>", "exec")
+        except SyntaxError as exc:
+            raise PackError(f"{where}: '{key}' is not valid Python: {exc.msg}") from None
+    try:
+        compile(_text(table, "shown", where), f"<{where} shown>", "eval")
+    except SyntaxError:
+        raise PackError(f"{where}: 'shown' must be one expression") from None
+    return Picture(title=_text(table, "title", where), carry=carry,
+                   later=_text(table, "later", where), shown=_text(table, "shown", where).strip(),
+                   demos=demos, demo=_text(table, "demo", where, ""),
+                   about=unwrap(_text(table, "about", where, "").strip()))
 
 
 def _time_axis(raw: dict, outputs: tuple[str, ...], where: str) -> tuple[str, int] | None:

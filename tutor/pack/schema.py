@@ -133,10 +133,28 @@ TRAINING: tuple[Field, ...] = (
     Field("lecture_val_loss", "number", "the lecture's published validation loss"),
     Field("reference_train_loss", "number", "the reference's train loss for the full run"),
     Field("eval", "table", "[training.eval]: `code` defining evaluate (and calibrate, sample)"),
+    Field("picture", "string", "a function step with a [steps.picture], drawn during the run "
+          "on the arguments the driver passes it"),
     Field("sizes", "table of numbers", "[training.sizes]: sizes for the training network"),
     Field("adamw", "table of numbers", "[training.adamw]: the adamw optimizer's settings"),
     Field("momentum", "table of numbers", "[training.momentum]: the momentum optimizer's "
           "settings"),
+)
+
+# A function step's picture through time ([steps.picture]): a gradient the function carries from
+# step to step, which is not one of its outputs, read off the function by calling it on the
+# steps after each t alone (tutor/core/functions.py).
+PICTURE: tuple[Field, ...] = (
+    Field("title", "string", "what is shown at each step, e.g. `dh_t`", required=True),
+    Field("carry", "string", "the output that is the gradient of the state the sequence starts "
+          "from (`dh0`)", required=True),
+    Field("later", "string", "narrows a case's inputs to the steps after `t`, starting from the "
+          "state step `t` left", required=True),
+    Field("shown", "string", "what is drawn at step `t`, from the case's inputs and `carry` "
+          "from the later steps (zeros after the last), e.g. `dhs[:, t] + dh0`", required=True),
+    Field("demos", "list of strings", "named variants of the inputs, each drawn by `demo`"),
+    Field("demo", "string", "draws one demo's inputs from a generator `g`, its name in `demo`"),
+    Field("about", "string", "what the demos show, said above them"),
 )
 
 TRAINING_EVAL: tuple[Field, ...] = (
@@ -197,6 +215,8 @@ def check_exercise_file(raw: dict, where: str) -> None:
 
 def check_step(raw: dict, kind_fields: tuple[Field, ...], where: str) -> None:
     check(raw, STEP + kind_fields, where)
+    if "picture" in raw:
+        check(raw["picture"], PICTURE, f"{where} [steps.picture]")
     for i, mistake in enumerate(raw.get("mistakes", []), 1):
         check(mistake, MISTAKE, f"{where} mistake {i}")
 
@@ -223,6 +243,7 @@ def describe(kinds: dict[str, tuple[Field, ...]]) -> str:
         if fields:
             out += table(f"[[steps]] of kind `{word}` (its own fields)", fields)
     out += table("[[steps.mistakes]]", MISTAKE)
+    out += table("[steps.picture] (a function step's, optional)", PICTURE)
     out += table("[training]", TRAINING)
     out += table("[training.eval]", TRAINING_EVAL)
     return "\n".join(out).rstrip() + "\n"

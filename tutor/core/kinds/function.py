@@ -16,7 +16,20 @@ import torch
 from tutor.core import diagnosis as dx
 from tutor.core.candidate import Output
 from tutor.core.execution import FunctionCheckSpec, call_function
-from tutor.core.functions import SAME_SIZES, Case, cases, is_gradient, output_label, same_sizes_case
+from tutor.core.functions import (
+    DEMO,
+    SAME_SIZES,
+    Case,
+    carried_series,
+    cases,
+    demo_case,
+    is_gradient,
+    later_case,
+    one_thread,
+    output_label,
+    same_sizes_case,
+    time_steps,
+)
 from tutor.core.grading import grade, heatmap, rounding_note
 from tutor.core.kinds.base import Graded, StepCheck
 from tutor.core.kinds.records import (
@@ -46,6 +59,9 @@ class FunctionCheck(StepCheck):
     def __init__(self, network, settings):
         super().__init__(network, settings)
         self._cases: dict[str, list[Case]] = {}  # function step -> its cases, lesson's first
+        # function step -> its picture's base cases (the lesson's, then the demos), each with
+        # its calls on the steps after every t but the last
+        self._pictures: dict[str, list[tuple[Case, list[Case]]]] = {}
         self._mistake_values: dict[tuple, Tensor | None] = {}
         # The learner's changed functions' outputs, and the changes that explained an output:
         # another output of the same code tries those first (tutor/core/smallest.py).
@@ -77,7 +93,25 @@ class FunctionCheck(StepCheck):
         if step.id in self._cases:
             return False
         self.cases(step)
+        self.pictures(step)
         return True
+
+    def pictures(self, step: Step) -> list[tuple[Case, list[Case]]]:
+        """The step's picture ([steps.picture]): the lesson's case and each demo, with the calls
+        on the steps after each t, built once (one thread: hundreds of tiny autograd passes,
+        which threads only slow down)."""
+        picture = step.function.picture if step.function else None
+        if picture is None:
+            return []
+        if step.id not in self._pictures:
+            device = self.network.device
+            with one_thread():
+                bases = [self.cases(step)[0], *(demo_case(step, d, device)
+                                                for d in picture.demos)]
+                self._pictures[step.id] = [
+                    (base, [later_case(step, base, t, device)
+                            for t in range(time_steps(step, base) - 1)]) for base in bases]
+        return self._pictures[step.id]
 
     def plan(self, step: Step, code: str, prior: dict[str, str],
              compiled: bytes | None = None) -> FunctionCheckSpec:
@@ -87,7 +121,9 @@ class FunctionCheck(StepCheck):
             step.id, code, fn.name, fn.call, fn.arguments, fn.outputs, step.checks,
             [(c.name, c.inputs) for c in [*self.cases(step),
                                           *filter(None, [self._same_sizes(step)])]],
-            dict(self.network.sizes), self.settings.timeout, compiled)
+            dict(self.network.sizes), self.settings.timeout, compiled,
+            pictures=[(c.name, c.inputs) for _, laters in self.pictures(step) for c in laters],
+            picture_output=fn.picture.carry if fn.picture else "")
 
     def first(self, step: Step) -> str:
         return self.cases(step)[0].name
@@ -99,6 +135,7 @@ class FunctionCheck(StepCheck):
 
     def forget(self) -> None:
         self._cases.clear()
+        self._pictures.clear()
         self._mistake_values.clear()
         self._theirs.clear()
         self._edits.clear()
@@ -116,7 +153,7 @@ class FunctionCheck(StepCheck):
         grades = [self._grade_output(step, name, values.get(name), own, code)
                   for name in step.checks]
         self._explain_by_change(step, grades, values, own, code)
-        steps = self._by_time(step, grades, values, own, result)
+        steps = self._by_time(step, grades, values, own, result, outcome.records)
         for name in record.get("changed") or []:
             if isinstance(name, str):
                 result.notes.append(
@@ -126,7 +163,7 @@ class FunctionCheck(StepCheck):
         return Graded(grades, state=steps)
 
     def _by_time(self, step: Step, grades: list[TensorCheck], values: dict, case: Case,
-                 result: CheckResult) -> TimeSteps | None:
+                 result: CheckResult, outcome_records: dict[str, dict]) -> TimeSteps | None:
         """The output with a time axis (the step's `time`), compared one step at a time: a
         wrong one's row says at which step it first goes wrong, going back from the last; a
         right one, beside wrong outputs that add up over the steps, says so in a note."""
@@ -139,6 +176,8 @@ class FunctionCheck(StepCheck):
                         case.reference64[name])
         if steps is None:
             return None
+        steps.panels = self._panels(step, outcome_records)
+        steps.about = step.function.picture.about if step.function.picture else ""
         row = next((g for g in grades if g.tensor == name), None)
         if row is not None and not row.accepted and steps.first_wrong is not None:
             row.message = f"{row.message}. {steps.message()}" if row.message else steps.message()
@@ -148,6 +187,19 @@ class FunctionCheck(StepCheck):
             if others:
                 result.notes.append(steps.right_everywhere(others))
         return steps
+
+    def _panels(self, step: Step, records: dict[str, dict]) -> list[dict]:
+        """The picture's panels: the learner's calls on the steps after each t (run in the
+        child with the cases) beside autograd's, on the lesson's case and on each demo."""
+        fn = step.function
+        if fn is None or fn.picture is None:
+            return []
+        carry = fn.picture.carry
+        return [carried_series(
+            step, base.name.removeprefix(DEMO), base.inputs,
+            [_carried(records.get(c.name), carry) for c in laters],
+            [c.reference[carry] for c in laters], [c.reference64[carry] for c in laters],
+        ).to_dict() for base, laters in self.pictures(step)]
 
     def _grade_output(self, step: Step, name: str, value: Any, case: Case, code: str = ""
                       ) -> TensorCheck:
@@ -401,6 +453,17 @@ class FunctionCheck(StepCheck):
         values = set(own.sizes.values())
         names = [k for k, v in self.network.sizes.items() if v in values][:2]
         return f", or a name such as {' or '.join(names)}" if names else ""
+
+
+def _carried(record: dict | None, name: str) -> Tensor | None:
+    """The picture's output from one of its calls, if the call finished and returned a tensor."""
+    if record is None or record.get("error"):
+        return None
+    try:
+        value = decode_namespace(record.get("after")).get(name)
+    except Exception:  # noqa: BLE001 - the child's data did not decode: draw nothing
+        return None
+    return value if isinstance(value, Tensor) else None
 
 
 def _scale_size(case: Case) -> int:

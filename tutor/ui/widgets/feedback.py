@@ -188,6 +188,31 @@ def _time_figure(figure: dict) -> list[RenderableType]:
         parts.append(Text.styled(
             f"Going back from the last step, yours first leaves autograd's at t = {first}.",
             DIM))
+    panels = [p for p in figure.get("panels") or [] if isinstance(p, dict)]
+    for k, panel in enumerate(panels):
+        if k == 1 and figure.get("about"):
+            parts.append(prose(str(figure["about"]), DIM))
+        parts += _panel(panel, lesson=k == 0)
+    return parts
+
+
+def _panel(panel: dict, lesson: bool) -> list[RenderableType]:
+    """One panel of a step's picture (a carried gradient such as dh_t at every step): the
+    lesson's batch in full, each demo smaller under the words that say what the demos are."""
+    title = str(panel.get("title") or "the gradient")
+    yours = panel.get("yours") or []
+    head = (f"the size of {title} at each time step t: what reaches step t from its own output "
+            "and from the steps after it (your function called on those steps alone), yours "
+            "beside autograd's:" if lesson else f"{panel.get('case') or 'demo'}:")
+    parts: list[RenderableType] = [Text.styled(head, "bold" if lesson else "")]
+    parts.append(TimeBars(yours, panel.get("autograd") or [], panel.get("wrong") or [],
+                          rows=5 if lesson else 3, label=f"|{title}|"))
+    missing = [t for t, v in enumerate(yours) if v is None]
+    if missing:
+        parts.append(Text.styled(
+            f"No bar of yours at t = {', '.join(map(str, missing[:8]))}"
+            f"{', ...' if len(missing) > 8 else ''}: your function failed or ran out of time "
+            "on the steps after it.", DIM))
     return parts
 
 

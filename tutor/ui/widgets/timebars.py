@@ -47,9 +47,11 @@ class TimeBars:
     """A rich renderable of the per-step figure: `yours` and `autograd` per step, `wrong`
     marking the steps where they differ."""
 
-    def __init__(self, yours: Sequence[float], autograd: Sequence[float],
+    def __init__(self, yours: Sequence[float | None], autograd: Sequence[float | None],
                  wrong: Sequence[bool] = (), *, rows: int = 6, label: str = "size") -> None:
-        self.yours, self.autograd = list(yours), list(autograd)
+        # None: a step with nothing to draw (the learner's call failed there)
+        self.yours = [math.nan if v is None else float(v) for v in yours]
+        self.autograd = [math.nan if v is None else float(v) for v in autograd]
         self.wrong = list(wrong) or [False] * len(self.yours)
         self.rows = rows
         self.label = label

@@ -120,11 +120,11 @@ def _case(name: str, step: Step, ns: dict, device: torch.device) -> Case:
         inputs[arg] = value
     sizes = {k: int(v) for k, v in ns.items() if k.isupper() and type(v) is int}
     reference = expected(step, inputs)
-    reference64 = expected(step, {k: _as64(v) for k, v in inputs.items()})
+    reference64 = expected(step, {k: as64(v) for k, v in inputs.items()})
     return Case(name, sizes, inputs, reference, reference64)
 
 
-def _as64(value: Any) -> Any:
+def as64(value: Any) -> Any:
     if isinstance(value, Tensor):
         value = value.detach().cpu()
         return value.double() if value.is_floating_point() else value
@@ -222,14 +222,14 @@ def carried_series(step: Step, case: str, inputs: dict[str, Any],
     nothing comes after the last), on the case's `inputs`."""
     picture = _spec(step).picture
     assert picture is not None
-    inputs64 = {k: _as64(v) for k, v in inputs.items()}
+    inputs64 = {k: as64(v) for k, v in inputs.items()}
     nothing = torch.zeros_like(ref32[0]) if ref32 else None
     drawn, drawn32, drawn64 = [], [], []
     for t in range(len(ref32) + 1):
         last = t == len(ref32)
         mine = nothing if last else yours[t]
         theirs32 = nothing if last else ref32[t]
-        theirs64 = _as64(nothing) if last else ref64[t]
+        theirs64 = as64(nothing) if last else ref64[t]
         if isinstance(mine, Tensor) and nothing is not None and mine.shape == nothing.shape:
             mine = shown(step, inputs, t, mine.to(nothing.device, nothing.dtype))
         drawn.append(mine)

@@ -79,6 +79,8 @@ class TrainingSettings:
     # that their total norm is at most this. Applied to what the update receives, after the
     # gradient check has compared the learner's gradients as they were computed.
     clip_norm: float = 0.0
+    # A function step whose [steps.picture] is drawn during the run (tutor/training/picture.py)
+    picture: str = ""
     sizes: dict = field(default_factory=dict)  # sizes the training run changes from the lesson
 
     @classmethod
@@ -129,6 +131,7 @@ class TrainingSettings:
             optimizer_args=dict(cfg.get(str(cfg.get("optimizer", "")).removesuffix("_update"),
                                         {})) if cfg.get("optimizer") else {},
             clip_norm=float(cfg.get("clip_norm", 0.0)),
+            picture=str(cfg.get("picture", "")),
             sizes={**{k: cfg[k] for k in lesson if k in cfg and not isinstance(cfg[k], dict)
                       and k not in ("batch_size", "heldout_batch_size")},
                    **cfg.get("sizes", {})},

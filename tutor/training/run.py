@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 
     from tutor.core.engine import Engine
 
+from tutor.training.picture import PICTURE_NAMES, PICTURES, RunPicture
 from tutor.training.plan import (
     TrainingSettings,
     speed_notes,
@@ -329,6 +330,7 @@ class Trainer:
         self.blew_up = False
         self.steps_done = 0
         self.notes = speed_notes(self.code_text)
+        self.picture_s = 0.0  # seconds spent drawing the picture through time
         self.phase2_rate: float | None = None
         self.tallies: dict[str, ParameterCheck] = {}
         # The steps checked again at random, on the Trainer only: the learner's code runs in a
@@ -405,6 +407,11 @@ class Trainer:
         if self.s.assembled:
             self.forward = [self.s.forward_code]
         self.update = self._update()
+        self.picture = RunPicture.of(self.pack, self.s.picture, self.code_text)
+        Xva, Yva = splits["val"]
+        self.picture_batch = (Xva[:PICTURE_NAMES].to(self.device),
+                              Yva[:PICTURE_NAMES].to(self.device))
+        self.next_picture = 0
 
     def _update(self) -> Update:
         update = self._optimizer()
@@ -671,6 +678,8 @@ class Trainer:
             if self.cancel.is_set():
                 cancelled = True
                 return False
+            if self.picture is not None and i >= self.next_picture:
+                self._draw(i)
             now = time.monotonic()
             if now >= report_at:
                 if not self._flush():
@@ -692,7 +701,10 @@ class Trainer:
                 break
             done = at + 1
         self.steps_done = done
-        elapsed = time.monotonic() - started
+        elapsed = time.monotonic() - started - self.picture_s
+        if (not diverged and not self.blew_up and self.result.pictures
+                and self.result.pictures[-1]["step"] != done):
+            self._draw(done)  # the network as it ends the run
         self.result.train_s = elapsed
         if done > start and elapsed > 0:
             self.phase2_rate = (done - start) / elapsed
@@ -757,6 +769,56 @@ class Trainer:
 
         return self._guarded(step)
 
+    # -- the picture through time ------------------------------------------------------------
+    def _draw(self, i: int) -> None:
+        """One picture (tutor/training/picture.py) at step `i`, and when the next is due. The
+        driver runs once more on the picture's names, outside inference mode (autograd's side
+        needs it); a failure of the learner's function there draws nothing and stops nothing."""
+        import torch
+
+        from tutor.core.candidate import CheckTimeout
+
+        if self.picture is None:
+            return
+        every = max(1, (self.s.steps - self.s.gradcheck_steps) // PICTURES)
+        self.next_picture = i + every
+        fn = self.picture.step.function
+        assert fn is not None
+
+        def call(inputs: dict) -> dict | None:
+            function = self.ns.get(fn.name)
+            if not callable(function):
+                return None
+            self._arm()
+            try:
+                out = function(*[inputs[a] for a in fn.arguments])
+            except CheckTimeout:
+                raise
+            except Exception:  # noqa: BLE001 - the picture shows nothing there, that is all
+                return None
+            outs = out if isinstance(out, (tuple, list)) else (out,)
+            return dict(zip(fn.outputs, outs, strict=False))
+
+        started = time.monotonic()
+        try:
+            with torch.inference_mode(False), torch.no_grad():
+                Xb, Yb = (t.clone() for t in self.picture_batch)
+                n, self.ns["n"] = self.ns.get("n"), len(Xb)  # the code reads the batch's size
+                try:
+                    self._arm()
+                    self._run_code(Xb, Yb)
+                    panel = self.picture.draw(self.ns, call)
+                finally:
+                    self.ns["n"] = n
+        except CheckTimeout:
+            panel = None
+        except Exception:  # noqa: BLE001 - the step itself ran; only the picture is lost
+            panel = None
+        finally:
+            self.picture_s += time.monotonic() - started
+        if panel is not None:
+            self.result.pictures.append({"step": i, "panel": panel})
+
     # -- progress ----------------------------------------------------------------------------
     def _flush(self) -> bool:
         """Turn the pending loss tensors into log10 numbers; False once one is not finite."""
@@ -798,7 +860,8 @@ class Trainer:
             RunPhase.TRAIN, done, steps=self.s.steps, every=every, points=new,
             steps_per_s=rate, eta_s=(self.s.steps - done) / rate if rate else None,
             loss=10 ** self.log10_loss[-1] if self.log10_loss else None,
-            lr=self.s.lr_at(max(0, done - 1))))
+            lr=self.s.lr_at(max(0, done - 1)),
+            picture=self.result.pictures[-1] if self.result.pictures else None))
 
     # -- phase 3 -----------------------------------------------------------------------------
     def _may_pass(self) -> bool:

@@ -395,6 +395,26 @@ def exercise_verdict(run: TrainingRun) -> ExerciseVerdict:
     return ExerciseVerdict(True)
 
 
+def snapshot(value: object) -> dict | None:
+    """One of a run's pictures, read back without trusting it: {"step": i, "panel": {...}} with
+    the panel's sizes as lists of numbers (None where the learner's call drew nothing)."""
+    if not isinstance(value, dict) or _whole(value.get("step")) is None:
+        return None
+    panel = value.get("panel")
+    if not isinstance(panel, dict):
+        return None
+    yours, autograd, wrong = (panel.get(k) for k in ("yours", "autograd", "wrong"))
+    if not (isinstance(yours, list) and isinstance(autograd, list) and isinstance(wrong, list)
+            and len(yours) == len(autograd) == len(wrong)
+            and all(v is None or _number(v) is not None for v in yours)
+            and all(_number(v) is not None for v in autograd)
+            and all(isinstance(w, bool) for w in wrong)):
+        return None
+    return {"step": _whole(value["step"]),
+            "panel": {"title": str(panel.get("title") or ""), "case": str(panel.get("case") or ""),
+                      "yours": yours, "autograd": autograd, "wrong": wrong}}
+
+
 @dataclass(repr=False, eq=False)
 class TrainingRun(Record):
     """A whole training run: how it ended, its gradient check, its curve, its results.
@@ -427,6 +447,10 @@ class TrainingRun(Record):
     # pack's stated figure for its full run, else the reference replayed): the bar of
     # `exercise_verdict`. None where the run cannot pass for another reason.
     reference_train_loss: float | None = None
+    # The pack's picture through time during the run (`[training] picture`): at a few steps, a
+    # carried gradient (dh_t) at every time step, the learner's beside autograd's, each as
+    # {"step": i, "panel": the panel's plain data (tutor/core/timesteps.py Series)}.
+    pictures: list[dict] = field(default_factory=list)
     run_id: int | None = None
     # Handed to the progress store (`Lesson.keep_run`): only then does the plain data carry
     # `run_id`, which is None for a run the store does not keep (one that never started).
@@ -439,7 +463,7 @@ class TrainingRun(Record):
     _KEYS = ("status", "error", "step", "settings", "gradcheck", "steps_done", "history",
              "train_loss", "val_loss", "samples", "notes", "last_loss", "steps_per_s",
              "gradcheck_s", "train_s", "compile_s", "results_s", "wall_s", "stdout", "lecture",
-             "reference_train_loss")
+             "reference_train_loss", "pictures")
     _NUMBERS = ("last_loss", "steps_per_s", "gradcheck_s", "train_s", "compile_s", "results_s",
               "wall_s", "train_loss", "val_loss", "reference_train_loss")
     _STORED = ("run_id", "id", "at", "code")  # what the progress store adds to a kept run
@@ -461,6 +485,7 @@ class TrainingRun(Record):
             notes=[str(n) for n in d.get("notes") or []],
             stdout=str(d.get("stdout") or ""),
             lecture=SplitLosses.from_dict(d.get("lecture")),
+            pictures=[p for p in d.get("pictures") or [] if snapshot(p) is not None],
             run_id=_whole(run_id), saved="run_id" in d, at=d.get("at"), code=d.get("code"),
             extra={k: v for k, v in d.items()
                    if k not in cls._KEYS + cls._STORED + cls._DERIVED},
@@ -518,6 +543,7 @@ class RunProgress(Record):
     eta_s: float | None = None
     loss: float | None = None
     lr: float | None = None
+    picture: dict | None = None  # phase 2: the latest of the run's pictures (TrainingRun)
 
     @classmethod
     def from_dict(cls, d: dict) -> RunProgress:
@@ -531,7 +557,8 @@ class RunProgress(Record):
                     if isinstance(c, dict)],
                    _whole(d.get("every")),
                    [v for v in d.get("points") or [] if _number(v) is not None],
-                   *(_number(d.get(k)) for k in ("steps_per_s", "eta_s", "loss", "lr")))
+                   *(_number(d.get(k)) for k in ("steps_per_s", "eta_s", "loss", "lr")),
+                   snapshot(d.get("picture")))
 
     def to_dict(self) -> dict:
         d: dict = {"phase": str(self.phase) if self.phase else None, "step": self.step}
@@ -540,5 +567,5 @@ class RunProgress(Record):
         if self.phase is RunPhase.TRAIN:
             return {**d, "steps": self.steps, "every": self.every, "points": self.points,
                     "steps_per_s": self.steps_per_s, "eta_s": self.eta_s, "loss": self.loss,
-                    "lr": self.lr}
+                    "lr": self.lr, "picture": self.picture}
         return {**d, "steps": self.steps}

@@ -117,6 +117,40 @@ def test_a_function_step_of_an_assembled_network_is_swapped_whole(tmp_path):
         assert GPT.step("functions/matmul_backward").solution.strip() in code
 
 
+def test_a_function_the_training_code_never_calls_cannot_be_broken(tmp_path):
+    # The reference `lstm_backward` does the step itself: a broken `lstm_step_backward` would
+    # train exactly as the good run. Once the learner's own `lstm_backward` calls it, it can be.
+    from tutor.values.results import CheckResult
+
+    lstm = load_pack(Path(__file__).parent.parent / "exercises" / "lstm")
+    with Store.open(tmp_path, lstm) as store:
+        lesson = Lesson(lstm, store, None)
+        with pytest.raises(BreakError, match="never calls lstm_step_backward"):
+            lesson.breakage("fused/lstm_step_backward")
+        assert lesson.breakage("bptt/lstm_backward").mistake == 1
+        calling = """
+def lstm_backward(dhs, xs, h0, c0, hs, cs, gates, Wx, Wh):
+    B, T, H = hs.shape
+    dxs = torch.zeros_like(xs)
+    dWx, dWh, db = torch.zeros_like(Wx), torch.zeros_like(Wh), Wx.new_zeros(4 * H)
+    dh_next, dc_next = torch.zeros_like(h0), torch.zeros_like(c0)
+    for s in reversed(range(T)):
+        h_prev = hs[:, s - 1] if s > 0 else h0
+        c_prev = cs[:, s - 1] if s > 0 else c0
+        dx, dh_next, dc_next, gx, gh, gb = lstm_step_backward(
+            dhs[:, s] + dh_next, dc_next, xs[:, s], h_prev, c_prev, cs[:, s], gates[:, s], Wx, Wh)
+        dxs[:, s] = dx
+        dWx += gx
+        dWh += gh
+        db += gb
+    return dxs, dh_next, dc_next, dWx, dWh, db
+"""
+        store.record_attempt("bptt/lstm_backward", calling,
+                             CheckResult("bptt/lstm_backward", passed=True))
+        way = lesson.breakage("fused/lstm_step_backward")
+        assert way.mistake == 1 and way.code.strip() in lesson.assembled_code(50, way)
+
+
 # --- the command line ----------------------------------------------------------------------------
 
 

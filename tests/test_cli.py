@@ -116,3 +116,12 @@ def test_config_file_sets_the_device_and_the_flag_wins(tmp_path, monkeypatch):
     assert flag.returncode == 0 and json.loads(flag.stdout)["device"] == "cpu"
     config.write_text('device = "quantum"\n')
     assert cli("list").returncode == 2
+
+
+@pytest.mark.parametrize("command", ["check", "watch", "grade"])
+def test_help_names_the_cell_marker_as_it_is_typed(command):
+    # argparse reads help as a %-format: the marker is `# %%`, never `# %`.
+    out = cli(command, "--help")
+    assert out.returncode == 0
+    text = " ".join(out.stdout.split())
+    assert "`# %% STEP_ID`" in text and "`# % STEP_ID`" not in text

@@ -235,6 +235,25 @@ def test_shape_annotations_flag_broadcasts(engine):
     assert not lines["logprobs"]["broadcast"]
 
 
+def test_shape_annotations_list_operands_as_the_line_reads_them_and_show_a_tuple():
+    # The LSTM's forward lines: `h` sits between the two pieces of the concatenation, and
+    # torch.lstm gives a tuple (output, h, c), not a scalar.
+    import torch
+
+    from tutor.core.network import annotate
+    from tutor.pack.model import _parse_line
+
+    ns = {"hs_before": torch.zeros(2, 3, 4), "h": torch.zeros(2, 4),
+          "hs_after": torch.zeros(2, 7, 4), "emb": torch.zeros(2, 5, 3)}
+    ns["hs"] = torch.cat([ns["hs_before"], ns["h"][:, None], ns["hs_after"]], 1)
+    line = _parse_line(0, "hs = torch.cat([hs_before, h[:, None], hs_after], 1)", 1)
+    assert annotate(line, ns)["annotation"] == "[2, 11, 4] ← [2, 3, 4], [2, 4], [2, 7, 4]"
+    ns["after"] = (torch.zeros(2, 5, 4), torch.zeros(1, 2, 4), torch.zeros(1, 2, 4))
+    line = _parse_line(1, "after = torch.lstm(emb, h)", 1)
+    assert (annotate(line, ns)["annotation"]
+            == "([2, 5, 4], [1, 2, 4], [1, 2, 4]) ← [2, 5, 3], [2, 4]")
+
+
 def test_print_output_is_capped(engine):
     result = engine.check("atomic/probs", "print('x' * 10**7)\nprint('more')").to_dict()
     assert 0 < len(result["stdout"]) <= 20_000

@@ -575,3 +575,14 @@ def test_writes_do_not_hold_the_database_between_calls(tmp_path, pack):
         with closing(sqlite3.connect(tmp_path / FILENAME, timeout=0)) as other:
             other.execute("BEGIN IMMEDIATE")  # raises "database is locked" at once if held
             other.execute("ROLLBACK")
+
+
+def test_the_total_line_counts_one_hint_and_one_attempt_in_the_singular(store):
+    from tutor.session.report import summary_line
+
+    store.show_hint("atomic/logprobs")
+    store.record_attempt("atomic/logprobs", "a", WRONG)
+    assert ", 1 attempt, 1 hint, " in summary_line(store.summary())
+    store.show_hint("atomic/logprobs")
+    store.record_attempt("atomic/logprobs", "b", EXACT)
+    assert ", 2 attempts, 2 hints, " in summary_line(store.summary())

@@ -36,7 +36,8 @@ def _args(p: argparse.ArgumentParser) -> None:
         "--all",
         metavar="FILE",
         dest="all_file",
-        help="check every `# %% STEP_ID` cell of a percent-format file, in order",
+        # argparse reads help as a %-format: %%%% prints the cell marker's %%.
+        help="check every `# %%%% STEP_ID` cell of a percent-format file, in order",
     )
     p.add_argument(
         "--json", action="store_true", help="print JSON (an object, or a list with --all)"

@@ -83,7 +83,7 @@ def _show(text: str) -> None:
 
 
 def _watch_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("file", metavar="FILE", help="a percent-format file with `# %% STEP_ID` cells")
+    p.add_argument("file", metavar="FILE", help="a percent-format file with `# %%%% STEP_ID` cells")
 
 
 def run_watch(args: argparse.Namespace, settings: Settings) -> int:

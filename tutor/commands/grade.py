@@ -31,7 +31,7 @@ from tutor.values.results import Rule, Status
 
 def _args(p: argparse.ArgumentParser) -> None:
     p.add_argument("submissions", nargs="+", metavar="SUBMISSION",
-                   help="a .py file of `# %% STEP_ID` cells, the tutor's workbook .ipynb, or the "
+                   help="a .py file of `# %%%% STEP_ID` cells, the tutor's workbook .ipynb, or the "
                    "lecture's notebook filled in")
     p.add_argument("--json", action="store_true", help="print the grade as JSON")
     p.add_argument("--format", choices=FORMATS, dest="form",

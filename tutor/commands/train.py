@@ -40,9 +40,10 @@ BAR_WIDTH = 24
 
 def _args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--steps", type=int, metavar="N",
-                   help="training steps (default: the lecture's 200 000)")
+                   help="training steps (default: the lesson's own; --print-code says how many)")
     p.add_argument("--gradcheck-steps", type=int, metavar="K",
-                   help="first steps whose gradients are compared with autograd (default 100)")
+                   help="first steps whose gradients are compared with autograd (default: the "
+                   "lesson's own)")
     p.add_argument("--reference", action="store_true",
                    help="train with the reference solutions instead of your accepted code")
     p.add_argument("--file", metavar="PATH",

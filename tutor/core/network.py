@@ -236,7 +236,20 @@ _OPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.Pow: "**", 
 def _fmt(value) -> str:
     if isinstance(value, Tensor):
         return "[" + ", ".join(str(d) for d in value.shape) + "]"
+    if isinstance(value, tuple | list):  # torch.lstm's (output, h, c): each part's shape
+        return "(" + ", ".join(_fmt(v) for v in value) + ")"
     return "scalar"
+
+
+def _in_source_order(expr: ast.expr, names: tuple[str, ...]) -> list[str]:
+    """`names` in the order they first appear in the line: the pack reads them breadth first,
+    which puts `hs_after` before `h` in `torch.cat([hs_before, h[:, None], hs_after], 1)`."""
+    first: dict[str, tuple[int, int]] = {}
+    for node in ast.walk(expr):
+        if isinstance(node, ast.Name) and node.id in names:
+            at = (node.lineno, node.col_offset)
+            first[node.id] = min(first.get(node.id, at), at)
+    return sorted(names, key=lambda name: first.get(name, (0, 0)))
 
 
 def annotate(line: ForwardLine, ns: dict) -> dict:
@@ -253,7 +266,8 @@ def annotate(line: ForwardLine, ns: dict) -> dict:
                 if note:
                     notes.append(note)
     else:
-        operands = [ns[name] for name in line.operands if isinstance(ns.get(name), Tensor)]
+        operands = [ns[name] for name in _in_source_order(expr, line.operands)
+                    if isinstance(ns.get(name), Tensor)]
         text = f"{_fmt(out)} ← " + ", ".join(_fmt(v) for v in operands) if operands else _fmt(out)
     return {
         "index": line.index,

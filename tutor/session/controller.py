@@ -17,6 +17,7 @@ saved and why.
 
 from __future__ import annotations
 
+import ast
 import re
 import sqlite3
 from collections.abc import Callable, Mapping
@@ -552,6 +553,14 @@ class Lesson(_CheckAndRecord):
         if step not in steps:
             raise BreakError(f"{step.id} is not part of the training step; these are: "
                              + ", ".join(s.id for s in steps))
+        fn = step.function
+        if fn is not None and not _called(self.assembled_code(None), fn.name):
+            # The training code defines it but nothing calls it (an `lstm_backward` written
+            # without `lstm_step_backward`): a broken copy would train exactly as the good one.
+            others = ", ".join(s.id for s in steps if s is not step)
+            raise BreakError(f"your training code never calls {fn.name}, so breaking it would "
+                             f"change nothing; call it from your own code, or break "
+                             f"{others or 'another step'}")
         return step
 
     def first_refused(self, step_id: str) -> BrokenStep | None:
@@ -714,6 +723,22 @@ class Lesson(_CheckAndRecord):
             run.run_id, run.saved = kept[0], True
         return problem
 
+
+def _called(code: str, name: str) -> bool:
+    """Whether `code` reads `name` anywhere outside the body of its own `def` (a function that
+    only calls itself is still never run)."""
+
+    def reads(node: ast.AST) -> bool:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name == name:
+            return any(reads(d) for d in node.decorator_list)
+        if isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Load):
+            return True
+        return any(reads(child) for child in ast.iter_child_nodes(node))
+
+    try:
+        return reads(ast.parse(code))
+    except SyntaxError:
+        return True  # the run itself will say what is wrong with the code
 
 # --- a file of `# %% STEP_ID` cells, checked from the top (check --all, watch) -----------------
 

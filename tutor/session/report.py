@@ -220,8 +220,13 @@ def progress_table(rows: list[dict]) -> str:
 def summary_line(rows: list[dict]) -> str:
     """"8 of 22 steps done (6 exact, 2 passed), 31 attempts, 4 hints, 12m05"."""
     total = tally(rows)
-    return (f"{total.sentence()}, {total.attempts} attempts, {total.hints} hints, "
-            f"{compact(total.seconds)}")
+    return (f"{total.sentence()}, {_counted(total.attempts, 'attempt')}, "
+            f"{_counted(total.hints, 'hint')}, {compact(total.seconds)}")
+
+
+def _counted(n: int, word: str) -> str:
+    """"1 hint", "4 hints": the total line is read as a sentence."""
+    return f"{n} {word}{'' if n == 1 else 's'}"
 
 
 def best_maxdiff(row: dict) -> str:

@@ -277,10 +277,34 @@ def _curve_bundle(curves: list[tuple[TrainingRun, Colour]], caption: str) -> lis
 
 
 def run_bundles(run: TrainingRun) -> list[Bundle]:
-    """A training run as `train` prints it, then its loss curve."""
+    """A training run as `train` prints it, then its loss curve and its pictures through time
+    (the first and the last)."""
     text = format_run(run)
     return [{"text/plain": text, "text/html": _pre(text)},
-            *_curve_bundle([(run, GOOD_CURVE)], "log10(loss) against the step")]
+            *_curve_bundle([(run, GOOD_CURVE)], "log10(loss) against the step"),
+            *run_picture_bundles(run.pictures)]
+
+
+def run_picture_bundles(pictures: list[dict]) -> list[Bundle]:
+    """A run's first and last picture through time, as captioned images."""
+    out = []
+    for snap in pictures[:1] + pictures[-1:] if len(pictures) > 1 else pictures:
+        panel = snap["panel"]
+        title = panel.get("title") or "the gradient"
+        yours = [math.nan if v is None else v for v in panel["yours"]]
+        try:
+            png = time_bars_png(yours, panel["autograd"], panel["wrong"], height=120)
+        except ValueError:
+            continue
+        finite = [v for v in panel["autograd"] if v > 0]
+        span = f" It runs from {min(finite):.1e} to {max(finite):.1e}." if finite else ""
+        differ = (" Red marks a step where yours differs from autograd's." if any(panel["wrong"])
+                  else " Yours matches autograd's at every step.")
+        out.append(_captioned(png, f"{title} at step {snap['step']} of the run, on the "
+                                   f"{panel.get('case') or 'same batch'}, at each time step t "
+                                   f"(t = 0 on the left): yours in blue, autograd's in green."
+                                   f"{span}{differ}"))
+    return out
 
 
 def comparison_bundles(comparison: BrokenComparison) -> list[Bundle]:

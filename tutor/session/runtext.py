@@ -41,6 +41,29 @@ def format_gradcheck(gradcheck: GradientCheck | None) -> list[str]:
     return lines
 
 
+def format_pictures(pictures: list[dict]) -> list[str]:
+    """The run's pictures through time in words (the TUI and the notebook draw them): the size
+    of the carried gradient at the first and the last time step, at the first and the last
+    picture, and whether the learner's matched autograd's in every picture."""
+    if not pictures:
+        return []
+    first, last = pictures[0], pictures[-1]
+    panel = last["panel"]
+    title = panel.get("title") or "the gradient"
+    lines = [f"\n|{title}| on the {panel.get('case') or 'same batch'}, yours (autograd's):"]
+    for snap in [first, last] if first is not last else [first]:
+        yours, theirs = snap["panel"]["yours"], snap["panel"]["autograd"]
+        ends = [(t, yours[t], theirs[t]) for t in (0, len(theirs) - 1)] if theirs else []
+        lines.append(f"  step {spaced(snap['step']):>7}  " + "   ".join(
+            f"t = {t}: {'—' if y is None else f'{y:.2e}'} ({a:.2e})" for t, y, a in ends))
+    wrong = [s["step"] for s in pictures if any(s["panel"]["wrong"])]
+    lines.append(f"  yours differs from autograd's in the pictures at step "
+                 f"{', '.join(spaced(w) for w in wrong)}" if wrong else
+                 f"  yours matches autograd's at every time step, in all {len(pictures)} "
+                 "pictures")
+    return lines
+
+
 def format_run(r: TrainingRun) -> str:
     s = r.settings
     lines: list[str] = []
@@ -66,6 +89,7 @@ def format_run(r: TrainingRun) -> str:
             f"  train loss  {loss_text(r.train_loss)}    {loss_text(lecture.train_loss)}",
             f"  val loss    {loss_text(r.val_loss)}    {loss_text(lecture.val_loss)}",
         ]
+    lines += format_pictures(r.pictures)
     if r.samples:
         lines.append("\nNames sampled from your network:")
         names = r.samples

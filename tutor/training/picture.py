@@ -18,7 +18,7 @@ from typing import Any
 
 from tutor.pack.model import Pack, Step
 
-PICTURE_NAMES = 8  # validation names in the picture's batch
+PICTURE_NAMES = 8  # validation names in the picture's batch, the longest
 PICTURES = 8  # pictures over the training phase, besides the one after the gradient check
 
 
@@ -52,10 +52,11 @@ class RunPicture:
                                   zip(fn.arguments, node.args, strict=True)})
         return None
 
-    def draw(self, ns: dict, call: Callable[[dict], Any]) -> dict | None:
+    def draw(self, ns: dict, call: Callable[[dict], Any], case: str) -> dict | None:
         """One picture from the namespace the driver just ran in: the panel's plain data, or
         None when the driver's names are not tensors there. `call(inputs)` runs the learner's
-        function on one call's inputs and returns its outputs, or None where it failed."""
+        function on one call's inputs and returns its outputs, or None where it failed; `case`
+        says which batch it is."""
         import torch
 
         from tutor.core.functions import as64, carried_series, expected, later_inputs
@@ -79,5 +80,4 @@ class RunPicture:
             ref64.append(expected(self.step, {k: as64(v) for k, v in later.items()})[carry])
         if not ref32:
             return None
-        return carried_series(self.step, "validation names", inputs, yours, ref32,
-                              ref64).to_dict()
+        return carried_series(self.step, case, inputs, yours, ref32, ref64).to_dict()

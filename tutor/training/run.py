@@ -408,9 +408,11 @@ class Trainer:
             self.forward = [self.s.forward_code]
         self.update = self._update()
         self.picture = RunPicture.of(self.pack, self.s.picture, self.code_text)
+        # The picture's batch: the longest validation names, where a gradient has the most
+        # steps to travel back through (Y marks each position that is a character).
         Xva, Yva = splits["val"]
-        self.picture_batch = (Xva[:PICTURE_NAMES].to(self.device),
-                              Yva[:PICTURE_NAMES].to(self.device))
+        longest = (Yva >= 0).sum(1).argsort(descending=True, stable=True)[:PICTURE_NAMES]
+        self.picture_batch = (Xva[longest].to(self.device), Yva[longest].to(self.device))
         self.next_picture = 0
 
     def _update(self) -> Update:
@@ -807,7 +809,8 @@ class Trainer:
                 try:
                     self._arm()
                     self._run_code(Xb, Yb)
-                    panel = self.picture.draw(self.ns, call)
+                    panel = self.picture.draw(self.ns, call,
+                                              f"{len(Xb)} longest validation names")
                 finally:
                     self.ns["n"] = n
         except CheckTimeout:

@@ -36,6 +36,7 @@ from tutor.ui.widgets.editor import CodeEditor
 from tutor.ui.widgets.footer import TutorFooter
 from tutor.ui.widgets.lossplot import LossPlot, Series, braille_curve, spaced
 from tutor.ui.widgets.runs import RunsTable, clock, when
+from tutor.ui.widgets.timebars import run_picture
 from tutor.values.durations import loss_text
 from tutor.values.runs import (
     BrokenStep,
@@ -207,6 +208,7 @@ class TrainingScreen(Screen):
     #train-progress { width: auto; height: 1; }
     #train-rate { height: 1; color: $text-muted; }
     #train-plot { margin-top: 1; }
+    #train-picture { height: auto; margin-top: 1; }
     #train-results-box { height: auto; }
     #train-results { height: auto; margin-top: 1; }
     #train-notes { height: auto; margin-top: 1; color: $warning; }
@@ -247,6 +249,7 @@ class TrainingScreen(Screen):
         if steps is None and lesson.keeps_progress:
             steps = parse_steps(lesson.remembered("train.steps") or "")  # the last choice
         self.steps = steps
+        self.pictures: list[dict] = []  # the run's pictures through time: its first, its latest
         self.settings = TrainingSettings.from_pack(self.pack, steps=steps,
                                                    gradcheck_steps=gradcheck_steps)
         self.code = with_header(code, self.settings)
@@ -273,6 +276,7 @@ class TrainingScreen(Screen):
                 yield ProgressBar(total=self.settings.steps, show_eta=False, id="train-progress")
                 yield Static("", id="train-rate")
                 yield LossPlot(id="train-plot")
+                yield Static("", id="train-picture")
                 with Vertical(id="train-results-box"):
                     yield Static("", id="train-results")
                     yield Static("", id="train-notes")
@@ -401,6 +405,8 @@ class TrainingScreen(Screen):
         self.query_one("#train-progress", ProgressBar).update(total=self.settings.steps,
                                                               progress=0)
         self.query_one("#train-rate", Static).update("")
+        self.pictures = []
+        self._show_picture(self.pictures)
         self.query_one("#train-plot", LossPlot).reset(self.settings.steps,
                                                       self.settings.history_every)
         self._show_notes(speed_notes(self.code))
@@ -608,6 +614,9 @@ class TrainingScreen(Screen):
                 f"{spaced(rate)} steps/s · {clock(p.eta_s)} left{loss}" if rate
                 else f"{spaced(p.step)} steps{loss}")
             self.query_one("#train-plot", LossPlot).extend(p.points, p.every)
+            if p.picture is not None:
+                self.pictures = [*self.pictures[:1], p.picture]
+                self._show_picture(self.pictures)
         elif p.phase is RunPhase.RESULTS:
             self._phase(Text.styled(
                 "Phase 3 · calibrating batchnorm over the training set, then the "
@@ -626,9 +635,17 @@ class TrainingScreen(Screen):
             self._show_code()
             self.query_one("#train-code", CodeEditor).mark_error(line - 1)
 
+    def _show_picture(self, pictures: list[dict]) -> None:
+        """The run's latest picture through time, its first one's range beside (none for a
+        lesson without one)."""
+        self.query_one("#train-picture", Static).update(
+            run_picture(pictures[-1], pictures[0]) if pictures else "")
+
     def _show_run(self, r: TrainingRun, reopened: bool = False) -> None:
         """Fill the panels with one run's outcome: its curve, checks, losses and notes."""
         planned = r.planned_steps or self.settings.steps
+        self.pictures = list(r.pictures)
+        self._show_picture(self.pictures)
         if r.history:  # the complete curve, including the last partial span
             plot = self.query_one("#train-plot", LossPlot)
             plot.reset(planned, r.history.every,

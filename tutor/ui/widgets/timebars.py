@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from rich.console import Console, ConsoleOptions, RenderResult
+from rich.console import Console, ConsoleOptions, Group, RenderResult
 from rich.text import Text
 
 from tutor.ui.palette import BAD, DIM, INFO, OK
@@ -100,3 +100,28 @@ class TimeBars:
             legend.append(" where they differ", style=DIM)
         legend.append(f"  ({self.label}{', log scale' if log else ''})", style=DIM)
         yield legend
+
+
+def run_picture(snapshot: dict, first: dict | None = None) -> Group:
+    """A training run's picture through time (TrainingRun.pictures): a carried gradient such as
+    dh_t at every time step of a few validation names, at one step of the run, the learner's
+    beside autograd's; with the run's first picture's range said under it, to see it change."""
+    panel = snapshot.get("panel") or {}
+    title = panel.get("title") or "the gradient"
+    yours = panel.get("yours") or []
+    head = Text.assemble(
+        (f"{title} at step {snapshot.get('step')}", "bold"),
+        (f", on the {panel.get('case') or 'same batch'} each picture uses, at each time step "
+         "t: yours beside autograd's", DIM))
+    parts: list = [head, TimeBars(yours, panel.get("autograd") or [], panel.get("wrong") or [],
+                                  rows=4, label=f"|{title}|")]
+    if first is not None and first.get("step") != snapshot.get("step"):
+        then = [v for v in (first.get("panel") or {}).get("autograd") or [] if v]
+        now = [v for v in panel.get("autograd") or [] if v]
+        if then and now:
+            parts.append(Text.styled(
+                f"At step {first.get('step')} it ran from {min(then):.1e} to {max(then):.1e}; "
+                f"now from {min(now):.1e} to {max(now):.1e}.", DIM))
+    if any(panel.get("wrong") or []):
+        parts.append(Text.styled("✗ marks a step where yours differs from autograd's.", BAD))
+    return Group(*parts)

@@ -274,6 +274,25 @@ def test_training_on_the_reference_bptt_learns(engine):
     assert len(result["samples"]) == 20 and all(isinstance(x, str) for x in result["samples"])
 
 
+
+def test_the_loops_through_time_get_no_challenge_to_remove_them():
+    from tutor.training import python_loops, speed_notes, training_code
+
+    # The reference's lstm_backward and the forward pass both loop over time, each pass
+    # needing the one after or before: no tensor operation replaces such a loop.
+    code = training_code(PACK)
+    assert [loop["carried"] for loop in python_loops(code)] == [["dc_next", "dh_next"], ["c", "h"]]
+    assert speed_notes(code) == []
+    assert speed_notes(training_code(PACK, {"bptt/lstm_backward": CORRECT["bptt/lstm_backward"]}))\
+        == []
+    # A loop of the learner's that only gathers what the recurrence left still gets the note.
+    gathered = CORRECT["bptt/lstm_backward"].replace(
+        "    return d @ Wx.T,",
+        "    dxs = torch.zeros_like(xs)\n    for s in range(T):\n"
+        "        dxs[:, s] = d[:, s] @ Wx.T\n    return dxs,")
+    (note,) = speed_notes(training_code(PACK, {"bptt/lstm_backward": gathered}))
+    assert "dxs is computed in a Python for loop" in note and "Bonus challenge" in note
+
 def test_clipping_bounds_the_update_and_leaves_the_gradients_alone():
     import torch
 

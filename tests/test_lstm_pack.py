@@ -265,9 +265,14 @@ def test_training_on_the_reference_bptt_learns(engine):
 
     s = TrainingSettings.from_pack(PACK)
     assert s.assembled and s.clip_norm > 0
-    result = run_training(engine, {"steps": 60, "gradcheck_steps": 3}, lambda _: None,
+    updates: list[dict] = []
+    result = run_training(engine, {"steps": 60, "gradcheck_steps": 3}, updates.append,
                           threading.Event())
     assert result["status"] == "finished", result["error"]
+    # Its evaluation calibrates nothing, and phase 3 says only what it does.
+    assert updates[-1]["phase"] == "results"
+    assert updates[-1]["doing"] == ("the losses on the training and the validation split, "
+                                    "then the samples")
     assert result["gradcheck"]["passed"]
     # Chance is log(27) = 3.30 per character; 60 clipped steps already get below it.
     assert result["val_loss"] < 0.95 * math.log(27), result["val_loss"]

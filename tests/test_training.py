@@ -149,6 +149,9 @@ def test_reference_run_matches_autograd_then_lowers_the_loss(engine):
     assert r["steps_per_s"] > 0 and r["wall_s"] > 0
     phases = [u["phase"] for u in updates]
     assert phases[0] == "gradcheck" and "train" in phases and phases[-1] == "results"
+    # makemore's [training.eval] defines calibrate (batchnorm's statistics), so phase 3 says so
+    assert updates[-1]["doing"] == ("calibrating the network over the training set, then the "
+                                    "losses and the samples")
     json.dumps(r)  # plain data only
 
 

@@ -505,7 +505,8 @@ class TrainingRun(Record):
 @dataclass(repr=False, eq=False)
 class RunProgress(Record):
     """One progress message of a running run. Phase 1 carries the gradient check so far, phase
-    2 the new points of the loss curve and the pace, phase 3 only that it has begun."""
+    2 the new points of the loss curve and the pace, phase 3 that it has begun and what it does
+    (`doing`: the pack's evaluation differs, so the run says, not the front end)."""
 
     phase: RunPhase | None
     step: int = 0
@@ -518,6 +519,9 @@ class RunProgress(Record):
     eta_s: float | None = None
     loss: float | None = None
     lr: float | None = None
+    # phase 3: what it does, in words that follow "Phase 3 · " (a message without them still
+    # says something true of every pack)
+    doing: str = "evaluating the network"
 
     @classmethod
     def from_dict(cls, d: dict) -> RunProgress:
@@ -531,7 +535,8 @@ class RunProgress(Record):
                     if isinstance(c, dict)],
                    _whole(d.get("every")),
                    [v for v in d.get("points") or [] if _number(v) is not None],
-                   *(_number(d.get(k)) for k in ("steps_per_s", "eta_s", "loss", "lr")))
+                   *(_number(d.get(k)) for k in ("steps_per_s", "eta_s", "loss", "lr")),
+                   *([d["doing"]] if isinstance(d.get("doing"), str) else []))
 
     def to_dict(self) -> dict:
         d: dict = {"phase": str(self.phase) if self.phase else None, "step": self.step}
@@ -541,4 +546,4 @@ class RunProgress(Record):
             return {**d, "steps": self.steps, "every": self.every, "points": self.points,
                     "steps_per_s": self.steps_per_s, "eta_s": self.eta_s, "loss": self.loss,
                     "lr": self.lr}
-        return {**d, "steps": self.steps}
+        return {**d, "steps": self.steps, "doing": self.doing}

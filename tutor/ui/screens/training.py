@@ -609,9 +609,7 @@ class TrainingScreen(Screen):
                 else f"{spaced(p.step)} steps{loss}")
             self.query_one("#train-plot", LossPlot).extend(p.points, p.every)
         elif p.phase is RunPhase.RESULTS:
-            self._phase(Text.styled(
-                "Phase 3 · calibrating batchnorm over the training set, then the "
-                "losses and the samples…", "bold"))
+            self._phase(Text.styled(f"Phase 3 · {p.doing}…", "bold"))
 
     @on(TrainingFinished)
     def _finished(self, message: TrainingFinished) -> None:

@@ -118,6 +118,24 @@ def test_the_sizes_are_in_scope_by_their_names(engine):
     assert result["stdout"].strip() == "27 10 32 3 32 (32, 32) (32, 128)"
 
 
+def test_the_steps_around_t_read_as_one_call_each(engine):
+    # The steps before and after t are the setup's run_lstm, called from the forward pass;
+    # what they hand back is read by name, and each of their lines reads at a glance.
+    around = ["before", "hs_before", "h_prev", "c_prev", "after", "hs_after"]
+    assert all(len(PACK.line_for(name).source) <= 64 for name in around)
+    assert [line.target for line in PACK.forward_lines if "run_lstm" in line.operands] == [
+        "before", "after"]
+    assert [PACK.line_for(name).source.split(" = ")[1]
+            for name in ("hs_before", "h_prev", "c_prev", "hs_after")] == [
+        "before.hs", "before.h", "before.c", "after.hs"]
+    # The forward panel shows what such a line holds, by its names.
+    shown = {line["target"]: line["annotation"] for line in engine.network.main.lines}
+    assert shown["before"].startswith("(hs [32, 3, 32], h [32, 32], c [32, 32]) ← ")
+    assert shown["after"].startswith(f"(hs [32, {engine.network.main.shapes['hs'][1] - 4}, 32], ")
+    # The learner's namespace holds tensors only: the helper is the pack's, not theirs to call.
+    assert "run_lstm" not in engine.network.main.namespace()
+
+
 @pytest.mark.parametrize("step_id", REFERENCE_CASES)
 def test_reference_solution_passes(engine, step_id):
     assert_reference_passes(engine, PACK, step_id, 17)

@@ -517,7 +517,7 @@ class Trainer:
         from tutor.core.network import forward_namespace
 
         ns = forward_namespace(self.pack, self.params, Xb, Yb, dtype, device, self.forward,
-                               self.sizes)
+                               self.sizes, fns=self.engine.network.fns)
         with torch.enable_grad():
             wanted = [k for k in names if isinstance(ns.get(k), torch.Tensor)]
             grads = torch.autograd.grad(ns[self.pack.loss], [ns[k] for k in wanted])

@@ -118,6 +118,24 @@ def test_the_sizes_are_in_scope_by_their_names(engine):
     assert result["stdout"].strip() == "27 10 32 3 32 (32, 32) (32, 128)"
 
 
+def test_the_steps_around_t_read_as_one_call_each(engine):
+    # The steps before and after t are the setup's run_lstm, called from the forward pass;
+    # what they hand back is read by name, and each of their lines reads at a glance.
+    around = ["before", "hs_before", "h_prev", "c_prev", "after", "hs_after"]
+    assert all(len(PACK.line_for(name).source) <= 64 for name in around)
+    assert [line.target for line in PACK.forward_lines if "run_lstm" in line.operands] == [
+        "before", "after"]
+    assert [PACK.line_for(name).source.split(" = ")[1]
+            for name in ("hs_before", "h_prev", "c_prev", "hs_after")] == [
+        "before.hs", "before.h", "before.c", "after.hs"]
+    # The forward panel shows what such a line holds, by its names.
+    shown = {line["target"]: line["annotation"] for line in engine.network.main.lines}
+    assert shown["before"].startswith("(hs [32, 3, 32], h [32, 32], c [32, 32]) ← ")
+    assert shown["after"].startswith(f"(hs [32, {engine.network.main.shapes['hs'][1] - 4}, 32], ")
+    # The learner's namespace holds tensors only: the helper is the pack's, not theirs to call.
+    assert "run_lstm" not in engine.network.main.namespace()
+
+
 @pytest.mark.parametrize("step_id", REFERENCE_CASES)
 def test_reference_solution_passes(engine, step_id):
     assert_reference_passes(engine, PACK, step_id, 17)
@@ -265,14 +283,38 @@ def test_training_on_the_reference_bptt_learns(engine):
 
     s = TrainingSettings.from_pack(PACK)
     assert s.assembled and s.clip_norm > 0
-    result = run_training(engine, {"steps": 60, "gradcheck_steps": 3}, lambda _: None,
+    updates: list[dict] = []
+    result = run_training(engine, {"steps": 60, "gradcheck_steps": 3}, updates.append,
                           threading.Event())
     assert result["status"] == "finished", result["error"]
+    # Its evaluation calibrates nothing, and phase 3 says only what it does.
+    assert updates[-1]["phase"] == "results"
+    assert updates[-1]["doing"] == ("the losses on the training and the validation split, "
+                                    "then the samples")
     assert result["gradcheck"]["passed"]
     # Chance is log(27) = 3.30 per character; 60 clipped steps already get below it.
     assert result["val_loss"] < 0.95 * math.log(27), result["val_loss"]
     assert len(result["samples"]) == 20 and all(isinstance(x, str) for x in result["samples"])
 
+
+
+def test_the_loops_through_time_get_no_challenge_to_remove_them():
+    from tutor.training import python_loops, speed_notes, training_code
+
+    # The reference's lstm_backward and the forward pass both loop over time, each pass
+    # needing the one after or before: no tensor operation replaces such a loop.
+    code = training_code(PACK)
+    assert [loop["carried"] for loop in python_loops(code)] == [["dc_next", "dh_next"], ["c", "h"]]
+    assert speed_notes(code) == []
+    assert speed_notes(training_code(PACK, {"bptt/lstm_backward": CORRECT["bptt/lstm_backward"]}))\
+        == []
+    # A loop of the learner's that only gathers what the recurrence left still gets the note.
+    gathered = CORRECT["bptt/lstm_backward"].replace(
+        "    return d @ Wx.T,",
+        "    dxs = torch.zeros_like(xs)\n    for s in range(T):\n"
+        "        dxs[:, s] = d[:, s] @ Wx.T\n    return dxs,")
+    (note,) = speed_notes(training_code(PACK, {"bptt/lstm_backward": gathered}))
+    assert "dxs is computed in a Python for loop" in note and "Bonus challenge" in note
 
 def test_clipping_bounds_the_update_and_leaves_the_gradients_alone():
     import torch

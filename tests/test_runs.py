@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from types import SimpleNamespace
 
+from tutor.commands.train import progress_line
 from tutor.evaluator.worker import stopped
 from tutor.pack.model import load_pack
 from tutor.session.controller import Lesson
@@ -162,12 +163,16 @@ def test_progress_messages_read_into_types_and_back():
          "checks": [ParameterCheck("C", "dC", steps=2).to_dict()]},
         {"phase": "train", "step": 150, "steps": 200, "every": 1, "points": [0.5, 0.49],
          "steps_per_s": 1200.5, "eta_s": 0.04, "loss": 3.1, "lr": 0.1},
-        {"phase": "results", "step": 200, "steps": 200},
+        {"phase": "results", "step": 200, "steps": 200, "doing": "the losses"},
     ]
     typed = [RunProgress.from_dict(p) for p in sent]
     assert [p.phase for p in typed] == [RunPhase.GRADCHECK, RunPhase.TRAIN, RunPhase.RESULTS]
     assert typed[0].checks[0].grad == "dC" and typed[1].steps_per_s == 1200.5
     assert [p.to_dict() for p in typed] == sent
+    # Phase 3 says what it does, as the run sent it; without that, words true of any pack.
+    assert progress_line(typed[2]) == "the losses"
+    plain = RunProgress.from_dict({"phase": "results", "step": 200, "steps": 200})
+    assert progress_line(plain) == "evaluating the network"
 
 
 # --- does it pass the exercise? (runs.exercise_verdict, the one rule) ---------------------------

@@ -85,6 +85,40 @@ def test_a_python_loop_for_dC_is_noticed_and_not_rewritten():
     assert speed_notes(training_code(PACK)) == []
 
 
+
+RECURRENCE = """
+def run(xs, h, W):
+    out = []
+    for s in range(xs.shape[1]):
+        h = torch.tanh(xs[:, s] + h @ W)
+        out.append(h)
+    return out
+"""
+
+
+@pytest.mark.parametrize("code, carried", [
+    (RECURRENCE, ["h"]),
+    # read, then bound later in the same pass: the next pass reads this one's value
+    ("for s in range(T):\n    dh = dhs[:, s] + dh_next\n    dh_next = dh @ W.T", ["dh_next"]),
+    # an unpacked target and a recurrence in an inner loop are recurrences too
+    ("for s in range(T):\n    a, h = f(h)", ["h"]),
+    ("for k in range(n):\n    for s in range(T):\n        h = g(h)", ["h"]),
+    # bound in one branch only, so the read after it may see the pass before
+    ("for s in range(T):\n    if s:\n        h = g(s)\n    y = h", ["h"]),
+    # bound before it is read in every pass: nothing crosses to the next one
+    ("for s in range(T):\n    h = hs[:, s]\n    y = h @ W", []),
+    ("for s in range(T):\n    if s:\n        h = g(s)\n    else:\n        h = h0\n    y = h",
+     []),
+    # accumulators sum their passes in any order
+    ("for s in range(T):\n    dW += xs[:, s].T @ d[:, s]\n    dC[Xb[s]] += demb[s]", []),
+    (LOOP_DC, []),
+])
+def test_a_loop_whose_passes_need_each_other_is_a_recurrence(code, carried):
+    (loop,) = python_loops(code)
+    assert loop["carried"] == carried
+    notes = speed_notes(code)
+    assert (notes == []) if carried else ("Bonus challenge" in notes[0])
+
 def test_settings_follow_the_lecture():
     s = TrainingSettings.from_pack(PACK)
     assert (s.n_embd, s.n_hidden, s.batch_size, s.steps) == (10, 200, 32, 200_000)
@@ -115,6 +149,9 @@ def test_reference_run_matches_autograd_then_lowers_the_loss(engine):
     assert r["steps_per_s"] > 0 and r["wall_s"] > 0
     phases = [u["phase"] for u in updates]
     assert phases[0] == "gradcheck" and "train" in phases and phases[-1] == "results"
+    # makemore's [training.eval] defines calibrate (batchnorm's statistics), so phase 3 says so
+    assert updates[-1]["doing"] == ("calibrating the network over the training set, then the "
+                                    "losses and the samples")
     json.dumps(r)  # plain data only
 
 

@@ -24,9 +24,15 @@ from tutor.pack.model import load_pack
 from tutor.session.controller import Lesson
 from tutor.session.store import Store
 from tutor.training import training_code
-from tutor.ui.screens.training import DRAFT_DELAY, LossPlot, TrainingScreen, braille_curve
+from tutor.ui.screens.training import (
+    DRAFT_DELAY,
+    LossPlot,
+    TrainingProgress,
+    TrainingScreen,
+    braille_curve,
+)
 from tutor.ui.widgets.editor import CodeEditor
-from tutor.values.runs import RunProgress, RunStatus, TrainingRun
+from tutor.values.runs import RunPhase, RunProgress, RunStatus, TrainingRun
 
 PACK = load_pack()
 STEPS = 2000
@@ -153,6 +159,19 @@ async def test_run_streams_progress_then_shows_results():
         assert "97/100" in plain(screen.query_one("#train-gradcheck"))
         assert len(screen.query_one(LossPlot).points) == STEPS // EVERY
 
+
+
+@sync
+async def test_phase_3_says_what_the_run_says_it_does():
+    # What phase 3 does is the pack's (a calibration only where its evaluation defines one):
+    # the screen shows the run's words and adds none of its own.
+    screen = screen_for(MadeUpEvaluator())
+    async with Host(screen).run_test(size=(140, 45)) as pilot:
+        screen.post_message(TrainingProgress(RunProgress(
+            RunPhase.RESULTS, STEPS, steps=STEPS, doing="the losses, then the samples")))
+        await pilot.pause()
+        phase = str(screen.query_one("#train-phase").content)
+        assert phase == "Phase 3 · the losses, then the samples…"
 
 @sync
 async def test_a_run_stopped_from_outside_says_why():

@@ -112,3 +112,147 @@ def changed_in_place(tree: ast.AST) -> tuple[str, ...]:
             if isinstance(target, ast.Name):
                 out.append(target.id)
     return tuple(dict.fromkeys(out))
+
+
+# --- what a loop hands from one pass to the next ---------------------------------------------
+
+
+def carried(loop: ast.For | ast.While) -> set[str]:
+    """Names one pass of the loop hands to the next: bound with a plain `=` in the loop and read
+    there before that pass binds them (`dh = dhs[:, s] + dh_next` ... `dh_next = ...`), in the
+    loop or in a loop inside it. Such a loop is a recurrence: each pass needs the one before, so
+    no tensor operation can do all of them at once. An accumulator (`dW += ...`, `dC[ix] += ...`)
+    is not one: its passes can be summed in any order."""
+    plain = _plain_bound(loop)
+    found: set[str] = set()
+    if isinstance(loop, ast.While):
+        found |= _loads(loop.test) & plain  # the test is read at the start of every pass
+    start = bound(loop.target) if isinstance(loop, ast.For) else set()
+    _block(loop.body, start, plain, found)
+    return found
+
+
+def _plain_bound(loop: ast.For | ast.While) -> set[str]:
+    """Names a plain `=` (or `x: T = ...`, or `x := ...`) binds in the loop's body."""
+    out: set[str] = set()
+    for stmt in loop.body:
+        for n in _walk_here(stmt):
+            if isinstance(n, ast.Assign):
+                for target in n.targets:
+                    out |= _target_names(target)
+            elif isinstance(n, ast.AnnAssign) and n.value is not None:
+                out |= _target_names(n.target)
+            elif isinstance(n, ast.NamedExpr):
+                out.add(n.target.id)
+    return out
+
+
+def _target_names(target: ast.expr) -> set[str]:
+    """The plain names an assignment target rebinds (`x`, `a, b`, `*rest`), not `x[i]`/`x.a`."""
+    if isinstance(target, ast.Name):
+        return {target.id}
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return set().union(*(_target_names(e) for e in target.elts))
+    if isinstance(target, ast.Starred):
+        return _target_names(target.value)
+    return set()
+
+
+def _walk_here(node: ast.AST) -> Iterator[ast.AST]:
+    """`ast.walk` that does not go into a function or class defined inside: its body runs later,
+    in a scope of its own."""
+    yield node
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            continue
+        yield from _walk_here(child)
+
+
+def _loads(node: ast.AST) -> set[str]:
+    """Names an expression (or the parts of a statement it is handed) reads, less the names a
+    comprehension in it binds for itself."""
+    names = set()
+    own = set()
+    for n in _walk_here(node):
+        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load):
+            names.add(n.id)
+        elif isinstance(n, ast.comprehension):
+            own |= bound(n.target)
+    return names - own
+
+
+def _block(body: list[ast.stmt], assigned: set[str], plain: set[str], found: set[str]) -> set[str]:
+    """Follow one pass through `body` in order: every read of a name in `plain` that this pass
+    has not bound yet goes into `found`. Returns the names surely bound once the block ends."""
+    assigned = set(assigned)
+    for stmt in body:
+        assigned = _statement(stmt, assigned, plain, found)
+    return assigned
+
+
+def _statement(stmt: ast.stmt, assigned: set[str], plain: set[str],
+               found: set[str]) -> set[str]:
+    def reads(*nodes: ast.AST | None) -> None:
+        for node in nodes:
+            if node is not None:
+                found.update((_loads(node) & plain) - assigned)
+
+    if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        reads(*stmt.decorator_list)
+        return assigned | {stmt.name}
+    if isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+        # the value is computed first; `x[i] = v` and `x += v` read x too
+        targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+        reads(stmt.value, *(t for t in targets if not isinstance(t, ast.Name)))
+        if isinstance(stmt, ast.AugAssign):
+            name = stmt.target.id if isinstance(stmt.target, ast.Name) else None
+            if name in plain and name not in assigned:
+                found.add(name)  # `x += v` reads the x an earlier pass bound
+            return assigned
+        if isinstance(stmt, ast.AnnAssign) and stmt.value is None:
+            return assigned
+        return assigned | set().union(*(_target_names(t) for t in targets)) | _walrus(stmt)
+    if isinstance(stmt, ast.If):
+        reads(stmt.test)
+        here = assigned | _walrus(stmt.test)
+        # only what both branches bind is bound afterwards
+        return (_block(stmt.body, here, plain, found)
+                & _block(stmt.orelse, here, plain, found))
+    if isinstance(stmt, (ast.For, ast.While)):
+        # an inner loop may run no pass at all: what it binds is not surely bound after it
+        if isinstance(stmt, ast.For):
+            reads(stmt.iter)
+            inner = assigned | bound(stmt.target)
+        else:
+            reads(stmt.test)
+            inner = set(assigned)
+        _block(stmt.body, inner, plain, found)
+        _block(stmt.orelse, assigned, plain, found)
+        found.update(carried(stmt))  # a recurrence inside makes the whole loop one
+        return assigned
+    if isinstance(stmt, (ast.With, ast.AsyncWith)):
+        reads(*(item.context_expr for item in stmt.items))
+        here = assigned | set().union(*(bound(item.optional_vars) for item in stmt.items
+                                         if item.optional_vars is not None))
+        return _block(stmt.body, here, plain, found)
+    if isinstance(stmt, ast.Delete):
+        reads(*(t for t in stmt.targets if not isinstance(t, ast.Name)))
+        return assigned - bound(stmt)
+    if isinstance(stmt, ast.Try):
+        # each block on its own, from what was bound before the try: any may be cut short
+        for block in (stmt.body, stmt.orelse, stmt.finalbody,
+                      *(handler.body for handler in stmt.handlers)):
+            _block(block, assigned, plain, found)
+        return assigned
+    if isinstance(stmt, ast.Match):
+        reads(stmt.subject)
+        for case in stmt.cases:
+            reads(case.guard)
+            _block(case.body, assigned, plain, found)
+        return assigned
+    reads(stmt)
+    return assigned | _walrus(stmt)
+
+
+def _walrus(node: ast.AST) -> set[str]:
+    return {n.target.id for n in _walk_here(node) if isinstance(n, ast.NamedExpr)}

@@ -330,7 +330,7 @@ def progress_line(p: RunProgress) -> str:
     if p.phase is RunPhase.GRADCHECK:
         return f"gradient check against autograd: step {p.step}/{p.of}"
     if p.phase is RunPhase.RESULTS:
-        return "calibrating batchnorm over the training set, then the losses and the samples"
+        return p.doing
     steps = p.steps or 0
     done = p.step / steps if steps else 0.0
     filled = int(done * BAR_WIDTH)

@@ -76,13 +76,21 @@ class Dataset:
                 and isinstance(v, int)}
 
 
+def setup_functions(fns: dict) -> dict:
+    """What the setup defines that a forward line may call: its functions and classes (a helper
+    that runs several steps of a network, say), not the modules it was given."""
+    return {k: v for k, v in fns.items() if callable(v) and not k.startswith("_")}
+
+
 def forward_namespace(pack: Pack, params: dict[str, Tensor], Xb: Tensor, Yb: Tensor,
                       dtype: torch.dtype, device: torch.device, sources: list[str],
-                      sizes: dict) -> dict:
+                      sizes: dict, *, fns: dict) -> dict:
     """The pack's forward lines run with autograd on every parameter: the one place the lesson
-    and the training run's gradient check both get autograd's view of the network."""
+    and the training run's gradient check both get autograd's view of the network. `fns` is
+    the setup's namespace: its functions are in scope."""
     n = int(Xb.shape[0])
-    ns: dict = {"torch": torch, "F": F, "math": math, **sizes, "n": n, "batch_size": n}
+    ns: dict = {**setup_functions(fns), "torch": torch, "F": F, "math": math, **sizes, "n": n,
+                "batch_size": n}
     for name, p in params.items():
         ns[name] = p.detach().to(device=device, dtype=dtype).clone().requires_grad_(True)
     # Float inputs follow the pass's precision (indices, as in makemore, stay integers).
@@ -178,7 +186,7 @@ class Network:
     def _forward_backward(self, Xb, Yb, dtype, device, lines):
         """Run the forward lines with autograd on, then ask autograd for every graded gradient."""
         ns = forward_namespace(self.pack, self.params, Xb, Yb, dtype, device,
-                               [line.source for line in lines], self.sizes)
+                               [line.source for line in lines], self.sizes, fns=self.fns)
         loss = ns[self.pack.loss]
         differentiable = [
             k
@@ -236,8 +244,11 @@ _OPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.Pow: "**", 
 def _fmt(value) -> str:
     if isinstance(value, Tensor):
         return "[" + ", ".join(str(d) for d in value.shape) + "]"
-    if isinstance(value, tuple | list):  # torch.lstm's (output, h, c): each part's shape
-        return "(" + ", ".join(_fmt(v) for v in value) + ")"
+    if isinstance(value, tuple) and value and all(isinstance(v, Tensor) for v in value):
+        # what a setup helper hands back: a named tuple shows its names
+        names = getattr(value, "_fields", None) or [""] * len(value)
+        return "(" + ", ".join(f"{k} {_fmt(v)}".strip() for k, v in zip(names, value,
+                                                                         strict=False)) + ")"
     return "scalar"
 
 

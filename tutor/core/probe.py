@@ -147,7 +147,7 @@ class Graph:
         sources = [line.source for line in network.pack.forward_lines]
         Xb, Yb = batch.values["Xb"], batch.values["Yb"]
         return cls(*(forward_namespace(network.pack, network.params, Xb, Yb, dtype, device,
-                                       sources, network.sizes)
+                                       sources, network.sizes, fns=network.fns)
                      for dtype, device in ((torch.float32, network.device),
                                            (torch.float64, torch.device("cpu")))))
 

@@ -6,8 +6,8 @@ A run has three phases, as in the lecture's last cell:
    with autograd's on the same batch (the cmp table); a divergence stops the run and says where;
 2. training: the remaining steps run the learner's code alone, with autograd switched off
    (torch.inference_mode: no_grad that also skips autograd's version counters);
-3. results: the pack's own evaluation (batchnorm calibrated over the training set, the split
-   losses, sampled names for makemore).
+3. results: the pack's own evaluation (the network calibrated over the training set where the
+   pack defines how, the split losses, sampled names), as the run's progress says.
 
 `plan` is the text work (the editor's code, the settings, notes about the code, recording a
 run) that the UI and the CLI use; `run` is the computation, in the evaluator process. Neither

@@ -12,7 +12,7 @@ import textwrap
 from collections.abc import Collection, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 
-from tutor.code_facts import read, written
+from tutor.code_facts import carried, read, written
 from tutor.config import DEFAULT_SEED
 from tutor.pack.model import Exercise, Pack, Step
 from tutor.values.durations import spaced
@@ -311,22 +311,30 @@ def _loops(body: list[ast.stmt]) -> Iterator[ast.For | ast.While]:
 
 
 def python_loops(code: str) -> list[dict]:
-    """Each outermost Python loop: its line and the gradients it computes."""
+    """Each outermost Python loop: its line, the gradients it computes and what each pass hands
+    to the next (`carried`: empty unless the loop is a recurrence)."""
     try:
         tree = ast.parse(code)
     except SyntaxError:
         return []
     return [
         {"line": loop.lineno, "kind": "for" if isinstance(loop, ast.For) else "while",
-         "gradients": sorted(n for n in written(loop) if n.startswith("d") and len(n) > 1)}
+         "gradients": sorted(n for n in written(loop) if n.startswith("d") and len(n) > 1),
+         "carried": sorted(carried(loop))}
         for loop in _loops(tree.body)
     ]
 
 
 def speed_notes(code: str) -> list[str]:
-    """What in the code will make training slow, said without rewriting it."""
+    """What in the code will make training slow, said without rewriting it.
+
+    A recurrence (a loop whose every pass needs the one before, as through time) is left
+    without a note: it cannot be done without the loop, so the note's challenge would be wrong.
+    """
     notes = []
     for loop in python_loops(code):
+        if loop["carried"]:
+            continue
         what = (f"{', '.join(loop['gradients'])} is computed in a Python {loop['kind']} loop"
                 if loop["gradients"] else f"a Python {loop['kind']} loop runs on every step")
         notes.append(

@@ -147,6 +147,21 @@ def evaluation_namespace(pack: Pack, fns: dict, sizes: dict | None = None) -> di
     return ns
 
 
+def results_doing(calibrates: bool, samples: bool) -> str:
+    """What phase 3 does, as its progress says it: only what the pack's [training.eval]
+    defines (a pack without `calibrate` calibrates nothing; what it calibrates, batchnorm's
+    statistics for makemore, is the pack's own text to explain)."""
+    if calibrates:
+        rest = "the losses and the samples" if samples else "the losses"
+        return f"calibrating the network over the training set, then {rest}"
+    losses = "the losses on the training and the validation split"
+    return f"{losses}, then the samples" if samples else losses
+
+
+# What phase 3 goes on to do when the reference must be trained to compare the run with.
+REPLAY_DOING = "training the reference solutions for as many steps, to compare your loss with"
+
+
 def training_namespace(params: dict[str, Tensor], n: int, out: Any = None,
                        sizes: dict[str, int] | None = None) -> dict:
     """The learner's namespace: parameters, n, torch/F/math and the sandbox's builtins.
@@ -511,7 +526,7 @@ class Trainer:
         from tutor.core.network import forward_namespace
 
         ns = forward_namespace(self.pack, self.params, Xb, Yb, dtype, device, self.forward,
-                               self.sizes)
+                               self.sizes, fns=self.engine.network.fns)
         with torch.enable_grad():
             wanted = [k for k in names if isinstance(ns.get(k), torch.Tensor)]
             grads = torch.autograd.grad(ns[self.pack.loss], [ns[k] for k in wanted])
@@ -891,7 +906,8 @@ class Trainer:
 
         def progress(_p: dict) -> None:
             # Heard by the worker's clock; the learner sees the results phase go on.
-            self.progress(RunProgress(RunPhase.RESULTS, self.steps_done, steps=steps))
+            self.progress(RunProgress(RunPhase.RESULTS, self.steps_done, steps=steps,
+                                      doing=REPLAY_DOING))
 
         replay = Trainer(self.engine, {"steps": steps, "gradcheck_steps": 0, "reference": True},
                          progress, self.cancel, self.window)
@@ -904,12 +920,14 @@ class Trainer:
 
         started = time.monotonic()
         self.window("results")
-        self.progress(RunProgress(RunPhase.RESULTS, self.steps_done, steps=self.s.steps))
+        # The pack says how its network is evaluated after training (see its [training.eval]).
+        fns = evaluation_namespace(self.pack, self.engine.network.fns, self.sizes)
+        self.progress(RunProgress(
+            RunPhase.RESULTS, self.steps_done, steps=self.s.steps,
+            doing=results_doing("calibrate" in fns, "sample" in fns and self.s.samples > 0)))
         splits = self.engine.network.dataset.splits
         Xtr, Ytr = (t.to(self.device) for t in splits["train"])
         Xva, Yva = (t.to(self.device) for t in splits["val"])
-        # The pack says how its network is evaluated after training (see its [training.eval]).
-        fns = evaluation_namespace(self.pack, self.engine.network.fns, self.sizes)
         with torch.no_grad():
             state = fns["calibrate"](self.params, Xtr) if "calibrate" in fns else None
             self.result.train_loss = fns["evaluate"](self.params, state, Xtr, Ytr)

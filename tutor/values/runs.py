@@ -530,7 +530,8 @@ class TrainingRun(Record):
 @dataclass(repr=False, eq=False)
 class RunProgress(Record):
     """One progress message of a running run. Phase 1 carries the gradient check so far, phase
-    2 the new points of the loss curve and the pace, phase 3 only that it has begun."""
+    2 the new points of the loss curve and the pace, phase 3 that it has begun and what it does
+    (`doing`: the pack's evaluation differs, so the run says, not the front end)."""
 
     phase: RunPhase | None
     step: int = 0
@@ -544,6 +545,9 @@ class RunProgress(Record):
     loss: float | None = None
     lr: float | None = None
     picture: dict | None = None  # phase 2: the latest of the run's pictures (TrainingRun)
+    # phase 3: what it does, in words that follow "Phase 3 · " (a message without them still
+    # says something true of every pack)
+    doing: str = "evaluating the network"
 
     @classmethod
     def from_dict(cls, d: dict) -> RunProgress:
@@ -558,7 +562,8 @@ class RunProgress(Record):
                    _whole(d.get("every")),
                    [v for v in d.get("points") or [] if _number(v) is not None],
                    *(_number(d.get(k)) for k in ("steps_per_s", "eta_s", "loss", "lr")),
-                   snapshot(d.get("picture")))
+                   snapshot(d.get("picture")),
+                   *([d["doing"]] if isinstance(d.get("doing"), str) else []))
 
     def to_dict(self) -> dict:
         d: dict = {"phase": str(self.phase) if self.phase else None, "step": self.step}
@@ -568,4 +573,4 @@ class RunProgress(Record):
             return {**d, "steps": self.steps, "every": self.every, "points": self.points,
                     "steps_per_s": self.steps_per_s, "eta_s": self.eta_s, "loss": self.loss,
                     "lr": self.lr, "picture": self.picture}
-        return {**d, "steps": self.steps}
+        return {**d, "steps": self.steps, "doing": self.doing}

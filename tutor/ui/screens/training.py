@@ -618,9 +618,7 @@ class TrainingScreen(Screen):
                 self.pictures = [*self.pictures[:1], p.picture]
                 self._show_picture(self.pictures)
         elif p.phase is RunPhase.RESULTS:
-            self._phase(Text.styled(
-                "Phase 3 · calibrating batchnorm over the training set, then the "
-                "losses and the samples…", "bold"))
+            self._phase(Text.styled(f"Phase 3 · {p.doing}…", "bold"))
 
     @on(TrainingFinished)
     def _finished(self, message: TrainingFinished) -> None:

@@ -53,17 +53,23 @@ def a_run(**changes) -> dict:
         "last_loss": None, "steps_per_s": None, "gradcheck_s": 0.0228, "train_s": None,
         "compile_s": None, "results_s": None, "wall_s": 0.031, "stdout": "printed\n",
         "lecture": {"train_loss": 2.0705, "val_loss": 2.1099}, "reference_train_loss": None,
+        "pictures": [],
         "exercise": {"passed": False, "reason": "your gradients differed from autograd's at "
                      "step 0"},
     }
     return {**run, **changes}
 
 
+PICTURE = {"step": 5, "panel": {"title": "dh_t", "case": "8 longest validation names",
+                                 "yours": [0.03, None], "autograd": [0.03, 0.01],
+                                 "wrong": [False, False]}}
+
+
 def test_the_plain_data_reads_into_types_and_back_unchanged():
     unchecked = {"passed": False, "reason": "the gradient check did not run"}
     for plain in (a_run(), a_run(run_id=4), a_run(run_id=None), a_run(status="finished",
                   error=None, gradcheck=None, samples=["mora"], train_loss=2.2, val_loss=2.3,
-                  exercise=unchecked)):
+                  exercise=unchecked), a_run(pictures=[PICTURE])):
         run = TrainingRun.from_dict(plain)
         assert json.dumps(run.to_dict()) == json.dumps(plain)  # keys, order and values
 
@@ -162,7 +168,7 @@ def test_progress_messages_read_into_types_and_back():
         {"phase": "gradcheck", "step": 2, "of": 100,
          "checks": [ParameterCheck("C", "dC", steps=2).to_dict()]},
         {"phase": "train", "step": 150, "steps": 200, "every": 1, "points": [0.5, 0.49],
-         "steps_per_s": 1200.5, "eta_s": 0.04, "loss": 3.1, "lr": 0.1},
+         "steps_per_s": 1200.5, "eta_s": 0.04, "loss": 3.1, "lr": 0.1, "picture": None},
         {"phase": "results", "step": 200, "steps": 200, "doing": "the losses"},
     ]
     typed = [RunProgress.from_dict(p) for p in sent]
@@ -219,3 +225,14 @@ def test_a_wrong_gradient_at_a_step_drawn_at_random_is_named():
     run.gradcheck.random_steps = [8417]
     assert run.exercise.reason == ("your gradients differed from autograd's at step 8417 (a step "
                                    "chosen at random)")
+
+
+def test_a_picture_that_is_not_well_formed_is_dropped_when_read_back():
+    odd = [{"step": 1, "panel": {**PICTURE["panel"], "wrong": [False]}},  # lengths differ
+           {"step": "5", "panel": PICTURE["panel"]},
+           {"step": 2, "panel": {**PICTURE["panel"], "autograd": ["big", 0.1]}},
+           "a picture", PICTURE]
+    assert TrainingRun.from_dict(a_run(pictures=odd)).pictures == [PICTURE]
+    progress = RunProgress.from_dict({"phase": "train", "step": 9, "picture": PICTURE})
+    assert progress.picture == PICTURE and progress.to_dict()["picture"] == PICTURE
+    assert RunProgress.from_dict({"phase": "train", "picture": {"step": 1}}).picture is None

@@ -423,12 +423,14 @@ class Trainer:
             self.forward = [self.s.forward_code]
         self.update = self._update()
         self.picture = RunPicture.of(self.pack, self.s.picture, self.code_text)
-        # The picture's batch: the longest validation names, where a gradient has the most
-        # steps to travel back through (Y marks each position that is a character).
-        Xva, Yva = splits["val"]
-        longest = (Yva >= 0).sum(1).argsort(descending=True, stable=True)[:PICTURE_NAMES]
-        self.picture_batch = (Xva[longest].to(self.device), Yva[longest].to(self.device))
         self.next_picture = 0
+        if self.picture is not None:
+            # The picture's batch: the longest validation names, where a gradient has the
+            # most steps to travel back through (Y marks each position that is a character).
+            Xva, Yva = splits["val"]
+            lengths = (Yva >= 0).reshape(len(Yva), -1).sum(1)
+            longest = lengths.argsort(descending=True, stable=True)[:PICTURE_NAMES]
+            self.picture_batch = (Xva[longest].to(self.device), Yva[longest].to(self.device))
 
     def _update(self) -> Update:
         update = self._optimizer()

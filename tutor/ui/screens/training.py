@@ -208,7 +208,7 @@ class TrainingScreen(Screen):
     #train-progress { width: auto; height: 1; }
     #train-rate { height: 1; color: $text-muted; }
     #train-plot { margin-top: 1; }
-    #train-picture { height: auto; margin-top: 1; }
+    #train-picture { height: auto; margin-top: 1; display: none; }
     #train-results-box { height: auto; }
     #train-results { height: auto; margin-top: 1; }
     #train-notes { height: auto; margin-top: 1; color: $warning; }
@@ -636,8 +636,9 @@ class TrainingScreen(Screen):
     def _show_picture(self, pictures: list[dict]) -> None:
         """The run's latest picture through time, its first one's range beside (none for a
         lesson without one)."""
-        self.query_one("#train-picture", Static).update(
-            run_picture(pictures[-1], pictures[0]) if pictures else "")
+        view = self.query_one("#train-picture", Static)
+        view.display = bool(pictures)  # a lesson without a picture keeps its layout
+        view.update(run_picture(pictures[-1], pictures[0]) if pictures else "")
 
     def _show_run(self, r: TrainingRun, reopened: bool = False) -> None:
         """Fill the panels with one run's outcome: its curve, checks, losses and notes."""

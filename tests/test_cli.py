@@ -125,3 +125,12 @@ def test_help_names_the_cell_marker_as_it_is_typed(command):
     assert out.returncode == 0
     text = " ".join(out.stdout.split())
     assert "`# %% STEP_ID`" in text and "`# % STEP_ID`" not in text
+
+
+def test_the_seed_help_gives_the_default_itself():
+    # Every lesson starts from the same seed, the LSTM's and the GPT's too, which have no
+    # lecture: the help says the number rather than whose it is.
+    from tutor.config import DEFAULT_SEED
+
+    out = " ".join(cli("--help").stdout.split())
+    assert f"seed of the parameters and the batches (default {DEFAULT_SEED})" in out

@@ -389,3 +389,33 @@ def test_a_shape_that_broadcasts_passes_with_its_note_shown(home):
     out = cli(home, "check", "atomic/bngain", "--code", code, columns=100)
     assert out.returncode == 0, out.stdout
     assert "note: dbngain is [64] where bngain is [1, 64]" in _flat(out.stdout)
+
+
+def test_wrapping_never_cuts_a_code_span_that_fits_on_a_line():
+    from tutor.session.report import wrap
+
+    text = ("`h_prev` and `c_prev` are step `s - 1`'s, or `h0` and `c0` at the first step, and "
+            "the long one is `dx, dh_prev, dc_prev, dWx, dWh, db = f(dh, dc, x, h_prev, c_prev)`.")
+    for width in range(40, 90):
+        lines = wrap(text, "", "", width)
+        assert " ".join(lines) == text
+        # only the span wider than a whole line, the last, may break (at its spaces)
+        whole = lines[:next(k for k, line in enumerate(lines) if "`dx," in line)]
+        for line in whole:
+            assert line.count("`") % 2 == 0, (width, lines)
+            assert len(line) <= width, (width, lines)
+
+
+def test_show_wraps_every_paragraph_alike_and_keeps_code_spans_whole(home):
+    # The LSTM's step through time: `s - 1` must not be cut after its minus sign, and the
+    # sentence on how the function is called hangs no indent the explanation does not.
+    for columns in (70, 80, 90):
+        out = cli(home, "--pack", "lstm", "show", "bptt/lstm_backward", "--no-shapes",
+                  columns=columns)
+        assert out.returncode == 0, out.stderr
+        prose = out.stdout.split("\n\n", 2)[2].split("\nTemplate:")[0]
+        explanation = prose.split("The tutor calls your function as")[0]
+        for line in explanation.splitlines():
+            assert line.count("`") % 2 == 0, f"a code span cut at {line!r}\n{out.stdout}"
+        for line in prose.splitlines():
+            assert not line.startswith(" "), f"indented unlike the rest: {line!r}\n{out.stdout}"

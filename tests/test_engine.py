@@ -324,3 +324,39 @@ def test_what_a_child_sends_back_is_read_into_types_once_and_never_trusted():
     assert answer.timeout is True and answer.record("main") == {"error": None}
     assert answer.record("x") is None and answer.crashed is None
     assert ChildAnswer.of("not a dict").crashed and ChildAnswer.of({}).records == {}
+
+
+def test_shape_annotations_show_every_operand_of_a_line_with_several_operators():
+    # `x_t @ Wx_t + h_prev @ Wh_t + b_t`: every operand in the order of the line, and the
+    # products by their factors, not only the last `+`'s two sides; brackets where the line
+    # groups, numbers as written.
+    import torch
+
+    from tutor.core.network import MAX_ANNOTATION, annotate
+    from tutor.pack.model import _parse_line
+
+    ns = {"x_t": torch.zeros(32, 10), "Wx_t": torch.zeros(10, 128), "h_prev": torch.zeros(32, 32),
+          "Wh_t": torch.zeros(32, 128), "b_t": torch.zeros(128), "f": torch.zeros(32, 32),
+          "c_prev": torch.zeros(32, 32), "i": torch.zeros(32, 32), "g": torch.zeros(32, 32),
+          "v": torch.zeros(1, 64), "n": 32}
+    cases = {
+        "ifgo = x_t @ Wx_t + h_prev @ Wh_t + b_t":
+            "[32, 128] ← [32, 10] @ [10, 128] + [32, 32] @ [32, 128] + [128]",
+        "c = f * c_prev + i * g": "[32, 32] ← [32, 32] * [32, 32] + [32, 32] * [32, 32]",
+        "r = (v + 1e-5)**-0.5": "[1, 64] ← ([1, 64] + 1e-5) ** -0.5",
+        "m = 1/n*v.sum(0, keepdim=True)": "[1, 64] ← 1/n * [1, 64]",
+        "d = f - (i - g)": "[32, 32] ← [32, 32] - ([32, 32] - [32, 32])",
+    }
+    for index, (source, shown) in enumerate(cases.items()):
+        line = _parse_line(index, source, 1)
+        ns[line.target] = eval(source.split(" = ", 1)[1], {}, dict(ns))
+        assert annotate(line, ns)["annotation"] == shown
+
+    # Too long for a narrow panel: the products by their results, then the last operator's
+    # two sides alone.
+    for name in ("x_t", "Wx_t", "h_prev", "Wh_t"):
+        ns[name] = ns[name].unsqueeze(0).expand(1000, *ns[name].shape)
+    ns["big"] = ns["x_t"] @ ns["Wx_t"] + ns["h_prev"] @ ns["Wh_t"] + ns["b_t"]
+    text = annotate(_parse_line(9, "big = x_t @ Wx_t + h_prev @ Wh_t + b_t", 1), ns)["annotation"]
+    assert text == "[1000, 32, 128] ← [1000, 32, 128] + [1000, 32, 128] + [128]"
+    assert len(text) <= MAX_ANNOTATION

@@ -165,6 +165,24 @@ def test_the_traps_of_bptt_are_catalogued():
     assert "dh = dstate[0].clone()" in codes["step/state"]  # the output's branch of h lost
 
 
+@pytest.mark.parametrize(("step_id", "code", "slips"), [
+    ("step/gates", "dai = di * ai * (1 - ai)\ndaf = df * af * (1 - af)\ndao = do * ao * (1 - ao)",
+     {"ai": "`i`, not `ai`", "af": "`f`, not `af`", "ao": "`o`, not `ao`"}),
+    ("step/gates", "dai = di * (1 - i**2)\ndaf = df * (1 - f**2)\ndao = do * (1 - o**2)",
+     {"ai": "derivative of a tanh", "af": "forget gate `f` is a sigmoid",
+      "ao": "output gate `o` is a sigmoid"}),
+    ("step/g", "dag = dg * (1 - ag**2)", {"ag": "`g`, not `ag`"}),
+])
+def test_a_slip_made_on_every_gate_is_named_on_each(engine, step_id, code, slips):
+    """The derivative written with each gate's pre-activation (or a tanh's derivative for each
+    sigmoid) is one slip repeated: every gate's row says what it is, not just the first."""
+    checks = {c["tensor"]: c for c in engine.check(step_id, code).to_dict()["checks"]}
+    for tensor, words in slips.items():
+        diagnosis = checks[tensor]["diagnosis"]
+        assert diagnosis is not None, checks[tensor]["message"]
+        assert diagnosis["kind"] == "known_mistake" and words in diagnosis["message"]
+
+
 def test_a_gradient_from_the_future_is_needed_at_step_t(engine):
     """The step's h and c are read by the steps after t: without that branch dh is wrong, which
     is what makes the exercise about time and not about one feed-forward cell."""

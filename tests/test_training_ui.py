@@ -489,6 +489,38 @@ def test_the_completion_screen_tells_the_run_that_finished_exercise_4():
         console.print(line)
     text = console.export_text()
     assert "Your gradients trained the network for 2 000 steps in 0 min 02 s." in text
-    assert "train loss 2.2500, val loss 2.5000 (the lecture: 2.0705, 2.1099)" in text
+    assert "train loss 2.2500, val loss 2.5000 (lecture: 2.0705, 2.1099)" in text
     assert "name0  name1" in text and "name8" not in text
     assert run_lines(None) == []
+
+
+def test_the_losses_a_run_is_shown_beside_are_labelled_as_the_pack_says():
+    """Where the reference losses are not a lecture's (the LSTM and the GPT compare with
+    makemore's MLP), every place that shows them says so; makemore keeps `lecture`."""
+    from tutor.pack.model import find_pack
+    from tutor.session.runtext import format_run
+    from tutor.ui.screens.completion import run_lines
+    from tutor.ui.screens.training import results_view
+
+    lstm, gpt = (load_pack(find_pack(name)) for name in ("lstm", "gpt"))
+    assert PACK.baseline == "lecture"
+    assert lstm.baseline == gpt.baseline == "makemore's MLP"
+    run = TrainingRun.from_dict(made_up_run())
+
+    lines = format_run(run, lstm.baseline).splitlines()
+    head = next(line for line in lines if "yours" in line)
+    assert "makemore's MLP" in head and "lecture" not in head
+    train = next(line for line in lines if line.lstrip().startswith("train loss"))
+    # each number ends under the end of its column's head
+    assert train.index("2.2500") + 6 == head.index("yours") + 5
+    assert train.index("2.0705") + 6 == head.index("makemore's MLP") + len("makemore's MLP")
+    assert "lecture" in format_run(run)
+
+    console = Console(width=200, file=io.StringIO(), record=True)
+    for line in run_lines(run, lstm.baseline):
+        console.print(line)
+    console.print(results_view(run, lstm.baseline))
+    text = console.export_text()
+    assert "(makemore's MLP: 2.0705, 2.1099)" in text
+    assert "makemore's MLP" in next(line for line in text.splitlines() if "yours" in line)
+    assert "lecture" not in text

@@ -206,3 +206,18 @@ def test_the_runner_takes_each_job_before_submit_returns_and_runs_them_in_order_
     runner.close()
     thread.join(5)
     assert not thread.is_alive()
+
+
+def test_the_welcome_speaks_of_no_notebook_a_lesson_does_not_have():
+    # Only makemore follows a lecture notebook with its `cmp`; the welcome is the same words
+    # for every lesson, so it names neither.
+    from pathlib import Path
+
+    from tutor.pack.model import find_pack
+    from tutor.ui.screens.welcome import welcome_markdown
+
+    for name in ("makemore", "lstm", "gpt"):
+        text = welcome_markdown(Path("progress.db"), load_pack(find_pack(name)))
+        general = text.split("## The keys that matter")[0]
+        assert "cmp" not in general and "notebook" not in general
+        assert "*exact*" in general and "*approximate*" in general

@@ -13,7 +13,7 @@ import signal
 import sys
 from collections.abc import Sequence
 
-from tutor.config import DEVICES, ConfigError, resolve, unavailable_device
+from tutor.config import DEFAULT_SEED, DEVICES, ConfigError, resolve, unavailable_device
 from tutor.session.errors import StoreError
 from tutor.session.lookup import UsageError
 from tutor.version import __version__
@@ -27,7 +27,7 @@ def _global_options(parser: argparse.ArgumentParser, suppress: bool) -> None:
     parser.add_argument("--device", default=default, metavar="{" + ",".join(DEVICES) + "}",
                         help="where the network runs (default: auto = cuda, then mps, then cpu)")
     parser.add_argument("--seed", default=default,
-                        help="seed of the parameters and the batch (default: the lecture's)")
+                        help=f"seed of the parameters and the batches (default {DEFAULT_SEED})")
     parser.add_argument("--home", default=default, metavar="DIR",
                         help="folder for progress and state (or BACKPROP_TUTOR_HOME)")
     parser.add_argument("--timeout", default=default, metavar="SECONDS",

@@ -86,18 +86,18 @@ def run_show(args: argparse.Namespace, settings: Settings) -> int:
         print()
         print("\n".join(wrap("Its code: `backprop-tutor train --print-code` prints the training "
                              "step that `train` runs (your exercise-4 draft, if there is one).",
-                             "", "  ", width)))
+                             "", "", width)))
     else:
         if how := step.kind.how_checked(step):
             print()
-            print("\n".join(wrap(how, "", "  ", width)))
+            print("\n".join(wrap(how, "", "", width)))
         print("\nTemplate:\n")
         print("    " + step.template.rstrip().replace("\n", "\n    "))
     if step.hints:
         print()
         print("\n".join(wrap(f"Stuck? `backprop-tutor hint {step.id}` shows the next of its "
                              f"{len(step.hints)} hints (the tutor counts the hints you use).",
-                             "", "  ", width)))
+                             "", "", width)))
     return 0
 
 

@@ -117,7 +117,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
                   file=sys.stderr)
     if store is not None:
         store.close()
-    print(json.dumps(result.to_dict(), indent=2) if args.json else format_run(result))
+    print(json.dumps(result.to_dict(), indent=2) if args.json
+          else format_run(result, pack.baseline))
     if interrupted:
         return 130
     return 0 if result.status is RunStatus.FINISHED else 1

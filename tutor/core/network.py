@@ -252,6 +252,51 @@ def _fmt(value) -> str:
     return "scalar"
 
 
+# How tightly each operator binds, as in Python: what decides where brackets are needed.
+_BINDS = {ast.Add: 1, ast.Sub: 1, ast.Mult: 2, ast.Div: 2, ast.MatMult: 2, ast.Pow: 3}
+# Longer than this, a line's shapes would not fit beside or under it in a narrow forward panel:
+# the products are shown by their results, and then only the last operator's two sides.
+MAX_ANNOTATION = 64
+_SHORT_NUMBER = 16  # a number written in the line (`1e-5`, `n`) shows as written up to this
+
+
+def _arithmetic(node: ast.expr, ns: dict, source: str, products: bool = True) -> str:
+    """An expression of + - * / @ ** with each operand shown by its shape, in source order and
+    bracketed as the line groups them: `x @ W + h @ U + b` is `[32, 10] @ [10, 128] + [32, 32]
+    @ [32, 128] + [128]`. A number (`1e-5`, `1/n`) shows as written. Without `products`, a
+    product inside a sum shows by its result's shape alone, to keep a long line's shapes short."""
+    return _operands(node, ns, source, products, collapse=False)[0]
+
+
+def _operands(node: ast.expr, ns: dict, source: str, products: bool,
+              collapse: bool) -> tuple[str, bool]:
+    """`_arithmetic`'s text for `node`, and whether it is an operator's (then it may need
+    brackets where it is an operand); `collapse`: a product shown by its result's shape."""
+    value = _eval(node, ns)
+    arithmetic = isinstance(node, ast.BinOp) and type(node.op) in _BINDS
+    if not isinstance(value, Tensor):
+        written = ast.get_source_segment(source, node) or ""
+        if 0 < len(written) <= _SHORT_NUMBER:
+            return written, arithmetic
+    if not arithmetic:
+        return _fmt(value), False
+    binds = _BINDS[type(node.op)]  # type: ignore[attr-defined]
+    if collapse and binds > 1:
+        return _fmt(value), False
+
+    def side(child: ast.expr, right: bool) -> str:
+        text, compound = _operands(child, ns, source, products,
+                                   collapse=not products and binds == 1)
+        inner = _BINDS[type(child.op)] if compound else binds  # type: ignore[attr-defined]
+        # a looser operator inside needs its brackets; so does an equal one on the right of
+        # all but `**`, and one on the left of `**`, which groups from the right
+        if compound and (inner < binds or (inner == binds and right != (binds == 3))):
+            return f"({text})"
+        return text
+
+    return f"{side(node.left, False)} {_OPS[type(node.op)]} {side(node.right, True)}", True
+
+
 def _in_source_order(expr: ast.expr, names: tuple[str, ...]) -> list[str]:
     """`names` in the order they first appear in the line: the pack reads them breadth first,
     which puts `hs_after` before `h` in `torch.cat([hs_before, h[:, None], hs_after], 1)`."""
@@ -270,7 +315,11 @@ def annotate(line: ForwardLine, ns: dict) -> dict:
     notes: list[str] = []
     if isinstance(expr, ast.BinOp) and type(expr.op) in _OPS:
         left, right = _eval(expr.left, ns), _eval(expr.right, ns)
-        text = f"{_fmt(out)} ← {_fmt(left)} {_OPS[type(expr.op)]} {_fmt(right)}"
+        text = f"{_fmt(out)} ← {_arithmetic(expr, ns, line.source)}"
+        if len(text) > MAX_ANNOTATION:  # each term's shape alone, then the last operator's
+            text = f"{_fmt(out)} ← {_arithmetic(expr, ns, line.source, products=False)}"
+        if len(text) > MAX_ANNOTATION:
+            text = f"{_fmt(out)} ← {_fmt(left)} {_OPS[type(expr.op)]} {_fmt(right)}"
         if type(expr.op) is not ast.MatMult and isinstance(out, Tensor):
             for operand in (left, right):
                 note = _broadcast_note(operand, out)

@@ -184,7 +184,7 @@ class NotebookTutor:
                 reason = session.keep_run(source.code, run)
                 if reason:
                     say(f"this run was not saved to your progress: {reason}")
-                for bundle in render.run_bundles(run):
+                for bundle in render.run_bundles(run, self.pack.baseline):
                     show(bundle)
                 return
             try:

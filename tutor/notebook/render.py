@@ -17,6 +17,7 @@ from tutor.notebook.png import (
     heatmap_png,
     time_bars_png,
 )
+from tutor.pack.model import DEFAULT_BASELINE
 from tutor.session.controller import BrokenComparison, CheckOutcome, Hints
 from tutor.session.report import (
     best_maxdiff,
@@ -276,10 +277,10 @@ def _curve_bundle(curves: list[tuple[TrainingRun, Colour]], caption: str) -> lis
     return [{"image/png": base64.b64encode(png).decode("ascii"), "text/plain": caption}]
 
 
-def run_bundles(run: TrainingRun) -> list[Bundle]:
-    """A training run as `train` prints it, then its loss curve and its pictures through time
-    (the first and the last)."""
-    text = format_run(run)
+def run_bundles(run: TrainingRun, baseline: str = DEFAULT_BASELINE) -> list[Bundle]:
+    """A training run as `train` prints it (its losses beside `baseline`'s, the pack's), then
+    its loss curve and its pictures through time (the first and the last)."""
+    text = format_run(run, baseline)
     return [{"text/plain": text, "text/html": _pre(text)},
             *_curve_bundle([(run, GOOD_CURVE)], "log10(loss) against the step"),
             *run_picture_bundles(run.pictures)]

@@ -40,6 +40,8 @@ def data_dir() -> Path:
 DEFAULT_PACK = "makemore"  # the lesson that opens when the learner names none
 
 BATCH_KEYS = ("batch_size", "heldout_batch_size")
+# What a run's losses are shown beside when the pack's [training] names no `baseline`.
+DEFAULT_BASELINE = "lecture"
 
 
 class PackError(ValueError):
@@ -192,6 +194,16 @@ class Pack(FrozenRecord):
         if len(matches) == 1:
             return matches[0]
         raise KeyError(step_id)
+
+    @property
+    def baseline(self) -> str:
+        """What the training exercise's reference losses (`lecture_train_loss`, ...) are, as
+        the label they are shown under: the lecture's own run by default, or what the pack
+        says they come from (another lesson's network, when this one has no lecture)."""
+        for ex in self.exercises:
+            if ex.kind.trained:
+                return str(ex.settings.get("baseline") or DEFAULT_BASELINE)
+        return DEFAULT_BASELINE
 
     def exercise(self, number: int) -> Exercise:
         for ex in self.exercises:

@@ -129,8 +129,11 @@ TRAINING: tuple[Field, ...] = (
           "backward pass, in order, or a driver that calls the learner's functions"),
     Field("loss", "string", "the loss line"),
     Field("functions", "list of strings", "the function steps the driver calls"),
-    Field("lecture_train_loss", "number", "the lecture's published train loss"),
-    Field("lecture_val_loss", "number", "the lecture's published validation loss"),
+    Field("lecture_train_loss", "number", "the train loss a run is shown beside (the lecture's "
+          "published one, or `baseline`'s)"),
+    Field("lecture_val_loss", "number", "the validation loss a run is shown beside"),
+    Field("baseline", "string", "what those two losses are, the label they are shown under "
+          "(default `lecture`)"),
     Field("reference_train_loss", "number", "the reference's train loss for the full run"),
     Field("eval", "table", "[training.eval]: `code` defining evaluate (and calibrate, sample)"),
     Field("picture", "string", "a function step with a [steps.picture], drawn during the run "

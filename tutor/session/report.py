@@ -48,13 +48,27 @@ def wrap(text: str, first: str, rest: str | None = None, width: int | None = Non
     return lines
 
 
+_CODE_SPAN = re.compile(r"`[^`\n]+`")
+_KEPT_SPACE = "\ue000"  # stands for a space inside a code span while the line is wrapped
+
+
 def _wrap_line(line: str, prefix: str, rest: str, width: int) -> list[str]:
     # A list item's own continuation lines hang under its text, not under its marker.
     item = _LIST_ITEM.match(line)
     hang = rest + " " * (item.end() if item else 0)
-    # Code in backticks breaks at spaces only: `x**-1` must not be split at its minus sign.
-    return textwrap.wrap(line, width, initial_indent=prefix, subsequent_indent=hang,
-                         break_long_words=False, break_on_hyphens=False) or [prefix.rstrip()]
+    # Code in backticks moves to the next line whole (`s - 1` is never cut after its minus)
+    # where it fits on one; only a span wider than a whole line breaks, at its spaces. Nor
+    # does anything break inside a word: `x**-1` is not split at its minus sign.
+    room = width - max(len(prefix), len(hang))
+
+    def keep(span: re.Match) -> str:
+        code = span.group()
+        return code.replace(" ", _KEPT_SPACE) if len(code) <= room else code
+
+    lines = textwrap.wrap(_CODE_SPAN.sub(keep, line), width, initial_indent=prefix,
+                          subsequent_indent=hang, break_long_words=False,
+                          break_on_hyphens=False) or [prefix.rstrip()]
+    return [text.replace(_KEPT_SPACE, " ") for text in lines]
 
 
 def cmp_line(check: TensorCheck, width: int = 15, tag: str | None = None) -> str:

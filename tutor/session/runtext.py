@@ -4,6 +4,7 @@ one (`train --break`)."""
 
 from __future__ import annotations
 
+from tutor.pack.model import DEFAULT_BASELINE
 from tutor.session.controller import BrokenComparison
 from tutor.session.report import wrap
 from tutor.values.durations import clock, loss_text, spaced
@@ -64,7 +65,9 @@ def format_pictures(pictures: list[dict]) -> list[str]:
     return lines
 
 
-def format_run(r: TrainingRun) -> str:
+def format_run(r: TrainingRun, baseline: str = DEFAULT_BASELINE) -> str:
+    """The run as `train` prints it; `baseline` names what its losses are shown beside (the
+    pack's `Pack.baseline`)."""
     s = r.settings
     lines: list[str] = []
     if r.status is RunStatus.ERROR and not r.gradcheck:
@@ -84,10 +87,15 @@ def format_run(r: TrainingRun) -> str:
                      f"steps on {s.device} in {took}{rate}{compiled}")
     if r.train_loss is not None:
         lecture = r.lecture or SplitLosses()
+        # the columns right-aligned under their heads, however long the baseline's name
+        ours = [loss_text(r.train_loss), loss_text(r.val_loss)]
+        theirs = [loss_text(lecture.train_loss), loss_text(lecture.val_loss)]
+        left, right = (max(len(x) for x in [head, *col]) for head, col in
+                       (("yours", ours), (baseline, theirs)))
         lines += [
-            "\n              yours     lecture",
-            f"  train loss  {loss_text(r.train_loss)}    {loss_text(lecture.train_loss)}",
-            f"  val loss    {loss_text(r.val_loss)}    {loss_text(lecture.val_loss)}",
+            f"\n              {'yours':>{left}}    {baseline:>{right}}",
+            *(f"  {name:<12}{a:>{left}}    {b:>{right}}" for name, a, b in
+              zip(("train loss", "val loss"), ours, theirs, strict=True)),
         ]
     lines += format_pictures(r.pictures)
     if r.samples:

@@ -17,7 +17,7 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from tutor.pack.model import Exercise, Pack
+from tutor.pack.model import DEFAULT_BASELINE, Exercise, Pack
 from tutor.session.controller import Tally, tally
 from tutor.ui.palette import ALERT, DIM, GOOD
 from tutor.ui.prose import prose
@@ -40,8 +40,9 @@ def _figures(t: Tally) -> Table:
     return table
 
 
-def run_lines(run: TrainingRun | None) -> list[RenderableType]:
-    """The training run that finished exercise 4, in two lines."""
+def run_lines(run: TrainingRun | None, baseline: str = DEFAULT_BASELINE) -> list[RenderableType]:
+    """The training run that finished exercise 4, in two lines; its losses beside those of
+    `baseline` (the pack's `Pack.baseline`)."""
     if not run:
         return []
     lecture = run.lecture or SplitLosses()
@@ -49,7 +50,7 @@ def run_lines(run: TrainingRun | None) -> list[RenderableType]:
     if run.train_loss is not None:
         losses.append(f"train loss {run.train_loss:.4f}, val loss {run.val_loss:.4f}")
         if lecture.train_loss:
-            losses.append(f" (the lecture: {lecture.train_loss:.4f}, "
+            losses.append(f" ({baseline}: {lecture.train_loss:.4f}, "
                           f"{lecture.val_loss:.4f})", style=DIM)
     steps = f"{run.steps_done:,}".replace(",", " ")
     lines: list[RenderableType] = [Text(f"Your gradients trained the network for {steps} steps "
@@ -72,7 +73,7 @@ def exercise_view(pack: Pack, exercise: Exercise, rows: Sequence[Mapping],
         tries = ", ".join(f"{t} ({n})" for t, n in tough)
         parts.append(Text.styled(f"Took the most tries: {tries}", DIM))
     if exercise.kind.trained:
-        parts += [Text(""), *run_lines(run)]
+        parts += [Text(""), *run_lines(run, pack.baseline)]
     if following is not None:
         parts += [Text(""), Text(f"Next: exercise {following.number}, {following.title}.")]
     parts.append(Text(""))  # room above the key hint docked under it
@@ -96,7 +97,7 @@ def lesson_view(pack: Pack, rows: Sequence[Mapping], run: TrainingRun | None) ->
                       clock(t.seconds))
     parts.append(table)
     if run:
-        parts += [Text(""), *run_lines(run)]
+        parts += [Text(""), *run_lines(run, pack.baseline)]
     parts += [Text(""), prose("`backprop-tutor export --out backward.py` takes your backward "
                               "pass with you, as a script that runs with plain PyTorch.", DIM)]
     return Group(*parts)

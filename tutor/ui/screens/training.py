@@ -21,6 +21,7 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Input, ProgressBar, Static, TextArea
 
+from tutor.pack.model import DEFAULT_BASELINE
 from tutor.session.controller import BrokenComparison, Lesson
 from tutor.session.errors import StoreError
 from tutor.training import (
@@ -139,13 +140,14 @@ def gradcheck_table(checks: list[ParameterCheck]) -> RenderableType:
     return Group(table, note)
 
 
-def results_view(result: TrainingRun) -> RenderableType:
-    """Calibrated split losses next to the lecture's, then the sampled names."""
+def results_view(result: TrainingRun, baseline: str = DEFAULT_BASELINE) -> RenderableType:
+    """Calibrated split losses next to the lecture's (or what the pack's `baseline` names),
+    then the sampled names."""
     lecture = result.lecture or SplitLosses()
     table = Table(box=None, pad_edge=False, padding=(0, 2), show_edge=False)
     table.add_column("", no_wrap=True)
     table.add_column("yours", justify="right", no_wrap=True)
-    table.add_column("lecture", justify="right", no_wrap=True)
+    table.add_column(baseline, justify="right", no_wrap=True)
     for split, ours, theirs in (("train", result.train_loss, lecture.train_loss),
                                 ("val", result.val_loss, lecture.val_loss)):
         table.add_row(f"{split} loss", "—" if ours is None else f"{ours:.4f}",
@@ -666,7 +668,7 @@ class TrainingScreen(Screen):
             summary.append("\nF5 runs again.", style=DIM)
         self._phase(summary)
         if r.train_loss is not None:
-            self.query_one("#train-results", Static).update(results_view(r))
+            self.query_one("#train-results", Static).update(results_view(r, self.pack.baseline))
         notes = [] if reopened else list(r.notes)
         if r.stdout:
             printed = r.stdout.splitlines()

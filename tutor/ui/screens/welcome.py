@@ -34,8 +34,8 @@ def welcome_markdown(progress_file: Path, pack: Pack) -> str:
         f"You will write the backward pass of *{pack.title}* by hand, one step at a time.")
     return "\n\n".join([
         "# Welcome to backprop-tutor",
-        about + " Each answer runs next to PyTorch's autograd and is graded like the "
-        "notebook's `cmp`: *exact*, *approximate* or wrong, with the largest difference, a "
+        about + " Each answer runs next to PyTorch's autograd and is graded *exact*, "
+        "*approximate* (equal up to float rounding) or wrong, with the largest difference, a "
         "diagnosis and a picture of where it is off. A right answer opens the next step; at "
         "the end your own gradients train the network.",
         "## The keys that matter",

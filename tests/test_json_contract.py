@@ -65,7 +65,7 @@ def test_an_error_has_a_kind_a_message_and_a_place():
 RUN_KEYS = ["status", "error", "step", "settings", "gradcheck", "steps_done", "history",
             "train_loss", "val_loss", "samples", "notes", "last_loss", "steps_per_s",
             "gradcheck_s", "train_s", "compile_s", "results_s", "wall_s", "stdout", "lecture",
-            "reference_train_loss", "exercise"]
+            "reference_train_loss", "pictures", "exercise"]
 # The run's own settings, after those of the training plan (which depend on the pack).
 RUN_SETTINGS_KEYS = ["device", "reference", "compile", "compiled", "torch_version", "threads",
                      "parameters_count", "broken"]

@@ -186,3 +186,17 @@ def test_a_pack_without_a_picture_draws_none():
     from tutor.training.plan import TrainingSettings
 
     assert TrainingSettings.from_pack(makemore).picture == ""
+
+
+def test_drawing_changes_nothing_in_the_run(engine, run, monkeypatch):
+    """The same run without its pictures: the same losses at every step, the same results."""
+    from tutor.training import run as training_run
+    from tutor.training.run import Trainer
+
+    monkeypatch.setattr(training_run.RunPicture, "of", classmethod(lambda *_a: None))
+    plain = Trainer(engine, {"steps": 60, "gradcheck_steps": 2}, lambda _p: None,
+                    threading.Event()).execute()
+    assert plain.pictures == []
+    assert plain.history.log10_loss == run.history.log10_loss
+    assert (plain.train_loss, plain.val_loss, plain.samples) == \
+        (run.train_loss, run.val_loss, run.samples)

@@ -66,13 +66,17 @@ def test_the_reference_draws_dh_t_beside_autograds_on_the_batch_and_every_demo(r
 
 
 def test_the_demos_show_vanishing_and_exploding_gradients(right):
-    """One gradient at the last step: shut, almost nothing reaches the start; open, it arrives
-    about as large as it left; with large recurrent weights it grows on the way back."""
+    """One gradient at the last step: shut, almost nothing reaches the start; open, it falls
+    over the last two steps and then holds its size to the start, as the demos' words say;
+    with large recurrent weights it grows on the way back."""
     panels = _panels(right)
     shut, drawn, open_, large = (panels[d]["autograd"] for d in DEMOS)
     assert shut[0] < 1e-8 * shut[-1]
     assert drawn[0] < 0.01 * drawn[-1]
     assert 0.02 * open_[-1] < open_[0] < 10 * open_[-1]
+    held = open_[:-2]
+    assert open_[-3] < 0.2 * open_[-1] and max(held) < 4 * min(held)
+    assert "falls over the last two steps" in right.figure["about"]
     assert large[0] > 3 * large[-1]
 
 
@@ -173,7 +177,9 @@ def test_the_run_shows_its_pictures_in_every_front_end(run):
     images = [b for b in run_bundles(run) if "dh_t at step" in b["text/plain"]]
     assert len(images) == 2
     drawn = _text(run_picture(run.pictures[-1], run.pictures[0]))
-    assert "dh_t at step 60" in drawn and "At step 2 it ran from" in drawn
+    assert "dh_t at training step 60" in drawn and "At training step 2 it ran from" in drawn
+    # the run's steps and the names' time steps are told apart
+    assert "at each time step t of the 8 longest validation names" in drawn
 
 
 def test_a_pack_without_a_picture_draws_none():

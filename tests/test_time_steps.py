@@ -199,6 +199,20 @@ def test_bars_switch_to_a_log_scale_when_sizes_span_orders_of_magnitude():
     assert "log scale" in text and "1.0e-06" in text
 
 
+def test_a_narrow_legend_puts_its_scale_on_a_line_of_its_own():
+    """24 steps at two columns a step fit in 60 columns; the legend does not, and its scale
+    goes under it whole rather than wrapping between "log" and "scale"."""
+    sizes = [10.0 ** -k for k in range(24)]
+    wrong = [t % 2 == 0 for t in range(24)]
+    text = _plain(TimeBars(sizes, sizes, wrong, label="|dh_t|"), width=60)
+    lines = text.splitlines()
+    assert all(len(line) <= 60 for line in lines)
+    assert lines[-2].strip().endswith("where they differ")
+    assert lines[-1].strip() == "(|dh_t|, log scale)"
+    wide = _plain(TimeBars(sizes, sizes, wrong, label="|dh_t|"), width=120).splitlines()
+    assert wide[-1].strip().endswith("where they differ  (|dh_t|, log scale)")
+
+
 def test_the_notebook_renders_the_figure_as_a_png():
     result = CheckResult.from_dict({"step": STEP.id, "passed": False, "figure": FIGURE})
     (bundle,) = heatmap_bundles(result)

@@ -98,8 +98,15 @@ class TimeBars:
             legend.append("  ", style=DIM)
             legend.append("✗", style=BAD)
             legend.append(" where they differ", style=DIM)
-        legend.append(f"  ({self.label}{', log scale' if log else ''})", style=DIM)
-        yield legend
+        scale = f"({self.label}{', log scale' if log else ''})"
+        if legend.cell_len + 2 + len(scale) <= options.max_width:
+            legend.append(f"  {scale}", style=DIM)
+            yield legend
+        else:
+            # Too narrow for one line: the scale goes under the legend whole, rather than
+            # wrapping in the middle of "log scale".
+            yield legend
+            yield Text(" " * gutter + scale, style=DIM)
 
 
 def run_picture(snapshot: dict, first: dict | None = None) -> Group:
@@ -109,10 +116,11 @@ def run_picture(snapshot: dict, first: dict | None = None) -> Group:
     panel = snapshot.get("panel") or {}
     title = panel.get("title") or "the gradient"
     yours = panel.get("yours") or []
+    # "step" alone would be ambiguous here: the run's steps and the names' time steps.
     head = Text.assemble(
-        (f"{title} at step {snapshot.get('step')}", "bold"),
-        (f", on the {panel.get('case') or 'same batch'} each picture uses, at each time step "
-         "t: yours beside autograd's", DIM))
+        (f"{title} at training step {snapshot.get('step')}", "bold"),
+        (f", at each time step t of the {panel.get('case') or 'same batch'} (the same in every "
+         "picture): yours beside autograd's", DIM))
     parts: list = [head, TimeBars(yours, panel.get("autograd") or [], panel.get("wrong") or [],
                                   rows=4, label=f"|{title}|")]
     if first is not None and first.get("step") != snapshot.get("step"):
@@ -120,8 +128,8 @@ def run_picture(snapshot: dict, first: dict | None = None) -> Group:
         now = [v for v in panel.get("autograd") or [] if v]
         if then and now:
             parts.append(Text.styled(
-                f"At step {first.get('step')} it ran from {min(then):.1e} to {max(then):.1e}; "
-                f"now from {min(now):.1e} to {max(now):.1e}.", DIM))
+                f"At training step {first.get('step')} it ran from {min(then):.1e} to "
+                f"{max(then):.1e}; now from {min(now):.1e} to {max(now):.1e}.", DIM))
     if any(panel.get("wrong") or []):
         parts.append(Text.styled("✗ marks a step where yours differs from autograd's.", BAD))
     return Group(*parts)

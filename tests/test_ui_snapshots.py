@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from textual.geometry import Region
 
 from tutor.config import Settings
 from tutor.evaluator.client import Evaluator
@@ -243,3 +244,38 @@ def test_chooser_small_terminal(snap_compare, tmp_path):
         await pilot.pause(0.2)
 
     assert snap_compare(app, terminal_size=(80, 24), run_before=run_before)
+
+
+LSTM = Path(__file__).parent.parent / "exercises" / "lstm"
+
+
+def test_lstm_backward_right_draws_dh_t_through_time(snap_compare, tmp_path):
+    """Exercise 2 of the lstm lesson checked right: under the table and the |dxs[:, t]| bars,
+    the size of dh_t at each time step (the learner's function beside autograd's) and the first
+    demo, the forget gate shut, on a log scale."""
+    pack = load_pack(LSTM)
+    home = tmp_path / "home"
+    passed = CheckResult.from_dict({"passed": True, "checks": [{"verdict": "exact",
+                                                                 "maxdiff": 0.0}]})
+    step = pack.step("bptt/lstm_backward")
+    with Store.open(home, pack) as store:
+        for earlier in pack.steps[:pack.steps.index(step)]:
+            store.record_attempt(earlier.id, earlier.solution, passed)
+        store.set_current_step(step.id)
+    settings = Settings(device="cpu", home=home, timeout=10.0, pack=str(LSTM))
+    with Evaluator(settings) as ev:
+        app = TutorApp(settings, evaluator=ev, greet=False)
+
+        async def run_before(pilot) -> None:
+            await submit(step.solution)(pilot)
+            await pilot.press("escape")  # the exercise's completion, over the feedback
+            await pilot.pause(0.2)
+            feedback = pilot.app.query_one("#feedback")
+            part = feedback.query_one("#feedback-result")
+            # the dh_t panel's heading at the top of the feedback, the first demo under it
+            strips = part.render_lines(Region(0, 0, part.size.width, part.size.height))
+            row = next(k for k, strip in enumerate(strips) if "the size of dh_t" in strip.text)
+            feedback.scroll_to(y=part.virtual_region.y + row, animate=False)
+            await pilot.pause(0.2)
+
+        assert snap_compare(app, terminal_size=(120, 50), run_before=run_before)

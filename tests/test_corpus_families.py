@@ -50,7 +50,7 @@ WRONG = {
         "index", "derived"),
     "gpt-attention-q-and-k-swapped": (
         "gpt", "functions/attention_backward", "dqkv",
-        _fn("functions/attention_backward", "dq = dpreatt @ k", "dq = dpreatt @ q"), "index",
+        _fn("functions/attention_backward", "dq[:] = dpreatt @ k", "dq[:] = dpreatt @ q"), "index",
         "derived"),
     "gpt-unmasked-softmax": (
         "gpt", "block/preatt_masked", None,

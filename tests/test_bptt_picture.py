@@ -88,7 +88,10 @@ def test_a_dropped_carry_parts_from_autograd_going_back(engine):
     # nothing comes after the last step, and one step alone has nothing to drop
     assert lesson["wrong"][T - 2:] == [False, False]
     assert all(lesson["wrong"][:T - 2])
-    assert any(any(p["wrong"]) for p in _panels(result).values())
+    # every step is held to its own size: on the shut gate's demo the steps far back are
+    # around 1e-13, and they are marked wrong there too
+    shut = _panels(result)[DEMOS[0]]
+    assert shut["autograd"][0] < 1e-10 and all(shut["wrong"][:len(shut["wrong"]) - 2])
 
 
 def test_a_function_that_fails_on_short_sequences_still_passes_with_gaps_in_the_picture(engine):

@@ -209,3 +209,22 @@ def test_drawing_changes_nothing_in_the_run(engine, run, monkeypatch):
     assert plain.history.log10_loss == run.history.log10_loss
     assert (plain.train_loss, plain.val_loss, plain.samples) == \
         (run.train_loss, run.val_loss, run.samples)
+
+
+def test_a_broken_run_says_where_its_carried_gradient_parts_from_autograds(run):
+    from tutor.session.controller import BrokenComparison
+    from tutor.session.runtext import format_comparison, steps_text
+    from tutor.values.runs import BrokenStep, TrainingRun
+
+    assert steps_text([0, 1, 2, 3, 5, 7, 8]) == "t = 0 to 3, 5, 7, 8"
+    plain = run.to_dict()
+    last = run.pictures[-1]
+    wrong = {**last, "panel": {**last["panel"], "wrong": [True] * 5 + [False] * (
+        len(last["panel"]["wrong"]) - 5)}}
+    broken = TrainingRun.from_dict({**plain, "pictures": [wrong]})
+    step = BrokenStep(STEP.id, 3, "mistake 3 of 7", "the carried dc is dropped", "code")
+    text = format_comparison(BrokenComparison(step, run, broken, fresh=True))
+    assert (f"the broken run's dh_t, at training step {last['step']}, differs from autograd's "
+            "at t = 0 to 4 of") in text.replace("\n  ", " ")
+    same = format_comparison(BrokenComparison(step, run, run, fresh=True))
+    assert "matches autograd's at every time step" in same

@@ -29,7 +29,7 @@ from tutor.session.report import (
     summary_line,
     verdict_line,
 )
-from tutor.session.runtext import format_comparison, format_run
+from tutor.session.runtext import format_comparison, format_run, steps_text
 from tutor.values.durations import compact
 from tutor.values.results import CheckResult, Rule, Status
 from tutor.values.runs import TrainingRun
@@ -200,8 +200,7 @@ def picture_bundles(figure: dict) -> list[Bundle]:
                 + (", on a log scale." if max(finite) > 100 * min(finite) else ".")
                 if finite else "")
         wrong = [t for t, w in enumerate(panel.get("wrong") or []) if w]
-        differ = (f" Yours differs from autograd's at t = {', '.join(map(str, wrong[:8]))}"
-                  f"{', ...' if len(wrong) > 8 else ''} (red)." if wrong else
+        differ = (f" Yours differs from autograd's at {steps_text(wrong)} (red)." if wrong else
                   " Yours matches autograd's at every step.")
         if k == 0:
             caption = (f"the size of {title} at each time step t, t = 0 on the left: what "
@@ -314,4 +313,5 @@ def comparison_bundles(comparison: BrokenComparison) -> list[Bundle]:
     text = format_comparison(comparison)
     return [{"text/plain": text, "text/html": _pre(text)},
             *_curve_bundle([(comparison.good, GOOD_CURVE), (comparison.broken, BROKEN_CURVE)],
-                           "log10(loss) against the step: blue the good run, red the broken one")]
+                           "log10(loss) against the step: blue the good run, red the broken one"),
+            *run_picture_bundles(comparison.broken.pictures[-1:])]

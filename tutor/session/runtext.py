@@ -126,6 +126,35 @@ def format_verdict(r: TrainingRun) -> list[str]:
     return wrap(f"this run does not pass the exercise: {verdict.reason}", "✗ ", "  ")
 
 
+def steps_text(steps: list[int], most: int = 8) -> str:
+    """Time steps as `t = ...`, runs of neighbours as ranges: `t = 0 to 7, 9`."""
+    runs: list[list[int]] = []
+    for t in sorted(steps):
+        if runs and t == runs[-1][-1] + 1:
+            runs[-1].append(t)
+        else:
+            runs.append([t])
+    parts = [f"{r[0]} to {r[-1]}" if len(r) > 2 else ", ".join(map(str, r)) for r in runs]
+    return "t = " + ", ".join(parts[:most]) + (", ..." if len(parts) > most else "")
+
+
+def _broken_picture(broken: TrainingRun) -> list[str]:
+    """What the broken gradient does to the picture through time, if the run drew one: where
+    the broken function's carried gradient parts from autograd's at the run's end."""
+    if not broken.pictures:
+        return []
+    last = broken.pictures[-1]
+    panel = last["panel"]
+    title = panel.get("title") or "the carried gradient"
+    wrong = [t for t, w in enumerate(panel["wrong"]) if w]
+    said = (f"the broken run's {title}, at training step {spaced(last['step'])}, differs from "
+            f"autograd's at {steps_text(wrong)} of {len(panel['wrong'])} time steps"
+            if wrong else
+            f"the broken run's {title} matches autograd's at every time step: this mistake "
+            "leaves the gradient carried back through time alone and shows elsewhere")
+    return ["", *wrap(said, "", "  ")]
+
+
 def format_comparison(c: BrokenComparison) -> str:
     """The broken run next to the good one: the loss at a few steps, then the final losses."""
     b, good, broken = c.broken_step, c.good, c.broken
@@ -140,6 +169,7 @@ def format_comparison(c: BrokenComparison) -> str:
     losses = ((good.train_loss, broken.train_loss), (good.val_loss, broken.val_loss))
     lines += ["", *(f"  {name:<13}{loss_text(g):>8}  {loss_text(x):>8}"
                     for name, (g, x) in zip(("train loss", "val loss"), losses, strict=True))]
+    lines += _broken_picture(broken)
     if broken.status is not RunStatus.FINISHED:
         stopped = broken.error.message if broken.error else str(broken.status)
         lines += [""] + wrap(f"the broken run stopped after {spaced(broken.steps_done)} "

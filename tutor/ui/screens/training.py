@@ -493,6 +493,9 @@ class TrainingScreen(Screen):
         self.query_one("#train-progress", ProgressBar).update(total=planned,
                                                               progress=broken.steps_done)
         self.query_one("#train-rate", Static).update(f"{spaced(broken.steps_done)} steps done")
+        # the broken run's own picture: its carried gradient beside autograd's
+        self.pictures = list(broken.pictures)
+        self._show_picture(self.pictures)
         self._phase(comparison_view(c))
         notes = [f"the good run could not be saved: {c.problem}"] if c.problem else []
         self._show_notes(notes)

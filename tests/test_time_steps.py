@@ -224,3 +224,22 @@ def test_the_notebook_renders_the_figure_as_a_png():
     right = CheckResult.from_dict({"step": STEP.id, "passed": True, "figure": {
         **FIGURE, "yours": FIGURE["autograd"], "wrong": [False] * 4, "first_wrong": None}})
     assert "agree at every step" in heatmap_bundles(right)[0]["text/plain"]
+
+
+def test_the_reference_rewrites_run_once_per_case_not_once_per_output_or_check(engine,
+                                                                                 monkeypatch):
+    """A wrong lstm_backward has up to six wrong outputs, each matched against the same rewrites
+    of the reference: a rewrite runs once on a case, and a later check reads what it gave."""
+    from tutor.core import derived
+
+    runs = []
+    real = derived.call_function
+    monkeypatch.setattr(derived, "call_function",
+                        lambda step, source, *a: runs.append(source) or real(step, source, *a))
+    code = _mistake("The cell state's gradient is not carried")
+    first = engine.check(STEP.id, code)
+    assert len(runs) == len(set(runs))  # never the same rewrite twice
+    runs.clear()
+    again = engine.check(STEP.id, code)
+    assert runs == []
+    assert [c.message for c in again.checks] == [c.message for c in first.checks]

@@ -359,33 +359,54 @@ def explain_function(step: Step, name: str, value: Tensor, ref: Tensor, inputs: 
         moved = lambda t: t  # noqa: E731
     value, ref = moved(value), moved(ref)
     off = _distance(value, ref)
-    makers = [
-        rewrites.constant_rewrites(tree, name, scope),
-        rewrites.root_rewrites(tree, name),
-        rewrites.correction_rewrites(tree, name),
-        rewrites.order_rewrites(tree, name),
-        rewrites.axis_rewrites(tree, name),
-        rewrites.swap_rewrites(tree, name, scope),
-    ]
-    seen = {ast.unparse(tree)}
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        for family in makers:
-            for source, kind, message in family:
-                if source in seen:
-                    continue
-                seen.add(source)
-                produced = (call(source) or {}).get(name)
-                if not isinstance(produced, Tensor) or produced.shape != ref.shape:
-                    continue
-                produced = moved(produced)
-                if (produced.isfinite().all() and close(value, produced)
-                        and _distance(value, produced, ref) < off / 10):
-                    return diagnosis(kind, message)
+        for source, kind, message in function_rewrites(step.solution, tree, name, scope):
+            produced = (call(source) or {}).get(name)
+            if not isinstance(produced, Tensor) or produced.shape != ref.shape:
+                continue
+            produced = moved(produced)
+            if (produced.isfinite().all() and close(value, produced)
+                    and _distance(value, produced, ref) < off / 10):
+                return diagnosis(kind, message)
     finally:
         torch.set_num_threads(threads)
     return None
+
+
+# (solution, output, what the rewrites read of the inputs) -> the rewrites, in the order tried.
+# They depend on nothing a learner writes, and making them copies the solution's tree hundreds
+# of times: a worker makes them once per output.
+_FUNCTION_REWRITES: dict[tuple, list[tuple[str, str, str]]] = {}
+
+
+def function_rewrites(solution: str, tree: ast.Module, name: str, scope: dict
+                      ) -> list[tuple[str, str, str]]:
+    """Every rewrite of a reference function tried for output `name`, once each."""
+    key = (solution, name, tuple(sorted(
+        (k, v) if isinstance(v, int) else (k, tuple(v.shape), str(v.dtype))
+        for k, v in scope.items())))
+    if key not in _FUNCTION_REWRITES:
+        makers = [
+            rewrites.constant_rewrites(tree, name, scope),
+            rewrites.root_rewrites(tree, name),
+            rewrites.correction_rewrites(tree, name),
+            rewrites.order_rewrites(tree, name),
+            rewrites.axis_rewrites(tree, name),
+            rewrites.swap_rewrites(tree, name, scope),
+        ]
+        seen = {ast.unparse(tree)}
+        found = []
+        for family in makers:
+            for source, kind, message in family:
+                if source not in seen:
+                    seen.add(source)
+                    found.append((source, kind, message))
+        if len(_FUNCTION_REWRITES) > 64:
+            _FUNCTION_REWRITES.clear()
+        _FUNCTION_REWRITES[key] = found
+    return _FUNCTION_REWRITES[key]
 
 
 def call_function(step: Step, source: str, inputs: dict, sizes: dict) -> dict | None:

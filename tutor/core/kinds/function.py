@@ -63,6 +63,8 @@ class FunctionCheck(StepCheck):
         # its calls on the steps after every t but the last
         self._pictures: dict[str, list[tuple[Case, list[Case]]]] = {}
         self._mistake_values: dict[tuple, Tensor | None] = {}
+        # (step, case, a rewrite of the reference's source) -> its outputs on that case
+        self._rewritten: dict[tuple, dict | None] = {}
         # The learner's changed functions' outputs, and the changes that explained an output:
         # another output of the same code tries those first (tutor/core/smallest.py).
         self._theirs: dict[tuple, list[dict | None]] = {}
@@ -136,6 +138,7 @@ class FunctionCheck(StepCheck):
     def forget(self) -> None:
         self._cases.clear()
         self._pictures.clear()
+        self._rewritten.clear()
         self._mistake_values.clear()
         self._theirs.clear()
         self._edits.clear()
@@ -328,7 +331,15 @@ class FunctionCheck(StepCheck):
         from tutor.core.rewrites import state_patterns
 
         def call(source: str) -> dict | None:
-            return derived.call_function(step, source, case.inputs, self.network.sizes)
+            # A rewrite of the reference gives the same outputs on a case whoever asks: every
+            # output of this check, and every later check, reads them from here.
+            key = (step.id, case.name, source)
+            if key not in self._rewritten:
+                if len(self._rewritten) > 2048:
+                    self._rewritten.clear()
+                self._rewritten[key] = derived.call_function(step, source, case.inputs,
+                                                             self.network.sizes)
+            return self._rewritten[key]
 
         start = case.inputs.get(name)
         start = start if isinstance(start, Tensor) and not is_gradient(name) else None

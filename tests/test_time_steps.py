@@ -243,3 +243,17 @@ def test_the_reference_rewrites_run_once_per_case_not_once_per_output_or_check(e
     again = engine.check(STEP.id, code)
     assert runs == []
     assert [c.message for c in again.checks] == [c.message for c in first.checks]
+
+
+def test_outputs_moved_by_the_same_catalogued_slip_point_to_its_row(engine):
+    """The dropped carry is catalogued on dxs; it moves every output, and each of the others
+    says so in a line instead of "is wrong" (the whole message is said once)."""
+    result = engine.check(STEP.id, _mistake("The cell state's gradient is not carried"))
+    rows = {c.tensor: c for c in result.checks}
+    assert rows["dxs"].diagnosis.message.startswith("The cell state's gradient is not carried")
+    for name in ("dh0", "dc0", "dWx", "dWh", "db"):
+        assert rows[name].message.startswith("wrong for the same reason as dxs (above)"), name
+        assert rows[name].diagnosis.kind == "known_mistake"
+    # a slip on the weights alone leaves the rows it does not move alone
+    weights = engine.check(STEP.id, _mistake("Off by one in time"))
+    assert all(c.accepted for c in weights.checks if c.tensor in ("dxs", "dh0", "dc0"))

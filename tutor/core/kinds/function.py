@@ -156,6 +156,7 @@ class FunctionCheck(StepCheck):
         grades = [self._grade_output(step, name, values.get(name), own, code)
                   for name in step.checks]
         self._explain_by_change(step, grades, values, own, code)
+        self._same_slip(step, grades, values, own)
         steps = self._by_time(step, grades, values, own, result, outcome.records)
         for name in record.get("changed") or []:
             if isinstance(name, str):
@@ -164,6 +165,31 @@ class FunctionCheck(StepCheck):
                     "caller may still need it (a backward pass reads its inputs again): compute "
                     "into new tensors instead.")
         return Graded(grades, state=steps)
+
+    def _same_slip(self, step: Step, grades: list[TensorCheck], values: dict, case: Case
+                   ) -> None:
+        """A catalogued mistake is a whole wrong function. When it explains the output it was
+        written for, the other outputs it moves too point to that row instead of staying
+        unexplained: only where the mistake's own value of that output is the learner's."""
+        told = {g.tensor: g.diagnosis.message for g in grades if g.diagnosis is not None}
+        for m in step.mistakes:
+            owner = m.tensor or step.checks[0]
+            if told.get(owner) != m.message:
+                continue
+            for g in grades:
+                value = values.get(g.tensor)
+                if (g.accepted or g.diagnosis is not None or g.tensor == owner
+                        or not isinstance(value, Tensor) or g.verdict is Verdict.SHAPE):
+                    continue
+                start = case.inputs.get(g.tensor)
+                start = start if isinstance(start, Tensor) and not is_gradient(g.tensor) \
+                    else None
+                if dx.matching_mistake(value, [(m, self._function_mistake(step, m, g.tensor,
+                                                                          case))], start):
+                    short = f"wrong for the same reason as {owner} (above)"
+                    g.diagnosis = dx.diagnosis(m.kind, short)
+                    g.message = short + g.message[len(f"{g.tensor} is wrong"):] \
+                        if g.message.startswith(f"{g.tensor} is wrong") else short
 
     def _by_time(self, step: Step, grades: list[TensorCheck], values: dict, case: Case,
                  result: CheckResult, outcome_records: dict[str, dict]) -> TimeSteps | None:

@@ -152,6 +152,21 @@ def _rounding_line(checks: list[TensorCheck]) -> Text | None:
 
 def _check_details(check: TensorCheck) -> list[RenderableType]:
     """The teaching part under the table: diagnosis first, then where the values differ."""
+    return _check_words(check) + _check_map(check)
+
+
+def _check_map(check: TensorCheck) -> list[RenderableType]:
+    """Where a row's values differ from autograd's, when they do."""
+    if not check.heatmap:
+        return []
+    grad = _grad(check)
+    return [Text.styled(f"where {grad} differs from autograd (|yours − autograd|, "
+                        "brighter = further off):", DIM),
+            Heatmap(check.heatmap, shape=check.expected_shape or check.shape)]
+
+
+def _check_words(check: TensorCheck) -> list[RenderableType]:
+    """A row's diagnosis, message and note."""
     parts: list[RenderableType] = []
     grad = _grad(check)
     verdict = check.verdict
@@ -168,10 +183,6 @@ def _check_details(check: TensorCheck) -> list[RenderableType]:
                      + prose(check.note or "", WARN))
     elif check.note:  # e.g. a shape that differs by a size-1 dimension and still works
         parts.append(Text.styled(f"{grad}: ", "bold") + prose(check.note, DIM))
-    if check.heatmap:
-        parts.append(Text.styled(f"where {grad} differs from autograd (|yours − autograd|, "
-                                 "brighter = further off):", DIM))
-        parts.append(Heatmap(check.heatmap, shape=check.expected_shape or check.shape))
     return parts
 
 
@@ -283,10 +294,20 @@ def result_view(result: CheckResult, unlocked: str | None, revealed: bool = Fals
                 REVEAL))
     elif not error:
         parts.append(Text.styled("✗ Not yet.", BAD))
+    # A loop through time is drawn step by step before the rows' heatmaps: with six outputs
+    # wrong, the picture of where the loop goes wrong would otherwise sit pages down.
+    in_time = bool(result.figure and result.figure.get("kind") == "time" and not result.passed)
     if checks:
         parts.append(checks_table(checks, result.passed))
-        for check in checks:
-            parts.extend(_check_details(check))
+        if in_time:
+            for check in checks:
+                parts.extend(_check_words(check))
+            parts.extend(_figure(result.figure or {}))
+            for check in checks:
+                parts.extend(_check_map(check))
+        else:
+            for check in checks:
+                parts.extend(_check_details(check))
         rounding = _rounding_line(checks)
         if rounding is not None:
             parts.append(rounding)
@@ -300,7 +321,7 @@ def result_view(result: CheckResult, unlocked: str | None, revealed: bool = Fals
                 heldout.message or "the answer does not hold there.", WARN))
     for note in result.notes:
         parts.append(Text.styled("· ", DIM) + prose(note, DIM))
-    if result.figure:
+    if result.figure and not (in_time and checks):
         parts.extend(_figure(result.figure))
     printed = printed_lines(result.stdout)
     if printed is not None:

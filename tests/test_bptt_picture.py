@@ -228,3 +228,25 @@ def test_a_broken_run_says_where_its_carried_gradient_parts_from_autograds(run):
             "at t = 0 to 4 of") in text.replace("\n  ", " ")
     same = format_comparison(BrokenComparison(step, run, run, fresh=True))
     assert "matches autograd's at every time step" in same
+
+
+@pytest.mark.slow
+def test_a_picture_whose_code_fails_leaves_the_check_alone_and_pack_check_says_why(tmp_path):
+    import shutil
+
+    from tutor.core.engine import Engine
+    from tutor.evaluator.packcheck import check_pack
+
+    folder = tmp_path / "lstm"
+    shutil.copytree(LSTM, folder)
+    exercise = folder / "02_through_time.toml"
+    exercise.write_text(exercise.read_text().replace(
+        "h0, c0 = hs[:, t], cs[:, t]\n", "h0, c0 = hs[:, t], cells[:, t]\n", 1))
+    engine = Engine(Settings(device="cpu", pack=str(folder)))
+    result = engine.check(STEP.id, STEP.solution)
+    assert result.passed and result.figure["panels"] == []
+    assert any("the picture through time could not be drawn" in n and "cells" in n
+               for n in result.notes)
+    said = []
+    problems = check_pack(folder, Settings(device="cpu"), progress=said.append, families=False)
+    assert any("the picture has 0 panels" in str(p) and "cells" in str(p) for p in problems)

@@ -136,8 +136,10 @@ def _picture(step: Step, result: CheckResult) -> list[Problem]:
     panels = (result.figure or {}).get("panels") or []
     expected = 1 + len(picture.demos)
     if len(panels) != expected:
-        return [Problem(step.id, f"the picture has {len(panels)} panels, not {expected}: its "
-                                 "calls did not all finish")]
+        why = next((n for n in result.notes if n.startswith("the picture through time")),
+                   "its calls did not all finish")
+        return [Problem(step.id, f"the picture has {len(panels)} panels, not {expected}: "
+                                 f"{why}")]
     return [Problem(step.id, f"the picture's {p['case']} panel differs from autograd's at "
                              f"t = {', '.join(str(t) for t, w in enumerate(p['wrong']) if w)} "
                              "for the reference solution: check its `later` and `shown`")

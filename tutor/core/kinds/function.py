@@ -43,7 +43,7 @@ from tutor.core.kinds.records import (
     unusable,
 )
 from tutor.core.timesteps import TimeSteps, by_time
-from tutor.pack.model import Step
+from tutor.pack.model import PackError, Step
 from tutor.sandbox.clean import clean
 from tutor.values.results import CheckResult, Diagnosis, Heldout, TensorCheck, Verdict
 
@@ -62,6 +62,7 @@ class FunctionCheck(StepCheck):
         # function step -> its picture's base cases (the lesson's, then the demos), each with
         # its calls on the steps after every t but the last
         self._pictures: dict[str, list[tuple[Case, list[Case]]]] = {}
+        self.picture_problems: dict[str, str] = {}  # step -> why its picture cannot be drawn
         self._mistake_values: dict[tuple, Tensor | None] = {}
         # (step, case, a rewrite of the reference's source) -> its outputs on that case
         self._rewritten: dict[tuple, dict | None] = {}
@@ -107,12 +108,18 @@ class FunctionCheck(StepCheck):
             return []
         if step.id not in self._pictures:
             device = self.network.device
-            with one_thread():
-                bases = [self.cases(step)[0], *(demo_case(step, d, device)
-                                                for d in picture.demos)]
-                self._pictures[step.id] = [
-                    (base, [later_case(step, base, t, device)
-                            for t in range(time_steps(step, base) - 1)]) for base in bases]
+            try:
+                with one_thread():
+                    bases = [self.cases(step)[0], *(demo_case(step, d, device)
+                                                    for d in picture.demos)]
+                    self._pictures[step.id] = [
+                        (base, [later_case(step, base, t, device)
+                                for t in range(time_steps(step, base) - 1)]) for base in bases]
+            except PackError as exc:
+                # The pack's picture code is wrong: the check goes on without the picture,
+                # and says why (pack check reports it too).
+                self._pictures[step.id] = []
+                self.picture_problems[step.id] = str(exc)
         return self._pictures[step.id]
 
     def plan(self, step: Step, code: str, prior: dict[str, str],
@@ -206,6 +213,9 @@ class FunctionCheck(StepCheck):
         if steps is None:
             return None
         steps.panels = self._panels(step, outcome_records)
+        if step.id in self.picture_problems:
+            result.notes.append(f"the picture through time could not be drawn: "
+                                f"{self.picture_problems[step.id]}")
         steps.about = step.function.picture.about if step.function.picture else ""
         row = next((g for g in grades if g.tensor == name), None)
         if row is not None and not row.accepted and steps.first_wrong is not None:

@@ -263,4 +263,21 @@ def _training(engine) -> list[Problem]:
                                     "the gradient check")]
     if run.train_loss is None:
         return [Problem("training", "the run's evaluation gave no loss ([training.eval])")]
+    return _run_pictures(engine, run)
+
+
+def _run_pictures(engine, run) -> list[Problem]:
+    """A pack that asks for a picture during training must get one, right for the reference."""
+    from tutor.training.plan import TrainingSettings
+
+    step_id = TrainingSettings.from_pack(engine.pack).picture
+    if not step_id:
+        return []
+    if not run.pictures:
+        return [Problem("training", f"[training] picture = {step_id!r} drew nothing: the step "
+                                    "needs a [steps.picture], and the driver must call its "
+                                    "function with plain names")]
+    if any(any(p["panel"]["wrong"]) for p in run.pictures):
+        return [Problem("training", "the picture drawn during the run differs from autograd's "
+                                    "for the reference solutions")]
     return []

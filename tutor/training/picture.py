@@ -35,7 +35,10 @@ class RunPicture:
         names; None when the pack asks for none or the call cannot be found."""
         if not step_id:
             return None
-        step = pack.step(step_id)
+        try:
+            step = pack.step(step_id)
+        except (KeyError, ValueError, IndexError):
+            return None  # no such step: pack check says so
         fn = step.function
         if fn is None or fn.picture is None:
             return None

@@ -250,3 +250,16 @@ def test_a_picture_whose_code_fails_leaves_the_check_alone_and_pack_check_says_w
     said = []
     problems = check_pack(folder, Settings(device="cpu"), progress=said.append, families=False)
     assert any("the picture has 0 panels" in str(p) and "cells" in str(p) for p in problems)
+
+
+def test_the_command_line_gives_each_panel_in_words(engine, right):
+    from tutor.session.report import format_result
+
+    text = format_result(right, width=100)
+    assert "|dh_t| at the first and the last time step" in text
+    for case in ["lesson", *DEMOS]:
+        assert any(line.strip().startswith(case) for line in text.splitlines()), case
+    wrong = format_result(engine.check(STEP.id, _mistake("The cell state's gradient is not")),
+                          width=100)
+    lesson = next(line for line in wrong.splitlines() if line.strip().startswith("lesson "))
+    assert "differs at t = 0 to " in lesson

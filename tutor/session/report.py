@@ -147,11 +147,37 @@ def format_result(result: CheckResult, position: str | None = None, width: int |
         lines += wrap(text, f"  {mark} ", "    ", width)
     for note in result.notes:
         lines += wrap(note, "  note: ", "        ", width)
+    lines += picture_lines(result.figure, width)
     if result.stdout:
         lines.append("  your print output:")
         lines += [f"    {line}" for line in result.stdout.rstrip("\n").splitlines()]
     lines.append(f"  {verdict_line(result)}")
     return "\n".join(lines)
+
+
+def picture_lines(figure: dict | None, width: int | None = None) -> list[str]:
+    """A step's picture through time in words (the TUI and the notebook draw it): per panel, the
+    size at the first and the last time step, yours beside autograd's, and where they differ."""
+    panels = [p for p in (figure or {}).get("panels") or [] if isinstance(p, dict)]
+    if not panels:
+        return []
+    from tutor.session.runtext import steps_text
+
+    title = panels[0].get("title") or "the carried gradient"
+    lines = wrap(f"|{title}| at the first and the last time step, yours (autograd's); the TUI "
+                 "and the notebook draw every step:", "  ", "  ", width or terminal_width())
+    label = max(len(str(p.get("case") or "")) for p in panels)
+    for panel in panels:
+        yours, theirs = panel.get("yours") or [], panel.get("autograd") or []
+        if not theirs:
+            continue
+        ends = "   ".join(
+            f"t = {t}: {'—' if yours[t] is None else f'{yours[t]:.1e}'} ({theirs[t]:.1e})"
+            for t in (0, len(theirs) - 1))
+        wrong = [t for t, w in enumerate(panel.get("wrong") or []) if w]
+        tail = f"   differs at {steps_text(wrong, 4)}" if wrong else ""
+        lines.append(f"    {str(panel.get('case') or ''):<{label}}  {ends}{tail}")
+    return lines
 
 
 def verdict_line(result: CheckResult) -> str:

@@ -10,7 +10,8 @@ A run has three phases, as in the lecture's last cell:
    pack defines how, the split losses, sampled names), as the run's progress says.
 
 `plan` is the text work (the editor's code, the settings, notes about the code, recording a
-run) that the UI and the CLI use; `run` is the computation, in the evaluator process. Neither
+run) that the UI and the CLI use; `run` is the computation, in the evaluator process, and
+`picture` the picture through time it draws at a few steps (`[training] picture`). Neither
 imports torch at module level, so the UI can import this package; `run` is loaded only when
 one of its names is first asked for.
 """

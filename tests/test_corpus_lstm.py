@@ -896,3 +896,24 @@ def test_a_size_of_the_lesson_is_refused_on_fresh_data(engine, step_id, code, wo
     assert heldout["passed"] is False, heldout
     for word in words:
         assert word in heldout["message"], (word, heldout["message"])
+
+
+def _message(engine, name: str) -> str:
+    step_id, tensor, code, _ = WRONG[name]
+    result = engine.check(step_id, code.lstrip("\n")).to_dict()
+    name = tensor or PACK.step(step_id).checks[0]
+    return next(c for c in result["checks"] if c["tensor"] == name)["diagnosis"]["message"]
+
+
+def test_the_general_messages_say_only_what_is_true_here(engine):
+    # A time step counts from 0: a count one off does not claim that counts start at 1.
+    assert "t = 1" not in _message(engine, "h-one-step-late")
+    # `o` dropped from `dh * o * (1 - tc**2)` leaves more than the gradient from above.
+    assert "only the gradient from above" not in _message(engine, "output-gate-dropped")
+
+
+def test_a_broadcast_error_speaks_of_broadcasting_not_of_matmuls(engine):
+    code = _slip(_LOOP, "db = db + difgo.sum(0)", "db = db + difgo.sum(1)")
+    error = engine.check("bptt/lstm_backward", code).to_dict()["error"]
+    assert error["kind"] == "runtime" and "broadcast" in error["message"]
+    assert "matmul" not in error["message"]

@@ -295,10 +295,16 @@ def runtime_error(exc: BaseException, code: str, names: list[str] | None = None,
     if isinstance(exc, Refused):
         return CodeError("forbidden", f"{where}{text}.", line)
     hint = ""
-    if "cannot be multiplied" in text or "size of tensor a" in text:
+    if "cannot be multiplied" in text:
         hint = (
             " Compare the shapes on the forward line: a matmul needs the inner "
             "dimensions to agree, so one operand may need .T or the order swapped."
+        )
+    elif "size of tensor a" in text:
+        # Raised by +, -, * and / (never by a matmul): the two shapes do not broadcast.
+        hint = (
+            " An element-wise operation (+, -, *, /) needs shapes that broadcast: compare "
+            "the shapes of the two operands on this line with the forward line's."
         )
     elif isinstance(exc, NameError):
         hint = _name_hint(exc, names or [], scope)

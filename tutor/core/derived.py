@@ -667,18 +667,41 @@ def _upstream_rewrites(tree: ast.Module, ctx: _Context):
 
 
 def _own_output_rewrites(tree: ast.Module, ctx: _Context):
-    """The line's function applied once more to its own output: `torch.tanh(h)` for `h`."""
+    """The line's function applied once more to its own output: `torch.tanh(h)` for `h`, at
+    one place or, where the output is read more than once (`s * (1 - s)`), at every place."""
+    places: dict[str, list[int]] = {}
     for i, node in _loads(tree):
         if node.id in ctx.unary:
+            places.setdefault(node.id, []).append(i)
             again = ctx.unary[node.id]
             yield (
                 _replace(tree, i, lambda _n, e=again: copy.deepcopy(e)),
                 "derived",
-                f"Your {ctx.grad} matches the formula with `{node.id}` passed through this line's "
-                f"function once more (`{ast.unparse(again)}`). `{node.id}` is already the output "
-                "of the line: check whether the local derivative needs the function applied "
-                "again, or the value it already produced.",
+                _once_more(ctx.grad, node.id, again),
             )
+    for name, indices in places.items():
+        if len(indices) > 1:
+            yield _replace_all(tree, indices, ctx.unary[name]), "derived", _once_more(
+                ctx.grad, name, ctx.unary[name])
+
+
+def _once_more(grad: str, name: str, again: ast.expr) -> str:
+    return (f"Your {grad} matches the formula with `{name}` passed through this line's "
+            f"function once more (`{ast.unparse(again)}`). `{name}` is already the output "
+            "of the line: check whether the local derivative needs the function applied "
+            "again, or the value it already produced.")
+
+
+def _replace_all(tree: ast.Module, indices: list[int], new: ast.expr) -> str:
+    """The source of the tree with every node at `indices` (pre-order names, so no one holds
+    another) replaced by a copy of `new`."""
+    slots = [_slots(tree)[i] for i in indices]
+    old = [_put(slot, copy.deepcopy(new)) for slot in slots if slot is not None]
+    try:
+        return ast.unparse(tree)
+    finally:
+        for slot, node in zip([s for s in slots if s is not None], old, strict=True):
+            _put(slot, node)
 
 
 def _swaps(tree: ast.Module, ctx: _Context, pool: list[str], with_grads: bool):
@@ -926,6 +949,9 @@ def _statement_rewrites(tree: ast.Module, ctx: _Context):
 def _factor_rewrites(tree: ast.Module, ctx: _Context):
     """One factor of a product left out: the local derivative, the upstream gradient, or another."""
     grad = ctx.grad
+    # "Only the gradient from above is there" is true only of a whole right-hand side: inside
+    # `dh * o * (1 - t**2)`, dropping `o` from `dh * o` leaves more than `dh`.
+    whole = {id(n.value) for n in ast.walk(tree) if isinstance(n, (ast.Assign, ast.AugAssign))}
     for i, node in _nodes(tree):
         if not (isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Mult, ast.Div))):
             continue
@@ -935,7 +961,8 @@ def _factor_rewrites(tree: ast.Module, ctx: _Context):
         for kept, dropped in sides:
             kept_up = set(_tensor_names(kept, ctx)) & ctx.upstream
             dropped_up = set(_tensor_names(dropped, ctx)) & ctx.upstream
-            if isinstance(kept, ast.Name) and kept.id in ctx.upstream and not dropped_up:
+            if (isinstance(kept, ast.Name) and kept.id in ctx.upstream and not dropped_up
+                    and id(node) in whole):
                 message = (
                     f"Your {grad} matches the formula with the local derivative left out: only "
                     f"the gradient from above, `{kept.id}`, is there. It passes through unchanged "

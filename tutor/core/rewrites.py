@@ -307,8 +307,8 @@ def constant_rewrites(tree: ast.Module, grad: str, scope: dict) -> Iterator[Rewr
                       *_variants(tree, is_count, shifted)]:
         yield (_src(new), "derived",
                f"Your {grad} matches the formula with {what} where `{_first_count(what)}` "
-               "belongs: a count one off. Check where the count starts (t = 1 at the first "
-               "step) and what it counts.")
+               "belongs: a count one off. Check where the count starts (at 0 or at 1) and what "
+               "it counts.")
 
     def is_power_in_difference(node: ast.AST) -> bool:
         return (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Sub)

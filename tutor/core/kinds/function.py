@@ -428,7 +428,7 @@ class FunctionCheck(StepCheck):
             if record is None:
                 reason = "it ran out of time" if timed_out else "it did not finish"
             elif record.get("error"):
-                reason = f"it fails: {clean_error(record['error']).message}"
+                reason = f"it fails: {clean_error(record['error']).message.rstrip('. ')}"
             else:
                 values = decode_namespace(record.get("after"))
                 failures = []

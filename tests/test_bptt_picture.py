@@ -213,7 +213,8 @@ def test_drawing_changes_nothing_in_the_run(engine, run, monkeypatch):
 
 def test_a_broken_run_says_where_its_carried_gradient_parts_from_autograds(run):
     from tutor.session.controller import BrokenComparison
-    from tutor.session.runtext import format_comparison, steps_text
+    from tutor.session.report import steps_text
+    from tutor.session.runtext import format_comparison
     from tutor.values.runs import BrokenStep, TrainingRun
 
     assert steps_text([0, 1, 2, 3, 5, 7, 8]) == "t = 0 to 3, 5, 7, 8"

@@ -26,10 +26,11 @@ from tutor.session.report import (
     row_detail,
     row_label,
     row_mark,
+    steps_text,
     summary_line,
     verdict_line,
 )
-from tutor.session.runtext import format_comparison, format_run, steps_text
+from tutor.session.runtext import format_comparison, format_run
 from tutor.values.durations import compact
 from tutor.values.results import CheckResult, Rule, Status
 from tutor.values.runs import TrainingRun

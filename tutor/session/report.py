@@ -155,14 +155,24 @@ def format_result(result: CheckResult, position: str | None = None, width: int |
     return "\n".join(lines)
 
 
+def steps_text(steps: list[int], most: int = 8) -> str:
+    """Time steps as `t = ...`, runs of neighbours as ranges: `t = 0 to 7, 9`."""
+    runs: list[list[int]] = []
+    for t in sorted(steps):
+        if runs and t == runs[-1][-1] + 1:
+            runs[-1].append(t)
+        else:
+            runs.append([t])
+    parts = [f"{r[0]} to {r[-1]}" if len(r) > 2 else ", ".join(map(str, r)) for r in runs]
+    return "t = " + ", ".join(parts[:most]) + (", ..." if len(parts) > most else "")
+
+
 def picture_lines(figure: dict | None, width: int | None = None) -> list[str]:
     """A step's picture through time in words (the TUI and the notebook draw it): per panel, the
     size at the first and the last time step, yours beside autograd's, and where they differ."""
     panels = [p for p in (figure or {}).get("panels") or [] if isinstance(p, dict)]
     if not panels:
         return []
-    from tutor.session.runtext import steps_text
-
     title = panels[0].get("title") or "the carried gradient"
     lines = wrap(f"|{title}| at the first and the last time step, yours (autograd's); the TUI "
                  "and the notebook draw every step:", "  ", "  ", width or terminal_width())

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from tutor.pack.model import DEFAULT_BASELINE
 from tutor.session.controller import BrokenComparison
-from tutor.session.report import wrap
+from tutor.session.report import steps_text, wrap
 from tutor.values.durations import clock, loss_text, spaced
 from tutor.values.results import CheckError
 from tutor.values.runs import GradientCheck, ParameterCheck, RunStatus, SplitLosses, TrainingRun
@@ -124,18 +124,6 @@ def format_verdict(r: TrainingRun) -> list[str]:
             if reference is not None else ""
         return [f"✓ this run passes the exercise{bar}"]
     return wrap(f"this run does not pass the exercise: {verdict.reason}", "✗ ", "  ")
-
-
-def steps_text(steps: list[int], most: int = 8) -> str:
-    """Time steps as `t = ...`, runs of neighbours as ranges: `t = 0 to 7, 9`."""
-    runs: list[list[int]] = []
-    for t in sorted(steps):
-        if runs and t == runs[-1][-1] + 1:
-            runs[-1].append(t)
-        else:
-            runs.append([t])
-    parts = [f"{r[0]} to {r[-1]}" if len(r) > 2 else ", ".join(map(str, r)) for r in runs]
-    return "t = " + ", ".join(parts[:most]) + (", ..." if len(parts) > most else "")
 
 
 def _broken_picture(broken: TrainingRun) -> list[str]:

@@ -558,6 +558,20 @@ WRONG: dict[str, tuple[str, str | None, str, tuple[str, ...]]] = {
     "state-output-branch-overwritten": (
         "step/state", "h", "dh = dstate[0] * 1.0\ndc = dstate[1].clone()\n", ("`+=`",),
     ),
+    "state-both-halves-into-h": (
+        "step/state", "h", "dh = dh + dstate.sum(dim=0)\ndc = dstate[1] * 1.0\n",
+        ("Both halves",),
+    ),
+    "state-h-into-the-cell": (
+        "step/state", "c", "dh = dh + dstate[0]\ndc = dh + dstate[1]\n", ("took `dh`",),
+    ),
+    "h-tanh-forgotten-in-do": (
+        "step/h", "o", "do = c * dh\ndc += dh * o * (1 - torch.tanh(c)**2)\n",
+        ("cell state itself",),
+    ),
+    "g-tanh-for-its-slope": (
+        "step/g", "ag", "dag = torch.tanh(ag) * dg\n", ("slope",),
+    ),
     # --- h = o * tanh(c) ---------------------------------------------------------------------
     "h-for-the-tanh": (
         "step/h", "c", "do = dh * torch.tanh(c)\ndc = dc + dh * o * (1 - h * h)\n",

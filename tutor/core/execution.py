@@ -493,8 +493,11 @@ def run_scratch(spec: CheckSpec) -> dict:
         except Exception as exc:  # noqa: BLE001 - any failure of learner code is reported
             error = runtime_error(exc, spec.code, list(after), earlier=_earlier(plan)).payload
         assigned = code_facts.of(spec.code).bound
+        # What the code made: what it assigns, and new names it brought in some other way. The
+        # modules every run has in scope are not its own, whichever way the plan came (a plan
+        # sent to a started child arrives without them, and running the code puts them back).
         defined = [{"name": k, "what": describe(v)} for k, v in after.items()
-                   if k in assigned or k not in base]
+                   if k in assigned or (k not in base and not isinstance(v, types.ModuleType))]
         return {"timeout": False, "stdout": out.text(), "error": error, "defined": defined}
     except CheckTimeout:
         return {"timeout": True}

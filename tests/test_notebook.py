@@ -113,7 +113,7 @@ def _words(text: str) -> str:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("pack_id", ["makemore", "gpt"])
+@pytest.mark.parametrize("pack_id", ["makemore", "gpt", "lstm"])
 def test_the_workbook_runs_on_a_kernel_passes_with_the_reference_and_records_progress(
         tmp_path, pack_id):
     from nbclient import NotebookClient

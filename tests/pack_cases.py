@@ -4,6 +4,8 @@ own diagnosis."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from tutor.pack.kinds import Function
@@ -52,3 +54,34 @@ def mistake_cases(pack: Pack) -> list:
     """One parameter per catalogued mistake: (step id, its index), named for what it is."""
     return [pytest.param(step.id, i, id=f"{step.id}-{i}-{m.kind}-d{m.tensor or step.checks[0]}")
             for step in pack.gradient_steps for i, m in enumerate(step.mistakes)]
+
+
+# The diagnosis kinds a catalogued mistake may have.
+MISTAKE_KINDS = {"shape", "sign", "scale", "transpose", "partial", "known_mistake"}
+
+
+def assert_step_content(pack: Pack, step) -> None:
+    """A step's words: at least three different hints, nothing left to do, and, for a checked
+    step, catalogued mistakes of known kinds on its own tensors, hints that never hold the
+    solution, and partial gradients that a later step completes with `+=`."""
+    assert len(set(step.hints)) >= 3
+    texts = [step.explanation, *step.hints] + [m.message for m in step.mistakes]
+    assert all(t and "TODO" not in t for t in texts)
+    if step.kind.trained:
+        return
+    assert step.mistakes, "every checked step catalogues at least one mistake"
+    solution = _squash(step.solution)
+    for hint in step.hints:
+        assert solution not in _squash(hint), hint
+    for m in step.mistakes:
+        assert m.kind in MISTAKE_KINDS
+        assert (m.tensor or step.checks[0]) in step.checks + step.partials
+        assert _squash(m.code) != solution
+    for name in step.partials:
+        closing = [s for s in pack.gradient_steps if name in s.checks]
+        assert closing, f"partial {name} is never completed"
+        assert f"d{name} +=" in closing[0].template
+
+
+def _squash(text: str) -> str:
+    return re.sub(r"\s+", "", text)

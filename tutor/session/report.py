@@ -167,6 +167,15 @@ def steps_text(steps: list[int], most: int = 8) -> str:
     return "t = " + ", ".join(parts[:most]) + (", ..." if len(parts) > most else "")
 
 
+def ends_text(panel: dict, digits: int) -> str:
+    """A picture panel's size at its first and its last time step, yours (autograd's); "" for
+    a panel with no steps."""
+    yours, theirs = panel.get("yours") or [], panel.get("autograd") or []
+    return "   ".join(
+        f"t = {t}: {'—' if yours[t] is None else f'{yours[t]:.{digits}e}'} "
+        f"({theirs[t]:.{digits}e})" for t in ((0, len(theirs) - 1) if theirs else ()))
+
+
 def picture_lines(figure: dict | None, width: int | None = None) -> list[str]:
     """A step's picture through time in words (the TUI and the notebook draw it): per panel, the
     size at the first and the last time step, yours beside autograd's, and where they differ."""
@@ -178,12 +187,9 @@ def picture_lines(figure: dict | None, width: int | None = None) -> list[str]:
                  "and the notebook draw every step:", "  ", "  ", width or terminal_width())
     label = max(len(str(p.get("case") or "")) for p in panels)
     for panel in panels:
-        yours, theirs = panel.get("yours") or [], panel.get("autograd") or []
-        if not theirs:
+        ends = ends_text(panel, 1)
+        if not ends:
             continue
-        ends = "   ".join(
-            f"t = {t}: {'—' if yours[t] is None else f'{yours[t]:.1e}'} ({theirs[t]:.1e})"
-            for t in (0, len(theirs) - 1))
         wrong = [t for t, w in enumerate(panel.get("wrong") or []) if w]
         tail = f"   differs at {steps_text(wrong, 4)}" if wrong else ""
         lines.append(f"    {str(panel.get('case') or ''):<{label}}  {ends}{tail}")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from tutor.pack.model import DEFAULT_BASELINE
 from tutor.session.controller import BrokenComparison
-from tutor.session.report import steps_text, wrap
+from tutor.session.report import ends_text, steps_text, wrap
 from tutor.values.durations import clock, loss_text, spaced
 from tutor.values.results import CheckError
 from tutor.values.runs import GradientCheck, ParameterCheck, RunStatus, SplitLosses, TrainingRun
@@ -53,10 +53,7 @@ def format_pictures(pictures: list[dict]) -> list[str]:
     title = panel.get("title") or "the gradient"
     lines = [f"\n|{title}| on the {panel.get('case') or 'same batch'}, yours (autograd's):"]
     for snap in [first, last] if first is not last else [first]:
-        yours, theirs = snap["panel"]["yours"], snap["panel"]["autograd"]
-        ends = [(t, yours[t], theirs[t]) for t in (0, len(theirs) - 1)] if theirs else []
-        lines.append(f"  step {spaced(snap['step']):>7}  " + "   ".join(
-            f"t = {t}: {'—' if y is None else f'{y:.2e}'} ({a:.2e})" for t, y, a in ends))
+        lines.append(f"  step {spaced(snap['step']):>7}  {ends_text(snap['panel'], 2)}")
     wrong = [s["step"] for s in pictures if any(s["panel"]["wrong"])]
     lines.append(f"  yours differs from autograd's in the pictures at step "
                  f"{', '.join(spaced(w) for w in wrong)}" if wrong else

@@ -10,6 +10,7 @@ import math
 import os
 import subprocess
 import sys
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -24,6 +25,9 @@ DEVICES = ("auto", "cpu", "cuda", "mps")
 # How learner code is kept apart from the evaluator (see docs/architecture.md): a child forked
 # from it, a freshly started interpreter, or whichever of the two serves the device.
 ISOLATIONS = ("auto", "fork", "spawn")
+# Set to 1, the accelerator is simulated on the CPU with CUDA's rules about devices (see
+# tutor/devices.py): how a CPU-only machine finds what would go wrong on a GPU.
+SIMULATED_DEVICE = "BACKPROP_TUTOR_SIMULATED_DEVICE"
 DEFAULT_SEED = 2147483647  # the generator seed of the lecture
 DEFAULT_TIMEOUT = 5.0
 # The checks run in milliseconds: under 0.1 s even a right answer could be cut off, and more
@@ -222,10 +226,15 @@ _MISSING = {
 }
 
 
+def simulated(environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether the accelerator is the simulated one (`BACKPROP_TUTOR_SIMULATED_DEVICE=1`)."""
+    return environ.get(SIMULATED_DEVICE, "").strip() not in ("", "0")
+
+
 def unavailable_device(name: str) -> str | None:
     """Why the device `name` cannot be used here, or None. Only "cuda" and "mps" are asked
     about: "cpu" is always there and "auto" takes what there is."""
-    if name not in _MISSING:
+    if name not in _MISSING or (name == "cuda" and simulated()):
         return None
     try:
         probe = subprocess.run(

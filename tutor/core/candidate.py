@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from tutor import devices
 from tutor.sandbox.classes import TypeOf
 from tutor.sandbox.clean import MAX_MESSAGE, MAX_TEXT, Capped, clean, cut_note
 from tutor.sandbox.guard import GUARD_NAME, Refused, rewrite
@@ -375,7 +376,8 @@ def execute(compiled: types.CodeType, ns: dict, out: Output,
         with torch.no_grad(), warnings.catch_warnings():
             warnings.simplefilter("always")
             warnings.showwarning = shown  # put back as it was when the block ends
-            exec(compiled, ns)
+            with devices.learner():
+                exec(compiled, ns)
     finally:
         _LISTENING.out = listening
         ns.pop("__builtins__", None)

@@ -353,8 +353,8 @@ def explain_function(step: Step, name: str, value: Tensor, ref: Tensor, inputs: 
     if start is not None and start.shape == value.shape:
         # An update is compared by how it moved the tensor: a step far smaller than the
         # tensor itself must still be told apart.
-        base = start.detach().to(value.device, torch.float64)
-        moved = lambda t: t.detach().to(value.device, torch.float64) - base  # noqa: E731
+        base = start.detach().double()
+        moved = lambda t: t.detach().double() - base  # noqa: E731
     else:
         moved = lambda t: t  # noqa: E731
     value, ref = moved(value), moved(ref)

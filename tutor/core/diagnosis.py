@@ -277,7 +277,7 @@ def _zero_message(name: str, source: str, code: str | None) -> str:
 
 def where_wrong(value: Tensor, ref: Tensor) -> str:
     """Describe the pattern of errors so the learner knows where to look."""
-    diff = (value.detach().double() - ref.detach().double().to(value.device)).abs().cpu()
+    diff = (value.detach().double() - ref.detach().double()).abs()
     scale = float(ref.abs().max()) or 1.0
     wrong = diff > 1e-4 * scale + 1e-7
     total, bad = wrong.numel(), int(wrong.sum())

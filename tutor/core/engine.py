@@ -20,6 +20,7 @@ from collections.abc import Callable
 
 import torch
 
+from tutor import devices
 from tutor.config import Settings
 from tutor.core.candidate import CodeError, program, timeout_error
 from tutor.core.execution import CheckSpec, FunctionCheckSpec, run_spec
@@ -80,7 +81,7 @@ class Engine:
     def info(self) -> dict:
         batch = self.network.main
         return {
-            "device": str(self.device),
+            "device": devices.describe(self.device),
             "torch_version": torch.__version__.split("+")[0],
             "batch_size": batch.n,
             "heldout_batch_size": self.network.heldout.n,
@@ -211,8 +212,9 @@ class Engine:
         # The random state goes along: a forked child inherits the worker's, and code that
         # draws random numbers must see the same ones on either path, check after check.
         rng = {"cpu": torch.get_rng_state()}
-        if self.device.type == "cuda":
-            rng["cuda"] = torch.cuda.get_rng_state(self.device)
+        accelerator = devices.rng_state(self.device)
+        if accelerator is not None:
+            rng["cuda"] = accelerator
         outcome = child.run({"spec": spec, "scratch": scratch, "rng": rng},
                             timeout=self.settings.timeout + KILL_GRACE)
         return _answer(outcome)
@@ -255,7 +257,7 @@ class Engine:
         depends on the kind is the kind's (tutor/core/kinds/)."""
         step = self.pack.step(step_id)
         kind = self.kinds.of(step)
-        result = CheckResult(step.id, passed=False, device=str(self.device))
+        result = CheckResult(step.id, passed=False, device=devices.describe(self.device))
         try:
             kind.admit(step)
             # Parsed, refused or compiled once, here, before any process starts; the child loads

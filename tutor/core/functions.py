@@ -23,6 +23,7 @@ import torch.nn.functional as F
 
 from tutor.core.network import Batch
 from tutor.core.timesteps import Series, series
+from tutor.devices import judged
 from tutor.pack.model import FunctionSpec, PackError, Step
 
 Tensor = torch.Tensor
@@ -36,7 +37,7 @@ SAME_SIZES = "lesson sizes"  # fresh values at the lesson's sizes: did sizes mak
 class Case:
     name: str  # "lesson", "fresh 1", ...
     sizes: dict[str, int]  # the upper-case sizes the pack's code named (B, T, C, NH, ...)
-    inputs: dict[str, Any]  # the call's arguments: tensors (float32 on the device) and numbers
+    inputs: dict[str, Any]  # the call's arguments: tensors (float32, kept on the CPU) and numbers
     reference: dict[str, Tensor]  # the expected outputs, float32
     reference64: dict[str, Tensor]  # the same from float64 arithmetic, on the CPU
 
@@ -119,9 +120,11 @@ def _case(name: str, step: Step, ns: dict, device: torch.device) -> Case:
             value = (value.float() if value.is_floating_point() else value).contiguous().clone()
         inputs[arg] = value
     sizes = {k: int(v) for k, v in ns.items() if k.isupper() and type(v) is int}
-    reference = expected(step, inputs)
+    # Autograd's float32 outputs come from the device the learner's code runs on; the case is
+    # kept on the CPU, where it is judged (docs/architecture.md, "Where tensors live").
+    reference = judged(expected(step, inputs))
     reference64 = expected(step, {k: as64(v) for k, v in inputs.items()})
-    return Case(name, sizes, inputs, reference, reference64)
+    return Case(name, sizes, judged(inputs), reference, reference64)
 
 
 def as64(value: Any) -> Any:

@@ -88,7 +88,6 @@ def _measure(g: TensorCheck, value: Tensor, ref32: Tensor, ref64: Tensor,
     """exact / approximate / maxdiff against float32, acceptance against float64."""
     if not value.is_floating_point():
         value = value.to(ref32.dtype)
-    value = value.to(ref32.device)
     g.exact = bool(torch.equal(value.to(ref32.dtype), ref32))
     g.approximate = bool(torch.allclose(value.to(ref32.dtype), ref32, rtol=RTOL, atol=ATOL))
     g.maxdiff = float((value.to(ref32.dtype) - ref32).abs().max().item()) if value.numel() else 0.0

@@ -16,25 +16,13 @@ from functools import cached_property
 import torch
 import torch.nn.functional as F
 
+from tutor.devices import DeviceError, judged, resolve
 from tutor.pack.model import ForwardLine, Pack, Step
 
+__all__ = ["Batch", "DeviceError", "Network", "resolve_device"]
+resolve_device = resolve  # the lesson's device by its setting (tutor/devices.py)
+
 Tensor = torch.Tensor
-
-
-def resolve_device(name: str) -> torch.device:
-    """`auto` picks cuda, then mps, then cpu; an explicit device must exist."""
-    has_mps = getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "mps" if has_mps else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise DeviceError("CUDA was asked for, but this PyTorch sees no CUDA device")
-    if name == "mps" and not has_mps:
-        raise DeviceError("MPS (Apple GPU) was asked for, but it is not available here")
-    return torch.device(name)
-
-
-class DeviceError(RuntimeError):
-    pass
 
 
 def data_text(pack: Pack) -> str | None:
@@ -107,7 +95,8 @@ class Batch:
     """One batch pushed through the forward pass, with every gradient the steps grade."""
 
     n: int
-    values: dict[str, Tensor]  # parameters, batch and forward tensors (float32, on the device)
+    values: dict[str, Tensor]  # parameters, batch and forward tensors (float32, made on the
+    # device, kept on the CPU like everything else here; a child's plan takes them to the device)
     shapes: dict[str, list[int]]
     reference: dict[tuple[str, str], Tensor]  # (step id, tensor) -> autograd float32 gradient
     reference64: dict[tuple[str, str], Tensor]  # the same in float64 on the CPU
@@ -163,18 +152,20 @@ class Network:
                                                            lines)
         _, refs64, _, _ = self._forward_backward(Xb, Yb, torch.float64, torch.device("cpu"),
                                                  lines)
-        values = {k: v.detach() for k, v in ns32.items() if isinstance(v, Tensor)}
+        # Computed on the lesson's device, kept on the CPU, where everything is judged: this is
+        # where the network's tensors cross (docs/architecture.md, "Where tensors live").
+        values = judged({k: v.detach() for k, v in ns32.items() if isinstance(v, Tensor)})
         shapes = {k: list(v.shape) for k, v in values.items()}
         return Batch(
             n=int(Xb.shape[0]),
             values=values,
             shapes=shapes,
-            reference=refs32,
+            reference=judged(refs32),
             reference64=refs64,
-            given=given,
+            given=judged(given),
             lines=[annotate(line, ns32) for line in lines],
             sizes=self.sizes,
-            gradients={k: g.detach() for k, g in full.items()},
+            gradients=judged({k: g.detach() for k, g in full.items()}),
         )
 
     @property

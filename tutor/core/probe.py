@@ -33,6 +33,7 @@ import torch
 
 from tutor import code_facts
 from tutor.core.grading import PROBE_HEADROOM, as_graded, grade
+from tutor.devices import judged
 from tutor.pack.model import Pack, Step
 from tutor.values.results import Diagnosis, Rule, Verdict
 
@@ -122,7 +123,7 @@ def cotangents(namespace: dict, names: tuple[str, ...], seed: int,
     g = torch.Generator().manual_seed(seed)
     out = {}
     for name, real in present:
-        r = torch.randn(tuple(real.shape), generator=g, dtype=torch.float32) * scale
+        r = torch.randn(tuple(real.shape), generator=g, dtype=torch.float32, device="cpu") * scale
         out[name] = r.to(device=real.device, dtype=real.dtype)
     return out
 
@@ -182,11 +183,12 @@ class Graph:
             except RuntimeError:
                 return None
             if not keep or not wrt.requires_grad:
-                return torch.zeros_like(target.detach())
+                return judged(torch.zeros_like(target.detach()))
             (grad,) = torch.autograd.grad([o for o, _ in keep], [wrt],
                                           grad_outputs=[c for _, c in keep],
                                           retain_graph=True, allow_unused=True)
-        return torch.zeros_like(target.detach()) if grad is None else grad.detach()
+        # Made on the lesson's device, judged on the CPU (tutor/devices.py).
+        return judged(torch.zeros_like(target.detach()) if grad is None else grad.detach())
 
 
 def _value(source: str) -> ast.expr:
@@ -263,15 +265,15 @@ def judge(pack: Pack, step: Step, graph: Graph, before: dict, real: dict, probe:
     want64 = graph.vjp(outputs, d64, tensor, torch.float64, local, sources)
     if want32 is None or want64 is None:
         return None
-    change = ours_probe.detach().double().cpu() - ours_real.detach().double().cpu()
+    change = ours_probe.detach().double() - ours_real.detach().double()
     # A shape that fits is graded as it fits.
     g = grade(tensor, change, want32.float(), want64, headroom=PROBE_HEADROOM)
     scale = float(want64.abs().max()) or 1.0
     nothing = float(change.abs().max()) <= 1e-6 * scale if change.numel() else True
     if fork or not g.accepted and g.verdict is Verdict.SHAPE:
         return Outcome(tensor, g.accepted, nothing)
-    value = as_graded(ours_probe.detach().to(want32.device, torch.float32), want32)
-    expected = as_graded(ours_real.detach().to(want32.device, torch.float32), want32) + want32
+    value = as_graded(ours_probe.detach().float(), want32)
+    expected = as_graded(ours_real.detach().float(), want32) + want32
     return Outcome(tensor, g.accepted, nothing, value, expected)
 
 
@@ -338,7 +340,7 @@ def _explained(pack: Pack, step: Step, tensor: str, value: Tensor, expected: Ten
             return Diagnosis(m.kind, m.message.strip())
     if value.shape != expected.shape or not torch.isfinite(value).all():
         return None
-    return derived.explain(pack, step, tensor, value.to(expected.device), expected, scope, n)
+    return derived.explain(pack, step, tensor, value, expected, scope, n)
 
 
 def apply(pack: Pack, step: Step, graph: Graph, spec: ProbeSpec, before: dict, real: dict,

@@ -73,10 +73,12 @@ def _prepare(setup: dict) -> Any:
     """Everything that needs files, done before confinement; returns the work to run."""
     import torch
 
+    from tutor import devices
     from tutor.core.execution import run_spec
 
     torch.set_num_threads(1)
-    device = torch.device(setup["device"])
+    device = devices.resolve(setup["device"])
+    devices.use(device)  # the learner's code makes its tensors here (devices.learner)
     _warm_device(device)
     if setup["kind"] == "check":
         _warm_check(device)
@@ -86,7 +88,7 @@ def _prepare(setup: dict) -> Any:
             if "cpu" in rng:
                 torch.set_rng_state(rng["cpu"].cpu())
             if "cuda" in rng:
-                torch.cuda.set_rng_state(rng["cuda"].cpu(), device)
+                devices.set_rng_state(rng["cuda"], device)
             return run_spec(request["spec"], bool(request.get("scratch")))
 
         return check, device
@@ -124,8 +126,21 @@ def _failed(results: int, exc: BaseException) -> None:
     from tutor.process.protocol import write_message
 
     with contextlib.suppress(BaseException):  # when it fails, nobody is left to tell
-        why = f"{type(exc).__name__}: {str(exc)[:300]}"
+        why = f"{type(exc).__name__}: {str(exc)[:300]}{_where(exc)}"
         write_message(results, {"type": "crashed", "why": why})
+
+
+def _where(exc: BaseException) -> str:
+    """The tutor's own line an internal error came from, for the report a learner sends us."""
+    import traceback
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    ours = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename.startswith(root)
+            and os.path.basename(f.filename) != "devices.py"]  # where it was called from
+    if not ours:
+        return ""
+    last = ours[-1]
+    return f" (at {os.path.relpath(last.filename, os.path.dirname(root))}:{last.lineno})"
 
 
 def _live(requests: int, results: int, work: Any, device: Any, setup: dict,

@@ -35,6 +35,7 @@ import threading
 import weakref
 from collections.abc import Callable, Mapping
 
+from tutor.config import simulated
 from tutor.process.isolate import loads_plain
 
 SERVER_COMMAND = (sys.executable, "-m", "tutor.evaluator.child", "--server")
@@ -46,12 +47,14 @@ class ServerGone(OSError):
 
 
 def unavailable(device: str, environ: Mapping[str, str] = os.environ) -> str | None:
-    """Why a fork server cannot serve checks on `device` here, or None when it can."""
+    """Why a fork server cannot serve checks on `device` here, or None when it can. The
+    simulated accelerator has no driver to initialise, so its children are forked too: the plan
+    still crosses to them as memory and lands on the device there, as on a GPU."""
     if environ.get("BACKPROP_TUTOR_FORK_SERVER") == "0":
         return "turned off with BACKPROP_TUTOR_FORK_SERVER=0"
     if not sys.platform.startswith("linux"):
         return "only Linux's pidfds let the worker watch a child it did not fork"
-    if device != "cpu":
+    if device != "cpu" and not (device == "cuda" and simulated(environ)):
         return (f"a child forked from a process that initialised {device} cannot use it, "
                 "and initialising it in every child costs more than starting one")
     if not (hasattr(os, "pidfd_open") and hasattr(socket, "send_fds")

@@ -133,7 +133,9 @@ def format_result(result: CheckResult, position: str | None = None, width: int |
                   ) -> str:
     """One check as text. `position` (e.g. "exercise 1, step 2 of 23") follows the step id."""
     width = width or terminal_width()
-    lines = [result.step + (f" ({position})" if position else "")]
+    # Which device ran it: a learner on a GPU learns that the tutor chose it for them.
+    lines = [result.step + (f" ({position})" if position else "")
+             + (f" · on {result.device}" if result.device else "")]
     error = result.error
     if error:
         lines += wrap(f"{error.kind} error: {error.message}", "  ✗ ", "    ", width)

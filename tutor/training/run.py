@@ -178,12 +178,15 @@ def training_namespace(params: dict[str, Tensor], n: int, out: Any = None,
 def eager_step(code: Any, ns: dict, params: dict[str, Tensor], grad_names: tuple[str, ...]
                ) -> Callable[[Tensor, Tensor], tuple[Tensor, list[Tensor]]]:
     """One training step as the learner wrote it: exec their code object in their namespace."""
+    from tutor import devices
+
     # The parameters are put back each step: code that rebinds a name (W1 = W1.T) must not
     # silently swap the network's tensor for another.
     def step(Xb: Tensor, Yb: Tensor) -> tuple[Tensor, list[Tensor]]:
         ns.update(params)
         ns["Xb"], ns["Yb"] = Xb, Yb
-        exec(code, ns)
+        with devices.learner():
+            exec(code, ns)
         return ns["loss"], [ns[g] for g in grad_names]
 
     return step
@@ -354,9 +357,11 @@ class Trainer:
         self._random_checks = random_checks(self.s.gradcheck_steps, self.s.steps,
                                             request.get("check_seed")) \
             if self.s.gradcheck_steps > 0 else []
+        from tutor.devices import describe
+
         self.result = TrainingRun(
             RunStatus.ERROR, notes=self.notes,
-            settings=RunSettings(self.s.to_dict(), device=str(self.device),
+            settings=RunSettings(self.s.to_dict(), device=describe(self.device),
                                  reference=bool(request.get("reference")),
                                  compile=self.compile,
                                  torch_version=torch.__version__.split("+")[0]))
@@ -536,9 +541,12 @@ class Trainer:
 
     def _run_code(self, Xb: Tensor, Yb: Tensor) -> tuple[Any, None]:
         """The learner's code on one batch, leaving its gradients in the namespace."""
+        from tutor import devices
+
         self.ns.update(self.params)
         self.ns["Xb"], self.ns["Yb"] = Xb, Yb
-        exec(self.code, self.ns)
+        with devices.learner():
+            exec(self.code, self.ns)
         return self.ns.get("loss"), None
 
     def _checked(self) -> list[str]:
@@ -759,6 +767,8 @@ class Trainer:
         """torch.compile of the learner's step; on any failure, the eager step and a note."""
         import torch
 
+        from tutor import devices
+
         # torch.compile's own guards look builtins up by name in the function's globals; the
         # learner's code still cannot name getattr (the syntax check refuses it).
         ns = {**self.ns, "__builtins__": {**self.ns["__builtins__"], "getattr": getattr}}
@@ -771,7 +781,8 @@ class Trainer:
             self._disarm()  # compiling takes far longer than one step may
             self.window("compile")
             started = time.monotonic()
-            compiled(*params, Xb, Yb)  # a pure function of its inputs: nothing changes here
+            with devices.learner():
+                compiled(*params, Xb, Yb)  # a pure function of its inputs: nothing changes here
             self.result.compile_s = time.monotonic() - started
         except Exception as exc:  # noqa: BLE001 - the fast path is optional
             reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
@@ -783,7 +794,8 @@ class Trainer:
         self.result.settings.compiled = True
 
         def step(Xb: Tensor, Yb: Tensor) -> tuple[Tensor, list[Tensor]]:
-            loss, *grads = compiled(*params, Xb, Yb)
+            with devices.learner():
+                loss, *grads = compiled(*params, Xb, Yb)
             return loss, grads
 
         return self._guarded(step)

@@ -35,7 +35,7 @@ from tutor.core.kinds.records import (
 )
 from tutor.core.network import Batch
 from tutor.pack.model import Step
-from tutor.process import isolate, spawn
+from tutor.process import isolate
 from tutor.sandbox.clean import MAX_MESSAGE, clean
 from tutor.values.results import CheckResult, Heldout, TensorCheck, Verdict
 
@@ -135,10 +135,8 @@ class LineCheck(StepCheck):
             return self._befores[key][0]
         before = {**batch.namespace(), **{k: v for k, v in (record.get("scalars") or {}).items()
                                           if v is None or type(v) in (int, float, bool, str)}}
-        # On a GPU the child's tensors come back to the CPU: diagnosis runs the catalogued
-        # mistakes on them next to the lesson's own, so they go back to the device.
-        before.update(spawn.to_device(isolate.decode_shared(record["before"]),
-                                      self.network.device))
+        # The child's tensors come back on the CPU, where the lesson's own are judged.
+        before.update(isolate.decode_shared(record["before"]))
         notes = [clean(n, MAX_MESSAGE) for n in record.get("notes", [])]
         if len(self._befores) > 256:
             self._befores.clear()

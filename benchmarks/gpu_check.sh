@@ -2,7 +2,9 @@
 # The GPU check: what holds on a machine with an NVIDIA GPU, in under 8 minutes.
 #   1. the CUDA-marked tests (every reference on cuda, verdicts, the probe, the sandbox, training);
 #   2. the sandbox suite and the gaming attempts on the spawn path (the path a GPU takes);
-#   3. check latency with --device cuda through the worker.
+#   3. check latency with --device cuda through the worker;
+#   4. parity: a sample of every corpus, a short training run of each lesson and a graded
+#      notebook, on the CPU and on cuda, compared by what a learner is told.
 # Prints one summary at the end that says which parts held. Needs .venv (make test builds it).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -36,6 +38,7 @@ run cuda-tests 240 "$PY" -m pytest -q -rs -p no:cacheprovider -m cuda tests/
 BACKPROP_TUTOR_ISOLATION=spawn run sandbox-spawn 150 "$PY" -m pytest -q -p no:cacheprovider \
     tests/test_sandbox.py tests/test_gaming.py
 run latency 90 "$PY" benchmarks/gpu_latency.py
+run parity 200 "$PY" benchmarks/device_parity.py --device cuda --sample 12
 
 echo
 echo "== summary"
@@ -48,5 +51,6 @@ while IFS='|' read -r name rc secs what; do
     printf '%-14s %-18s %4ss  %s\n' "$name" "$verdict" "$secs" "$what"
 done < "$LOG/summary"
 grep -h '^latency:' "$LOG/latency.log" 2>/dev/null
+grep -h '^parity:' "$LOG/parity.log" 2>/dev/null
 echo "$held of $total parts held (logs in $LOG)"
 [ "$held" = "$total" ]

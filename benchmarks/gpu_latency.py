@@ -1,11 +1,13 @@
 """Latency of a check on a CUDA device, through the worker and its pipe (the spawn path, the only
 one a GPU takes): the first check (a child started cold, CUDA initialised in it) and warm checks
 while the learner reads (children started ahead of time). Run by benchmarks/gpu_check.sh; prints
-one line per figure and a last line `latency: ...` for the summary.
+one line per figure and a last line `latency: ...` for the summary. `--device simulated` runs the
+same on the simulated accelerator (BACKPROP_TUTOR_SIMULATED_DEVICE=1), to try the script on a CPU.
 """
 
 from __future__ import annotations
 
+import os
 import statistics
 import sys
 import time
@@ -25,7 +27,9 @@ PAUSE = 3.0  # a learner reads a result for a few seconds; the next child starts
 def main() -> int:
     import torch
 
-    if not torch.cuda.is_available():
+    if sys.argv[1:] == ["--device", "simulated"]:
+        os.environ["BACKPROP_TUTOR_SIMULATED_DEVICE"] = "1"
+    elif not torch.cuda.is_available():
         print("latency: no CUDA device here")
         return 1
     pack = load_pack()

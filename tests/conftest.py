@@ -35,12 +35,17 @@ def _isolated_home(tmp_path, monkeypatch):
 
 def pytest_collection_modifyitems(config, items):
     """Tests marked `cuda` need a CUDA device: skipped without one (benchmarks/gpu_check.sh runs
-    them where there is one)."""
+    them where there is one), run on the simulated one under BACKPROP_TUTOR_SIMULATED_DEVICE=1
+    (tests/test_devices.py does)."""
     marked = [item for item in items if item.get_closest_marker("cuda")]
     if not marked:
         return
     import torch
 
+    from tutor.config import simulated
+
+    if simulated():
+        return
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA device (benchmarks/gpu_check.sh)")

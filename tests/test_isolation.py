@@ -117,18 +117,25 @@ def test_the_plan_crosses_to_a_child_with_its_shared_memory():
     assert back["empty"].shape == (0, 5) and back["n"] == 4
 
 
-def test_tensors_sent_back_move_to_the_lessons_device_in_their_layout():
-    # The meta device stands in for a GPU here: the layout must survive the move.
+def test_the_plan_lands_on_another_device_in_its_layout_and_its_sharing():
+    # The simulated accelerator stands in for a GPU here (tutor/devices.py): the layout must
+    # survive the move, tensors that shared memory still share it, and others still do not.
+    from tutor.devices import ACCELERATOR, Simulated
+
     base = torch.arange(24, dtype=torch.float32).reshape(4, 6)
-    sent = {"base": base, "view": base[1:, ::2], "ints": torch.arange(3),
-            "empty": torch.zeros(0, 5)}
-    moved = spawn.to_device(sent, torch.device("meta"))
-    for name, t in sent.items():
-        m = moved[name]
-        assert m.device.type == "meta" and m.dtype == t.dtype
-        assert (m.shape, m.stride(), m.storage_offset()) == (t.shape, t.stride(),
-                                                              t.storage_offset())
-    assert spawn.to_device(sent, torch.device("cpu")) is sent
+    plan = {"base": base, "view": base[1:, ::2], "ints": torch.arange(3),
+            "empty": torch.zeros(0, 5), "other": torch.ones(3)}
+    with Simulated():
+        moved = spawn.unpack_plan(spawn.pack_plan(plan), ACCELERATOR)
+        for name, t in plan.items():
+            m = moved[name]
+            assert m.is_cuda and m.dtype == t.dtype and torch.equal(m.cpu(), t)
+            assert (m.shape, m.stride(), m.storage_offset()) == (t.shape, t.stride(),
+                                                                  t.storage_offset())
+        moved["base"][1, 0] = -1.0
+        assert moved["view"][0, 0] == -1.0 and base[1, 0] == 6.0
+        storage = {k: t.untyped_storage().data_ptr() for k, t in moved.items()}
+        assert storage["other"] != storage["base"] != storage["ints"]
 
 
 def test_the_child_accepts_no_class_outside_the_request():

@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 from torch.overrides import TorchFunctionMode
-from torch.utils._pytree import tree_flatten, tree_map_only
+from torch.utils._pytree import tree_map_only
 
 from tutor.config import SIMULATED_DEVICE, simulated
 
@@ -207,10 +207,30 @@ def _has_dict(t: torch.Tensor) -> bool:
 
 def _tag(value: Any, on: bool) -> Any:
     if on:
-        for t in tree_flatten(value)[0]:
-            if isinstance(t, torch.Tensor):
-                t.__dict__[_TAG] = True
+        for t in _tensors(value):
+            t.__dict__[_TAG] = True
     return value
+
+
+def _tensors(value: Any, depth: int = 3) -> list[torch.Tensor]:
+    """The tensors in a call's arguments or results: tensors, and tuples, lists and dicts of
+    them a few levels deep (what torch's functions take and give). Faster than a pytree walk,
+    which every torch call under the simulated device would pay."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if depth == 0:
+        return []
+    if isinstance(value, dict):
+        value = value.values()
+    elif not isinstance(value, (tuple, list)):
+        return []
+    out: list[torch.Tensor] = []
+    for item in value:
+        if isinstance(item, torch.Tensor):
+            out.append(item)
+        elif isinstance(item, (tuple, list, dict)):
+            out += _tensors(item, depth - 1)
+    return out
 
 
 def _is_device(value: Any) -> bool:
@@ -290,7 +310,7 @@ class Simulated(TorchFunctionMode):
         if func in self.constructors:
             self._generator(kwargs, self.default)
             return self.default
-        tensors = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
+        tensors = _tensors(args) + (_tensors(kwargs) if kwargs else [])
         if func in _LIKE:
             return on_accelerator(tensors[0]) or self.default
         if not tensors:

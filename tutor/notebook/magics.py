@@ -19,7 +19,7 @@ from collections.abc import Callable
 from IPython.core.magic import no_var_expand
 
 from tutor.config import ConfigError, Settings, resolve, unavailable_device
-from tutor.evaluator.client import Evaluator, EvaluatorError
+from tutor.evaluator.client import Evaluator, EvaluatorError, EvaluatorNotReady
 from tutor.notebook import render
 from tutor.pack.model import Pack, PackError
 from tutor.session.controller import BreakError, CheckOutcome, Lesson
@@ -222,8 +222,19 @@ class NotebookTutor:
     def describe(self) -> render.Bundle:
         s = self.settings
         text = (f"lesson: {self.pack.title} ({self.pack.id}), {len(self.pack.steps)} steps; "
-                f"device: {s.device}; progress in {s.data_home}")
+                f"device: {s.device}{self._running_on()}; progress in {s.data_home}")
         return {"text/plain": text}
+
+
+    def _running_on(self) -> str:
+        """Where the checks run, once the evaluator knows: `auto` may have chosen a GPU."""
+        if self._evaluator is None:
+            return ""
+        try:
+            device = self._evaluator.info(timeout=0).get("device")
+        except (EvaluatorError, EvaluatorNotReady):
+            return " (the evaluator is still starting)"
+        return f" (checks run on {device})" if device else ""
 
 
 def _train_options(line: str) -> dict:

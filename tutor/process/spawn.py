@@ -105,8 +105,7 @@ def unpack_plan(data: bytes, device: torch.device,
     """A plan `pack_plan` wrote, its tensors on `device`; a class outside `allowed` (module,
     name) is refused, as is every other class but set, frozenset and slice."""
     memory, places, body = pickle.loads(data)
-    blocks = [torch.frombuffer(bytearray(raw), dtype=torch.uint8).to(device) if raw else
-              torch.empty(0, dtype=torch.uint8, device=device) for raw in memory]
+    blocks = _on_device(memory, device)
     tensors = []
     for index, dtype_name, shape, stride, offset, grad in places:
         dtype = getattr(torch, dtype_name.removeprefix("torch."))
@@ -117,22 +116,21 @@ def unpack_plan(data: bytes, device: torch.device,
     return _PlanUnpickler(body, tensors, allowed).load()
 
 
-def to_device(tensors: dict[str, torch.Tensor], device: torch.device
-              ) -> dict[str, torch.Tensor]:
-    """Tensors a child sent back (on the CPU) on the lesson's device, each block of memory moved
-    once, so that tensors that shared memory still do."""
+def _on_device(memory: list[bytes], device: torch.device) -> list[torch.Tensor]:
+    """The plan's blocks of memory on `device`. Off the CPU they cross in one transfer, not one
+    per block (each a wait on the host), and are then copied apart there: blocks that were apart
+    in the worker stay apart in the child."""
     if device.type == "cpu":
-        return tensors
-    blocks: dict[int, torch.Tensor] = {}
-    out = {}
-    for name, t in tensors.items():
-        storage = t.untyped_storage()
-        key = storage.data_ptr()
-        if key not in blocks:
-            blocks[key] = torch.empty(0, dtype=torch.uint8).set_(storage).to(device)
-        out[name] = blocks[key].view(t.dtype).as_strided(t.shape, t.stride(),
-                                                          t.storage_offset())
-    return out
+        return [torch.frombuffer(bytearray(raw), dtype=torch.uint8) if raw else
+                torch.empty(0, dtype=torch.uint8) for raw in memory]
+    whole = b"".join(memory)
+    moved = (torch.frombuffer(bytearray(whole), dtype=torch.uint8) if whole else
+             torch.empty(0, dtype=torch.uint8)).to(device)
+    blocks, at = [], 0
+    for raw in memory:
+        blocks.append(moved[at:at + len(raw)].clone())
+        at += len(raw)
+    return blocks
 
 
 # -- the parent's side --------------------------------------------------------------------------

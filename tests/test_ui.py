@@ -1082,3 +1082,28 @@ def test_end_on_a_wrapped_template_line_goes_to_the_end_of_its_code(settings, ev
             assert editor.selected_text == "dwte = ..."
 
     run(scenario)
+
+
+def test_the_tui_runs_on_the_simulated_device_and_says_so(tmp_path, monkeypatch):
+    # The worker inherits the variable: the network, the checks and their children run on the
+    # simulated accelerator (tutor/devices.py), and an answer that makes its own tensors without
+    # a device passes there as on the CPU.
+    monkeypatch.setenv("BACKPROP_TUTOR_SIMULATED_DEVICE", "1")
+    settings = Settings(device="auto", home=tmp_path / "home", timeout=5.0)
+    without_a_device = ("dlogprobs = torch.zeros(n, logprobs.shape[1]).scatter_add(1, "
+                        "Yb[:, None], torch.full((n, 1), -1.0 / n))\n")
+
+    async def scenario():
+        with Evaluator(settings) as ev:
+            app = TutorApp(settings, evaluator=ev, greet=False)
+            async with app.run_test(size=SIZE) as pilot:
+                await ready(pilot)
+                device = app.query_one(TopBar).query_one("#device")
+                assert str(device.content) == "cuda:0 (simulated on the CPU)"
+                result = await check(pilot, without_a_device)
+                assert result["passed"] and result["device"] == "cuda:0 (simulated on the CPU)"
+                wrong = await check(pilot, WRONG_SIGN)
+                assert not wrong["passed"] and wrong["error"] is None
+                assert wrong["checks"][0]["heatmap"], "the heatmap comes from the device's check"
+
+    run(scenario)

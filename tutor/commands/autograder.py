@@ -5,7 +5,11 @@ In the container (Gradescope: `/autograder`, PrairieLearn: `/grade`, or `$AUTOGR
 student's files are in `submission/` (PrairieLearn: `student/`), and the results go to
 `results/results.json`, written last and atomically by this process: the student's code runs in
 the tutor's sandbox, which can write no file. A submission that is not exactly one `.py` or
-`.ipynb` file still gets a results file, with a score of 0 and the reason.
+`.ipynb` file still gets a results file, with a score of 0 and the reason. The grading rules
+come from `grading.json` (Gradescope: in `source/`, PrairieLearn: in `tests/`, or `--config`),
+written when the bundle or the question was built; options given here override them.
+
+`--prairielearn DIR` writes PrairieLearn's image recipe and question (tutor.course.prairielearn).
 """
 
 from __future__ import annotations
@@ -13,12 +17,22 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 from tutor.commands.base import Command, UsageError, lesson_pack
 from tutor.config import Settings
-from tutor.course.bundle import BundleError, make_bundle
+from tutor.course.bundle import BundleError, checked_wheel, make_bundle, pack_files
 from tutor.course.platforms import FORMATS, results, write_atomically
+from tutor.course.prairielearn import IMAGE, write_recipe
+from tutor.course.rules import (
+    CONFIG_NAME,
+    GradingRules,
+    RulesError,
+    check_values,
+    make_rules,
+    read_rules,
+)
 from tutor.course.scoring import TRAIN_STEPS, Grade, unreadable
 from tutor.course.session import GraderFailed, grade_file
 from tutor.evaluator.client import Evaluator, EvaluatorError
@@ -26,6 +40,7 @@ from tutor.pack.model import Pack
 
 # Per platform: the default root, the student's folder under it.
 PLATFORMS = {"gradescope": ("/autograder", "submission"), "prairielearn": ("/grade", "student")}
+RULES_AT = {"gradescope": "source", "prairielearn": "tests"}  # grading.json's folder, per platform
 SUFFIXES = (".py", ".ipynb")
 
 
@@ -40,31 +55,74 @@ def _args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--strict-rule", action="store_true",
                    help="no points for a step right for this network but not by the line's rule")
     p.add_argument("--train-steps", type=int, metavar="N",
-                   help=f"steps of the graded training run (default {TRAIN_STEPS})")
+                   help=f"steps of the graded training run (default {TRAIN_STEPS}, or the "
+                   "lesson's whole run when shorter)")
+    p.add_argument("--train-loss", type=float, metavar="X",
+                   help="the training loss a submission's graded run must reach (at most X), "
+                   "besides coming within 5%% of the reference's (default: no target)")
+    p.add_argument("--prairielearn", metavar="DIR",
+                   help="write PrairieLearn's image recipe (DIR/image) and question "
+                   "(DIR/questions/backprop)")
+    p.add_argument("--image", metavar="NAME", default=IMAGE,
+                   help=f"with --prairielearn: the image's name, as you push it (default {IMAGE})")
+    p.add_argument("--config", metavar="FILE",
+                   help=f"with --run: the grading rules (default: {CONFIG_NAME} in source/ on "
+                   "Gradescope, tests/ on PrairieLearn)")
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
     if args.train_steps is not None and args.train_steps < 1:
         raise UsageError("--train-steps must be at least 1")
-    if bool(args.out) == bool(args.platform):
-        raise UsageError("give --out autograder.zip to build the bundle, or --run PLATFORM "
-                         "inside a grading container")
+    try:
+        check_values(None, args.train_loss)
+    except RulesError as exc:
+        raise UsageError(f"--train-loss: {exc}") from None
+    if sum(map(bool, (args.out, args.platform, args.prairielearn))) != 1:
+        raise UsageError("give --out autograder.zip to build the bundle, --prairielearn DIR for "
+                         "PrairieLearn's image and question, or --run PLATFORM inside a grading "
+                         "container")
+    if args.config and not args.platform:
+        raise UsageError("--config is read by --run; building takes --train-steps, --train-loss "
+                         "and --strict-rule")
     pack = lesson_pack(settings)
     if args.platform:
         return _grade_in_container(args, settings, pack)
     if args.wheel and not Path(args.wheel).is_file():
         raise UsageError(f"no such file: {args.wheel}")
+    rules = make_rules(pack, args.train_steps, args.train_loss, args.strict_rule)
+    target = args.out or args.prairielearn
     try:
-        names = make_bundle(Path(args.out), pack, settings.pack, Path(args.wheel)
-                            if args.wheel else None, strict_rule=args.strict_rule,
-                            train_steps=args.train_steps)
+        names = _build(args, pack, settings, rules)
     except BundleError as exc:
         raise UsageError(str(exc)) from None
     except OSError as exc:
-        raise UsageError(f"cannot write {args.out}: {exc.strerror or exc}") from None
-    print(f"{args.out}: {', '.join(names[:3])}"
-          + (f" and the pack's {len(names) - 3} files" if len(names) > 3 else ""))
+        raise UsageError(f"cannot write {target}: {exc.strerror or exc}") from None
+    print(f"{target}: {', '.join(names[:4])}"
+          + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+          + f"; graded runs of {rules.train_steps} steps"
+          + (f", train loss {rules.train_loss:g} or lower" if rules.train_loss else ""))
     return 0
+
+
+def _build(args: argparse.Namespace, pack: Pack, settings: Settings,
+           rules: GradingRules) -> list[str]:
+    """The Gradescope bundle, or PrairieLearn's recipe and question; the names written."""
+    wheel = Path(args.wheel) if args.wheel else None
+    if args.out:
+        return make_bundle(Path(args.out), pack, settings.pack, wheel, rules)
+    with tempfile.TemporaryDirectory() as tmp:
+        return write_recipe(Path(args.prairielearn), pack, checked_wheel(wheel, Path(tmp)),
+                            rules, pack_files(settings.pack), args.image)
+
+
+def _rules(args: argparse.Namespace, root: Path, pack: Pack) -> GradingRules:
+    """The rules the bundle or the question was built with, the options given here over
+    them; RulesError when the file is there but cannot be followed."""
+    path = Path(args.config) if args.config else root / RULES_AT[args.platform] / CONFIG_NAME
+    built = read_rules(path, pack) if args.config or path.is_file() else make_rules(pack)
+    return make_rules(pack, args.train_steps or built.train_steps,
+                      args.train_loss if args.train_loss is not None else built.train_loss,
+                      args.strict_rule or built.strict_rule)
 
 
 def _submission(folder: Path) -> tuple[Path | None, str | None]:
@@ -89,16 +147,27 @@ def _grade_in_container(args: argparse.Namespace, settings: Settings, pack: Pack
     path, problem = _submission(root / student)
     code = 0
     grade: Grade
+    try:
+        rules = _rules(args, root, pack)
+    except RulesError as exc:
+        # The instructor's file, not the student's: PrairieLearn keeps the attempt.
+        print(f"backprop-tutor: {exc}", file=sys.stderr)
+        path, problem, code = None, f"the grader failed, not your code: {exc}", 1
     if path is None:
         grade = unreadable(pack, "submission", problem or "nothing to grade")
     else:
         try:
             with Evaluator(settings) as ev:
-                grade = grade_file(path, pack, ev, strict_rule=args.strict_rule,
-                                   train_steps=args.train_steps or TRAIN_STEPS)
+                grade = grade_file(path, pack, ev, strict_rule=rules.strict_rule,
+                                   train_steps=rules.train_steps, train_loss=rules.train_loss)
         except (GraderFailed, EvaluatorError) as exc:
             print(f"backprop-tutor: {exc}", file=sys.stderr)
             grade = unreadable(pack, path.name, f"the grader failed, not your code: {exc}")
+            code = 1
+        except Exception as exc:  # noqa: BLE001 - whatever happened, the platform gets a file
+            print(f"backprop-tutor: {type(exc).__name__}: {exc}", file=sys.stderr)
+            grade = unreadable(pack, path.name, "the grader failed, not your code "
+                               f"({type(exc).__name__})")
             code = 1
     # Last, and atomically: nothing the student's code did can stand in for this file.
     write_atomically(out, results(grade, args.platform))

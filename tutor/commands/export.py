@@ -16,8 +16,9 @@ from tutor.commands.base import (
     regraded_steps,
 )
 from tutor.config import Settings
+from tutor.pack.model import Pack
 from tutor.session.controller import Lesson, save, tally
-from tutor.session.export import export_script
+from tutor.session.export import TrainingCell, export_script
 
 
 def _export_args(p: argparse.ArgumentParser) -> None:
@@ -34,9 +35,10 @@ def run_export(args: argparse.Namespace, settings: Settings) -> int:
     with store:
         lesson = Lesson(pack, store, None)
         accepted, rows = lesson.accepted_codes(), lesson.summary()
+        training = training_cell(lesson, pack, accepted)
     name = Path(args.out).name if args.out else "backward.py"
     statuses = {r["id"]: r["status"] for r in rows}
-    script = export_script(pack, settings, accepted, name, statuses)
+    script = export_script(pack, settings, accepted, name, statuses, training)
     if not args.out:
         sys.stdout.write(script)
         return 0
@@ -44,13 +46,36 @@ def run_export(args: argparse.Namespace, settings: Settings) -> int:
         Path(args.out).write_text(script, encoding="utf-8")
     except (OSError, ValueError) as exc:
         raise UsageError(f"cannot write --out {args.out}: {_why(exc)}") from None
-    # The script holds the gradient steps; training is not one of its cells.
+    # The gradient steps are counted as cells; the training step is said apart.
     cells = tally(r for r in rows if not pack.step(r["id"]).kind.trained)
     rest = ", the rest as templates" if cells.done < cells.steps else ""
-    print(f"wrote {args.out}: {cells.sentence()}{rest}. Run it with `python {args.out}`, "
-          f"check it with "
-          f"`backprop-tutor check --all {args.out}`.", file=sys.stderr)
+    trained = (f"; exercise 4's training step ({training.origin})" if training else
+               "; no training step yet (train, then export again)")
+    print(f"wrote {args.out}: {cells.sentence()}{rest}{trained}. Run it with "
+          f"`python {args.out}`, check it with `backprop-tutor check --all {args.out}`, "
+          f"grade it with `backprop-tutor grade {args.out}`.", file=sys.stderr)
     return 0
+
+
+def training_cell(lesson: Lesson, pack: Pack, accepted: dict[str, str]) -> TrainingCell | None:
+    """Exercise 4's code as the learner left it: the run that passed, else the last run of
+    their own code, else the exercise-4 screen's draft; None before any of them. Code the
+    tutor assembled but the learner never ran is not exported: it would hand in references
+    for the steps not solved yet."""
+    step = next((s for s in pack.steps if s.kind.trained), None)
+    if step is None:
+        return None
+    if (accepted.get(step.id) or "").strip():
+        return TrainingCell(step.id, accepted[step.id], "passed: the code of your run that passed")
+    own = [r for r in lesson.training_runs()
+           if (r.code or "").strip() and not r.settings.reference and r.settings.broken is None]
+    if own:
+        return TrainingCell(step.id, own[-1].code or "",
+                            "not passed yet: the code of your last run")
+    draft = lesson.draft(step.id)
+    if draft and draft.strip():
+        return TrainingCell(step.id, draft, "not trained yet: your exercise-4 draft")
+    return None
 
 
 def _check_out(out: str) -> None:

@@ -19,12 +19,13 @@ from pathlib import Path
 
 from tutor.commands.base import Command, UsageError, lesson_pack
 from tutor.config import Settings
-from tutor.course.classreport import write_report
+from tutor.course.classreport import RosterError, class_entries, read_roster, write_report
 from tutor.course.platforms import FORMATS, results, write_atomically
 from tutor.course.scoring import TRAIN_STEPS, Grade, Outcome, unreadable
 from tutor.course.session import GraderFailed, default_jobs, grade_file, grade_many
 from tutor.evaluator.client import Evaluator, EvaluatorError
 from tutor.pack.model import Pack
+from tutor.sandbox.clean import MAX_MESSAGE, clean
 from tutor.session.report import terminal_width
 from tutor.values.results import Rule, Status
 
@@ -44,6 +45,15 @@ def _args(p: argparse.ArgumentParser) -> None:
                    help=f"steps of the graded training run (default {TRAIN_STEPS})")
     p.add_argument("--report", metavar="DIR",
                    help="grade every submission and write DIR/report.html and DIR/grades.csv")
+    p.add_argument("--time-budget", type=float, metavar="SECONDS", dest="budget",
+                   help="stop grading a submission after this long: the steps not reached earn "
+                   "nothing and say why, the rest stand (default: no limit)")
+    p.add_argument("--roster", metavar="FILE",
+                   help="with --report: a CSV of columns submission, student_id, name that "
+                   "says whose each submission is")
+    p.add_argument("--train-loss", type=float, metavar="X",
+                   help="the training loss the graded run must reach (at most X), besides "
+                   "coming within 5%% of the reference's (default: no target)")
     p.add_argument("--jobs", type=int, metavar="N",
                    help="processes grading at once with --report (default: one per core, "
                    "at most 8)")
@@ -58,6 +68,12 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         raise UsageError("--out needs --format gradescope or --format prairielearn")
     if args.jobs is not None and args.jobs < 1:
         raise UsageError("--jobs must be at least 1")
+    if args.budget is not None and not (args.budget > 0 and args.budget < float("inf")):
+        raise UsageError("--time-budget must be a number of seconds above 0")
+    if args.train_loss is not None and not (0 < args.train_loss < float("inf")):
+        raise UsageError("--train-loss must be a positive number")
+    if args.roster and not args.report:
+        raise UsageError("--roster names the students of a --report DIR")
     pack = lesson_pack(settings)
     paths = [Path(p) for p in args.submissions]
     if args.report:
@@ -73,12 +89,13 @@ def _one(path: Path, pack: Pack, settings: Settings, args: argparse.Namespace) -
     try:
         with Evaluator(settings) as ev:
             grade = grade_file(path, pack, ev, strict_rule=args.strict_rule,
-                               train_steps=args.train_steps)
+                               train_steps=args.train_steps, budget=args.budget,
+                               train_loss=args.train_loss)
     except (GraderFailed, EvaluatorError) as exc:
         if args.form:
             failed = unreadable(pack, path.name, f"the grader failed, not your code: {exc}")
             _write(args, failed)  # PrairieLearn: not gradable, so the attempt is not spent
-        print(f"backprop-tutor: {exc}", file=sys.stderr)
+        print(f"backprop-tutor: {clean(exc, MAX_MESSAGE)}", file=sys.stderr)
         return 1
     if args.form:
         _write(args, grade)
@@ -108,16 +125,20 @@ def _mark(step) -> str:
 def format_grade(grade: Grade, width: int | None = None) -> str:
     """The grade as a table: step, mark, points, the verdict's first line."""
     width = width or terminal_width()
+    # Everything from the submission is made inert again here, on its way to a terminal: a name
+    # or a message that moves the cursor could print a score over the real one.
+    name = clean(grade.name, MAX_MESSAGE)
     if grade.unreadable:
-        return f"{grade.name}: not graded: {grade.unreadable}"
+        return f"{name}: not graded: {clean(grade.unreadable, MAX_MESSAGE)}"
     idw = max(len(s.id) for s in grade.steps)
-    lines = [f"{grade.name} · {grade.pack} · score {grade.score:g} / {grade.max_score:g}"]
-    lines += [f"note: {n}" for n in grade.notes]
+    lines = [f"{name} · {grade.pack} · score {grade.score:g} / {grade.max_score:g}"]
+    lines += [f"note: {clean(n, MAX_MESSAGE)}" for n in grade.notes]
     for s in grade.steps:
         points = f"{s.score:g}/{s.max_score:g}"
         head = f"  {_mark(s)} {s.id:<{idw}}  {points:>7}  "
         room = max(20, width - len(head))
-        message = s.message if len(s.message) <= room else s.message[: room - 1] + "…"
+        text = clean(s.message, MAX_MESSAGE).replace("\n", " ")
+        message = text if len(text) <= room else text[: room - 1] + "…"
         lines.append(head + message)
     counts = {o: sum(s.status is o for s in grade.steps) for o in Outcome}
     lines.append("  " + ", ".join(f"{n} {o.value}" for o, n in counts.items() if n))
@@ -126,24 +147,36 @@ def format_grade(grade: Grade, width: int | None = None) -> str:
 
 def _class(paths: list[Path], folder: Path, pack: Pack, settings: Settings,
            args: argparse.Namespace) -> int:
-    grades: list[Grade] = []
+    try:
+        roster = read_roster(Path(args.roster), paths) if args.roster else None
+    except RosterError as exc:
+        raise UsageError(str(exc)) from None
+    grades: dict[Path, Grade] = {}
     failed = 0
     bar = _Bar(len(paths)) if sys.stderr.isatty() else None
     jobs = args.jobs or min(default_jobs(), len(paths))
     for path, outcome in grade_many(paths, settings, jobs=jobs, strict_rule=args.strict_rule,
-                                    train_steps=args.train_steps):
+                                    train_steps=args.train_steps, budget=args.budget,
+                                    train_loss=args.train_loss):
+        name = clean(path.name, MAX_MESSAGE)
         if isinstance(outcome, str):
             failed += 1
-            print(f"backprop-tutor: {path.name}: {outcome}", file=sys.stderr)
+            print(f"backprop-tutor: {name}: {clean(outcome, MAX_MESSAGE)}", file=sys.stderr)
             outcome = unreadable(pack, path.name, outcome)
-        grades.append(outcome)
+        grades[path] = outcome
         if bar:
-            bar.step(path.name)
+            bar.step(name)
     if bar:
         bar.clear()
-    page, table = write_report(folder, pack, grades)
-    graded = [g for g in grades if not g.unreadable]
-    print(f"{len(graded)} of {len(grades)} submissions graded; {page} and {table} written")
+    entries = class_entries(paths, grades, roster)
+    page, table = write_report(folder, pack, entries, roster)
+    graded = [e for e in entries if not e.grade.unreadable]
+    print(f"{len(graded)} of {len(entries)} submissions graded; {page} and {table} written")
+    unnamed = [e.file for e in entries if roster and not (e.student_id or e.name)]
+    if unnamed:
+        shown = ", ".join(clean(f, MAX_MESSAGE) for f in unnamed[:5])
+        print(f"backprop-tutor: not on the roster: {shown}"
+              + (f" and {len(unnamed) - 5} more" if len(unnamed) > 5 else ""), file=sys.stderr)
     return 1 if failed else 0
 
 

@@ -262,7 +262,12 @@ def _encode_cmp(out: Output) -> list[tuple]:
 
 def run_batch(spec: CheckSpec, plan: BatchPlan, deadline: float,
               bases: dict | None = None) -> dict:
-    base, notes = _replay(plan, deadline)
+    replayed, notes = _replay(plan, deadline)
+    # The tutor's own copy of where the candidate starts: what the earlier steps left can still
+    # be reached by their code (a function's default argument, a closure, a container that is
+    # not copied), and the candidate may change it through them. The probe, the diagnosis and
+    # the later checks start from this copy, which no code of the learner's can reach.
+    base = copy_namespace(replayed)
     if bases is not None:
         bases[plan.name] = base
     after = copy_namespace(base)

@@ -226,29 +226,35 @@ def unfit(grad: str, real: Tensor, value: object) -> str | None:
     return None
 
 
+def _names(names: list[str]) -> str:
+    return " and ".join(f"`{n}`" for n in names) or "the arriving gradient"
+
+
 def judge(pack: Pack, step: Step, graph: Graph, before: dict, real: dict, probe: dict | None,
           spec: ProbeSpec, tensor: str, partial: bool, closing: bool, fork: bool = False,
           why: str | None = None) -> Outcome | None:
     """Whether the answer's change under the probe is the line's VJP of the cotangents' change.
 
     `real` and `probe` map gradient names to the learner's values in the real and the probe run
-    (`probe` None when that run gave nothing, `why` saying what happened). None only when no
-    probe applies (nothing arrives to vary); a probe run that gave no usable gradient is an
-    Outcome that did not pass, with `failed` saying why.
+    (`probe` None when that run gave nothing, `why` saying what happened). A probe that cannot
+    be run or judged, for whatever reason, is an Outcome that did not pass, with `failed`
+    saying why: a step with a probe follows the line's rule or does not, never neither.
     """
     grad = f"d{tensor}"
     ours_real = real.get(grad)
     if not isinstance(ours_real, Tensor):
-        return None
+        return Outcome(tensor, False, failed=f"its `{grad}` was not a tensor")
     if fork:
         assert spec.fork is not None
         pairs, names, seed = list(spec.fork.pairs), spec.fork.upstream, spec.fork.seed
     else:
         pairs, names, seed = arriving(step), spec.upstream, spec.seed
     cots = cotangents(before, names, seed, step.checks + step.partials)
+    missing = [n for n, _ in pairs if n not in cots]
     pairs = [(n, o) for n, o in pairs if n in cots]
     if not pairs:
-        return None
+        return Outcome(tensor, False, failed=f"{_names(missing)} was not there as a float "
+                       "tensor to vary when the step began")
     if probe is None:
         return Outcome(tensor, False, failed=why or "it gave no answer")
     ours_probe = probe.get(grad)
@@ -264,7 +270,9 @@ def judge(pack: Pack, step: Step, graph: Graph, before: dict, real: dict, probe:
     want32 = graph.vjp(outputs, d32, tensor, torch.float32, local, sources)
     want64 = graph.vjp(outputs, d64, tensor, torch.float64, local, sources)
     if want32 is None or want64 is None:
-        return None
+        shapes = ", ".join(f"`{n}` of shape {list(before[n].shape)}" for n, _ in pairs)
+        return Outcome(tensor, False, failed=f"the gradient arriving at the line ({shapes}) "
+                       "no longer fits the line's output, so nothing could be sent through it")
     change = ours_probe.detach().double() - ours_real.detach().double()
     # A shape that fits is graded as it fits.
     g = grade(tensor, change, want32.float(), want64, headroom=PROBE_HEADROOM)
@@ -369,9 +377,8 @@ def apply(pack: Pack, step: Step, graph: Graph, spec: ProbeSpec, before: dict, r
             # Right from where the branch began: the rule holds.
             tries.append(judge(pack, step, graph, before, real, fork, spec, g.tensor, False,
                                False, fork=True, why=why.get("fork")))
-        applied = [t for t in tries if t is not None]
-        if not applied:
-            continue  # nothing arrives to vary: the question does not arise
+        applied = [t for t in tries if t is not None] or [
+            Outcome(g.tensor, False, failed="it gave no answer")]
         if any(t.passed for t in applied):
             g.rule = Rule.FOLLOWED
             continue

@@ -5,7 +5,9 @@ Gradescope runs `setup.sh` once, as root, when it builds the assignment's image 
 It runs `run_autograder` for each submission, which grades the one `.py` or `.ipynb` in
 `submission/` and writes `results/results.json`, all under `$AUTOGRADER_ROOT` (`/autograder`
 unless set, so that tests can run it in a temporary folder). The other files of the zip land in
-`source/`: the wheel, and a folder pack (an instructor's own lesson) when there is one.
+`source/`: the wheel, the grading rules (`grading.json`: the training run's length, its loss
+target, whether the rule is required; `autograder --run` reads them there), and a folder pack
+(an instructor's own lesson) when there is one.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from tutor.course.rules import CONFIG_NAME, GradingRules
 from tutor.pack.model import Pack
 
 TORCH_VERSION = "2.13.0"  # the build the tutor is tested with (constraints.txt)
@@ -42,11 +45,12 @@ python3 -m tutor --version
 
 RUN = """\
 #!/usr/bin/env bash
-# Run by Gradescope for each submission: grades the one .py or .ipynb in submission/ and writes
-# results/results.json, both under $AUTOGRADER_ROOT (default /autograder).
+# Run by Gradescope for each submission: grades the one .py or .ipynb in submission/ by the rules
+# in source/grading.json and writes results/results.json, all under $AUTOGRADER_ROOT (default
+# /autograder).
 export AUTOGRADER_ROOT="${{AUTOGRADER_ROOT:-/autograder}}"
 cd "$AUTOGRADER_ROOT"
-exec python3 -m tutor --pack {pack} autograder --run gradescope{options}
+exec python3 -m tutor --pack {pack} autograder --run gradescope
 """
 
 
@@ -88,20 +92,33 @@ def _add(zf: zipfile.ZipFile, name: str, data: bytes, executable: bool = False) 
     zf.writestr(info, data)
 
 
-def make_bundle(out: Path, pack: Pack, pack_arg: str, wheel: Path | None, *,
-                strict_rule: bool = False, train_steps: int | None = None) -> list[str]:
+def pack_files(pack_arg: str) -> list[tuple[str, Path]]:
+    """A folder pack's files, each with its name under PACK_FOLDER; none for an installed pack
+    (its id is named again where the grading runs)."""
+    folder = Path(pack_arg)
+    if not folder.is_dir():
+        return []
+    return [(f"{PACK_FOLDER}/{path.relative_to(folder).as_posix()}", path)
+            for path in sorted(folder.rglob("*"))
+            if path.is_file() and "__pycache__" not in path.parts]
+
+
+def checked_wheel(wheel: Path | None, into: Path) -> Path:
+    """The wheel given, or one built into `into`; BundleError when it is not a wheel."""
+    wheel = wheel or build_wheel(into)
+    if not wheel.is_file() or not wheel.name.endswith(".whl"):
+        raise BundleError(f"{wheel} is not a wheel (a .whl file)")
+    return wheel
+
+
+def make_bundle(out: Path, pack: Pack, pack_arg: str, wheel: Path | None,
+                rules: GradingRules) -> list[str]:
     """Write the zip to `out` (atomically); the names it holds. `pack_arg` is what `--pack`
     was given: an installed pack's id is named again at run time, a folder pack is copied in."""
-    folder = Path(pack_arg)
-    is_folder = folder.is_dir()
+    extra = pack_files(pack_arg)
     with tempfile.TemporaryDirectory() as tmp:
-        wheel = wheel or build_wheel(Path(tmp))
-        if not wheel.is_file() or not wheel.name.endswith(".whl"):
-            raise BundleError(f"{wheel} is not a wheel (a .whl file)")
-        options = (" --strict-rule" if strict_rule else "") + (
-            f" --train-steps {int(train_steps)}" if train_steps else "")
-        run_pack = f'"$AUTOGRADER_ROOT/source/{PACK_FOLDER}"' if is_folder else shlex.quote(
-            pack.id)
+        wheel = checked_wheel(wheel, Path(tmp))
+        run_pack = f'"$AUTOGRADER_ROOT/source/{PACK_FOLDER}"' if extra else shlex.quote(pack.id)
         names = []
         out.parent.mkdir(parents=True, exist_ok=True)
         fd, partial = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
@@ -110,16 +127,13 @@ def make_bundle(out: Path, pack: Pack, pack_arg: str, wheel: Path | None, *,
             with zipfile.ZipFile(partial, "w") as zf:
                 _add(zf, "setup.sh", SETUP.format(index=TORCH_INDEX, torch=TORCH_VERSION,
                                                   wheel=shlex.quote(wheel.name)).encode(), True)
-                _add(zf, "run_autograder", RUN.format(pack=run_pack, options=options).encode(),
-                     True)
+                _add(zf, "run_autograder", RUN.format(pack=run_pack).encode(), True)
                 _add(zf, wheel.name, wheel.read_bytes())
-                names += ["setup.sh", "run_autograder", wheel.name]
-                if is_folder:
-                    for path in sorted(folder.rglob("*")):
-                        if path.is_file() and "__pycache__" not in path.parts:
-                            name = f"{PACK_FOLDER}/{path.relative_to(folder).as_posix()}"
-                            _add(zf, name, path.read_bytes())
-                            names.append(name)
+                _add(zf, CONFIG_NAME, rules.to_json(pack).encode())
+                names += ["setup.sh", "run_autograder", wheel.name, CONFIG_NAME]
+                for name, path in extra:
+                    _add(zf, name, path.read_bytes())
+                    names.append(name)
             os.replace(partial, out)
         except BaseException:
             Path(partial).unlink(missing_ok=True)

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 
 from tutor.code_facts import bound, read, written
 from tutor.pack.model import Pack, Step
+from tutor.sandbox.clean import whole_characters
 
 EXERCISE_MARK = re.compile(r"^\s*#\s*exercise\s*(\d+)\b", re.IGNORECASE | re.MULTILINE)
 _MAGIC = re.compile(r"^\s*[%!]")
@@ -91,7 +92,7 @@ def code_cells(document: dict) -> list[str]:
             source = "".join(source)
         if not isinstance(source, str):
             raise NotebookError("a cell's source is not text")
-        out.append(source)
+        out.append(whole_characters(source))
     return out
 
 
@@ -160,6 +161,13 @@ def parse_cell(source: str) -> tuple[list[ast.stmt], str]:
         return ast.parse(text).body, text
     except SyntaxError as exc:
         raise SyntaxError(exc.msg, (exc.filename, exc.lineno, exc.offset, exc.text)) from None
+    except (RecursionError, MemoryError):
+        # Python's parser gives up on an expression nested thousands deep: as for any code
+        # that is not Python, the cell is the learner's and the check says so.
+        raise SyntaxError("an expression nested too deeply for Python to read",
+                          (None, 1, 1, None)) from None
+    except ValueError as exc:  # a null byte
+        raise SyntaxError(str(exc), (None, 1, 1, None)) from None
 
 
 def renames_from_cmp(nodes: Iterable[ast.stmt], tensors: set[str]) -> dict[str, str]:
@@ -385,7 +393,7 @@ def read_lecture(pack: Pack, cells: list[str]) -> LectureAnswers:
 
 def _syntax_error(cell: str) -> bool:
     try:
-        ast.parse(_without_magics(cell))
+        parse_cell(cell)
     except SyntaxError:
         return True
     return False

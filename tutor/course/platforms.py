@@ -17,6 +17,7 @@ import tempfile
 from pathlib import Path
 
 from tutor.course.scoring import Grade, Outcome, StepGrade
+from tutor.sandbox.clean import whole_characters
 
 MAX_RESULTS_BYTES = 1_000_000  # both platforms' limit; the file is kept below it
 FORMATS = ("gradescope", "prairielearn")
@@ -104,15 +105,20 @@ def results(grade: Grade, form: str) -> bytes:
     make = {"gradescope": gradescope, "prairielearn": prairielearn}[form]
     limit: int | None = None
     while True:
-        data = json.dumps(make(grade, limit), ensure_ascii=False, indent=1).encode()
+        data = _utf8(json.dumps(make(grade, limit), ensure_ascii=False, indent=1))
         if len(data) < MAX_RESULTS_BYTES:
             return data
         if limit == 0:
             # Only the header and messages are left; cut the header, the notes' home.
             grade.notes = grade.notes[:3]
-            data = json.dumps(make(grade, 0), ensure_ascii=False).encode()
+            data = _utf8(json.dumps(make(grade, 0), ensure_ascii=False))
             return data[: MAX_RESULTS_BYTES - 1] if len(data) >= MAX_RESULTS_BYTES else data
         limit = 4000 if limit is None else limit // 4
+
+
+def _utf8(text: str) -> bytes:
+    # A lone surrogate anywhere in the grade (a notebook may hold one) must not cost the file.
+    return whole_characters(text).encode()
 
 
 def write_atomically(path: Path, data: bytes) -> None:

@@ -7,23 +7,32 @@ to the reference for the steps after it, so one mistake costs one step). A step 
 missing. A step that passed with its rule skipped (right for this network, not the line's rule)
 counts as passed, with its note, and earns its points unless the instructor asks for the rule
 (`strict_rule`). The training step trains `train_steps` steps with the gradient check on and
-passes as a run passes exercise 4 (`TrainingRun.exercise`).
+passes as a run passes exercise 4 (`TrainingRun.exercise`), and ends at or below the
+instructor's loss target when there is one (`train_loss`).
+
+A grade may have a time budget (the platform's timeout, less a margin): a step not reached in
+time earns nothing and says so, a training run still going is stopped, and the steps graded
+before stand. Every text that came from the submission is made inert here (no terminal control
+sequences, no lone surrogates), since the grade is printed and written for others to read.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 
 from tutor.course.submission import Submission
+from tutor.evaluator.client import EvaluatorError
 from tutor.pack.model import Pack, Step
+from tutor.sandbox.clean import MAX_MESSAGE, clean
 from tutor.session.controller import Lesson
 from tutor.session.report import format_result
 from tutor.source import size_problem
 from tutor.values.results import CheckResult, ErrorKind, Rule
-from tutor.values.runs import RunStatus, TrainingRun
+from tutor.values.runs import ExerciseVerdict, RunStatus, TrainingRun
 
 TRAIN_STEPS = 1000  # long enough for the loss to fall measurably, short enough for a container
 FEEDBACK_WIDTH = 96
@@ -99,7 +108,8 @@ def max_points(pack: Pack) -> float:
 
 def unreadable(pack: Pack, name: str, why: str) -> Grade:
     """The grade of a submission that could not be read: every step missing, and why."""
-    grade = Grade(pack.id, name, unreadable=why)
+    why = clean(why, MAX_MESSAGE)
+    grade = Grade(pack.id, clean(name, MAX_MESSAGE), unreadable=why)
     grade.steps = [_missing(s, why) for s in pack.steps]
     return grade
 
@@ -111,17 +121,25 @@ def _missing(step: Step, why: str = "no code for this step") -> StepGrade:
 
 def grade(lesson: Lesson, sub: Submission, *, strict_rule: bool = False,
           train_steps: int = TRAIN_STEPS,
-          progress: Callable[[str], None] | None = None) -> Grade:
-    """Grade every step of the lesson's pack for `sub` (see the module's docstring)."""
+          progress: Callable[[str], None] | None = None,
+          budget: float | None = None, train_loss: float | None = None) -> Grade:
+    """Grade every step of the lesson's pack for `sub` (see the module's docstring), within
+    `budget` seconds when one is given."""
     started = time.monotonic()
+    deadline = None if budget is None else started + budget
     pack = lesson.pack
-    out = Grade(pack.id, sub.name, notes=[*sub.notes, *sub.unknown])
+    out = Grade(pack.id, clean(sub.name, MAX_MESSAGE),
+                notes=[clean(n, MAX_MESSAGE) for n in (*sub.notes, *sub.unknown)])
     prior: dict[str, str] = {}
     for step in pack.steps:
         if progress:
             progress(step.id)
+        if deadline is not None and time.monotonic() >= deadline:
+            out.steps.append(_out_of_time(step, budget or 0.0))
+            continue
         if step.kind.trained:
-            out.steps.append(_training(lesson, step, sub.training, train_steps))
+            out.steps.append(_training(lesson, step, sub.training, train_steps, deadline,
+                                       train_loss))
             continue
         code = sub.code.get(step.id)
         if code is None:
@@ -132,12 +150,26 @@ def grade(lesson: Lesson, sub: Submission, *, strict_rule: bool = False,
             out.steps.append(StepGrade(step.id, step.title, step.exercise, Outcome.FAILED, None,
                                        0, step.points, too_big))
             continue
-        result = lesson.evaluate(step.id, code, dict(prior))
+        try:
+            result = lesson.evaluate(step.id, code, dict(prior))
+        except EvaluatorError:
+            raise  # the grader's own failure: the caller says so for the whole submission
+        except Exception as exc:  # noqa: BLE001 - one step's trouble is that step's result
+            out.steps.append(StepGrade(step.id, step.title, step.exercise, Outcome.ERROR, None,
+                                       0, step.points, f"the grader failed on this step "
+                                       f"({type(exc).__name__}), not your code"))
+            continue
         if result.passed:
             prior[step.id] = code
         out.steps.append(_checked(step, result, strict_rule))
     out.execution_time = time.monotonic() - started
     return out
+
+
+def _out_of_time(step: Step, budget: float) -> StepGrade:
+    return StepGrade(step.id, step.title, step.exercise, Outcome.FAILED, None, 0, step.points,
+                     f"not graded: the {budget:g} s set for grading this submission ran out "
+                     "before this step (the steps before it stand)")
 
 
 def _checked(step: Step, result: CheckResult, strict_rule: bool) -> StepGrade:
@@ -190,17 +222,33 @@ def _capped(text: str, limit: int = MAX_FEEDBACK) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _training(lesson: Lesson, step: Step, code: str | None, steps: int) -> StepGrade:
+def _training(lesson: Lesson, step: Step, code: str | None, steps: int,
+              deadline: float | None = None, target: float | None = None) -> StepGrade:
     if code is None:
         return _missing(step, "no training loop with your backward pass")
     gradcheck = min(lesson_gradcheck(lesson.pack), max(1, steps // 2))
-    run = lesson.train(code, steps, gradcheck_steps=gradcheck)
-    verdict = run.exercise
+    # A run still going at the deadline is stopped, as F8 stops one: what it did stands.
+    timer = None if deadline is None else threading.Timer(
+        max(0.0, deadline - time.monotonic()), lesson.evaluator.cancel)
+    if timer is not None:
+        timer.daemon = True
+        timer.start()
+    try:
+        run = lesson.train(code, steps, gradcheck_steps=gradcheck)
+    finally:
+        if timer is not None:
+            timer.cancel()
+    stopped = deadline is not None and run.steps_done < steps and (
+        run.status is RunStatus.CANCELLED or time.monotonic() >= deadline - 1.0)
+    verdict = against_target(run, target)
     if run.status is RunStatus.ERROR and run.error and run.error.kind is ErrorKind.INTERNAL:
         status = Outcome.ERROR
     else:
         status = Outcome.PASSED if verdict.passed else Outcome.FAILED
-    if verdict.passed:
+    if stopped and not verdict.passed:
+        message = (f"stopped after {run.steps_done} of {steps} steps: the time set for grading "
+                   "this submission ran out")
+    elif verdict.passed:
         message = (f"trained {run.steps_done} steps on your gradients: train loss "
                    f"{run.train_loss:.4f} (the reference reaches {run.reference_train_loss:.4f})")
     elif run.error is not None:
@@ -211,6 +259,18 @@ def _training(lesson: Lesson, step: Step, code: str | None, steps: int) -> StepG
     return StepGrade(step.id, step.title, step.exercise, status, None,
                      step.points if verdict.passed else 0, step.points, message,
                      _capped(run_feedback(run, message)))
+
+
+def against_target(run: TrainingRun, target: float | None) -> ExerciseVerdict:
+    """The run's verdict for exercise 4, with the instructor's loss target (when one is set)
+    as one more bar: a run that passes but ends above it fails, saying both numbers."""
+    verdict = run.exercise
+    if not verdict.passed or target is None or run.train_loss is None:
+        return verdict
+    if run.train_loss <= target:
+        return verdict
+    return ExerciseVerdict(False, f"train loss {run.train_loss:.4f} after {run.steps_done} "
+                           f"steps: this assignment asks for {target:g} or lower")
 
 
 def lesson_gradcheck(pack: Pack) -> int:

@@ -10,6 +10,7 @@ import atexit
 import os
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 from tutor.config import Settings
@@ -17,7 +18,10 @@ from tutor.course.scoring import TRAIN_STEPS, Grade, grade, unreadable
 from tutor.course.submission import Unreadable, read_submission
 from tutor.evaluator.client import Evaluator, EvaluatorError
 from tutor.pack.model import Pack, find_pack, load_pack
+from tutor.sandbox.clean import clean
 from tutor.session.controller import Lesson
+
+MAX_NAME = 200  # characters of a submission's file name shown anywhere
 
 
 class GraderFailed(RuntimeError):
@@ -26,16 +30,22 @@ class GraderFailed(RuntimeError):
 
 def grade_file(path: Path, pack: Pack, evaluator: Evaluator, *, strict_rule: bool = False,
                train_steps: int = TRAIN_STEPS,
-               progress: Callable[[str], None] | None = None) -> Grade:
+               progress: Callable[[str], None] | None = None,
+               budget: float | None = None, train_loss: float | None = None) -> Grade:
     """One submission's grade; an unreadable one gets a grade that says why (`unreadable`)."""
+    name = clean(path.name, MAX_NAME)  # a file's name can hold what a terminal would obey
     try:
         sub = read_submission(path, pack)
     except Unreadable as exc:
-        return unreadable(pack, path.name, str(exc))
+        return unreadable(pack, name, str(exc))
+    except Exception as exc:  # noqa: BLE001 - whatever the file holds, it gets a result
+        return unreadable(pack, name, f"the grader could not read it ({type(exc).__name__}); "
+                          "send it to your instructor")
+    sub.name = name
     lesson = Lesson(pack, None, evaluator, "grading keeps no progress")
     try:
         return grade(lesson, sub, strict_rule=strict_rule, train_steps=train_steps,
-                     progress=progress)
+                     progress=progress, budget=budget, train_loss=train_loss)
     except EvaluatorError as exc:
         raise GraderFailed(str(exc)) from exc
 
@@ -46,16 +56,17 @@ _evaluator: Evaluator | None = None  # one per pool process, started on its firs
 
 
 def _pool_grade(path: str, settings: Settings, strict_rule: bool,
-                train_steps: int) -> tuple[str, Grade | str]:
+                train_steps: int, budget: float | None = None,
+                train_loss: float | None = None) -> tuple[str, Grade | str]:
     global _evaluator
-    pack = load_pack(find_pack(settings.pack))  # kept parsed on disk: cheap after the first
     try:
+        pack = load_pack(find_pack(settings.pack))  # kept parsed on disk: cheap after the first
         if _evaluator is None:
             _evaluator = Evaluator(settings)
             atexit.register(_evaluator.close)
         return path, grade_file(Path(path), pack, _evaluator, strict_rule=strict_rule,
-                                train_steps=train_steps)
-    except (GraderFailed, EvaluatorError) as exc:
+                                train_steps=train_steps, budget=budget, train_loss=train_loss)
+    except Exception as exc:  # noqa: BLE001 - this file's result; the class goes on
         if _evaluator is not None:  # a fresh one for the next submission
             _evaluator.close()
             _evaluator = None
@@ -63,15 +74,39 @@ def _pool_grade(path: str, settings: Settings, strict_rule: bool,
 
 
 def grade_many(paths: list[Path], settings: Settings, *, jobs: int,
-               strict_rule: bool = False, train_steps: int = TRAIN_STEPS
+               strict_rule: bool = False, train_steps: int = TRAIN_STEPS,
+               budget: float | None = None, train_loss: float | None = None
                ) -> Iterator[tuple[Path, Grade | str]]:
-    """(path, grade or why the grader failed), as each finishes, from `jobs` processes."""
-    with ProcessPoolExecutor(max_workers=max(1, jobs)) as pool:
-        futures = [pool.submit(_pool_grade, str(p), settings, strict_rule, train_steps)
-                   for p in paths]
-        for future in as_completed(futures):
-            path, outcome = future.result()
+    """(path, grade or why the grader failed), as each finishes, from `jobs` processes; every
+    path given comes back once. A grading process that dies (a submission that blew its memory
+    up, say) takes no other file with it: what it left unfinished is graded again one file at a
+    time, so the file that kills its process is that file's result alone."""
+    args = (settings, strict_rule, train_steps, budget, train_loss)
+    unfinished = []
+    for path, outcome in _pooled([str(p) for p in paths], args, jobs):
+        if outcome is None:
+            unfinished.append(path)
+        else:
             yield Path(path), outcome
+    for path in unfinished:  # again, each in a process of its own
+        (_, outcome), = _pooled([path], args, 1)
+        yield Path(path), outcome or ("the grader's process died while grading this file "
+                                      "(out of memory, or killed)")
+
+
+def _pooled(paths: list[str], args: tuple, jobs: int
+            ) -> Iterator[tuple[str, Grade | str | None]]:
+    """(path, outcome) from a pool of `jobs` processes, as each finishes; None for a file whose
+    process died (or that a death in the pool left ungraded)."""
+    with ProcessPoolExecutor(max_workers=max(1, jobs)) as pool:
+        futures = {pool.submit(_pool_grade, p, *args): p for p in paths}
+        for future in as_completed(futures):
+            try:
+                _, outcome = future.result()
+            except BrokenProcessPool:
+                yield futures[future], None
+                continue
+            yield futures[future], outcome
 
 
 def default_jobs() -> int:

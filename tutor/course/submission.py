@@ -20,6 +20,7 @@ from tutor.course.lecture import (
     read_lecture,
 )
 from tutor.pack.model import Pack
+from tutor.sandbox.clean import clean
 from tutor.session.cells import parse_cells
 
 # A notebook keeps its outputs (plots, printed losses): more than a code file may hold.
@@ -93,7 +94,9 @@ def _percent(name: str, text: str, pack: Pack) -> Submission:
     for cell in cells:
         sid = _step_of(pack, cell.step)
         if sid is None:
-            sub.unknown.append(f"line {cell.line}: no step '{cell.step}'")
+            hidden = (" (its header holds characters a terminal does not show)"
+                      if clean(cell.step) != cell.step else "")
+            sub.unknown.append(f"line {cell.line}: no step '{cell.step}'{hidden}")
             continue
         if pack.step(sid).kind.trained:
             sub.training = cell.code if has_code(cell.code) else None
@@ -135,7 +138,9 @@ def has_code(code: str, template: str | None = None) -> bool:
         return False
     try:
         body = ast.parse(code).body
-    except SyntaxError:
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        # Not Python, or nested past what the parser takes: an answer all the same, and the
+        # check says what is wrong with it.
         return bool(code.strip())
     for node in body:
         if isinstance(node, ast.Pass):

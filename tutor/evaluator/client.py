@@ -113,6 +113,11 @@ class Evaluator:
         """Why the worker could not start, once that is known; None while starting or ready."""
         return self._failure if self._ready.is_set() else None
 
+    @property
+    def started_info(self) -> dict | None:
+        """What `info` gives once the worker is ready, without waiting or starting it."""
+        return self._info if self._ready.is_set() and not self._failure else None
+
     def info(self, timeout: float | None = None) -> dict:
         """Block until the worker has built the lesson; its device, shapes and sizes."""
         if self._proc is None:

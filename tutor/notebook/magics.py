@@ -19,7 +19,7 @@ from collections.abc import Callable
 from IPython.core.magic import no_var_expand
 
 from tutor.config import ConfigError, Settings, resolve, unavailable_device
-from tutor.evaluator.client import Evaluator, EvaluatorError, EvaluatorNotReady
+from tutor.evaluator.client import Evaluator, EvaluatorError
 from tutor.notebook import render
 from tutor.pack.model import Pack, PackError
 from tutor.session.controller import BreakError, CheckOutcome, Lesson
@@ -230,10 +230,10 @@ class NotebookTutor:
         """Where the checks run, once the evaluator knows: `auto` may have chosen a GPU."""
         if self._evaluator is None:
             return ""
-        try:
-            device = self._evaluator.info(timeout=0).get("device")
-        except (EvaluatorError, EvaluatorNotReady):
-            return " (the evaluator is still starting)"
+        info = self._evaluator.started_info
+        if info is None:
+            return " (the evaluator is still starting)" if self._evaluator.failure is None else ""
+        device = info.get("device")
         return f" (checks run on {device})" if device else ""
 
 

@@ -34,6 +34,14 @@ _SEQUENCES = re.compile(
 # C0 controls but tab and newline (carriage return and backspace overwrite what was shown), DEL
 # and C1; the marks that reorder text: ALM, LRM, RLM, LRE/RLE/PDF/LRO/RLO, LRI/RLI/FSI/PDI.
 _CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+# Half of a UTF-16 pair on its own (a notebook's JSON may hold one as `\ud800`): no UTF-8 file,
+# terminal or results file can hold it.
+_SURROGATES = re.compile(r"[\ud800-\udfff]")
+
+
+def whole_characters(text: str) -> str:
+    """`text` with each lone surrogate replaced by U+FFFD, the character for "unreadable"."""
+    return _SURROGATES.sub("\ufffd", text)
 
 
 def cut_note(count: int, unit: str = "characters") -> str:
@@ -51,7 +59,7 @@ def clean(text: object, limit: int = MAX_TEXT) -> str:
 
 
 def _strip(s: str) -> str:
-    return _CONTROLS.sub("", _SEQUENCES.sub("", s))
+    return whole_characters(_CONTROLS.sub("", _SEQUENCES.sub("", s)))
 
 
 _NOTE_ROOM = 40  # what cut_note takes, and then some

@@ -752,7 +752,7 @@ def _check_cells(ev, pack: Pack, text: str, prior: dict[str, str]) -> list[Check
 
     prior = dict(prior)
     results = []
-    for cell in parse_cells(text):
+    for cell in checked_cells(pack, parse_cells(text)):
         result = _check_cell(ev, pack, cell, prior)
         result.extra["cell_line"] = cell.line
         results.append(result)
@@ -761,6 +761,19 @@ def _check_cells(ev, pack: Pack, text: str, prior: dict[str, str]) -> list[Check
         else:
             prior.pop(result.step, None)
     return results
+
+
+def checked_cells(pack: Pack, cells: list[Cell]) -> list[Cell]:
+    """The cells a check goes through: all but the training step's, which `train` runs and
+    `grade` trains (an exported script ends with one)."""
+    return [c for c in cells if not _trained(pack, c.step)]
+
+
+def _trained(pack: Pack, step_id: str) -> bool:
+    try:
+        return pack.step(step_id).kind.trained
+    except KeyError:
+        return False
 
 
 def _check_cell(ev, pack: Pack, cell: Cell, prior: dict[str, str]) -> CheckResult:
@@ -802,7 +815,8 @@ def _record_cells(session: Lesson, text: str, results: list[CheckResult]) -> lis
     from tutor.session.cells import parse_cells
 
     reasons = []
-    for cell, result in zip(parse_cells(text), results, strict=False):
+    for cell, result in zip(checked_cells(session.pack, parse_cells(text)), results,
+                            strict=False):
         if result.error and result.error.kind is ErrorKind.USAGE:
             continue
         if not session.is_attempt(result.step, cell.code):

@@ -4,11 +4,16 @@ The script rebuilds the same dataset, parameters and batch as the tutor, runs th
 lets autograd compute its gradients for comparison, then has one `# %% STEP_ID` cell per step
 with the learner's accepted code (or the template where the step is not solved yet) followed by a
 `# %% [check]` cell with cmp calls. `check --all` reads the step cells and skips the rest.
+
+Last comes exercise 4's training step, once the learner has one (`TrainingCell`): a cell named
+by the training step's id (`# %% train/loop`), which `grade` trains as the graded run (a plain
+`python` run stops just before it). So the exported file is a whole submission.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from tutor.config import Settings
 from tutor.pack.model import Pack
@@ -82,10 +87,21 @@ torch.set_grad_enabled(False)
 '''
 
 
+@dataclass(frozen=True)
+class TrainingCell:
+    """Exercise 4's code for the script, and where it came from (for the cell's comment)."""
+
+    step_id: str
+    code: str
+    origin: str
+
+
 def export_script(pack: Pack, settings: Settings, accepted: dict[str, str],
                   filename: str = "backward.py",
-                  statuses: Mapping[str, str] | None = None) -> str:
-    """The script; `statuses` (the store's, by step id) label each cell with how it was done."""
+                  statuses: Mapping[str, str] | None = None,
+                  training: TrainingCell | None = None) -> str:
+    """The script; `statuses` (the store's, by step id) label each cell with how it was done;
+    `training` is the training step's cell, when the learner has one."""
     statuses = statuses or {}
     lesson = pack.lesson
     extra = "\n".join(ex.forward.strip() for ex in pack.exercises if ex.forward.strip())
@@ -120,4 +136,22 @@ def export_script(pack: Pack, settings: Settings, accepted: dict[str, str],
             + f"\n# %% {step.id}\n# {step.title} ({state})\n{code}\n"
             + f"\n# %% [check] {step.id}\n{checks}\n"
         )
+    parts.append(_training_cell(pack, training))
     return "".join(parts)
+
+
+def _training_cell(pack: Pack, training: TrainingCell | None) -> str:
+    step = next((s for s in pack.steps if s.kind.trained), None)
+    if step is None:
+        return ""
+    if training is None:
+        return (f"\n# Exercise 4 ({step.id}) is not here yet: train on your backward pass with "
+                "`backprop-tutor train`\n# (or on the tutor's exercise-4 screen), then export "
+                "again.\n")
+    # A plain run stops before the training step: its code reads the training run's own sizes
+    # and state (a GPT's layers, say), which only `train` and `grade` set up.
+    stop = (f"\n# %% [stop] {training.step_id}\n"
+            f"print('{training.step_id} is trained by `backprop-tutor train` and `grade`, not "
+            "by this script')\nsys.exit(0)\n")
+    return (f"{stop}\n# %% {training.step_id}\n# {step.title} ({training.origin})\n"
+            f"{training.code.strip(chr(10))}\n")

@@ -1,0 +1,92 @@
+"""What a submission must do to earn its points, as an instructor sets it for a class: the graded
+training run's length and the loss it must reach, and whether a step must follow its line's rule.
+
+The rules travel with the autograder as one small JSON file, `grading.json`: in the Gradescope
+bundle (it lands in `source/`) and in a PrairieLearn question's `tests/` folder. The grading run
+inside the container reads it from there, so the instructor's choice is made once, when the
+bundle or the question is built, and every submission is graded by it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from tutor.course.scoring import TRAIN_STEPS
+from tutor.pack.model import Pack
+
+CONFIG_NAME = "grading.json"
+_KEYS = ("pack", "train_steps", "train_loss", "strict_rule")
+
+
+class RulesError(ValueError):
+    """The rules cannot be read or make no sense: why, in one line."""
+
+
+@dataclass(frozen=True)
+class GradingRules:
+    train_steps: int
+    train_loss: float | None = None  # None: the reference's loss after as many steps, plus 5%
+    strict_rule: bool = False
+
+    def to_json(self, pack: Pack) -> str:
+        # The pack's id is written for the instructor who opens the file; it is not read back.
+        return json.dumps({"pack": pack.id, "train_steps": self.train_steps,
+                           "train_loss": self.train_loss, "strict_rule": self.strict_rule},
+                          indent=2) + "\n"
+
+
+def default_train_steps(pack: Pack) -> int:
+    """TRAIN_STEPS, or the pack's whole run where that is shorter: long enough for the loss to
+    fall measurably, short enough for a grading container's time limit."""
+    from tutor.training.plan import TrainingSettings
+
+    try:
+        full = TrainingSettings.from_pack(pack).steps
+    except (KeyError, ValueError):  # a pack with no training exercise trains nothing
+        return TRAIN_STEPS
+    return max(1, min(TRAIN_STEPS, full))
+
+
+def check_values(train_steps: int | None, train_loss: float | None) -> None:
+    """RulesError when a value cannot be graded by: a run of no steps, a target no loss meets."""
+    if train_steps is not None and train_steps < 1:
+        raise RulesError("the training run needs at least 1 step")
+    if train_loss is not None and not (math.isfinite(train_loss) and train_loss > 0):
+        raise RulesError("the loss target must be a positive number")
+
+
+def make_rules(pack: Pack, train_steps: int | None = None, train_loss: float | None = None,
+               strict_rule: bool = False) -> GradingRules:
+    check_values(train_steps, train_loss)
+    return GradingRules(train_steps or default_train_steps(pack), train_loss, strict_rule)
+
+
+def read_rules(path: Path, pack: Pack) -> GradingRules:
+    """The rules in `path`; RulesError when it is not a rules file this version can follow."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise RulesError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except (ValueError, RecursionError) as exc:
+        raise RulesError(f"{path} is not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise RulesError(f"{path} must hold one JSON object")
+    unknown = sorted(set(data) - set(_KEYS))
+    if unknown:
+        # A misspelt key would otherwise be a rule silently not applied.
+        raise RulesError(f"{path}: unknown keys {', '.join(unknown)} (known: {', '.join(_KEYS)})")
+    steps, loss, strict = data.get("train_steps"), data.get("train_loss"), data.get(
+        "strict_rule", False)
+    if steps is not None and (not isinstance(steps, int) or isinstance(steps, bool)):
+        raise RulesError(f"{path}: train_steps must be a whole number")
+    if loss is not None and (not isinstance(loss, (int, float)) or isinstance(loss, bool)):
+        raise RulesError(f"{path}: train_loss must be a number or null")
+    if not isinstance(strict, bool):
+        raise RulesError(f"{path}: strict_rule must be true or false")
+    try:
+        return make_rules(pack, steps, None if loss is None else float(loss), strict)
+    except RulesError as exc:
+        raise RulesError(f"{path}: {exc}") from None

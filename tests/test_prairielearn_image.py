@@ -20,6 +20,8 @@ from tutor.course.bundle import TORCH_INDEX, TORCH_VERSION
 from tutor.course.prairielearn import MAX_TIMEOUT, PACK_HOME, timeout_for
 from tutor.course.rules import (
     CONFIG_NAME,
+    GRADESCOPE_BUDGET,
+    PLATFORM_MARGIN,
     RulesError,
     default_train_steps,
     make_rules,
@@ -130,7 +132,9 @@ def test_the_recipe_and_the_question(tmp_path, wheel):
     html = (question / "question.html").read_text()
     assert "<pl-file-upload" in html and "<pl-external-grader-results>" in html
     assert json.loads((question / "tests" / CONFIG_NAME).read_text()) == {
-        "pack": "makemore", "train_steps": 3000, "train_loss": 2.4, "strict_rule": False}
+        "pack": "makemore", "train_steps": 3000, "train_loss": 2.4, "strict_rule": False,
+        # the question's timeout, less the margin that leaves time to write the results
+        "time_budget": timeout_for(3000) - PLATFORM_MARGIN}
     # The image: Python, the CPU build of torch pinned, the wheel copied in and installed.
     docker = (out / "image" / "Dockerfile").read_text()
     lines = [line for line in docker.splitlines() if line and not line.startswith("#")]
@@ -256,7 +260,8 @@ def test_the_gradescope_bundle_grades_by_its_rules(tmp_path, wheel):
     root = tmp_path / "autograder"
     with zipfile.ZipFile(bundle) as zf:
         assert json.loads(zf.read(CONFIG_NAME)) == {
-            "pack": "makemore", "train_steps": STEPS, "train_loss": 0.5, "strict_rule": True}
+            "pack": "makemore", "train_steps": STEPS, "train_loss": 0.5, "strict_rule": True,
+            "time_budget": GRADESCOPE_BUDGET}
         run = zf.read("run_autograder").decode()
         assert "--train-steps" not in run and "--strict-rule" not in run  # grading.json says
         zf.extractall(root / "source")

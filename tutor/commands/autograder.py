@@ -24,9 +24,11 @@ from tutor.commands.base import Command, UsageError, lesson_pack
 from tutor.config import Settings
 from tutor.course.bundle import BundleError, checked_wheel, make_bundle, pack_files
 from tutor.course.platforms import FORMATS, results, write_atomically
-from tutor.course.prairielearn import IMAGE, write_recipe
+from tutor.course.prairielearn import IMAGE, timeout_for, write_recipe
 from tutor.course.rules import (
     CONFIG_NAME,
+    GRADESCOPE_BUDGET,
+    PLATFORM_MARGIN,
     GradingRules,
     RulesError,
     check_values,
@@ -60,6 +62,10 @@ def _args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--train-loss", type=float, metavar="X",
                    help="the training loss a submission's graded run must reach (at most X), "
                    "besides coming within 5%% of the reference's (default: no target)")
+    p.add_argument("--time-budget", type=float, metavar="SECONDS",
+                   help="the most one submission's grading may take: what is not reached in "
+                   "time earns nothing and says so (default: Gradescope's 10 minutes, or the "
+                   "PrairieLearn question's timeout, less a margin)")
     p.add_argument("--prairielearn", metavar="DIR",
                    help="write PrairieLearn's image recipe (DIR/image) and question "
                    "(DIR/questions/backprop)")
@@ -77,6 +83,10 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         check_values(None, args.train_loss)
     except RulesError as exc:
         raise UsageError(f"--train-loss: {exc}") from None
+    try:
+        check_values(None, None, args.time_budget)
+    except RulesError as exc:
+        raise UsageError(f"--time-budget: {exc}") from None
     if sum(map(bool, (args.out, args.platform, args.prairielearn))) != 1:
         raise UsageError("give --out autograder.zip to build the bundle, --prairielearn DIR for "
                          "PrairieLearn's image and question, or --run PLATFORM inside a grading "
@@ -89,7 +99,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         return _grade_in_container(args, settings, pack)
     if args.wheel and not Path(args.wheel).is_file():
         raise UsageError(f"no such file: {args.wheel}")
-    rules = make_rules(pack, args.train_steps, args.train_loss, args.strict_rule)
+    rules = make_rules(pack, args.train_steps, args.train_loss, args.strict_rule,
+                       args.time_budget or _platform_budget(args, pack))
     target = args.out or args.prairielearn
     try:
         names = _build(args, pack, settings, rules)
@@ -100,8 +111,17 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     print(f"{target}: {', '.join(names[:4])}"
           + (f" and {len(names) - 4} more" if len(names) > 4 else "")
           + f"; graded runs of {rules.train_steps} steps"
-          + (f", train loss {rules.train_loss:g} or lower" if rules.train_loss else ""))
+          + (f", train loss {rules.train_loss:g} or lower" if rules.train_loss else "")
+          + f"; at most {rules.time_budget:g} s a submission")
     return 0
+
+
+def _platform_budget(args: argparse.Namespace, pack: Pack) -> float:
+    """The platform's time limit less a margin: Gradescope's default, or the question's."""
+    if args.out:
+        return GRADESCOPE_BUDGET
+    steps = args.train_steps or make_rules(pack).train_steps
+    return max(PLATFORM_MARGIN, timeout_for(steps) - PLATFORM_MARGIN)
 
 
 def _build(args: argparse.Namespace, pack: Pack, settings: Settings,
@@ -122,7 +142,8 @@ def _rules(args: argparse.Namespace, root: Path, pack: Pack) -> GradingRules:
     built = read_rules(path, pack) if args.config or path.is_file() else make_rules(pack)
     return make_rules(pack, args.train_steps or built.train_steps,
                       args.train_loss if args.train_loss is not None else built.train_loss,
-                      args.strict_rule or built.strict_rule)
+                      args.strict_rule or built.strict_rule,
+                      args.time_budget or built.time_budget)
 
 
 def _submission(folder: Path) -> tuple[Path | None, str | None]:
@@ -159,7 +180,8 @@ def _grade_in_container(args: argparse.Namespace, settings: Settings, pack: Pack
         try:
             with Evaluator(settings) as ev:
                 grade = grade_file(path, pack, ev, strict_rule=rules.strict_rule,
-                                   train_steps=rules.train_steps, train_loss=rules.train_loss)
+                                   train_steps=rules.train_steps, train_loss=rules.train_loss,
+                                   budget=rules.time_budget)
         except (GraderFailed, EvaluatorError) as exc:
             print(f"backprop-tutor: {exc}", file=sys.stderr)
             grade = unreadable(pack, path.name, f"the grader failed, not your code: {exc}")

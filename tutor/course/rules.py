@@ -1,5 +1,7 @@
 """What a submission must do to earn its points, as an instructor sets it for a class: the graded
-training run's length and the loss it must reach, and whether a step must follow its line's rule.
+training run's length and the loss it must reach, whether a step must follow its line's rule, and
+how long grading one submission may take (the platform's time limit, less a margin, so that a
+results file is always written in time).
 
 The rules travel with the autograder as one small JSON file, `grading.json`: in the Gradescope
 bundle (it lands in `source/`) and in a PrairieLearn question's `tests/` folder. The grading run
@@ -18,7 +20,11 @@ from tutor.course.scoring import TRAIN_STEPS
 from tutor.pack.model import Pack
 
 CONFIG_NAME = "grading.json"
-_KEYS = ("pack", "train_steps", "train_loss", "strict_rule")
+_KEYS = ("pack", "train_steps", "train_loss", "strict_rule", "time_budget")
+# Gradescope stops an autograder after 10 minutes unless the assignment says otherwise; grading
+# stops a minute before, so the results file is written in any case.
+GRADESCOPE_BUDGET = 540.0
+PLATFORM_MARGIN = 30.0  # seconds kept free before a platform's own time limit
 
 
 class RulesError(ValueError):
@@ -30,12 +36,13 @@ class GradingRules:
     train_steps: int
     train_loss: float | None = None  # None: the reference's loss after as many steps, plus 5%
     strict_rule: bool = False
+    time_budget: float | None = None  # seconds for one submission; None: no limit
 
     def to_json(self, pack: Pack) -> str:
         # The pack's id is written for the instructor who opens the file; it is not read back.
         return json.dumps({"pack": pack.id, "train_steps": self.train_steps,
-                           "train_loss": self.train_loss, "strict_rule": self.strict_rule},
-                          indent=2) + "\n"
+                           "train_loss": self.train_loss, "strict_rule": self.strict_rule,
+                           "time_budget": self.time_budget}, indent=2) + "\n"
 
 
 def default_train_steps(pack: Pack) -> int:
@@ -50,18 +57,23 @@ def default_train_steps(pack: Pack) -> int:
     return max(1, min(TRAIN_STEPS, full))
 
 
-def check_values(train_steps: int | None, train_loss: float | None) -> None:
-    """RulesError when a value cannot be graded by: a run of no steps, a target no loss meets."""
+def check_values(train_steps: int | None, train_loss: float | None,
+                 time_budget: float | None = None) -> None:
+    """RulesError when a value cannot be graded by: a run of no steps, a target no loss meets,
+    no time to grade in."""
     if train_steps is not None and train_steps < 1:
         raise RulesError("the training run needs at least 1 step")
     if train_loss is not None and not (math.isfinite(train_loss) and train_loss > 0):
         raise RulesError("the loss target must be a positive number")
+    if time_budget is not None and not (math.isfinite(time_budget) and time_budget > 0):
+        raise RulesError("the time budget must be a positive number of seconds")
 
 
 def make_rules(pack: Pack, train_steps: int | None = None, train_loss: float | None = None,
-               strict_rule: bool = False) -> GradingRules:
-    check_values(train_steps, train_loss)
-    return GradingRules(train_steps or default_train_steps(pack), train_loss, strict_rule)
+               strict_rule: bool = False, time_budget: float | None = None) -> GradingRules:
+    check_values(train_steps, train_loss, time_budget)
+    return GradingRules(train_steps or default_train_steps(pack), train_loss, strict_rule,
+                        time_budget)
 
 
 def read_rules(path: Path, pack: Pack) -> GradingRules:
@@ -86,7 +98,11 @@ def read_rules(path: Path, pack: Pack) -> GradingRules:
         raise RulesError(f"{path}: train_loss must be a number or null")
     if not isinstance(strict, bool):
         raise RulesError(f"{path}: strict_rule must be true or false")
+    budget = data.get("time_budget")
+    if budget is not None and (not isinstance(budget, (int, float)) or isinstance(budget, bool)):
+        raise RulesError(f"{path}: time_budget must be a number of seconds or null")
     try:
-        return make_rules(pack, steps, None if loss is None else float(loss), strict)
+        return make_rules(pack, steps, None if loss is None else float(loss), strict,
+                          None if budget is None else float(budget))
     except RulesError as exc:
         raise RulesError(f"{path}: {exc}") from None

@@ -18,6 +18,7 @@ sequences, no lone surrogates), since the grade is printed and written for other
 
 from __future__ import annotations
 
+import ast
 import threading
 import time
 from collections.abc import Callable
@@ -131,6 +132,7 @@ def grade(lesson: Lesson, sub: Submission, *, strict_rule: bool = False,
     out = Grade(pack.id, clean(sub.name, MAX_MESSAGE),
                 notes=[clean(n, MAX_MESSAGE) for n in (*sub.notes, *sub.unknown)])
     prior: dict[str, str] = {}
+    results: dict[str, CheckResult] = {}
     for step in pack.steps:
         if progress:
             progress(step.id)
@@ -159,11 +161,63 @@ def grade(lesson: Lesson, sub: Submission, *, strict_rule: bool = False,
                                        0, step.points, f"the grader failed on this step "
                                        f"({type(exc).__name__}), not your code"))
             continue
+        results[step.id] = result
         if result.passed:
             prior[step.id] = code
         out.steps.append(_checked(step, result, strict_rule))
+    _unwritten_branches(pack, sub, results, out)
     out.execution_time = time.monotonic() - started
     return out
+
+
+def _unwritten_branches(pack: Pack, sub: Submission, results: dict[str, CheckResult],
+                        out: Grade) -> None:
+    """A first branch is graded where the learner was asked to write it. A step that passed
+    without starting it (the check lets autograd's branch stand in, so the closing step's `+=`
+    still works, and says so) earns its point only when the closing step writes the whole
+    gradient itself; where the closing step adds to the stood-in branch, nobody wrote it."""
+    graded = {s.id: s for s in out.steps}
+    for step in pack.steps:
+        result = results.get(step.id)
+        mark = graded.get(step.id)
+        if result is None or mark is None or mark.status is not Outcome.PASSED:
+            continue
+        started = {c.tensor for c in result.checks}
+        for tensor in step.partials:
+            if tensor in started:
+                continue
+            closing = next((s for s in pack.gradient_steps[pack.index(step.id) + 1:]
+                            if tensor in s.checks), None)
+            code = sub.code.get(closing.id) if closing else None
+            done = results.get(closing.id) if closing else None
+            if code and done is not None and done.passed and not _adds_to(code, f"d{tensor}"):
+                continue  # the whole gradient written at the closing step: both branches are
+            where = f"your code at {closing.id} adds to it" if code else (
+                f"{closing.id} has no code" if closing else "no later step completes it")
+            mark.status, mark.score, mark.rule = Outcome.FAILED, 0, None
+            mark.message = (f"the first branch of d{tensor} (this line's share) is not written "
+                            f"here, and {where}: autograd's branch stood in for yours")
+            mark.feedback = mark.message + "\n\n" + mark.feedback
+
+
+def _adds_to(code: str, grad: str) -> bool:
+    """Whether `code` reads `grad` before it assigns it (`dcounts += ...`, `dcounts = dcounts +
+    ...`): it completes a branch someone else started rather than writing the whole gradient."""
+    try:
+        body = ast.parse(code).body
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return True
+    for stmt in body:
+        if isinstance(stmt, ast.AugAssign) and isinstance(stmt.target, ast.Name) \
+                and stmt.target.id == grad:
+            return True
+        if any(isinstance(n, ast.Name) and n.id == grad and isinstance(n.ctx, ast.Load)
+               for n in ast.walk(stmt)):
+            return True
+        if any(isinstance(n, ast.Name) and n.id == grad and isinstance(n.ctx, ast.Store)
+               for n in ast.walk(stmt)):
+            return False
+    return True
 
 
 def _out_of_time(step: Step, budget: float) -> StepGrade:

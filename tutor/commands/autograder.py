@@ -22,7 +22,13 @@ from pathlib import Path
 
 from tutor.commands.base import Command, UsageError, lesson_pack
 from tutor.config import Settings
-from tutor.course.bundle import BundleError, checked_wheel, make_bundle, pack_files
+from tutor.course.bundle import (
+    BundleError,
+    checked_wheel,
+    make_bundle,
+    pack_files,
+    student_wheel,
+)
 from tutor.course.platforms import FORMATS, results, write_atomically
 from tutor.course.prairielearn import IMAGE, timeout_for, write_recipe
 from tutor.course.rules import (
@@ -71,6 +77,9 @@ def _args(p: argparse.ArgumentParser) -> None:
                    "(DIR/questions/backprop)")
     p.add_argument("--image", metavar="NAME", default=IMAGE,
                    help=f"with --prairielearn: the image's name, as you push it (default {IMAGE})")
+    p.add_argument("--student-wheel", metavar="DIR",
+                   help="write the wheel students install into DIR: the same tutor, its "
+                   "lessons without reference solutions or last hints (the grader keeps them)")
     p.add_argument("--config", metavar="FILE",
                    help=f"with --run: the grading rules (default: {CONFIG_NAME} in source/ on "
                    "Gradescope, tests/ on PrairieLearn)")
@@ -87,6 +96,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         check_values(None, None, args.time_budget)
     except RulesError as exc:
         raise UsageError(f"--time-budget: {exc}") from None
+    if args.student_wheel:
+        return _student_wheel(args)
     if sum(map(bool, (args.out, args.platform, args.prairielearn))) != 1:
         raise UsageError("give --out autograder.zip to build the bundle, --prairielearn DIR for "
                          "PrairieLearn's image and question, or --run PLATFORM inside a grading "
@@ -113,6 +124,23 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
           + f"; graded runs of {rules.train_steps} steps"
           + (f", train loss {rules.train_loss:g} or lower" if rules.train_loss else "")
           + f"; at most {rules.time_budget:g} s a submission")
+    return 0
+
+
+def _student_wheel(args: argparse.Namespace) -> int:
+    if args.out or args.platform or args.prairielearn:
+        raise UsageError("--student-wheel is made on its own: give it alone (with --wheel)")
+    if args.wheel and not Path(args.wheel).is_file():
+        raise UsageError(f"no such file: {args.wheel}")
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            wheel = checked_wheel(Path(args.wheel) if args.wheel else None, Path(tmp))
+            made = student_wheel(wheel, Path(args.student_wheel))
+    except BundleError as exc:
+        raise UsageError(str(exc)) from None
+    except OSError as exc:
+        raise UsageError(f"cannot write {args.student_wheel}: {exc.strerror or exc}") from None
+    print(f"{made}: the tutor for students, its lessons without reference solutions")
     return 0
 
 

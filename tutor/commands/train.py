@@ -23,7 +23,7 @@ from tutor.session.controller import BreakError, BrokenComparison, Lesson
 from tutor.session.report import terminal_width, wrap
 from tutor.session.runtext import format_comparison, format_run
 from tutor.source import size_problem
-from tutor.training.plan import speed_notes, training_code
+from tutor.training.plan import speed_notes, training_code, without_reference
 from tutor.values.durations import clock, spaced
 from tutor.values.runs import (
     RunPhase,
@@ -77,6 +77,9 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         raise UsageError("--gradcheck-steps cannot be negative")
     if sum(map(bool, (args.file, args.reference, args.from_exercises))) > 1:
         raise UsageError("choose one of --file, --reference and --from-exercises")
+    if args.reference and not all(s.has_solution for s in pack.gradient_steps):
+        raise UsageError("this copy of the lesson holds no reference solutions (your course's "
+                         "grader keeps them): train on your own code")
     if args.break_step is not None:
         return _run_broken(args, settings, pack)
     if args.mistake is not None or args.mine:
@@ -192,6 +195,10 @@ def _training_code(args: argparse.Namespace, pack: Pack,
     chosen = Lesson(pack, store, None).training_source(args.steps,
                                                        from_exercises=args.from_exercises)
     if not chosen.draft:
+        unsolved = without_reference(pack, store.accepted_codes() if store else None)
+        if unsolved and not args.print_code:
+            raise UsageError("solve these steps first: this copy of the lesson has no reference "
+                             "solutions to stand in for them: " + ", ".join(unsolved))
         if not chosen.missing:
             return chosen.code, None
         return chosen.code, ("not solved yet, so their reference solutions are used: "

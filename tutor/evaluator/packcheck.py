@@ -41,6 +41,11 @@ def check_pack(root: Path, settings: Settings, progress: Callable[[str], None] =
         pack = load_pack(root)
     except (PackError, OSError, ValueError) as exc:
         return [Problem(str(root), f"does not load: {exc}")]
+    unsolved = [s.id for s in pack.gradient_steps if not s.has_solution]
+    if unsolved and len(unsolved) == len(pack.gradient_steps):
+        # A student's copy (tutor/pack/student.py): nothing here to check the lesson against.
+        return [Problem(str(root), "is a student's copy without reference solutions; check "
+                        "the pack it was made from")]
     problems = list(_content(pack))
     try:
         from tutor.core.engine import Engine

@@ -454,6 +454,11 @@ class Lesson(_CheckAndRecord):
         solved step stays solved (the store never lowers an achievement)."""
         return not is_done(self.status(step_id))
 
+    def can_reveal(self, step_id: str) -> bool:
+        """False in a student's copy of the lesson, which holds no reference solutions (a
+        course's grader keeps them: tutor/pack/student.py)."""
+        return self.pack.step(step_id).has_solution
+
     def reveal(self, step_id: str) -> None:
         self.store.reveal(self.pack.step(step_id).id)
 

@@ -185,8 +185,19 @@ def backward_sections(pack: Pack, accepted: Mapping[str, str] | None) -> list[Se
         step = pack.step(sid)
         code = (accepted or {}).get(step.id)
         yours = code is not None and accepted is not None
-        sections.append(Section(step, (code if yours else step.solution).strip(), yours))
+        if yours or step.has_solution:
+            text = (code if yours else step.solution).strip()
+        else:  # a student's copy of the pack has no reference to stand in (pack/student.py)
+            text = f"# {step.id}: not solved yet, and this copy of the lesson has no reference"
+        sections.append(Section(step, text, yours))
     return sections
+
+
+def without_reference(pack: Pack, accepted: Mapping[str, str] | None) -> list[str]:
+    """The steps the training code needs that neither the learner solved nor the pack can stand
+    in for (a student's copy has no references): what must be solved before training."""
+    return [sec.step.id for sec in backward_sections(pack, accepted)
+            if not sec.yours and not sec.step.has_solution]
 
 
 def names_read(code: str) -> set[str]:

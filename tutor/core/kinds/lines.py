@@ -81,7 +81,8 @@ class LineCheck(StepCheck):
              compiled: bytes | None = None) -> CheckSpec:
         main = self.network.main
         replay = lambda s: Replay(s.id, prior.get(s.id), s.solution,  # noqa: E731
-                                  {p: main.reference[(s.id, p)] for p in s.partials})
+                                  {p: main.reference[(s.id, p)] for p in s.partials},
+                                  _answers(s, main))
         return CheckSpec(step.id, code, step.checks + step.partials, [
             self._batch_plan(step, main, "main", prior),
             self._batch_plan(step, self.network.heldout, "heldout", prior),
@@ -106,7 +107,8 @@ class LineCheck(StepCheck):
                 ns[f"d{given}"] = batch.given[(s.id, given)].clone()
         replays = [
             Replay(s.id, prior.get(s.id), s.solution,
-                   {p: batch.reference[(s.id, p)] for p in s.partials})
+                   {p: batch.reference[(s.id, p)] for p in s.partials},
+                   _answers(s, batch))
             for s in self.earlier(step)
         ]
         return BatchPlan(name, ns, replays, mention=step.checks)
@@ -521,3 +523,13 @@ def writes_the_batch_size(code: str, n: int, sizes: dict) -> bool:
         return True
     return any(abs(value - c) < 1e-9 or abs(value * c - 1) < 1e-6
                for value in said.numbers for c in counts)
+
+
+def _answers(step: Step, batch: Batch) -> dict[str, Tensor]:
+    """Autograd's gradients of what an earlier step grades, for a pack without its solution
+    (a student's build): they stand in for the replay of the reference where the learner has no
+    accepted code (or it fails). Nothing is sent where the solution is there."""
+    if step.solution.strip():
+        return {}
+    return {c: batch.reference[(step.id, c)] for c in step.checks
+            if (step.id, c) in batch.reference}

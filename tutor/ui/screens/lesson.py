@@ -632,6 +632,11 @@ class LessonScreen(Screen[None]):
 
     def action_reveal(self) -> None:
         step = self.step
+        if not self.lesson.can_reveal(step.id):
+            self.notify("This copy of the lesson holds no reference solutions: your course's "
+                        "grader keeps them. The hints (F1) are all here but the last.",
+                        title="No solution to show")
+            return
         if not self.lesson.reveal_needs_asking(step.id):
             self._show_solution(step, revealed=self.lesson.solution_shown(step.id))
             return

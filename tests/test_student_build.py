@@ -1,0 +1,146 @@
+"""What students install holds no answer key, and everything else still works.
+
+A course's grader keeps the reference solutions; the wheel students get (`autograder
+--student-wheel`) and a pack's student copy (tutor/pack/student.py) have none, nor the last hint,
+nor a catalogued mistake that would hand the answer over. The checks still compare with
+autograd: right answers pass with the rule followed, wrong ones are refused, earlier steps the
+learner has not solved are stood in for by autograd's gradients. What needs a reference says so.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from tutor.config import Settings
+from tutor.pack.model import load_pack
+from tutor.pack.student import student_copy
+from tutor.values.results import Rule
+
+ROOT = Path(__file__).resolve().parent.parent
+LESSONS = ("makemore", "gpt", "lstm")
+
+
+def tutor(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tutor", "--device", "cpu", *args],
+                          capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+
+
+def _answers_in(text: str, lesson: str) -> list[str]:
+    """The steps of `lesson` whose whole reference solution appears in `text`."""
+    full = load_pack(ROOT / "exercises" / lesson)
+    squash = " ".join(text.split())
+    return [s.id for s in full.gradient_steps
+            if s.has_solution and " ".join(s.solution.split()) in squash]
+
+
+@pytest.fixture(scope="module")
+def copies(tmp_path_factory) -> dict[str, Path]:
+    out = {}
+    for lesson in LESSONS:
+        out[lesson] = tmp_path_factory.mktemp("student") / lesson
+        student_copy(ROOT / "exercises" / lesson, out[lesson])
+    return out
+
+
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_a_student_copy_has_the_lesson_but_not_its_answers(copies, lesson):
+    full, copy = load_pack(ROOT / "exercises" / lesson), load_pack(copies[lesson])
+    assert [s.id for s in copy.steps] == [s.id for s in full.steps]
+    for a, b in zip(full.steps, copy.steps, strict=True):
+        assert not b.has_solution
+        assert (a.template, a.explanation, a.title) == (b.template, b.explanation, b.title)
+        if a.kind.checked:
+            assert b.hints == a.hints[:-1]
+    text = "\n".join(p.read_text(encoding="utf-8") for p in copies[lesson].rglob("*.toml"))
+    assert _answers_in(text, lesson) == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lesson", LESSONS)
+def test_the_checks_work_on_a_student_copy(copies, lesson):
+    from tutor.core.engine import Engine
+
+    full = load_pack(ROOT / "exercises" / lesson)
+    engine = Engine(Settings(device="cpu", pack=str(copies[lesson]), timeout=20.0))
+    reference = Engine(Settings(device="cpu", pack=str(ROOT / "exercises" / lesson),
+                                timeout=20.0))
+    try:
+        for step in full.gradient_steps:
+            # with no earlier step solved: autograd stands in for them, as the reference did
+            mine, theirs = (e.check(step.id, step.solution) for e in (engine, reference))
+            assert mine.passed, (step.id, mine.error, [c.message for c in mine.checks])
+            assert mine.rule == theirs.rule, step.id
+            for mistake in step.mistakes[:1]:
+                assert not engine.check(step.id, mistake.code).passed, step.id
+    finally:
+        engine.close()
+        reference.close()
+
+
+def test_what_needs_a_reference_says_so(copies, tmp_path):
+    pack = str(copies["makemore"])
+    home = ["--home", str(tmp_path / "home"), "--pack", pack]
+    reference = tutor(*home, "train", "--reference", "--steps", "5")
+    assert reference.returncode == 2 and "no reference solutions" in reference.stderr
+    unsolved = tutor(*home, "train", "--steps", "5")
+    assert unsolved.returncode == 2 and "solve these steps first" in unsolved.stderr
+    printed = tutor(*home, "train", "--print-code")
+    assert printed.returncode == 0 and "this copy of the lesson has no reference" in printed.stdout
+    assert _answers_in(printed.stdout, "makemore") == []
+    checked = tutor("pack", "check", pack)
+    assert checked.returncode != 0 and "student's copy" in checked.stdout + checked.stderr
+
+
+def _fake_wheel(path: Path) -> Path:
+    """A wheel laid out as the real one: the packs under tutor/_bundled, and a RECORD."""
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("tutor/__init__.py", "")
+        for toml in sorted((ROOT / "exercises").rglob("*.toml")):
+            zf.write(toml, f"tutor/_bundled/exercises/{toml.relative_to(ROOT / 'exercises')}")
+        zf.writestr("backprop_tutor-0.1.0.dist-info/RECORD", "")
+    return path
+
+
+def test_the_student_wheel_holds_no_answers_and_a_true_record(tmp_path):
+    wheel = _fake_wheel(tmp_path / "backprop_tutor-0.1.0-py3-none-any.whl")
+    done = tutor("autograder", "--student-wheel", str(tmp_path / "students"), "--wheel",
+                 str(wheel))
+    assert done.returncode == 0, done.stderr
+    made = tmp_path / "students" / wheel.name
+    with zipfile.ZipFile(made) as zf:
+        names = zf.namelist()
+        record = zf.read("backprop_tutor-0.1.0.dist-info/RECORD").decode().splitlines()
+        for line in record:
+            name, digest, size = line.rsplit(",", 2)
+            if not digest:
+                continue
+            data = zf.read(name)
+            expected = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=")
+            assert digest == f"sha256={expected.decode()}" and int(size) == len(data)
+        for lesson in LESSONS:
+            text = "\n".join(zf.read(n).decode() for n in names
+                             if n.startswith(f"tutor/_bundled/exercises/{lesson}/"))
+            assert text and _answers_in(text, lesson) == []
+    assert {n for n in names} >= {f"tutor/_bundled/exercises/{p.relative_to(ROOT / 'exercises')}"
+                                  for p in (ROOT / "exercises").rglob("*.toml")}
+
+
+def test_a_student_copy_passes_right_answers_with_the_rule_in_one_check(copies):
+    # The quick form of the slow test above, for the fast part of the suite.
+    from tutor.core.engine import Engine
+
+    full = load_pack(ROOT / "exercises" / "makemore")
+    engine = Engine(Settings(device="cpu", pack=str(copies["makemore"])))
+    try:
+        step = full.step("atomic/bndiff")  # eleven earlier steps stood in for by autograd
+        result = engine.check(step.id, step.solution)
+        assert result.passed and result.rule is Rule.FOLLOWED
+    finally:
+        engine.close()

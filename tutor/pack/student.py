@@ -1,0 +1,167 @@
+"""A pack as students get it: the same lesson without its answers.
+
+A course grades with the reference solutions, so the tutor students install must not hold them:
+every step's `solution` goes, and so does its last hint (the one that nearly gives the answer).
+Everything else stays: the checks compare with autograd, which needs no reference; an earlier
+step the learner has not solved is stood in for by autograd's gradients (tutor/core/kinds/lines.py
+`_answers`); catalogued mistakes are wrong answers with what is wrong about them, said without the
+answer. What needs a reference says so instead of guessing: revealing a solution, training on the
+references, `pack check`, and the diagnoses derived by rewriting the reference (derived.py finds
+nothing to rewrite and leaves the row to the catalogue and the generic explainers).
+
+The TOML files are read and written again (comments are not kept): a text edit could leave a
+solution behind in a form nobody looked for.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import math
+import re
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+ANSWER_KEYS = ("solution",)  # what a step holds that gives its answer away
+
+
+def strip_document(doc: dict) -> dict:
+    """A pack file's tables without the answers (a new dict; `doc` is left as it was)."""
+    out = dict(doc)
+    steps = doc.get("steps")
+    if isinstance(steps, list):
+        out["steps"] = [_strip_step(s) if isinstance(s, dict) else s for s in steps]
+    return out
+
+
+def _strip_step(step: dict) -> dict:
+    out = {k: v for k, v in step.items() if k not in ANSWER_KEYS}
+    hints = step.get("hints")
+    if isinstance(hints, list) and len(hints) >= 3:
+        out["hints"] = hints[:-1]  # the last one is nearly the answer
+    mistakes = step.get("mistakes")
+    if isinstance(mistakes, list):
+        answer = _statements(str(step.get("solution") or ""))
+        kept = [m for m in mistakes if not (isinstance(m, dict) and _gives_away(
+            answer, _statements(str(m.get("code", "")))))]
+        if kept:
+            out["mistakes"] = kept
+        else:
+            out.pop("mistakes", None)
+    return out
+
+
+def _gives_away(answer: set[str], mistake: set[str]) -> bool:
+    """A catalogued mistake is the answer with one thing changed or one thing added. It hands
+    the answer over when it holds all of it (the answer, then a wrong line), or, for an answer of
+    three statements or more (a function, a loop through time), all of it but one: a student
+    would only have to find the one line that differs. A short answer's mistake that keeps a
+    line of it (`dlogprobs = torch.zeros_like(logprobs)`) gives away no more than the template."""
+    if not answer:
+        return False
+    shared = len(answer & mistake)
+    return shared == len(answer) or (len(answer) >= 3 and shared >= len(answer) - 1)
+
+
+def _statements(code: str) -> set[str]:
+    """The code's statements, each as Python writes it back: spacing and quotes do not hide
+    one."""
+    try:
+        return {ast.unparse(node) for node in ast.walk(ast.parse(code))
+                if isinstance(node, ast.stmt) and not (isinstance(node, ast.Expr)
+                                                       and isinstance(node.value, ast.Constant))}
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return {line.strip() for line in code.splitlines() if line.strip()}
+
+
+def student_copy(root: Path, out: Path) -> list[Path]:
+    """Copy the pack folder `root` to `out` without its answers; the files written."""
+    if out.exists() and any(out.iterdir()):
+        raise FileExistsError(f"{out} is not empty")
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for path in sorted(root.rglob("*")):
+        if path.is_dir() or "__pycache__" in path.parts:
+            continue
+        target = out / path.relative_to(root)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if path.suffix == ".toml":
+            target.write_text(student_text(path.read_text(encoding="utf-8")), encoding="utf-8")
+        else:
+            shutil.copyfile(path, target)
+        written.append(target)
+    return written
+
+
+def student_text(text: str) -> str:
+    """One pack file's text, without the answers."""
+    return dumps(strip_document(tomllib.loads(text)))
+
+
+# --- writing TOML (the subset packs use) ---------------------------------------------------------
+
+_BARE = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+def dumps(doc: dict) -> str:
+    lines: list[str] = []
+    _table(lines, [], doc)
+    return "\n".join(lines).lstrip("\n") + "\n"
+
+
+def _table(lines: list[str], path: list[str], table: dict) -> None:
+    for key, value in table.items():
+        if not _is_table(value) and not _is_table_array(value):
+            lines.append(f"{_key(key)} = {_value(value)}")
+    for key, value in table.items():
+        if _is_table(value):
+            lines += ["", f"[{_dotted([*path, key])}]"]
+            _table(lines, [*path, key], value)
+        elif _is_table_array(value):
+            for item in value:
+                lines += ["", f"[[{_dotted([*path, key])}]]"]
+                _table(lines, [*path, key], item)
+
+
+def _is_table(value: Any) -> bool:
+    return isinstance(value, dict)
+
+
+def _is_table_array(value: Any) -> bool:
+    return isinstance(value, list) and bool(value) and all(isinstance(v, dict) for v in value)
+
+
+def _key(key: str) -> str:
+    return key if _BARE.match(key) else json.dumps(key, ensure_ascii=False)
+
+
+def _dotted(path: list[str]) -> str:
+    return ".".join(_key(k) for k in path)
+
+
+def _value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "nan"
+        if math.isinf(value):
+            return "inf" if value > 0 else "-inf"
+        return repr(value)
+    if isinstance(value, str):
+        # JSON's string escapes are TOML's basic-string escapes.
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, list):
+        return "[" + ", ".join(_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{_key(k)} = {_value(v)}" for k, v in value.items()) + "}"
+    raise TypeError(f"a pack file cannot hold {type(value).__name__}")

@@ -163,8 +163,10 @@ def _replay(plan: BatchPlan, deadline: float) -> tuple[dict, list[str]]:
             except Exception as exc:  # noqa: BLE001 - the learner's saved code failed here
                 what = exc.payload["message"] if isinstance(exc, CodeError) else (
                     f"{type(exc).__name__}: {str(exc)[:200]}")
+                instead = ("its reference solution was" if r.solution.strip() else
+                           "autograd's gradients were")
                 notes.append(f"your saved code for {r.step_id} failed when replayed ({what}); "
-                             "its reference solution was used instead")
+                             f"{instead} used instead")
         if not r.solution.strip():
             r.stand_in_for_solution(ns)
             continue

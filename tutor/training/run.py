@@ -769,6 +769,9 @@ class Trainer:
 
         from tutor import devices
 
+        # Setting torch.compile up (importing its compiler, tracing) takes far longer than one
+        # step may: the last checked step's alarm is off before any of it starts.
+        self._disarm()
         # torch.compile's own guards look builtins up by name in the function's globals; the
         # learner's code still cannot name getattr (the syntax check refuses it).
         ns = {**self.ns, "__builtins__": {**self.ns["__builtins__"], "getattr": getattr}}
@@ -778,7 +781,6 @@ class Trainer:
             compiled = torch.compile(fn, dynamic=False, options=COMPILE_OPTIONS)
             Xb = self.batches.X[: self.s.batch_size].to(self.device)
             Yb = self.batches.Y[: self.s.batch_size].to(self.device)
-            self._disarm()  # compiling takes far longer than one step may
             self.window("compile")
             started = time.monotonic()
             with devices.learner():

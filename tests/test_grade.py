@@ -275,9 +275,10 @@ def evaluator():
 
 
 def _grade(evaluator, path: Path, **options):
+    from tutor.course.scoring import GradingRules
     from tutor.course.session import grade_file
 
-    return grade_file(path, PACK, evaluator, train_steps=TRAIN_STEPS, **options)
+    return grade_file(path, PACK, evaluator, GradingRules(train_steps=TRAIN_STEPS, **options))
 
 
 def _statuses(grade) -> dict[str, str]:

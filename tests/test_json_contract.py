@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 RESULT_KEYS = {"step", "passed", "checks", "heldout", "error", "stdout", "notes", "figure",
-               "device"}
+               "device", "numeric"}
 ROW_KEYS = {"tensor", "grad", "shape", "expected_shape", "exact", "approximate", "maxdiff",
             "verdict", "diagnosis", "message", "partial", "heatmap", "note"}
 VERDICTS = {"exact", "approximate", "wrong", "shape", "missing"}

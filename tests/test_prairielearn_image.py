@@ -26,6 +26,7 @@ from tutor.course.rules import (
     default_train_steps,
     make_rules,
     read_rules,
+    rules_json,
 )
 from tutor.course.scoring import TRAIN_STEPS
 from tutor.pack.model import find_pack, load_pack
@@ -98,7 +99,7 @@ def test_rules_that_cannot_be_followed_say_why(tmp_path, content, why):
 def test_rules_round_trip(tmp_path):
     rules = make_rules(PACK, 70, 2.25, True)
     path = tmp_path / CONFIG_NAME
-    path.write_text(rules.to_json(PACK))
+    path.write_text(rules_json(rules, PACK))
     assert read_rules(path, PACK) == rules
     assert json.loads(path.read_text())["pack"] == "makemore"
 
@@ -134,7 +135,7 @@ def test_the_recipe_and_the_question(tmp_path, wheel):
     assert json.loads((question / "tests" / CONFIG_NAME).read_text()) == {
         "pack": "makemore", "train_steps": 3000, "train_loss": 2.4, "strict_rule": False,
         # the question's timeout, less the margin that leaves time to write the results
-        "time_budget": timeout_for(3000) - PLATFORM_MARGIN}
+        "time_budget": timeout_for(3000) - PLATFORM_MARGIN, "refuse_numeric": False}
     # The image: Python, the CPU build of torch pinned, the wheel copied in and installed.
     docker = (out / "image" / "Dockerfile").read_text()
     lines = [line for line in docker.splitlines() if line and not line.startswith("#")]
@@ -261,7 +262,7 @@ def test_the_gradescope_bundle_grades_by_its_rules(tmp_path, wheel):
     with zipfile.ZipFile(bundle) as zf:
         assert json.loads(zf.read(CONFIG_NAME)) == {
             "pack": "makemore", "train_steps": STEPS, "train_loss": 0.5, "strict_rule": True,
-            "time_budget": GRADESCOPE_BUDGET}
+            "time_budget": GRADESCOPE_BUDGET, "refuse_numeric": False}
         run = zf.read("run_autograder").decode()
         assert "--train-steps" not in run and "--strict-rule" not in run  # grading.json says
         zf.extractall(root / "source")

@@ -68,6 +68,9 @@ def _args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--train-loss", type=float, metavar="X",
                    help="the training loss a submission's graded run must reach (at most X), "
                    "besides coming within 5%% of the reference's (default: no target)")
+    p.add_argument("--refuse-numeric", action="store_true",
+                   help="no points for a step whose code estimates its derivative from the "
+                   "function's values (a difference quotient) instead of working it out")
     p.add_argument("--time-budget", type=float, metavar="SECONDS",
                    help="the most one submission's grading may take: what is not reached in "
                    "time earns nothing and says so (default: Gradescope's 10 minutes, or the "
@@ -111,7 +114,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     if args.wheel and not Path(args.wheel).is_file():
         raise UsageError(f"no such file: {args.wheel}")
     rules = make_rules(pack, args.train_steps, args.train_loss, args.strict_rule,
-                       args.time_budget or _platform_budget(args, pack))
+                       args.time_budget or _platform_budget(args, pack), args.refuse_numeric)
     target = args.out or args.prairielearn
     try:
         names = _build(args, pack, settings, rules)
@@ -171,7 +174,8 @@ def _rules(args: argparse.Namespace, root: Path, pack: Pack) -> GradingRules:
     return make_rules(pack, args.train_steps or built.train_steps,
                       args.train_loss if args.train_loss is not None else built.train_loss,
                       args.strict_rule or built.strict_rule,
-                      args.time_budget or built.time_budget)
+                      args.time_budget or built.time_budget,
+                      args.refuse_numeric or built.refuse_numeric)
 
 
 def _submission(folder: Path) -> tuple[Path | None, str | None]:
@@ -207,9 +211,7 @@ def _grade_in_container(args: argparse.Namespace, settings: Settings, pack: Pack
     else:
         try:
             with Evaluator(settings) as ev:
-                grade = grade_file(path, pack, ev, strict_rule=rules.strict_rule,
-                                   train_steps=rules.train_steps, train_loss=rules.train_loss,
-                                   budget=rules.time_budget)
+                grade = grade_file(path, pack, ev, rules)
         except (GraderFailed, EvaluatorError) as exc:
             print(f"backprop-tutor: {exc}", file=sys.stderr)
             grade = unreadable(pack, path.name, f"the grader failed, not your code: {exc}")

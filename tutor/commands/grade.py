@@ -21,7 +21,7 @@ from tutor.commands.base import Command, UsageError, lesson_pack
 from tutor.config import Settings
 from tutor.course.classreport import RosterError, class_entries, read_roster, write_report
 from tutor.course.platforms import FORMATS, results, write_atomically
-from tutor.course.scoring import TRAIN_STEPS, Grade, Outcome, unreadable
+from tutor.course.scoring import TRAIN_STEPS, Grade, GradingRules, Outcome, unreadable
 from tutor.course.session import GraderFailed, default_jobs, grade_file, grade_many
 from tutor.evaluator.client import Evaluator, EvaluatorError
 from tutor.pack.model import Pack
@@ -45,6 +45,9 @@ def _args(p: argparse.ArgumentParser) -> None:
                    help=f"steps of the graded training run (default {TRAIN_STEPS})")
     p.add_argument("--report", metavar="DIR",
                    help="grade every submission and write DIR/report.html and DIR/grades.csv")
+    p.add_argument("--refuse-numeric", action="store_true",
+                   help="no points for a step whose code estimates its derivative from the "
+                   "function's values (a difference quotient) instead of working it out")
     p.add_argument("--time-budget", type=float, metavar="SECONDS", dest="budget",
                    help="stop grading a submission after this long: the steps not reached earn "
                    "nothing and say why, the rest stand (default: no limit)")
@@ -85,12 +88,16 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     return _one(paths[0], pack, settings, args)
 
 
+def _rules(args: argparse.Namespace) -> GradingRules:
+    return GradingRules(train_steps=args.train_steps, train_loss=args.train_loss,
+                        strict_rule=args.strict_rule, time_budget=args.budget,
+                        refuse_numeric=args.refuse_numeric)
+
+
 def _one(path: Path, pack: Pack, settings: Settings, args: argparse.Namespace) -> int:
     try:
         with Evaluator(settings) as ev:
-            grade = grade_file(path, pack, ev, strict_rule=args.strict_rule,
-                               train_steps=args.train_steps, budget=args.budget,
-                               train_loss=args.train_loss)
+            grade = grade_file(path, pack, ev, _rules(args))
     except (GraderFailed, EvaluatorError) as exc:
         if args.form:
             failed = unreadable(pack, path.name, f"the grader failed, not your code: {exc}")
@@ -155,9 +162,7 @@ def _class(paths: list[Path], folder: Path, pack: Pack, settings: Settings,
     failed = 0
     bar = _Bar(len(paths)) if sys.stderr.isatty() else None
     jobs = args.jobs or min(default_jobs(), len(paths))
-    for path, outcome in grade_many(paths, settings, jobs=jobs, strict_rule=args.strict_rule,
-                                    train_steps=args.train_steps, budget=args.budget,
-                                    train_loss=args.train_loss):
+    for path, outcome in grade_many(paths, settings, _rules(args), jobs=jobs):
         name = clean(path.name, MAX_MESSAGE)
         if isinstance(outcome, str):
             failed += 1

@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 import torch
 
-from tutor import devices
+from tutor import code_facts, devices
 from tutor.config import Settings
 from tutor.core.candidate import CodeError, program, timeout_error
 from tutor.core.execution import CheckSpec, FunctionCheckSpec, run_spec
@@ -282,6 +282,13 @@ class Engine:
             passed = result.heldout.passed
         result.checks = graded.rows
         result.passed = passed
+        if passed and code_facts.estimates_derivative(code, prior.values()):
+            result.numeric = True
+            result.notes.append(
+                "Your code estimates the derivative from the function's values (a difference "
+                "quotient, as a numerical gradient check does) instead of working it out: the "
+                "numbers are right, and no derivative is written. That is the check's job, not "
+                "the exercise's; a course may refuse it (`grade --refuse-numeric`).")
         if not passed:
             # Wrong for this network: whether it is the line's rule is not the question.
             for row in result.checks:

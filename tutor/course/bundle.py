@@ -23,7 +23,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from tutor.course.rules import CONFIG_NAME, GradingRules
+from tutor.course.rules import CONFIG_NAME, GradingRules, rules_json
 from tutor.pack.model import Pack
 
 TORCH_VERSION = "2.13.0"  # the build the tutor is tested with (constraints.txt)
@@ -131,7 +131,7 @@ def make_bundle(out: Path, pack: Pack, pack_arg: str, wheel: Path | None,
                                                   wheel=shlex.quote(wheel.name)).encode(), True)
                 _add(zf, "run_autograder", RUN.format(pack=run_pack).encode(), True)
                 _add(zf, wheel.name, wheel.read_bytes())
-                _add(zf, CONFIG_NAME, rules.to_json(pack).encode())
+                _add(zf, CONFIG_NAME, rules_json(rules, pack).encode())
                 names += ["setup.sh", "run_autograder", wheel.name, CONFIG_NAME]
                 for name, path in extra:
                     _add(zf, name, path.read_bytes())

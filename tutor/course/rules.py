@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
 from pathlib import Path
 
-from tutor.course.scoring import TRAIN_STEPS
+from tutor.course.scoring import TRAIN_STEPS, GradingRules
 from tutor.pack.model import Pack
 
 CONFIG_NAME = "grading.json"
-_KEYS = ("pack", "train_steps", "train_loss", "strict_rule", "time_budget")
+_KEYS = ("pack", "train_steps", "train_loss", "strict_rule", "time_budget", "refuse_numeric")
 # Gradescope stops an autograder after 10 minutes unless the assignment says otherwise; grading
 # stops a minute before, so the results file is written in any case.
 GRADESCOPE_BUDGET = 540.0
@@ -31,18 +30,12 @@ class RulesError(ValueError):
     """The rules cannot be read or make no sense: why, in one line."""
 
 
-@dataclass(frozen=True)
-class GradingRules:
-    train_steps: int
-    train_loss: float | None = None  # None: the reference's loss after as many steps, plus 5%
-    strict_rule: bool = False
-    time_budget: float | None = None  # seconds for one submission; None: no limit
-
-    def to_json(self, pack: Pack) -> str:
-        # The pack's id is written for the instructor who opens the file; it is not read back.
-        return json.dumps({"pack": pack.id, "train_steps": self.train_steps,
-                           "train_loss": self.train_loss, "strict_rule": self.strict_rule,
-                           "time_budget": self.time_budget}, indent=2) + "\n"
+def rules_json(rules: GradingRules, pack: Pack) -> str:
+    # The pack's id is written for the instructor who opens the file; it is not read back.
+    return json.dumps({"pack": pack.id, "train_steps": rules.train_steps,
+                       "train_loss": rules.train_loss, "strict_rule": rules.strict_rule,
+                       "time_budget": rules.time_budget,
+                       "refuse_numeric": rules.refuse_numeric}, indent=2) + "\n"
 
 
 def default_train_steps(pack: Pack) -> int:
@@ -70,10 +63,11 @@ def check_values(train_steps: int | None, train_loss: float | None,
 
 
 def make_rules(pack: Pack, train_steps: int | None = None, train_loss: float | None = None,
-               strict_rule: bool = False, time_budget: float | None = None) -> GradingRules:
+               strict_rule: bool = False, time_budget: float | None = None,
+               refuse_numeric: bool = False) -> GradingRules:
     check_values(train_steps, train_loss, time_budget)
     return GradingRules(train_steps or default_train_steps(pack), train_loss, strict_rule,
-                        time_budget)
+                        time_budget, refuse_numeric)
 
 
 def read_rules(path: Path, pack: Pack) -> GradingRules:
@@ -101,8 +95,11 @@ def read_rules(path: Path, pack: Pack) -> GradingRules:
     budget = data.get("time_budget")
     if budget is not None and (not isinstance(budget, (int, float)) or isinstance(budget, bool)):
         raise RulesError(f"{path}: time_budget must be a number of seconds or null")
+    numeric = data.get("refuse_numeric", False)
+    if not isinstance(numeric, bool):
+        raise RulesError(f"{path}: refuse_numeric must be true or false")
     try:
         return make_rules(pack, steps, None if loss is None else float(loss), strict,
-                          None if budget is None else float(budget))
+                          None if budget is None else float(budget), numeric)
     except RulesError as exc:
         raise RulesError(f"{path}: {exc}") from None

@@ -120,13 +120,27 @@ def _missing(step: Step, why: str = "no code for this step") -> StepGrade:
                      step.points, why)
 
 
-def grade(lesson: Lesson, sub: Submission, *, strict_rule: bool = False,
-          train_steps: int = TRAIN_STEPS,
-          progress: Callable[[str], None] | None = None,
-          budget: float | None = None, train_loss: float | None = None) -> Grade:
-    """Grade every step of the lesson's pack for `sub` (see the module's docstring), within
-    `budget` seconds when one is given."""
+@dataclass(frozen=True)
+class GradingRules:
+    """What a submission must do to earn its points, as an instructor sets it for a class (and
+    `grading.json` keeps it for an autograder: tutor/course/rules.py)."""
+
+    train_steps: int = TRAIN_STEPS
+    train_loss: float | None = None  # None: the reference's loss after as many steps, plus 5%
+    strict_rule: bool = False  # no points for a step right for this network, not by its rule
+    time_budget: float | None = None  # seconds for one submission; None: no limit
+    refuse_numeric: bool = False  # no points for a derivative estimated from values
+
+
+DEFAULT_RULES = GradingRules()
+
+
+def grade(lesson: Lesson, sub: Submission, rules: GradingRules = DEFAULT_RULES,
+          progress: Callable[[str], None] | None = None) -> Grade:
+    """Grade every step of the lesson's pack for `sub` (see the module's docstring) by
+    `rules`."""
     started = time.monotonic()
+    budget = rules.time_budget
     deadline = None if budget is None else started + budget
     pack = lesson.pack
     out = Grade(pack.id, clean(sub.name, MAX_MESSAGE),
@@ -140,8 +154,8 @@ def grade(lesson: Lesson, sub: Submission, *, strict_rule: bool = False,
             out.steps.append(_out_of_time(step, budget or 0.0))
             continue
         if step.kind.trained:
-            out.steps.append(_training(lesson, step, sub.training, train_steps, deadline,
-                                       train_loss))
+            out.steps.append(_training(lesson, step, sub.training, rules.train_steps,
+                                       deadline, rules.train_loss))
             continue
         code = sub.code.get(step.id)
         if code is None:
@@ -164,7 +178,7 @@ def grade(lesson: Lesson, sub: Submission, *, strict_rule: bool = False,
         results[step.id] = result
         if result.passed:
             prior[step.id] = code
-        out.steps.append(_checked(step, result, strict_rule))
+        out.steps.append(_checked(step, result, rules))
     _unwritten_branches(pack, sub, results, out)
     out.execution_time = time.monotonic() - started
     return out
@@ -226,17 +240,21 @@ def _out_of_time(step: Step, budget: float) -> StepGrade:
                      "before this step (the steps before it stand)")
 
 
-def _checked(step: Step, result: CheckResult, strict_rule: bool) -> StepGrade:
+def _checked(step: Step, result: CheckResult, rules: GradingRules) -> StepGrade:
+    strict_rule = rules.strict_rule
     rule = result.rule
     error = result.error
     if error is not None and error.kind in (ErrorKind.INTERNAL, ErrorKind.USAGE):
         status = Outcome.ERROR
     else:
         status = Outcome.PASSED if result.passed else Outcome.FAILED
-    earns = result.passed and not (strict_rule and rule is Rule.SKIPPED)
+    numeric = rules.refuse_numeric and result.numeric
+    earns = result.passed and not (strict_rule and rule is Rule.SKIPPED) and not numeric
+    message = (_one("right, but estimated from the function's values (a difference quotient), "
+                    "not worked out: this course asks for the derivative itself")
+               if result.passed and numeric else first_line(result, strict_rule))
     return StepGrade(step.id, step.title, step.exercise, status, rule,
-                     step.points if earns else 0, step.points, first_line(result, strict_rule),
-                     feedback(result))
+                     step.points if earns else 0, step.points, message, feedback(result))
 
 
 def first_line(result: CheckResult, strict_rule: bool = False) -> str:

@@ -14,7 +14,7 @@ from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 from tutor.config import Settings
-from tutor.course.scoring import TRAIN_STEPS, Grade, grade, unreadable
+from tutor.course.scoring import DEFAULT_RULES, Grade, GradingRules, grade, unreadable
 from tutor.course.submission import Unreadable, read_submission
 from tutor.evaluator.client import Evaluator, EvaluatorError
 from tutor.pack.model import Pack, find_pack, load_pack
@@ -28,10 +28,9 @@ class GraderFailed(RuntimeError):
     """The tutor could not grade (its evaluator failed): not the student's doing."""
 
 
-def grade_file(path: Path, pack: Pack, evaluator: Evaluator, *, strict_rule: bool = False,
-               train_steps: int = TRAIN_STEPS,
-               progress: Callable[[str], None] | None = None,
-               budget: float | None = None, train_loss: float | None = None) -> Grade:
+def grade_file(path: Path, pack: Pack, evaluator: Evaluator,
+               rules: GradingRules = DEFAULT_RULES,
+               progress: Callable[[str], None] | None = None) -> Grade:
     """One submission's grade; an unreadable one gets a grade that says why (`unreadable`)."""
     name = clean(path.name, MAX_NAME)  # a file's name can hold what a terminal would obey
     try:
@@ -44,8 +43,7 @@ def grade_file(path: Path, pack: Pack, evaluator: Evaluator, *, strict_rule: boo
     sub.name = name
     lesson = Lesson(pack, None, evaluator, "grading keeps no progress")
     try:
-        return grade(lesson, sub, strict_rule=strict_rule, train_steps=train_steps,
-                     progress=progress, budget=budget, train_loss=train_loss)
+        return grade(lesson, sub, rules, progress)
     except EvaluatorError as exc:
         raise GraderFailed(str(exc)) from exc
 
@@ -55,17 +53,14 @@ def grade_file(path: Path, pack: Pack, evaluator: Evaluator, *, strict_rule: boo
 _evaluator: Evaluator | None = None  # one per pool process, started on its first submission
 
 
-def _pool_grade(path: str, settings: Settings, strict_rule: bool,
-                train_steps: int, budget: float | None = None,
-                train_loss: float | None = None) -> tuple[str, Grade | str]:
+def _pool_grade(path: str, settings: Settings, rules: GradingRules) -> tuple[str, Grade | str]:
     global _evaluator
     try:
         pack = load_pack(find_pack(settings.pack))  # kept parsed on disk: cheap after the first
         if _evaluator is None:
             _evaluator = Evaluator(settings)
             atexit.register(_evaluator.close)
-        return path, grade_file(Path(path), pack, _evaluator, strict_rule=strict_rule,
-                                train_steps=train_steps, budget=budget, train_loss=train_loss)
+        return path, grade_file(Path(path), pack, _evaluator, rules)
     except Exception as exc:  # noqa: BLE001 - this file's result; the class goes on
         if _evaluator is not None:  # a fresh one for the next submission
             _evaluator.close()
@@ -73,15 +68,13 @@ def _pool_grade(path: str, settings: Settings, strict_rule: bool,
         return path, f"the grader failed: {exc}"
 
 
-def grade_many(paths: list[Path], settings: Settings, *, jobs: int,
-               strict_rule: bool = False, train_steps: int = TRAIN_STEPS,
-               budget: float | None = None, train_loss: float | None = None
+def grade_many(paths: list[Path], settings: Settings, rules: GradingRules, *, jobs: int
                ) -> Iterator[tuple[Path, Grade | str]]:
     """(path, grade or why the grader failed), as each finishes, from `jobs` processes; every
     path given comes back once. A grading process that dies (a submission that blew its memory
     up, say) takes no other file with it: what it left unfinished is graded again one file at a
     time, so the file that kills its process is that file's result alone."""
-    args = (settings, strict_rule, train_steps, budget, train_loss)
+    args = (settings, rules)
     unfinished = []
     for path, outcome in _pooled([str(p) for p in paths], args, jobs):
         if outcome is None:

@@ -275,10 +275,13 @@ class CheckResult(Record):
     notes: list[str] = field(default_factory=list)
     figure: dict | None = None
     device: str | None = None
+    # The code estimates its derivative from the function's values (a difference quotient)
+    # instead of working it out: right, and a course may still refuse it.
+    numeric: bool = False
     extra: dict = field(default_factory=dict)
 
     _KNOWN = ("step", "passed", "rule", "checks", "heldout", "error", "stdout", "notes",
-              "figure", "device")
+              "figure", "device", "numeric")
 
     @classmethod
     def failure(cls, step: str, error: CheckError, device: str | None = None) -> CheckResult:
@@ -297,6 +300,7 @@ class CheckResult(Record):
             notes=list(d.get("notes") or []),
             figure=d.get("figure"),
             device=d.get("device"),
+            numeric=bool(d.get("numeric")),
             extra={k: v for k, v in d.items() if k not in cls._KNOWN},
         )
 
@@ -306,7 +310,8 @@ class CheckResult(Record):
                 "checks": [c.to_dict() for c in self.checks],
                 "heldout": self.heldout.to_dict() if self.heldout else None,
                 "error": self.error.to_dict() if self.error else None, "stdout": self.stdout,
-                "notes": self.notes, "figure": self.figure, "device": self.device, **self.extra}
+                "notes": self.notes, "figure": self.figure, "device": self.device,
+                "numeric": self.numeric, **self.extra}
 
     def failed(self) -> list[TensorCheck]:
         """The rows that keep the check from passing."""

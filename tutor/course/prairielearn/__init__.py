@@ -16,7 +16,7 @@ import uuid
 from pathlib import Path
 
 from tutor.course.bundle import PACK_FOLDER, TORCH_INDEX, TORCH_VERSION
-from tutor.course.rules import CONFIG_NAME, GradingRules
+from tutor.course.rules import CONFIG_NAME, GradingRules, rules_json
 from tutor.course.scoring import TRAIN_STEPS
 from tutor.pack.model import Pack
 
@@ -95,7 +95,7 @@ def write_recipe(out: Path, pack: Pack, wheel: Path, rules: GradingRules,
                       timeout_for(rules.train_steps), _kept_uuid(question / "info.json")),
             indent=2) + "\n",
         question / "question.html": (HERE / "question.html").read_text(encoding="utf-8"),
-        question / "tests" / CONFIG_NAME: rules.to_json(pack),
+        question / "tests" / CONFIG_NAME: rules_json(rules, pack),
         **{image_dir / name: path for name, path in pack_files},
     }
     for path, content in written.items():

@@ -14,8 +14,9 @@ import pytest
 from tutor.code_facts import estimates_derivative
 
 ROOT = Path(__file__).resolve().parent.parent
-CENTRAL = ("h = 1e-3\n"
-           "dprobs = (torch.log(probs + h) - torch.log(probs - h)) / (2 * h) * dlogprobs\n")
+CENTRAL = ("eps = 1e-6\n"
+           "p = probs.double()\n"
+           "dprobs = ((torch.log(p + eps) - torch.log(p - eps)) / (2 * eps)).float() * dlogprobs\n")
 HELPER = ("def numgrad(f, x, d, h=1e-4):\n"
           "    up = f(x + h)\n"
           "    down = f(x - h)\n"

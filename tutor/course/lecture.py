@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from tutor.code_facts import bound, read, written
 from tutor.pack.model import Pack, Step
 from tutor.sandbox.clean import whole_characters
+from tutor.sandbox.policy import inspect
 
 EXERCISE_MARK = re.compile(r"^\s*#\s*exercise\s*(\d+)\b", re.IGNORECASE | re.MULTILINE)
 _MAGIC = re.compile(r"^\s*[%!]")
@@ -452,3 +453,64 @@ def _whole_step(step: Step, tensors: set[str]) -> Step:
     from dataclasses import replace
 
     return replace(step, checks=tuple(sorted(tensors)), partials=())
+
+
+# --- the notebook as a program ------------------------------------------------------------------
+
+# Calls that touch files, plot, reseed or run the notebook's own autograd: the tutor's forward
+# pass and its references stand in for all of it, and no gradient the learner writes depends on it.
+_SIDE = re.compile(r"\b(open|plt|display|random|manual_seed|backward|retain_grad|"
+                   r"requires_grad|zero_grad|savefig|imshow|hist|plot)\b")
+_DATA = {"words", "chars", "stoi", "itos", "block_size", "vocab_size", "Xtr", "Ytr", "Xdev",
+         "Ydev", "Xte", "Yte", "g", "parameters", "ix", "n1", "n2", "n_embd", "n_hidden",
+         "batch_size", "emb_dim"}
+
+
+def notebook_program(pack: Pack, cells: list[str], exercise: int) -> str | None:
+    """The learner's code up to `exercise`, as the kernel ran it, for the tutor's namespace:
+    every code cell in order (those above the first `# Exercise` mark too), less what the
+    tutor's forward pass stands in for (statements that write the lesson's tensors, its data,
+    its parameters or the notebook's own setup; imports; files, plots, reseeding, the notebook's
+    own `backward()`), the learner's names turned into the tutor's as their `cmp` calls say. A
+    cell that fails stops there and the next cell runs, as in a kernel. None when nothing is
+    left."""
+    lesson = lesson_names(pack)
+    trained = {e.number for e in pack.exercises if e.kind.trained}
+    by_region = regions(cells)
+    chosen = [c for r, cs in sorted(by_region.items()) if r <= exercise and r not in trained
+              for c in cs]
+    tensors = {t for s in pack.steps for t in (*s.checks, *s.partials, *s.given)}
+    blocks, nodes = [], []
+    for cell in chosen:
+        try:
+            body, text = parse_cell(cell)
+        except SyntaxError:
+            continue  # a cell that is not Python ran nothing in the kernel either
+        kept = [(n, text) for n in body if _runs_in_program(n, text, lesson)]
+        nodes += [n for n, _ in kept]
+        if kept:
+            blocks.append("\n".join(_source(n, t) for n, t in kept))
+    if not blocks:
+        return None
+    names = renames_from_cmp(nodes, tensors)
+    cells_text = [rename(b, names) for b in blocks]
+    return "\n".join("try:\n" + textwrap.indent(b, "    ") + "\nexcept Exception:\n    pass"
+                     for b in cells_text) + "\n"
+
+
+def _source(node: ast.stmt, text: str) -> str:
+    lines = text.split("\n")
+    return textwrap.dedent("\n".join(lines[node.lineno - 1:node.end_lineno]))
+
+
+def _runs_in_program(node: ast.stmt, text: str, lesson: set[str]) -> bool:
+    if isinstance(node, (ast.Import, ast.ImportFrom)) or _no_answer(node):
+        return False
+    if isinstance(node, ast.FunctionDef) and node.name == "cmp":
+        return False  # the tutor's own cmp stands in for it
+    writes = written(node)
+    if writes & (lesson | _DATA) and not any(n.startswith("d") for n in writes - lesson):
+        return False  # the notebook's setup or forward pass: the tutor's stands in
+    if _SIDE.search(_source(node, text)):
+        return False
+    return inspect(node) is None

@@ -180,8 +180,46 @@ def grade(lesson: Lesson, sub: Submission, rules: GradingRules = DEFAULT_RULES,
             prior[step.id] = code
         out.steps.append(_checked(step, result, rules))
     _unwritten_branches(pack, sub, results, out)
+    _as_computed(lesson, sub, out, rules, deadline)
     out.execution_time = time.monotonic() - started
     return out
+
+
+def _as_computed(lesson: Lesson, sub: Submission, out: Grade, rules: GradingRules,
+                 deadline: float | None) -> None:
+    """A step the cut into steps left without code, or whose cut code failed, is graded again on
+    what the submission computes: its code up to the step's exercise run as one program, as the
+    kernel ran it (tutor/course/submission.py `programs`), on the tutor's forward pass, then held
+    to autograd on this batch and a fresh one like any check. Right, it passes, by values only:
+    its own lines cannot be told apart from the rest, so the line's rule cannot be probed (↷, a
+    point unless the course asks for the rule). Wrong, the step keeps what the cut said, and no
+    diagnosis is made of code that may not be this step's."""
+    for mark in out.steps:
+        if mark.status not in (Outcome.MISSING, Outcome.FAILED) or mark.message.startswith(
+                ("not graded:", "the first branch")):
+            continue
+        step = lesson.pack.step(mark.id)
+        program = sub.programs.get(step.exercise)
+        if step.kind.trained or program is None:
+            continue
+        if deadline is not None and time.monotonic() >= deadline:
+            return
+        try:
+            result = lesson.evaluate(step.id, program, {})
+        except EvaluatorError:
+            raise
+        except Exception:  # noqa: BLE001 - a fallback that cannot run changes nothing
+            continue
+        if not result.passed:
+            if mark.status is Outcome.MISSING:
+                mark.message += " (and what your submission computes for it is not right)"
+            continue
+        mark.status, mark.rule = Outcome.PASSED, Rule.SKIPPED
+        mark.score = 0 if rules.strict_rule else step.points
+        mark.message = ("right, as your submission computes it: which of its code answers this "
+                        "step could not be told apart, so the line's rule could not be probed"
+                        + (" (no points: the rule is required)" if rules.strict_rule else ""))
+        mark.feedback = mark.message + "\n\n" + feedback(result)
 
 
 def _unwritten_branches(pack: Pack, sub: Submission, results: dict[str, CheckResult],

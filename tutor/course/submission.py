@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import json
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,10 +18,12 @@ from tutor.course.lecture import (
     NotebookError,
     code_cells,
     is_lecture_notebook,
+    notebook_program,
     read_lecture,
 )
 from tutor.pack.model import Pack
 from tutor.sandbox.clean import clean
+from tutor.sandbox.policy import inspect
 from tutor.session.cells import parse_cells
 
 # A notebook keeps its outputs (plots, printed losses): more than a code file may hold.
@@ -41,6 +44,9 @@ class Submission:
     training: str | None = None
     notes: list[str] = field(default_factory=list)  # how it was read, for the student
     unknown: list[str] = field(default_factory=list)  # cells naming no step of the pack
+    # exercise -> the submission's code up to it as one program, as a kernel runs it: what the
+    # grade falls back on where a step's own code cannot be told (tutor/course/scoring.py)
+    programs: dict[int, str] = field(default_factory=dict)
 
 
 def read_submission(path: Path, pack: Pack) -> Submission:
@@ -91,6 +97,7 @@ def _percent(name: str, text: str, pack: Pack) -> Submission:
     if not cells:
         raise Unreadable(f"{name} has no `# %% STEP_ID` cells")
     sub = Submission(name, "percent")
+    sub.programs = _programs(pack, [(_step_of(pack, c.step), c.code) for c in cells])
     for cell in cells:
         sid = _step_of(pack, cell.step)
         if sid is None:
@@ -107,6 +114,8 @@ def _percent(name: str, text: str, pack: Pack) -> Submission:
 
 def _workbook(name: str, cells: list[str], pack: Pack) -> Submission:
     sub = Submission(name, "workbook")
+    sub.programs = _programs(pack, [(_step_of(pack, c.lstrip().partition("\n")[0][
+        len("%%check"):].strip()), c.lstrip().partition("\n")[2]) for c in cells])
     for cell in cells:
         header, _, code = cell.lstrip().partition("\n")
         given = header[len("%%check"):].strip()
@@ -122,12 +131,42 @@ def _workbook(name: str, cells: list[str], pack: Pack) -> Submission:
 def _lecture(name: str, cells: list[str], pack: Pack) -> Submission:
     answers = read_lecture(pack, cells)
     sub = Submission(name, "lecture", training=answers.training)
+    sub.programs = {e.number: text for e in pack.exercises if not e.kind.trained
+                    and (text := notebook_program(pack, cells, e.number)) is not None}
     sub.code = {sid: code for sid, code in answers.code.items() if has_code(code)}
     if answers.renamed:
         sub.notes.append("read as the tutor's names: " + ", ".join(
             f"{yours} as {ours}" for yours, ours in sorted(answers.renamed.items())))
     sub.notes += answers.notes
     return sub
+
+
+def _programs(pack: Pack, cells: list[tuple[str | None, str]]) -> dict[int, str]:
+    """exercise -> the cells up to it, in the file's order, as one program (a cell naming no
+    step goes with the exercise of the cell before it). A cell that fails stops there and the
+    next runs, as in a kernel; a cell the sandbox would refuse, or that is not Python, is left
+    out (its step's own check says why)."""
+    blocks: list[tuple[int, str]] = []
+    exercise = 1
+    for sid, code in cells:
+        step = pack.step(sid) if sid else None
+        if step is not None:
+            if step.kind.trained:
+                continue
+            exercise = step.exercise
+        try:
+            tree = ast.parse(code)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            continue
+        if inspect(tree) is None and has_code(code):
+            blocks.append((exercise, code))
+    out = {}
+    for e in sorted({e.number for e in pack.exercises if not e.kind.trained}):
+        chosen = [code for at, code in blocks if at <= e]
+        if chosen:
+            out[e] = "\n".join("try:\n" + textwrap.indent(c.rstrip("\n"), "    ")
+                               + "\nexcept Exception:\n    pass" for c in chosen) + "\n"
+    return out
 
 
 def has_code(code: str, template: str | None = None) -> bool:

@@ -1,7 +1,9 @@
 """How many wrong answers get a specific diagnosis, per lesson and per family.
 
-Runs every wrong answer we keep (the catalogued mistakes of both packs, tests/test_corpus_wrong.py,
-tests/test_corpus_families.py and tests/test_smallest_change.py) and counts, per lesson, the ones
+Runs every wrong answer we keep (the catalogued mistakes of every pack, tests/test_corpus_wrong.py,
+tests/test_corpus_families.py, tests/test_smallest_change.py, and the LSTM lesson's
+tests/test_corpus_lstm.py, tests/lstm_slips_tune.py and tests/lstm_slips_holdout.py) and counts,
+per lesson, the ones
 refused with a diagnosis that names the mistake ("specific") and the ones refused with only
 "X is wrong (k of N)" ("generic"), and any that were accepted (there must be none). Then the
 mistakes `pack check` makes of every step's solution, one per family where it applies
@@ -34,12 +36,16 @@ from tutor.pack.model import load_pack  # noqa: E402
 from tutor.values.results import CheckResult  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
+# Each lesson measured, by the pack its engine loads.
+LESSONS = {"makemore": "makemore", "gpt": str(ROOT / "exercises" / "gpt"),
+           "lstm": str(ROOT / "exercises" / "lstm")}
 
 
 def wrong_answers() -> dict[str, list[tuple[str, str | None, str]]]:
     """lesson -> (step, graded tensor or None, code)."""
-    out: dict[str, list] = {"makemore": [], "gpt": []}
-    for lesson, pack in (("makemore", load_pack()), ("gpt", load_pack(ROOT / "exercises" / "gpt"))):
+    out: dict[str, list] = {lesson: [] for lesson in LESSONS}
+    for lesson, pack in ((k, load_pack(None if k == "makemore" else Path(v)))
+                         for k, v in LESSONS.items()):
         for step in pack.steps:
             if step.kind.trained:
                 continue
@@ -53,6 +59,11 @@ def wrong_answers() -> dict[str, list[tuple[str, str | None, str]]]:
     smallest = corpora.load("test_smallest_change")
     for lesson, step, tensor, code, _ in smallest.WRONG.values():
         out[lesson].append((step, tensor, code))
+    # The LSTM lesson's corpora: the slips of its corpus, and both halves of the slips the same
+    # mistake is named by everywhere (the held-out half was never tuned on).
+    corpora.load("test_corpus_lstm")  # the halves start from its right answers
+    for name in ("test_corpus_lstm", "lstm_slips_tune", "lstm_slips_holdout"):
+        out["lstm"] += [(s, t, c) for s, t, c, _ in corpora.load(name).WRONG.values()]
     return out
 
 
@@ -91,8 +102,7 @@ def refusal_costs(path: str, items: dict[str, list[tuple[str, str]]]) -> dict[st
     """lesson -> seconds each refused check took past the same step's right answer."""
     extra: dict[str, list[float]] = defaultdict(list)
     for lesson, checks in items.items():
-        pack = "makemore" if lesson == "makemore" else str(ROOT / "exercises" / "gpt")
-        engine = Engine(Settings(device="cpu", pack=pack, isolation=path))
+        engine = Engine(Settings(device="cpu", pack=LESSONS[lesson], isolation=path))
         bare: dict[str, float] = {}
         try:
             for step, code in checks:
@@ -118,8 +128,8 @@ def refusal_costs(path: str, items: dict[str, list[tuple[str, str]]]) -> dict[st
 
 
 def main() -> None:
-    engines = {"makemore": Engine(Settings(device="cpu")),
-               "gpt": Engine(Settings(device="cpu", pack=str(ROOT / "exercises" / "gpt")))}
+    engines = {lesson: Engine(Settings(device="cpu", pack=pack))
+               for lesson, pack in LESSONS.items()}
     refused: dict[str, list[tuple[str, str]]] = defaultdict(list)
 
     def timed(lesson: str, step: str, code: str):

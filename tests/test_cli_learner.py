@@ -27,7 +27,7 @@ PACK = load_pack()
 README = Path(__file__).resolve().parent.parent / "README.md"
 WIDTH = 40  # the narrowest the CLI wraps to: even a short diagnosis has to wrap here
 KNOWN_MISTAKE = "dprobs = probs * dlogprobs"  # catalogued: "The derivative of `log(x)` is not `x`"
-WRONG = "dprobs = dlogprobs / probs + 1"  # no catalogued mistake: the generic wrong verdict
+WRONG = "dprobs = dlogprobs / probs + 1"  # no catalogued mistake: derived from the code itself
 ROW = re.compile(r"^[✓✗!] \S.* \| exact: ")  # a cmp row of a `check --all` table
 
 
@@ -99,7 +99,7 @@ def test_check_all_wraps_the_diagnosis_under_its_row(home, tmp_path, code):
                     f"# %% atomic/probs\n{code}\n")
     out = cli(home, "check", "--all", str(work), "--no-record")
     assert out.returncode == 1
-    assert "[known_mistake]" in out.stdout if code == KNOWN_MISTAKE else "[wrong]" in out.stdout
+    assert "[known_mistake]" in out.stdout if code == KNOWN_MISTAKE else "[derived]" in out.stdout
     _no_message_line_at_column_0(out.stdout, header_lines=0)
 
 

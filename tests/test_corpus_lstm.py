@@ -656,7 +656,7 @@ WRONG: dict[str, tuple[str, str | None, str, tuple[str, ...]]] = {
         ("wrong axis",),
     ),
     "quarters-stacked-on-the-batch": (
-        "step/ifgo", None, "difgo = torch.cat([dai, daf, dag, dao], 0)\n", ("swapped",),
+        "step/ifgo", None, "difgo = torch.cat([dai, daf, dag, dao], 0)\n", ("dim 0", "dim 1"),
     ),
     "gate-outputs-for-pre-activations": (
         "step/ifgo", None, "difgo = torch.hstack([di, df, dg, do])\n", ("gates' outputs",),

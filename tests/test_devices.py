@@ -230,3 +230,11 @@ def test_every_corpus_gets_the_same_verdict_on_the_simulated_device():
     last, said = _parity()
     counts = last.removeprefix("parity: ").split(" ")[0].split("/")
     assert last.startswith("parity:") and counts[0] == counts[1] and int(counts[1]) >= 500, said
+
+
+def test_the_meta_device_works_as_in_pytorch(sim):
+    # Shapes without values (what some diagnoses record) are neither device here.
+    x = torch.ones(3, 2).to(ACCELERATOR)
+    shape_only = x.to("meta")
+    assert shape_only.is_meta and shape_only.device.type == "meta" and shape_only.shape == (3, 2)
+    assert torch.zeros(2, device="meta").is_meta

@@ -35,7 +35,7 @@ LAYOUTS = {
     "no exercise comments at all": lambda: L.notebook(["\n".join(BODY) + "\n" + "\n".join(CMPS)]),
     "a statement per cell, cmp in the next": lambda: L.notebook(
         [L.EX1_HEAD, *[c for pair in zip(BODY, [f"cmp('{t}', d{t}, {t})" for t, _ in
-                                                 L.EX1_LINES]) for c in pair]]),
+                                                 L.EX1_LINES], strict=True) for c in pair]]),
     "many cells, then all the cmp calls": lambda: L.notebook(
         [L.EX1_HEAD, *BODY, "\n".join(CMPS)]),
     "two attempts in one cell": lambda: L.notebook([L.ex1_one_cell().replace(

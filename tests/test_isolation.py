@@ -215,7 +215,9 @@ def test_a_child_of_the_fork_server_is_killed_at_its_limit_and_collected():
         started = time.monotonic()
         result = engine.check("atomic/probs", "while True: pass").to_dict()
         assert result["error"]["kind"] == "timeout"
-        assert time.monotonic() - started < 1.0 + 0.5 + 1.0
+        # The limit is CPU time (a busy machine stretches it on the wall clock); the worker's
+        # wall-clock backstop is the bound either way.
+        assert time.monotonic() - started < engine.settings.backstop + 0.5
         deadline = time.monotonic() + 5
         while Path(f"/proc/{child.pid}").exists() and time.monotonic() < deadline:
             time.sleep(0.01)

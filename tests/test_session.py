@@ -28,7 +28,7 @@ TINY = Path(__file__).parent / "packs" / "tiny"
 
 def _result(step: str, passed: bool, verdict: str = "exact") -> dict:
     return {"step": step, "passed": passed, "rule": None, "device": "cpu", "heldout": None,
-            "error": None, "stdout": "", "notes": [], "figure": None,
+            "error": None, "stdout": "", "notes": [], "figure": None, "numeric": False,
             "checks": [{"tensor": "logprobs", "grad": "dlogprobs", "shape": [32, 27],
                         "expected_shape": [32, 27], "exact": verdict == "exact",
                         "approximate": verdict in ("exact", "approximate"), "maxdiff": 0.0,

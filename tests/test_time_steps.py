@@ -77,7 +77,9 @@ def test_a_wrong_loop_is_told_its_first_wrong_step(engine, steps, start, back, s
     first = steps - 1 - back
     assert (f"going back from the last (t = {steps - 1}): dxs[:, t] first differs from "
             f"autograd's at t = {first}, {says.format(last=steps - 1)}") in row.message
-    assert row.diagnosis is not None and row.message.startswith(row.diagnosis.message)
+    # Localise, then explain: where the loop first goes wrong comes first, then the why.
+    assert row.diagnosis is not None and row.message.startswith("Step by step")
+    assert row.diagnosis.message in row.message
     _figure_is_well_formed(result.figure, steps)
     assert result.figure["first_wrong"] == first
     assert result.figure["wrong"][first + 1:] == [False] * back
@@ -234,11 +236,13 @@ def test_the_reference_rewrites_run_once_per_case_not_once_per_output_or_check(e
 
     runs = []
     real = derived.call_function
-    monkeypatch.setattr(derived, "call_function",
-                        lambda step, source, *a: runs.append(source) or real(step, source, *a))
+    # A rewrite that fits the lesson's case runs on the first fresh case too, to confirm it:
+    # a run is a rewrite on a case.
+    monkeypatch.setattr(derived, "call_function", lambda step, source, inputs, *a: runs.append(
+        (source, id(inputs))) or real(step, source, inputs, *a))
     code = _mistake("The cell state's gradient is not carried")
     first = engine.check(STEP.id, code)
-    assert len(runs) == len(set(runs))  # never the same rewrite twice
+    assert len(runs) == len(set(runs))  # never the same rewrite twice on a case
     runs.clear()
     again = engine.check(STEP.id, code)
     assert runs == []

@@ -236,7 +236,7 @@ def test_chooser_small_terminal(snap_compare, tmp_path):
 
     home = tmp_path / "home"
     packs = installed_packs()
-    assert packs[:2] == ["makemore", "gpt"]
+    assert packs[0] == "makemore" and "gpt" in packs
     remember_pack(home, "gpt")
     app = TutorApp(Settings(device="cpu", home=home, timeout=2.0), packs=packs)
 

@@ -100,6 +100,32 @@ def write_targets(node: ast.AST) -> Iterator[ast.AST]:
         yield node.func.value
 
 
+def assigned_expression(code: str, name: str) -> str | None:
+    """The source of the expression the code last assigns to `name` on its own (`dh = dhs[:, t]`
+    gives `dhs[:, t]`), among its top-level statements; None when there is no such line. A
+    message about a view names the expression to copy."""
+    tree = of(code).tree
+    if tree is None:
+        return None
+    found = None
+    for stmt in tree.body:
+        if (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
+                and isinstance(stmt.targets[0], ast.Name) and stmt.targets[0].id == name):
+            found = ast.get_source_segment(code, stmt.value)
+    return found
+
+
+def rebinds(code: str, name: str) -> bool:
+    """Whether the code binds `name` to a new value: anything but `name += ...`, which changes
+    the tensor it already holds."""
+    tree = of(code).tree
+    if tree is None:
+        return False
+    augmented = {id(n.target) for n in ast.walk(tree) if isinstance(n, ast.AugAssign)}
+    return any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, (ast.Store, ast.Del))
+               and id(n) not in augmented for n in ast.walk(tree))
+
+
 def changed_in_place(tree: ast.AST) -> tuple[str, ...]:
     """Names a piece of code changes in place: `x += ...`, `x[i] = ...`, `x.add_(...)`."""
     out: list[str] = []

@@ -29,7 +29,17 @@ ISOLATIONS = ("auto", "fork", "spawn")
 # tutor/devices.py): how a CPU-only machine finds what would go wrong on a GPU.
 SIMULATED_DEVICE = "BACKPROP_TUTOR_SIMULATED_DEVICE"
 DEFAULT_SEED = 2147483647  # the generator seed of the lecture
-DEFAULT_TIMEOUT = 5.0
+DEFAULT_TIMEOUT = 5.0  # the learner's limit: CPU seconds of their code in one check
+# The tutor's own work in a check, after the run that decides the verdict (the fresh batch or
+# sizes, the rule probe, the picture through time, the search for the smallest change), has a
+# wall-clock budget of its own: when it runs out, the verdict stands without that work.
+DEFAULT_TUTOR_SECONDS = 5.0
+# The learner's limit counts CPU time, which a busy machine stretches on the wall clock: a check's
+# child is killed from outside only past this many times that limit, plus the tutor's budget (the
+# first run may take three times its limit on the wall clock; the tutor's work after it, its own
+# budget and what is left of the limit). Inside, the CPU alarm and the system's CPU limit stop
+# the learner's code at the limit itself; this is for what neither stops.
+BACKSTOP_FACTOR = 4
 # The checks run in milliseconds: under 0.1 s even a right answer could be cut off, and more
 # than ten minutes only delays telling a learner that a loop never ends.
 TIMEOUT_RANGE = (0.1, 600.0)
@@ -49,10 +59,23 @@ class Settings(FrozenRecord):
     memory_limit_gb: float = 2.0  # address-space cap for the sandbox worker on CPU
     pack: str = DEFAULT_PACK  # an installed pack's id, or the folder of a pack
     isolation: str = "auto"  # one of ISOLATIONS
+    tutor_seconds: float = DEFAULT_TUTOR_SECONDS  # the tutor's own budget in a check (wall)
 
     @property
     def data_home(self) -> Path:
         return self.home if self.home is not None else Path(platformdirs.user_data_dir(APP_NAME))
+
+    @property
+    def backstop(self) -> float:
+        """Wall-clock seconds a check's child may run before it is killed from outside, whatever
+        it does (docs/architecture.md, the check's time budget)."""
+        return BACKSTOP_FACTOR * self.timeout + self.tutor_seconds
+
+    @property
+    def child_cpu_seconds(self) -> float:
+        """The CPU time a check's child may use in all: the learner's limit, the tutor's own
+        work (one thread, so at most its wall-clock budget) and a second to spare."""
+        return self.timeout + self.tutor_seconds + 1
 
     def to_dict(self) -> dict:
         d = asdict(self)

@@ -241,10 +241,14 @@ def _accelerated(device: Any) -> bool:
     """Whether a device argument names the accelerator."""
     if isinstance(device, int):
         return True  # a bare ordinal is a CUDA device
-    dev = torch.device(device)
-    if dev.type not in ("cpu", "cuda"):
-        raise RuntimeError(f"the simulated device has no {dev.type} device")
-    return dev.type == "cuda"
+    return torch.device(device).type == "cuda"
+
+
+def _elsewhere(device: Any) -> bool:
+    """A device that is neither the CPU nor the accelerator (`meta`, for shapes without
+    values): PyTorch handles it as it always does."""
+    return (device is not None and not isinstance(device, int) and _is_device(device)
+            and torch.device(device).type not in ("cpu", "cuda"))
 
 
 def _mixed(where: str) -> RuntimeError:
@@ -278,14 +282,9 @@ class Simulated(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, C901
         kwargs = dict(kwargs or {})
-        if func == _GET_DEVICE:
-            return ACCELERATOR if on_accelerator(args[0]) else CPU
-        if func == _GET_IS_CUDA:
-            return on_accelerator(args[0])
-        if func == _GET_IS_CPU:
-            return not on_accelerator(args[0])
-        if func == _T.get_device:
-            return 0 if on_accelerator(args[0]) else -1
+        if func in (_GET_DEVICE, _GET_IS_CUDA, _GET_IS_CPU, _T.get_device) \
+                and on_accelerator(args[0]):
+            return {_GET_DEVICE: ACCELERATOR, _GET_IS_CUDA: True, _GET_IS_CPU: False}.get(func, 0)
         if func in (_T.cpu, _T.cuda, _T.to):
             return self._move(func, args, kwargs)
         if func == _T.numpy and on_accelerator(args[0]):
@@ -302,6 +301,8 @@ class Simulated(TorchFunctionMode):
 
     def _placed(self, func: Any, args: tuple, kwargs: dict) -> bool:
         """Whether `func`'s outputs are on the accelerator; raises where CUDA would refuse."""
+        if _elsewhere(kwargs.get("device")):
+            return False
         if "device" in kwargs and kwargs["device"] is not None:
             on = _accelerated(kwargs["device"])
             kwargs["device"] = CPU
@@ -339,6 +340,8 @@ class Simulated(TorchFunctionMode):
     def _move(self, func: Any, args: tuple, kwargs: dict) -> torch.Tensor:
         """`.cpu()`, `.cuda()` and `.to(...)`: a copy where the device changes, as on CUDA."""
         source, rest = args[0], list(args[1:])
+        if any(_elsewhere(a) for a in (*rest, kwargs.get("device"))):
+            return func(*args, **kwargs)  # to `meta`: neither device here, and no copy to make
         was = on_accelerator(source)
         if func == _T.cpu:
             target = False

@@ -1,4 +1,5 @@
-"""`pack check DIR`: validate a pack by running it, for people who write packs."""
+"""`pack check DIR`: validate a pack by running it; `pack new FORWARD.py --out DIR`: make one
+from a forward pass (tutor/commands/pack_new.py). For people who write packs."""
 
 from __future__ import annotations
 
@@ -7,16 +8,21 @@ import sys
 import warnings
 from pathlib import Path
 
+from tutor.commands import pack_new
 from tutor.commands.base import Command, UsageError
 from tutor.config import Settings
 
 
 def _args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("action", choices=["check"], help="what to do with the pack")
-    p.add_argument("folder", metavar="DIR", help="the pack's folder (the one with pack.toml)")
+    p.add_argument("action", choices=["check", "new"], help="what to do with the pack")
+    p.add_argument("folder", metavar="PATH", help="check: the pack's folder (the one with "
+                   "pack.toml); new: the forward file to make a pack from")
+    pack_new.add_arguments(p)
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
+    if args.action == "new":
+        return pack_new.run(args)
     # Importing torch without NumPy present prints a warning that means nothing here.
     warnings.filterwarnings("ignore", message=".*NumPy.*")
     from tutor.evaluator.packcheck import check_pack
@@ -35,5 +41,6 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     return 1
 
 
-PACK = Command("pack", "check a pack: solutions, mistakes, hints, a short training run",
+PACK = Command("pack", "check a pack (solutions, mistakes, hints, a short training run), or "
+               "make one from a forward pass",
                _args, run)

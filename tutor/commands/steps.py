@@ -18,7 +18,7 @@ def step_entry(pack, step) -> dict:
         "title": step.title,
         "kind": step.kind.name,
         "checks": list(step.checks),
-        "forward": [pack.line_for(t).source for t in step.lines],
+        "forward": pack.shown_forward(step),
         **({"call": step.function.call} if step.function else {}),
     }
 
@@ -62,7 +62,10 @@ def run_show(args: argparse.Namespace, settings: Settings) -> int:
                 annotations = {line["target"]: line for line in ev.info()["lines"]}
         except EvaluatorError as exc:
             raise UsageError(str(exc)) from None
-    forward = [
+    # A function step's own forward code (a loop through time) is shown as written, without
+    # the shapes of the lesson's lines.
+    own = step.function is not None and bool(step.function.forward)
+    forward = [{"source": source} for source in pack.shown_forward(step)] if own else [
         {"source": pack.line_for(t).source, **{k: annotations[t][k] for k in
          ("shape", "annotation", "broadcast_note") if t in annotations}}
         for t in step.lines

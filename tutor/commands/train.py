@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import os
+import shutil
 import sys
 import threading
 import time
@@ -303,9 +305,21 @@ class Progress:
         self.write(progress_line(p))
 
     def write(self, text: str) -> None:
+        # Kept to one row: a line the terminal wraps is rewritten from its last row only, and
+        # each update would leave the rows above it behind. A terminal that gives no width (0)
+        # gets the whole line.
+        columns = self._columns()
+        if columns > 1:
+            text = text[: columns - 1]
         self.stream.write("\r" + text.ljust(self.width))
         self.stream.flush()
         self.width = len(text)
+
+    def _columns(self) -> int:
+        try:
+            return os.get_terminal_size(self.stream.fileno()).columns
+        except (OSError, ValueError, AttributeError):
+            return shutil.get_terminal_size().columns
 
     def clear(self) -> None:
         if self.width:

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import ast
 import builtins
+import contextlib
 import copy
 import difflib
 import marshal
 import signal
 import sys
 import threading
-import time
 import traceback
 import types
 import warnings
@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from tutor import devices
+from tutor.core.clock import Budget, CheckTimeout
 from tutor.sandbox.classes import TypeOf
 from tutor.sandbox.clean import MAX_MESSAGE, MAX_TEXT, Capped, clean, cut_note
 from tutor.sandbox.guard import GUARD_NAME, Refused, rewrite
@@ -185,10 +186,6 @@ class CodeError(Exception):
         return CheckError.from_dict(self.payload)
 
 
-class CheckTimeout(BaseException):
-    """The time budget ran out. A BaseException, so `except Exception:` cannot swallow it."""
-
-
 def compile_candidate(code: str, filename: str = CODE_FILE) -> types.CodeType:
     """Parse, apply the policy, put the guard on attribute reads, compile (as `filename`, which
     tracebacks and warnings name: the candidate's, or `earlier_file`).
@@ -337,7 +334,8 @@ def _alarm(_signum: int, _frame: Any) -> None:
 
 
 def arm(seconds: float) -> bool:
-    """Raise CheckTimeout in this (main) thread after `seconds`; False where that is impossible."""
+    """Raise CheckTimeout in this (main) thread after `seconds` of wall-clock time (a training
+    step's limit; a check's is CPU time, tutor/core/clock.py); False where that is impossible."""
     if not hasattr(signal, "setitimer"):
         return False
     try:
@@ -354,14 +352,14 @@ def disarm() -> None:
 
 
 def execute(compiled: types.CodeType, ns: dict, out: Output,
-            deadline: float | None = None) -> None:
+            budget: Budget | None = None) -> None:
     """Run compiled learner code in `ns`, which it shares with later code, as in a notebook.
+    Its CPU time counts against `budget` (raising CheckTimeout when that is spent); the tutor's
+    own work around it does not.
 
     Warnings the code triggers (a deprecated .T on a 1-D tensor, say) go to its output, next to
     its own prints, where they are capped with them; never to the worker's stderr.
     """
-    if deadline is not None and time.monotonic() >= deadline:
-        raise CheckTimeout()
     ns.update(MODULES)
     ns["__builtins__"] = _RUN_BUILTINS
     listening, _LISTENING.out = _LISTENING.out, out
@@ -376,7 +374,7 @@ def execute(compiled: types.CodeType, ns: dict, out: Output,
         with torch.no_grad(), warnings.catch_warnings():
             warnings.simplefilter("always")
             warnings.showwarning = shown  # put back as it was when the block ends
-            with devices.learner():
+            with devices.learner(), budget.running() if budget else contextlib.nullcontext():
                 exec(compiled, ns)
     finally:
         _LISTENING.out = listening

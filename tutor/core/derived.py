@@ -12,15 +12,28 @@ gradient does, so a rewrite that is merely another way to the right answer expla
 - one operand in place of another tensor on the line or a related one (`bnvar` for `bnvar_inv`,
   `h` for `hpreact`), a tensor for its own gradient or the other way round;
 - the line's function applied once more to its own output (`torch.tanh(h)` where `h` is tanh'd);
+- a gate's slope written as the other activation's (`1 - o**2` for a sigmoid's `o`), a line's
+  output where only a part of the line belongs (`h` for the `torch.tanh(c)` of `h = o * ...`);
 - a term, a factor or a statement left out, a term with the wrong sign, `n` for `n - 1`, an
-  exponent one off, a constant fraction upside down;
+  exponent one off, a constant fraction upside down, a function left out (`logits` for its
+  softmax), a mask's comparison off at its bound (`Yb > 0` for `Yb >= 0`);
+- one too many: a factor another line's step multiplies by (its slope, one of its tensors),
+  a gradient added as a term;
 - any of these times a constant such as `n` or `1/n` (`dlogits = probs * n`);
 - the solution itself where the earlier step already left the complete gradient (a second
   branch counted twice).
 
+A function step's gradient (`explain_function`) is matched against the same rewrites, made on
+the reference function's own names: its locals as they are when it returns (`function_scope`,
+traced on the case), a loop's slices of its arguments (`hs[:, s]`), a local read in several
+places changed in one of them. A message names a local the learner never saw by the expression
+it holds. A rewrite must also fit the learner's output on another case (`confirm`), and where
+several fit, one whose words are true of the learner's code (`said`) is told.
+
 Without the solution, two patterns are read off the numbers directly: right up to a factor per
-row or per column, and right except on a subset of entries (the correct classes, the row maxima,
-some rows), which is where a branch is missing.
+row or per column (per index of the first dimension, for more dimensions, with the count per
+row of a mask it follows), and right except on a subset of entries (the correct classes, the row
+maxima, some rows), which is where a branch is missing.
 
 Diagnosis kinds: "partial" when a term, a statement or a subset of entries is missing (the
 closest catalogued kind), "scale" for a factor per row or column, and "derived" for the rest: an
@@ -34,6 +47,7 @@ from __future__ import annotations
 import ast
 import copy
 import math
+import re
 import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
@@ -68,6 +82,10 @@ class Candidate:
     # Names the message says the learner's code leaves out: a claim that is false of code that
     # reads them, so such code never gets this message.
     absent: tuple[str, ...] = ()
+    # What the message says the learner's code reads (the tensor it says stands in, the extra
+    # factor or term): where two rewrites fit the numbers alike, one whose words are true of the
+    # code is told.
+    said: tuple[str, ...] = ()
 
 
 @dataclass
@@ -136,8 +154,10 @@ def _explain(
         # while one that only drops the 1e-5 of a variance still does.
         if close(value, produced):
             err = _distance(value, produced, ref)
-            if err < off / 10 and (best is None or err < best[0]):
-                best = (err, candidate)
+            # A rewrite whose words are false of the code comes after every one that is true.
+            rank = err + (0.0 if says_true(candidate.said, code, grad) else 1e9)
+            if err < off / 10 and (best is None or rank < best[0]):
+                best = (rank, candidate)
             continue
         c = _nice_factor(value, produced, n)
         if c is not None and _distance(value, c * produced, ref) < off / 10:
@@ -218,6 +238,15 @@ class _Context:
     # A name the solution binds -> the tensors its value reads: a factor written with such a
     # local still depends on those tensors, it is no constant.
     local: dict[str, list[str]] = field(default_factory=dict)
+    # The names the families of tutor/core/rewrites.py swap as pairs (None: `scope`): a
+    # function's arguments, not its every local, whose pairs would be hundreds.
+    pairs: dict | None = None
+    # In a function that loops through time: its arguments' slices at the loop's step, by their
+    # text (`hs[:, s]`), which stand in `scope` beside the names (`function_scope`).
+    slices: frozenset[str] = frozenset()
+    # A local of a function read where it was bound once -> the expression it holds.
+    held: dict[str, ast.expr] = field(default_factory=dict)
+    outputs: tuple[str, ...] = ()  # a function's outputs, in the order it returns them
 
     def is_grad(self, name: str) -> bool:
         return name.startswith("d") and name[1:] in self.scope and name in self.scope
@@ -264,27 +293,36 @@ def candidates(pack: Pack, step: Step, tensor: str, scope: dict) -> Iterator[Can
             ctx.grad,
             writes,
         )
+    for item in _new_rewrites(tree, ctx, seen):
+        source, kind, message = item[:3]
+        # Its own writes, not the solution's: no rewrite may change a tensor it did not copy.
+        yield Candidate(kind, message, source, ctx.grad, changed_in_place(ast.parse(source)),
+                        tuple(item[3]) if len(item) > 3 else (),
+                        tuple(item[4]) if len(item) > 4 else ())
+
+
+def _makers() -> list[Callable[[ast.Module, _Context], Iterator[tuple]]]:
     # When two rewrites fit equally well, the earlier (more telling) one is reported.
-    makers: list[Callable[[ast.Module, _Context], Iterator[tuple[str, str, str]]]] = [
+    return [
         _upstream_rewrites,
         _factor_rewrites,
         _own_output_rewrites,
         _related_swaps,
         _constant_rewrites,
+        _activation_rewrites,
+        _line_output_rewrites,
+        _inline_swaps,
+        _gradient_swaps,
         _term_rewrites,
         _statement_rewrites,
         _family_rewrites,
+        _dropped_call_rewrites,
+        _boundary_rewrites,
         _other_swaps,
+        _extra_factor_rewrites,
+        _extra_term_rewrites,
+        _zeroed_argument_rewrites,
     ]
-    for make in makers:
-        for item in make(tree, ctx):
-            source, kind, message = item[:3]
-            if source in seen:
-                continue
-            seen.add(source)
-            # Its own writes, not the solution's: no rewrite may change a tensor it did not copy.
-            yield Candidate(kind, message, source, ctx.grad, changed_in_place(ast.parse(source)),
-                            tuple(item[3]) if len(item) > 3 else ())
 
 
 def _skipped_line_rewrites(tree: ast.Module, ctx: _Context):
@@ -327,21 +365,37 @@ def _family_rewrites(tree: ast.Module, ctx: _Context):
     """Axes, indices, constants, roots and order (tutor/core/rewrites.py)."""
     yield from _skipped_line_rewrites(tree, ctx)
     yield from rewrites.axis_rewrites(tree, ctx.grad)
-    yield from rewrites.swap_rewrites(tree, ctx.grad, ctx.scope)
-    yield from rewrites.constant_rewrites(tree, ctx.grad, ctx.scope)
+    pairs = ctx.scope if ctx.pairs is None else ctx.pairs
+    yield from rewrites.swap_rewrites(tree, ctx.grad, pairs)
+    yield from rewrites.constant_rewrites(tree, ctx.grad, pairs)
     yield from rewrites.root_rewrites(tree, ctx.grad)
     yield from rewrites.correction_rewrites(tree, ctx.grad)
     yield from rewrites.order_rewrites(tree, ctx.grad)
+    yield from rewrites.unpack_rewrites(tree, ctx.grad)
+
+
+def _new_rewrites(tree: ast.Module, ctx: _Context, seen: set[str]) -> Iterator[tuple]:
+    """Each maker's rewrites of `tree`, every source once (`seen` holds those already tried)."""
+    for make in _MAKERS:
+        for item in make(tree, ctx):
+            if item[0] not in seen:
+                seen.add(item[0])
+                yield item
 
 
 def explain_function(step: Step, name: str, value: Tensor, ref: Tensor, inputs: dict,
-                     call: Callable[[str], dict | None], start: Tensor | None = None
-                     ) -> Diagnosis | None:
+                     call: Callable[[str], dict | None], start: Tensor | None = None,
+                     pack: Pack | None = None, code: str = "",
+                     confirm: Callable[[str], bool] | None = None) -> Diagnosis | None:
     """A function step's wrong output, matched against rewrites of its reference function.
 
     `call(source)` defines the rewritten function and calls it on copies of the case's inputs
     (the engine's way, behind the guard); `inputs` are those inputs, for the rewrites that need
-    to know which names hold tensors and counts.
+    to know which names hold tensors and counts. With the `pack`, a gradient is also matched
+    against the rewrites a line step's gradient is (`candidates`), made on the function's own
+    names: the same slip is named the same way in a line step and inside a function; where two
+    fit alike, one whose words are true of the learner's `code` is told, and only one that
+    `confirm` finds right on another case too (where given).
     """
     if value.shape != ref.shape or not torch.isfinite(value).all():
         return None
@@ -350,6 +404,8 @@ def explain_function(step: Step, name: str, value: Tensor, ref: Tensor, inputs: 
     except SyntaxError:
         return None
     scope = {k: v for k, v in inputs.items() if isinstance(v, (Tensor, int))}
+    if pack is not None and _gradient_name(name):
+        scope = function_scope(step, inputs, scope) or scope
     if start is not None and start.shape == value.shape:
         # An update is compared by how it moved the tensor: a step far smaller than the
         # tensor itself must still be told apart.
@@ -362,17 +418,25 @@ def explain_function(step: Step, name: str, value: Tensor, ref: Tensor, inputs: 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        for source, kind, message in function_rewrites(step.solution, tree, name, scope):
+        made = (function_gradient_rewrites(pack, step, name, scope, inputs)
+                if pack is not None and _gradient_name(name)
+                else [(*r, ()) for r in function_rewrites(step.solution, tree, name, scope)])
+        first = None
+        for source, kind, message, said in made:
             produced = (call(source) or {}).get(name)
             if not isinstance(produced, Tensor) or produced.shape != ref.shape:
                 continue
             produced = moved(produced)
             if (produced.isfinite().all() and close(value, produced)
                     and _distance(value, produced, ref) < off / 10):
-                return diagnosis(kind, message)
+                if confirm is not None and not confirm(source):
+                    continue
+                if says_true(said, code):
+                    return diagnosis(kind, message)
+                first = first or diagnosis(kind, message)
     finally:
         torch.set_num_threads(threads)
-    return None
+    return first
 
 
 # (solution, output, what the rewrites read of the inputs) -> the rewrites, in the order tried.
@@ -407,6 +471,182 @@ def function_rewrites(solution: str, tree: ast.Module, name: str, scope: dict
             _FUNCTION_REWRITES.clear()
         _FUNCTION_REWRITES[key] = found
     return _FUNCTION_REWRITES[key]
+
+
+def _gradient_name(name: str) -> bool:
+    """A function's output named as a gradient (`dxs`), as tutor.core.functions reads it."""
+    return name.startswith("d") and len(name) > 1
+
+
+# (step, the case's sizes) -> the reference function's names when it returns.
+_SCOPES: dict[tuple, dict] = {}
+
+
+def function_scope(step: Step, inputs: dict, known: dict) -> dict:
+    """The names of the reference function when it returns, called on copies of a case's
+    inputs: its arguments, and its local tensors and counts (their last values, inside a loop
+    the last step's). A line step's rewrites read and swap the tensors of its namespace; a
+    function's read and swap these. Traced here: the reference is the pack's trusted code.
+    {} where it cannot run."""
+    import sys
+
+    spec = step.function
+    if spec is None:
+        return {}
+    key = (step.id, step.solution, tuple(sorted(
+        (k, tuple(v.shape), str(v.dtype)) if isinstance(v, Tensor) else (k, v)
+        for k, v in known.items())))
+    if key in _SCOPES:
+        return _SCOPES[key]
+    ns: dict = {"torch": torch, "F": F, "math": math}
+    args = {k: v.clone() if isinstance(v, Tensor) else v for k, v in inputs.items()}
+    seen: dict = {}
+    try:
+        exec(_compiled(step.solution), ns)  # trusted: the pack's own solution
+        code = ns[spec.name].__code__
+
+        def local(frame, event, _arg):
+            if event == "return" and frame.f_code is code:
+                seen.update(frame.f_locals)
+            return local
+
+        def tracer(frame, _event, _arg):
+            return local if frame.f_code is code else None
+
+        before = sys.gettrace()
+        sys.settrace(tracer)
+        try:
+            with torch.no_grad(), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                ns[spec.name](*[args[a] for a in spec.arguments])
+        finally:
+            sys.settrace(before)
+    except Exception:  # noqa: BLE001 - a reference that cannot run here gives no names
+        seen = {}
+    # Only the shapes and kinds are kept (meta tensors, no values): the reference's locals hold
+    # its answers, and nothing the worker keeps may (a child forked later inherits it).
+    scope = {**known, **{k: v.to("meta") if isinstance(v, Tensor) else v for k, v in seen.items()
+                         if isinstance(v, Tensor) or (type(v) is int)}}
+    if len(_SCOPES) > 64:
+        _SCOPES.clear()
+    _SCOPES[key] = scope if seen else {}
+    return _SCOPES[key]
+
+
+def _time_slices(step: Step, tree: ast.Module, scope: dict) -> dict[str, Tensor]:
+    """A function that loops through time reads its arguments one step at a time: each
+    argument with the time axis of the step's `time` output, sliced at the loop's variable
+    (`hs[:, s]`), by its text, with the shape one step has (its first step's values)."""
+    spec = step.function
+    if spec is None or spec.time is None:
+        return {}
+    name, axis = spec.time
+    out = scope.get(name)
+    loops = [n.target.id for n in ast.walk(tree) if isinstance(n, ast.For)
+             and isinstance(n.target, ast.Name)]
+    if not isinstance(out, Tensor) or out.dim() <= axis or not loops:
+        return {}
+    steps = out.shape[axis]
+    found = {}
+    for arg in spec.arguments:
+        value = scope.get(arg)
+        if isinstance(value, Tensor) and value.dim() > axis and value.shape[axis] == steps:
+            text = f"{arg}[{', '.join([':'] * axis + [loops[0]])}]"
+            found[text] = value.select(axis, 0)
+    return found
+
+
+def _shown_names(pack: Pack, step: Step, tree: ast.Module, scope: dict) -> dict[str, str]:
+    """How a message names the reference function's own locals: by the expression they hold
+    (`tc` is `torch.tanh(cs[:, s])`), where the step's text never shows the name. A name the
+    template or the explanation shows, an argument, a forward tensor or a gradient of one keeps
+    its name."""
+    spec = step.function
+    words = set(_WORDS.findall(f"{step.template} {step.explanation}")) | set(
+        spec.arguments if spec else ())
+    for line in pack.forward_lines:
+        words |= {line.target, *line.operands}
+    words |= {f"d{w}" for w in list(words)}
+    return {k: v for k, v in _held(tree, scope).items() if k not in words and len(v) <= 40}
+
+
+def _held(tree: ast.Module, scope: dict) -> dict[str, str]:
+    """Each local tensor bound once, by a plain assignment -> the expression it holds."""
+    assigned: dict[str, list[ast.expr]] = {}
+    for node in ast.walk(tree):
+        targets = node.targets if isinstance(node, ast.Assign) else (
+            [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign, ast.For)) else [])
+        for t in targets:
+            for sub in ast.walk(t):
+                if isinstance(sub, ast.Name):
+                    value = node.value if isinstance(node, ast.Assign) and t is sub else None
+                    assigned.setdefault(sub.id, []).append(value)
+    return {name: ast.unparse(values[0]) for name, values in assigned.items()
+            if isinstance(scope.get(name), Tensor) and len(values) == 1
+            and values[0] is not None}
+
+
+_WORDS = re.compile(r"[A-Za-z_][A-Za-z_0-9]*")
+
+# (step, the names' shapes) -> a function's gradient rewrites, in order, each message with
+# _OUTPUT where the output's name goes: the changed sources are the same for every output.
+_GRADIENT_REWRITES: dict[tuple, list[tuple[str, str, str, tuple[str, ...]]]] = {}
+_OUTPUT = "\x00output\x00"
+
+
+def function_gradient_rewrites(pack: Pack, step: Step, name: str, scope: dict, inputs: dict
+                               ) -> list[tuple[str, str, str, tuple[str, ...]]]:
+    """The rewrites a line step's gradient is matched against (`candidates`), made of a
+    function's reference for one of its gradient outputs, on the function's own names
+    (`function_scope`): a factor or a term left out or extra, one tensor where another belongs,
+    a gate's function applied once more, with the families of `function_rewrites` (their
+    pairs of the arguments, `inputs`)."""
+    shapes = tuple(sorted((k, tuple(v.shape), str(v.dtype)) if isinstance(v, Tensor) else (k, v)
+                          for k, v in scope.items()))
+    key = (pack.id, step.id, step.solution, shapes)
+    if key not in _GRADIENT_REWRITES:
+        if len(_GRADIENT_REWRITES) > 16:
+            _GRADIENT_REWRITES.clear()
+        _GRADIENT_REWRITES[key] = _gradient_rewrites(pack, step, scope, inputs)
+    return [(source, kind, message.replace(_OUTPUT, name), said)
+            for source, kind, message, said in _GRADIENT_REWRITES[key]]
+
+
+def _gradient_rewrites(pack: Pack, step: Step, scope: dict, inputs: dict
+                       ) -> list[tuple[str, str, str, tuple[str, ...]]]:
+    try:
+        tree = ast.parse(step.solution)
+    except SyntaxError:
+        return []
+    slices = _time_slices(step, tree, scope)
+    scope = {**scope, **slices}
+    ctx = _context(pack, step, _OUTPUT[1:], scope)
+    ctx.grad = _OUTPUT
+    # Inside a function every name is the function's own: a gradient is what its name says.
+    ctx.forward = [k for k in ctx.forward if not _gradient_name(k)]
+    ctx.related = [k for k in ctx.related if k in ctx.forward]
+    ctx.local = locals_read(tree, scope)
+    ctx.pairs = {k: v for k, v in inputs.items() if isinstance(v, (Tensor, int))}
+    ctx.slices = frozenset(slices)
+    ctx.outputs = tuple(step.function.outputs) if step.function else ()
+    # A gate read off the function's arguments is still its line's output (`i = sigmoid(ai)`),
+    # though the pre-activation is nowhere in the function.
+    ctx.unary = {line.target: _substitute_name(_expr(line.source), _inputs(line, ctx)[0],
+                                               line.target)
+                 for line in _one_input_lines(ctx) if line.target in step.lines}
+    shown = _shown_names(pack, step, tree, scope)
+    ctx.held = {k: _expr(v) for k, v in _held(tree, scope).items()}
+    _SLOTS.clear()
+    seen = {ast.unparse(tree)}
+    found: list[tuple[str, str, str, tuple[str, ...]]] = []
+    for item in _new_rewrites(tree, ctx, seen):
+        source, kind, message = item[:3]
+        said = tuple(item[4]) if len(item) > 4 else ()
+        for local, text in shown.items():
+            message = message.replace(f"`{local}`", f"`{text}`")
+            said = tuple(text if x == local else x for x in said)
+        found.append((source, kind, message, said))
+    return found
 
 
 def call_function(step: Step, source: str, inputs: dict, sizes: dict) -> dict | None:
@@ -624,8 +864,15 @@ def _loads(tree: ast.Module) -> Iterator[tuple[int, ast.Name]]:
             yield i, node
 
 
-def _name(name: str) -> ast.Name:
-    return ast.Name(id=name, ctx=ast.Load())
+def _name(name: str) -> ast.expr:
+    """A read of `name`, or of a slice the scope names by its text (`hs[:, s]`)."""
+    if name.isidentifier():
+        return ast.Name(id=name, ctx=ast.Load())
+    return ast.parse(name, mode="eval").body
+
+
+def _method(node: ast.expr, name: str) -> ast.Call:
+    return ast.Call(ast.Attribute(node, name, ast.Load()), [], [])
 
 
 def _call(func: str, *args: ast.expr) -> ast.Call:
@@ -704,22 +951,81 @@ def _replace_all(tree: ast.Module, indices: list[int], new: ast.expr) -> str:
             _put(slot, node)
 
 
+def _reads(tree: ast.Module, ctx: _Context) -> Iterator[tuple[int, str]]:
+    """Each read of a tensor: a name, or a function's slice of an argument at the loop's step
+    (`cs[:, s]`, `_Context.slices`), with its pre-order index and how the scope names it."""
+    inside: set[int] = set()
+    for i, node in _nodes(tree):
+        if id(node) in inside:
+            continue
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+            yield i, node.id
+        elif ctx.slices and isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load):
+            text = ast.unparse(node)
+            if text in ctx.slices:
+                inside |= {id(n) for n in ast.walk(node)}
+                yield i, text
+
+
 def _swaps(tree: ast.Module, ctx: _Context, pool: list[str], with_grads: bool):
-    for i, node in _loads(tree):
-        if node.id not in ctx.forward:
+    for i, read in _reads(tree, ctx):
+        if read not in ctx.forward:
             continue
         for other in pool:
-            if ctx.compatible(node.id, other):
-                yield _renamed(tree, i, other,
-                               f"Your {ctx.grad} is what the formula gives if `{other}` stands "
-                               f"where `{node.id}` should. Check which tensor each part of the "
-                               "local derivative is written in.")
-        grad = f"d{node.id}"
-        if with_grads and grad != ctx.grad and ctx.compatible(node.id, grad):
+            if ctx.compatible(read, other):
+                yield (*_renamed(tree, i, other,
+                                 f"Your {ctx.grad} is what the formula gives if `{other}` stands "
+                                 f"where `{read}` should. Check which tensor each part of the "
+                                 "local derivative is written in."), (), (other,))
+        grad = f"d{read}"
+        if with_grads and grad != ctx.grad and ctx.compatible(read, grad):
             yield _renamed(tree, i, grad,
                            f"Your {ctx.grad} is what the formula gives with the gradient "
-                           f"`{grad}` where the tensor `{node.id}` belongs. Check each name: a "
+                           f"`{grad}` where the tensor `{read}` belongs. Check each name: a "
                            "gradient and its tensor differ only by the `d`.")
+
+
+def _inline_swaps(tree: ast.Module, ctx: _Context):
+    """A function's local read in several places, written out in one of them with one tensor
+    for another (`torch.tanh(c_prev)` in one place where `tc = torch.tanh(cs[:, s])` is read)."""
+    pool = [k for k in dict.fromkeys([*ctx.related, *sorted(ctx.slices)]) if k in ctx.forward]
+    for local, held in ctx.held.items():
+        places = [i for i, node in _loads(tree) if node.id == local]
+        wrapped = ast.Module([ast.Expr(held)], [])
+        if len(places) < 2 or len([r for _, r in _reads(wrapped, ctx) if r in ctx.forward]) != 1:
+            continue  # read once, the swap in its own assignment says the same; or no one input
+        for k, read in list(_reads(wrapped, ctx)):
+            if read not in ctx.forward:
+                continue
+            for other in pool:
+                if other == read or not ctx.compatible(read, other):
+                    continue
+                changed = _replace(wrapped, k, lambda _n, o=other: _name(o))
+                for i in places:
+                    yield (_replace(tree, i, lambda _n, c=changed: _expr(c)), "derived",
+                           f"Your {ctx.grad} is what the formula gives if `{other}` stands "
+                           f"where `{read}` should, in one of the places that reads "
+                           f"`{local}`. Check which tensor each part of the local derivative "
+                           "is written in.", (), (other,))
+        _SLOTS.pop(id(wrapped), None)
+
+
+def _gradient_swaps(tree: ast.Module, ctx: _Context):
+    """In a function: one gradient read where another belongs (`dhs[:, s]` where the step's
+    whole `dh` belongs)."""
+    if not ctx.slices:
+        return
+    grads = [k for k, v in ctx.scope.items() if isinstance(v, Tensor)
+             and _gradient_name(k) and k != ctx.grad]
+    for i, read in _reads(tree, ctx):
+        if read not in grads:
+            continue
+        for other in grads:
+            if other != read and ctx.compatible(read, other):
+                yield (*_renamed(tree, i, other,
+                                 f"Your {ctx.grad} is what the formula gives with the gradient "
+                                 f"`{other}` where `{read}` belongs. Check which gradient "
+                                 "arrives at the output of this line."), (), (other,))
 
 
 def _related_swaps(tree: ast.Module, ctx: _Context):
@@ -822,6 +1128,18 @@ def _tensor_names(node: ast.AST, ctx: _Context) -> list[str]:
         elif s.id in ctx.local:
             names += [t for t in ctx.local[s.id] if t != ctx.grad]
     return list(dict.fromkeys(names))
+
+
+def says_true(said: tuple[str, ...], code: str, grad: str | None = None) -> bool:
+    """Whether the code reads what a message says it reads: each name among the names read to
+    make `grad` (or anywhere, without `grad`), each other expression written in the code
+    (spaces aside). Without the code, everything is taken as true."""
+    if not said or not code:
+        return True
+    names = reads_into(code, grad) if grad else code_facts.of(code).read
+    flat = "".join(code.split())
+    return all((x in names) if x.isidentifier() else bool(re.search(
+        r"(?<![A-Za-z0-9_.])" + re.escape("".join(x.split())), flat)) for x in said)
 
 
 def reads_into(code: str, grad: str) -> frozenset[str]:
@@ -990,6 +1308,294 @@ def _factor_rewrites(tree: ast.Module, ctx: _Context):
             yield (_replace(tree, i, lambda _n, k=kept: k), "derived", message)
 
 
+# --- slips a line's derivative does not have: a factor, a term, a function too many ------------
+
+
+def _chain(node: ast.AST) -> list[ast.expr]:
+    """The factors of a product written as a chain of `*` (`dh * tc * o * (1 - o)`)."""
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
+        return _chain(node.left) + _chain(node.right)
+    return [node]  # type: ignore[list-item]
+
+
+def _product(factors: list[ast.expr]) -> ast.expr:
+    out = copy.deepcopy(factors[0])
+    for f in factors[1:]:
+        out = ast.BinOp(out, ast.Mult(), copy.deepcopy(f))
+    return out
+
+
+def _products(tree: ast.Module) -> Iterator[tuple[int, ast.BinOp]]:
+    """Each whole product of the code (a chain of `*` inside no other), by pre-order index."""
+    inner = set()
+    for i, node in _nodes(tree):
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult) and id(node) not in inner:
+            inner |= {id(n) for n in ast.walk(node) if n is not node
+                      and isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mult)}
+            yield i, node
+
+
+def _inputs(line, ctx: _Context) -> list[str]:
+    """The tensors a forward line reads: its operands that other lines make."""
+    made = {ln.target for ln in ctx.pack_lines}
+    return [t for t in line.operands if t in made]
+
+
+def _one_input_lines(ctx: _Context) -> list:
+    """Forward lines of one input whose output the scope holds (`o = torch.sigmoid(ao)`)."""
+    return [line for line in ctx.pack_lines if isinstance(ctx.scope.get(line.target), Tensor)
+            and len(_inputs(line, ctx)) == 1]
+
+
+def _slope(name: str, line_source: str) -> tuple[str, ast.expr] | None:
+    """The local derivative of a one-operand line, written with its output, as the lesson's
+    solutions write it: `s * (1 - s)` for a sigmoid, `1 - t**2` for a tanh."""
+    if "sigmoid" in line_source:
+        return "sigmoid", _expr(f"{name} * (1 - {name})")
+    if "tanh" in line_source:
+        return "tanh", _expr(f"(1 - {name} ** 2)")
+    return None
+
+
+def _is_one_minus(node: ast.AST, name: str, square: bool) -> bool:
+    """`1 - name` (or, with `square`, `1 - name**2` / `1 - name*name`)."""
+    if not (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Sub)
+            and number(node.left) == 1):
+        return False
+    r = node.right
+    if not square:
+        return isinstance(r, ast.Name) and r.id == name
+    if isinstance(r, ast.BinOp) and isinstance(r.op, ast.Pow):
+        return isinstance(r.left, ast.Name) and r.left.id == name and number(r.right) == 2
+    return (isinstance(r, ast.BinOp) and isinstance(r.op, ast.Mult)
+            and all(isinstance(x, ast.Name) and x.id == name for x in (r.left, r.right)))
+
+
+def _activation_rewrites(tree: ast.Module, ctx: _Context):
+    """A gate's slope written as the other activation's: `1 - o**2` where `o` is a sigmoid's
+    output, `g * (1 - g)` where `g` is a tanh's."""
+    kinds = {}
+    for line in _one_input_lines(ctx):
+        slope = _slope(line.target, line.source)
+        if slope:
+            kinds[line.target] = (slope[0], line.source)
+    for i, node in _products(tree):
+        factors = _chain(node)
+        for name, (kind, source) in kinds.items():
+            other = "tanh" if kind == "sigmoid" else "sigmoid"
+            swapped = _slope(name, other)
+            assert swapped is not None
+            if kind == "sigmoid":
+                at = [k for k, f in enumerate(factors) if _is_one_minus(f, name, False)]
+                own = [k for k, f in enumerate(factors) if isinstance(f, ast.Name) and f.id == name]
+                if not at or not own:
+                    continue
+                new = [f for k, f in enumerate(factors) if k != own[0]]
+                new[new.index(factors[at[0]])] = swapped[1]
+            else:
+                at = [k for k, f in enumerate(factors) if _is_one_minus(f, name, True)]
+                if not at:
+                    continue
+                new = factors[:at[0]] + [swapped[1]] + factors[at[0] + 1:]
+            yield (_replace(tree, i, lambda _n, new=new: _product(new)), "derived",
+                   f"Your {ctx.grad} matches the formula with the slope of a {other}, "
+                   f"`{ast.unparse(swapped[1])}`, for `{name}`. `{name}` is a {kind}'s output "
+                   f"(`{source}`): its slope is the {kind}'s, written with `{name}`.")
+
+
+def _factors_of_lines(ctx: _Context) -> list[tuple[str, str]]:
+    """Factors another line's backward step multiplies by, each with what it is: the slope of
+    a one-operand line, and the tensors on the step's lines and next to them."""
+    out = []
+    for line in _one_input_lines(ctx):
+        slope = _slope(line.target, line.source)
+        if slope:
+            out.append((ast.unparse(slope[1]),
+                        f": the slope of `{line.source}`, which that line's own step "
+                        "multiplies by"))
+    out += [(t, "") for t in ctx.related]
+    return out
+
+
+def _extra_factor_rewrites(tree: ast.Module, ctx: _Context):
+    """A product with one factor too many: another line's slope or one of its tensors (the
+    next line's derivative applied a line early)."""
+    extras = _factors_of_lines(ctx)
+    for i, node in _products(tree):
+        # A derivative's product: one of its factors is a gradient, whose shape an extra
+        # factor has.
+        grads = [n.id for n in ast.walk(node) if isinstance(n, ast.Name)
+                 and (n.id in ctx.upstream or _gradient_name(n.id))]
+        if not grads:
+            continue
+        for text, why in extras:
+            extra = _expr(text)
+            names = [n.id for n in ast.walk(extra) if isinstance(n, ast.Name)]
+            if not all(ctx.compatible(grads[0], x) for x in names):
+                continue
+            yield (_replace(tree, i, lambda n_, e=extra: ast.BinOp(n_, ast.Mult(), e)),
+                   "scale",  # a factor too many, the closest catalogued kind
+                   f"Your {ctx.grad} matches the formula with an extra factor, `{text}`, in the "
+                   f"product of {_listed(node, ctx)}{why}. Each line's backward step multiplies "
+                   "by that line's own local derivative only: check which factors belong here.",
+                   (), tuple(dict.fromkeys(n.id for n in ast.walk(extra)
+                                           if isinstance(n, ast.Name))))
+
+
+def _extra_term_rewrites(tree: ast.Module, ctx: _Context):
+    """An assignment with a gradient added that does not reach it: another gradient as an
+    extra term (`dh_prev = difgo @ Wh.T + dh`)."""
+    grads = [k for k, v in ctx.scope.items() if isinstance(v, Tensor) and v.is_floating_point()
+             and (k in ctx.upstream or _gradient_name(k) or ctx.is_grad(k))]
+    returned = [node.value.elts for node in ast.walk(tree) if isinstance(node, ast.Return)
+                and isinstance(node.value, ast.Tuple)]
+    for elts in returned:
+        for k, elt in enumerate(elts):
+            read = {n.id for n in ast.walk(elt) if isinstance(n, ast.Name)}
+            where = (f"`{ctx.outputs[k]}`" if len(ctx.outputs) == len(elts)
+                     else f"`{ast.unparse(elt)}`")
+            index = next(i for i, n in _nodes(tree) if n is elt)
+            for g in grads:
+                if g not in read:
+                    yield (_replace(tree, index, lambda n_, g=g: ast.BinOp(n_, ast.Add(),
+                                                                            _name(g))),
+                           "derived",
+                           f"Your {ctx.grad} matches the formula with an extra term, `{g}`, "
+                           f"added where {where} is computed. A gradient is the sum over the "
+                           f"paths from its tensor to the loss, each once: `{g}` is no such "
+                           "path here.", (), (g,))
+    for i, node in _nodes(tree):
+        if not isinstance(node, (ast.Assign, ast.AugAssign)):
+            continue
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        written = {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+        read = {n.id for n in ast.walk(node.value) if isinstance(n, ast.Name)}
+        if not all(isinstance(t, ast.Name) for t in targets):
+            continue  # a slice or several names: the shape of what is written is not known
+        # What is written has the shape of its name, or of its tensor where it is a gradient
+        # the step makes (`dh_prev` of `h_prev`).
+        shaped = [t.id if t.id in ctx.scope else t.id[1:] for t in targets]
+        for g in grads:
+            if g in written or g in read or not all(
+                    ctx.compatible(t, g) for t in shaped if t in ctx.scope):
+                continue
+            value = ast.BinOp(copy.deepcopy(node.value), ast.Add(), _name(g))
+
+            def added(n_, v=value):
+                new = copy.copy(n_)
+                new.value = v
+                return new
+
+            yield (_replace(tree, i, added), "derived",
+                   f"Your {ctx.grad} matches the formula with an extra term, `{g}`, added where "
+                   f"{_targets(node)} is computed. A gradient is the sum over the paths from its "
+                   f"tensor to the loss, each once: `{g}` is no such path here.", (), (g,))
+
+
+def _listed(node: ast.AST, ctx: _Context) -> str:
+    """A product's factors as its code writes them (`dh` and `torch.tanh(c)`), or the tensors
+    it reads where a factor is long."""
+    factors = [ast.unparse(f) for f in _chain(node)]
+    if any(len(f) > 30 for f in factors):
+        factors = _tensor_names(node, ctx) or ["constants"]
+    named = [f"`{x}`" for x in factors]
+    return named[0] if len(named) == 1 else ", ".join(named[:-1]) + " and " + named[-1]
+
+
+def _targets(node: ast.Assign | ast.AugAssign) -> str:
+    targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+    return " and ".join(f"`{ast.unparse(t)}`" for t in targets)
+
+
+def _line_output_rewrites(tree: ast.Module, ctx: _Context):
+    """A line's output where only a part of the line belongs: `h` for the `torch.tanh(c)` of
+    `h = o * torch.tanh(c)`, the gate already applied."""
+    parts: dict[str, list[int]] = {}
+    for i, node in _nodes(tree):
+        if isinstance(node, ast.Call):
+            parts.setdefault(ast.unparse(node), []).append(i)
+    for line in ctx.pack_lines:
+        if not isinstance(ctx.scope.get(line.target), Tensor):
+            continue
+        made = _expr(line.source)
+        if isinstance(made, ast.Call):
+            continue  # the line is that one call: its output is the part itself
+        for sub in ast.walk(made):
+            text = ast.unparse(sub) if isinstance(sub, ast.Call) else None
+            if text is None or text not in parts:
+                continue
+            for i in parts[text]:
+                copied = _method(_name(line.target), "clone")
+                yield (_replace(tree, i, lambda _n, e=copied: e), "derived",
+                       f"Your {ctx.grad} matches the formula with `{line.target}` where `{text}` "
+                       f"belongs: `{line.target}` is all of `{ast.unparse(made)}` "
+                       f"(`{line.source}`), not that part of it alone.", (), (line.target,))
+
+
+def _zeroed_argument_rewrites(tree: ast.Module, ctx: _Context):
+    """In a function: an argument taken as zeros wherever it is read (a start state of zeros
+    in place of the one passed in), which only a case where it is not zero shows."""
+    if not ctx.pairs:
+        return
+    loads: dict[str, list[int]] = {}
+    for i, node in _loads(tree):
+        if isinstance(ctx.pairs.get(node.id), Tensor) and ctx.pairs[node.id].is_floating_point():
+            loads.setdefault(node.id, []).append(i)
+    for name, places in loads.items():
+        yield (_replace_all(tree, places, _call("torch.zeros_like", _name(name))), "derived",
+               f"Your {ctx.grad} matches the computation with `{name}` taken as zeros wherever "
+               f"it is read: the function must use the `{name}` it is given.")
+
+
+_DROPPABLE = {"softmax", "log_softmax", "sigmoid", "tanh", "exp", "log", "relu", "sqrt"}
+
+
+def _dropped_call_rewrites(tree: ast.Module, ctx: _Context):
+    """A function of the formula left out: `logits` where `F.softmax(logits, -1)` belongs."""
+    for i, node in _nodes(tree):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr in _DROPPABLE):
+            continue
+        module = isinstance(node.func.value, ast.Name) and node.func.value.id in (
+            "torch", "F", "nn", "functional")
+        inner = node.args[0] if module and node.args else (node.func.value if not module
+                                                            else None)
+        if inner is None:
+            continue
+        # A copy: the rewrite's own updates in place must not reach the tensor it reads.
+        copied = _method(copy.deepcopy(inner), "clone")
+        yield (_replace(tree, i, lambda _n, e=copied: e), "derived",
+               f"Your {ctx.grad} matches the formula with `{ast.unparse(inner)}` where its "
+               f"{node.func.attr} belongs (`{ast.unparse(node)}`): the {node.func.attr} is left "
+               "out. Check what the forward pass applied to it before the loss read it.")
+
+
+_BOUNDARY = {ast.GtE: ast.Gt, ast.Gt: ast.GtE, ast.LtE: ast.Lt, ast.Lt: ast.LtE}
+
+
+def _boundary_rewrites(tree: ast.Module, ctx: _Context):
+    """A mask of the forward pass recomputed with its comparison off at the boundary:
+    `(Yb > 0)` where the line has `Yb >= 0`, so the entries equal to the bound drop out."""
+    for line in ctx.pack_lines:
+        if line.target not in ctx.scope:
+            continue
+        made = _expr(line.source)
+        compares = [c for c in ast.walk(made) if isinstance(c, ast.Compare)
+                    and len(c.ops) == 1 and type(c.ops[0]) in _BOUNDARY]
+        if not compares:
+            continue
+        loads = [i for i, n in _loads(tree) if n.id == line.target]
+        if not loads:
+            continue
+        was = ast.unparse(compares[0])
+        compares[0].ops = [_BOUNDARY[type(compares[0].ops[0])]()]
+        now = ast.unparse(compares[0])
+        yield (_replace_all(tree, loads, made), "derived",
+               f"Your {ctx.grad} matches the formula with `{line.target}` made with `{now}` "
+               f"where the forward line has `{was}` (`{line.source}`): the entries exactly at "
+               "the bound fall out. Check which entries the forward pass kept.")
+
+
 def _evaluate(candidate: Candidate, scope: dict) -> Tensor | None:
     """Run one rewrite on copies of what it writes; anything that fails simply matches nothing."""
     ns = dict(scope)
@@ -1067,7 +1673,9 @@ def _walks_rows(code: str) -> bool:
     tree = code_facts.of(code).tree
     if tree is None:
         return True
-    return any(isinstance(node, (ast.For, ast.While, ast.comprehension, ast.Slice))
+    # A slice with no bounds (`x[:, 0]`) takes every row: it skips none.
+    return any(isinstance(node, (ast.For, ast.While, ast.comprehension))
+               or (isinstance(node, ast.Slice) and (node.lower or node.upper or node.step))
                or (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
                    and node.func.id == "range")
                for node in ast.walk(tree))
@@ -1147,7 +1755,11 @@ def _singled_out(sources: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
 
 
 def _per_slice(grad: str, value: Tensor, ref: Tensor, scope: dict) -> Diagnosis | None:
-    """Right up to a factor that differs from row to row, or from column to column."""
+    """Right up to a factor that differs from row to row, or from column to column (for a
+    tensor of more dimensions: from one index of its first dimension to the next)."""
+    if value.dim() > 2 and value.shape[0] > 1:
+        return _per_row(grad, value.reshape(value.shape[0], -1), ref.reshape(ref.shape[0], -1),
+                        scope)
     if value.dim() != 2:
         return None
     v, r = value.detach().double().cpu(), ref.detach().double().cpu()
@@ -1176,6 +1788,51 @@ def _per_slice(grad: str, value: Tensor, ref: Tensor, scope: dict) -> Diagnosis 
     return None
 
 
+def _per_row(grad: str, v: Tensor, r: Tensor, scope: dict) -> Diagnosis | None:
+    """A tensor of three or more dimensions, flattened to rows by its first: right up to a
+    factor of its own for each row."""
+    v, r = v.detach().double().cpu(), r.detach().double().cpu()
+    norm = (r * r).sum(1, keepdim=True)
+    if int((norm > 0).sum()) < 2:
+        return None
+    factor = torch.where(norm > 0, (v * r).sum(1, keepdim=True) / norm.clamp_min(1e-300),
+                         torch.zeros_like(norm))
+    live = factor[norm > 0]
+    if float(live.max() - live.min()) <= 1e-3 * float(live.abs().max()) \
+            or not close(v, factor * r):
+        return None
+    named = _named_factor(factor, scope) or _counted_factor(factor, scope)
+    return diagnosis(
+        "scale",
+        f"Each row of your {grad} (each index of its first dimension) is the right gradient "
+        f"times a number of its own (the factors differ from row to row){named}. A factor "
+        "with one value per row is missing or extra.")
+
+
+def _counted_factor(factor: Tensor, scope: dict) -> str:
+    """Say which count per row the factor follows, if any: one over the entries a 0/1 tensor
+    of the namespace keeps in each row (a mean per row where one mean over all of them
+    belongs), or that count itself."""
+    f = factor.flatten().double()
+    live = f != 0
+    for name, t in sorted(scope.items()):
+        if not isinstance(t, Tensor) or t.dim() < 2 or t.shape[0] != f.numel() \
+                or name.startswith("d") or not bool(((t == 0) | (t == 1)).all()):
+            continue
+        counts = t.detach().reshape(t.shape[0], -1).double().cpu().sum(1)
+        if not bool((counts[live] > 0).all()):
+            continue
+        for power, what in ((1, "one over"), (-1, "")):
+            ratio = f[live] * counts[live] ** power
+            if float(ratio.max() - ratio.min()) <= 1e-4 * float(ratio.abs().max()):
+                said = f"{what} the count of `{name}` in that row" if what else \
+                    f"the count of `{name}` in that row"
+                return (f": each is {said} (`{name}.sum(1)`), up to one constant, as if a "
+                        f"mean were taken per row where the loss takes one mean over all "
+                        f"the entries `{name}` keeps")
+    return ""
+
+
 def _named_factor(factor: Tensor, scope: dict) -> str:
     """Say which tensor of the namespace the per-row (or per-column) factor is, if any."""
     flat = factor.flatten()
@@ -1190,3 +1847,7 @@ def _named_factor(factor: Tensor, scope: dict) -> str:
         if bool((tt != 0).all()) and close(flat, 1 / tt):
             return f": exactly one over the matching entries of `{name}`, a factor `{name}` short"
     return ""
+
+
+# Every maker a line step's gradient is matched against, in the order tried.
+_MAKERS = _makers()

@@ -34,6 +34,15 @@ def _shape(t) -> str:
 
 
 GENERIC_SHAPE = "A gradient always has the shape of the tensor it belongs to."
+# A guess from the shapes alone (two sizes swapped): the learner's own code may say otherwise
+# (a `cat` along the wrong dim swaps the sizes too), so it is said only where that says nothing.
+SWAPPED = "The dimensions are swapped: check which operand needs a transpose."
+
+
+def guessed(message: str) -> bool:
+    """Whether a shape's message says nothing the code was asked about: the general sentence,
+    or the guess of a transpose from two swapped sizes."""
+    return message.endswith(GENERIC_SHAPE) or message.endswith(SWAPPED)
 
 
 def _reduced(shape: tuple, dims: tuple[int, ...], keep: bool) -> tuple:
@@ -111,7 +120,7 @@ def explain_shape(name: str, got: list[int], want: list[int], sources: list[tupl
             f"{name} was broadcast along, to get one gradient per entry of {name}."
         )
     if sorted(got) == sorted(want) and len(got) == 2:
-        return f"{head}. The dimensions are swapped: check which operand needs a transpose."
+        return f"{head}. {SWAPPED}"
     axis = wrong_axis(name, got, want, list(sources))
     if axis:
         return axis

@@ -35,9 +35,13 @@ from tutor.sandbox.clean import MAX_MESSAGE, clean
 from tutor.sandbox.confine import prepare
 from tutor.values.results import CheckError, CheckResult, Defined, ScratchResult
 
-# How long past its time limit a child that ignores the alarm (a swallowed stop, one long tensor
-# operation) may run before it is killed.
+# How long past its wall-clock backstop (`Settings.backstop`: the learner's limit counts CPU
+# time, the tutor's own work wall-clock time) a child may run before it is killed.
 KILL_GRACE = 0.5
+# What a child says the tutor's own time ran out for (`short`, tutor/core/clock.py), in words.
+RAN_OUT = {"heldout": "the fresh batch", "probe": "the rule probe", "fresh": "the fresh sizes",
+           "pictures": "the picture through time",
+           "search": "the search for the smallest change to your code"}
 # Started children kept waiting for the next checks: two, so that `check --all` and a quick
 # re-check after a fix rarely wait for an interpreter to load torch.
 SPARES = 2
@@ -76,6 +80,8 @@ class Engine:
         self._server = forkserver.Keeper(self.device.type, spawn.START_LIMIT)
         # Told how long a check may wait for its child to start (the worker tells its client).
         self.on_wait: Callable[[float], None] | None = None
+        # What the tutor's own time ran out for in the check under way (words of RAN_OUT).
+        self._ran_out: list[str] = []
 
     # -- the lesson as plain data ------------------------------------------------------------
     def info(self) -> dict:
@@ -126,13 +132,13 @@ class Engine:
         return run_spec(spec, bool(request.get("scratch")))
 
     def _fork(self) -> isolate.Child:
-        return isolate.Child(self._in_child, cpu_seconds=self.settings.timeout + 1,
+        return isolate.Child(self._in_child, cpu_seconds=self.settings.child_cpu_seconds,
                              memory_gb=self.settings.memory_limit_gb)
 
     def _start(self) -> spawn.Spawned:
         """A started child for the next check: forked by the fork server where it serves (one
         torch import for all checks), else a fresh interpreter of its own."""
-        setup = {"device": str(self.device), "cpu_seconds": self.settings.timeout + 1,
+        setup = {"device": str(self.device), "cpu_seconds": self.settings.child_cpu_seconds,
                  "memory_gb": self.settings.memory_limit_gb}
         return spawn.Spawned("check", setup, launch=self._server.launcher(setup))
 
@@ -167,38 +173,49 @@ class Engine:
         candidate as the check already compiled it (compiled here when not given)."""
         if compiled is None:
             compiled = _compiled(code)
+        limit = self.settings.backstop + KILL_GRACE
         if self.isolation == "spawn":
-            return self._execute_spawned(self._spec(step, code, prior, compiled), scratch)
+            return self._execute_spawned(self._spec(step, code, prior, compiled), scratch, limit)
         if self.kinds.of(step).build_ahead(step):
             self.close()  # children forked before know nothing of what was built
         child, self._spare = self._spare, None
         if child is None or not child.alive():
             child = self._fork()
         outcome = child.run({"step": step.id, "code": code, "prior": prior, "scratch": scratch,
-                             "compiled": compiled},
-                            timeout=self.settings.timeout + KILL_GRACE)
+                             "compiled": compiled}, timeout=limit)
         return _answer(outcome)
 
     def run_variants(self, step: Step, code: str, prior: dict[str, str],
                      programs: list[bytes], seconds: float) -> dict:
         """Changed programs of the learner's code, compiled behind the policy and the guard, run
         in a confined child as a check runs (`execution.run_variants`): their values per batch,
-        as plain data. Called while a check is graded; nothing of them runs here."""
+        as plain data. Called while a check is graded; nothing of them runs here. All of it is the
+        tutor's own work: a child that runs out of the tutor's time says so in the check's notes."""
+        answer = self._variants(step, code, prior, programs, seconds)
+        if answer.get("short") or (answer.get("timeout") and "variants" not in answer):
+            self._ran_out.append("search")  # the child's own word, or killed from outside
+        return answer
+
+    def _variants(self, step: Step, code: str, prior: dict[str, str],
+                  programs: list[bytes], seconds: float) -> dict:
         compiled = _compiled(code)
+        # The tutor's own budget, and the learner's limit for replaying their earlier steps, as
+        # in the child (execution.run_variants).
+        limit = self.settings.tutor_seconds + self.settings.timeout + KILL_GRACE
         if self.isolation == "spawn":
             spec = self._spec(step, code, prior, compiled)
             spec.variants, spec.variant_seconds = tuple(programs), seconds
-            return self._execute_spawned(spec, False)
+            return self._execute_spawned(spec, False, limit)
         child, self._spare = self._spare, None
         if child is None or not child.alive():
             child = self._fork()
         outcome = child.run({"step": step.id, "code": code, "prior": prior,
                              "compiled": compiled, "variants": list(programs),
-                             "seconds": seconds},
-                            timeout=self.settings.timeout + KILL_GRACE)
+                             "seconds": seconds}, timeout=limit)
         return _answer(outcome)
 
-    def _execute_spawned(self, spec: CheckSpec | FunctionCheckSpec, scratch: bool) -> dict:
+    def _execute_spawned(self, spec: CheckSpec | FunctionCheckSpec, scratch: bool,
+                         limit: float) -> dict:
         """The plan, built here without answers, run by a started child (a ready one first)."""
         self._spawned = [c for c in self._spawned if c.alive()]
         ready = [c for c in self._spawned if c.ready()]
@@ -215,8 +232,7 @@ class Engine:
         accelerator = devices.rng_state(self.device)
         if accelerator is not None:
             rng["cuda"] = accelerator
-        outcome = child.run({"spec": spec, "scratch": scratch, "rng": rng},
-                            timeout=self.settings.timeout + KILL_GRACE)
+        outcome = child.run({"spec": spec, "scratch": scratch, "rng": rng}, timeout=limit)
         return _answer(outcome)
 
     # -- the check -----------------------------------------------------------------------------
@@ -258,6 +274,7 @@ class Engine:
         step = self.pack.step(step_id)
         kind = self.kinds.of(step)
         result = CheckResult(step.id, passed=False, device=devices.describe(self.device))
+        self._ran_out = []
         try:
             kind.admit(step)
             # Parsed, refused or compiled once, here, before any process starts; the child loads
@@ -278,8 +295,9 @@ class Engine:
             return result
         passed = graded.passed and kind.confirm(step, code, outcome, graded)
         if passed:
+            # None where the tutor's own time ran out before the fresh data: the verdict stands.
             result.heldout = kind.hold_out(step, code, outcome, graded)
-            passed = result.heldout.passed
+            passed = result.heldout is None or result.heldout.passed
         result.checks = graded.rows
         result.passed = passed
         if passed and code_facts.estimates_derivative(code, prior.values()):
@@ -294,6 +312,7 @@ class Engine:
             for row in result.checks:
                 row.rule = None
         result.figure = kind.figure(step, graded, passed)
+        result.notes += _ran_out_notes([outcome.short, *self._ran_out], passed)
         return result
 
 
@@ -313,6 +332,19 @@ def _answer(outcome: isolate.Outcome) -> dict:
     if outcome.status == "timeout" or outcome.why in ("cpu", "killed"):
         return {"timeout": True, "records": {}}
     return {"timeout": False, "records": {}, "crashed": outcome.why}
+
+
+# What only a right answer would have been held to: for a wrong one, nothing is missing there.
+_ONLY_IF_RIGHT = ("heldout", "probe", "fresh")
+
+
+def _ran_out_notes(words: list[str | None], passed: bool) -> list[str]:
+    """A note for each part of the tutor's own work its time ran out for: never the learner's
+    fault, and the verdict of the runs that finished stands."""
+    said = dict.fromkeys(w for w in words if w in RAN_OUT
+                         and (passed or w not in _ONLY_IF_RIGHT))
+    return [f"the tutor ran out of its own time for {RAN_OUT[w]}; the verdict stands without it"
+            for w in said]
 
 
 def _usable(outcome: ChildAnswer, first: dict | None, result: CheckResult, timeout: float

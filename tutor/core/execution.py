@@ -8,7 +8,6 @@ the candidate; autograd's gradients stay with the engine, which grades the plain
 from __future__ import annotations
 
 import marshal
-import time
 import types
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -17,20 +16,19 @@ from typing import Any
 import torch
 
 from tutor import code_facts
+from tutor.config import DEFAULT_TUTOR_SECONDS
 from tutor.core.candidate import (
-    CheckTimeout,
     CodeError,
     Output,
-    arm,
     compile_candidate,
     copy_namespace,
-    disarm,
     earlier_file,
     execute,
     load,
     runtime_error,
     shares_memory,
 )
+from tutor.core.clock import Budget, CheckTimeout, Phase, TutorTimeout, watching
 from tutor.core.probe import ProbeSpec, cotangents
 from tutor.process.isolate import (
     MAX_KEPT,
@@ -88,13 +86,15 @@ class CheckSpec:
     code: str
     graded: tuple[str, ...]  # the tensors whose gradients are graded (checks, then partials)
     batches: list[BatchPlan]
-    timeout: float
+    timeout: float  # the learner's limit: CPU seconds of their code (tutor/core/clock.py)
     probe: ProbeSpec | None = None  # the rule probe, run on the first batch (tutor/core/probe.py)
     compiled: bytes | None = None  # the candidate as the worker compiled it (candidate.program)
     # Changed programs of the learner's code (tutor/core/smallest.py), compiled by the worker as it
     # compiles a candidate: when given, the child runs these instead of the check (`run_variants`).
     variants: tuple[bytes, ...] | None = None
-    variant_seconds: float = 0.25  # how long they may take together (the replay aside)
+    variant_seconds: float = 0.25  # CPU seconds they may take together (the replay aside)
+    # The tutor's own wall-clock budget for what follows the first batch (`run_check`).
+    tutor_seconds: float = DEFAULT_TUTOR_SECONDS
 
 
 # -- values as plain data --------------------------------------------------------------------
@@ -146,7 +146,7 @@ def encode_namespace(ns: dict, names: set[str]) -> dict[str, tuple]:
 
 
 # -- replay and run --------------------------------------------------------------------------
-def _replay(plan: BatchPlan, deadline: float) -> tuple[dict, list[str]]:
+def _replay(plan: BatchPlan, budget: Budget) -> tuple[dict, list[str]]:
     ns = copy_namespace(plan.namespace)
     notes = list(plan.notes)
     for r in plan.replays:
@@ -154,7 +154,7 @@ def _replay(plan: BatchPlan, deadline: float) -> tuple[dict, list[str]]:
             trial = copy_namespace(ns)
             try:
                 execute(cached_compile(r.code, earlier_file(r.step_id)), trial, Output(),
-                        deadline)
+                        budget)
                 ns = trial
                 notes += _stand_in(r, ns, plan.mention)
                 continue
@@ -171,7 +171,7 @@ def _replay(plan: BatchPlan, deadline: float) -> tuple[dict, list[str]]:
             r.stand_in_for_solution(ns)
             continue
         execute(cached_compile(r.solution, f"<the reference for {r.step_id}>"), ns, Output(),
-                deadline)
+                budget)
     return ns, notes
 
 
@@ -195,8 +195,44 @@ def _stand_in(r: Replay, ns: dict, mention: tuple[str, ...]) -> list[str]:
     return notes
 
 
+# Past this many entries in two views of one storage, they are taken to overlap without counting.
+_OVERLAP_COUNT = 2**22
+
+
+def overlaps(a: Tensor, b: Tensor) -> bool:
+    """Whether two tensors cover some of the same bytes. One storage is not enough: the two
+    halves of `(...).unbind(0)` share a storage and never a byte, and a later `+=` on one leaves
+    the other alone."""
+    try:
+        if not shares_memory(a, b) or a.numel() == 0 or b.numel() == 0:
+            return False
+        size = a.element_size()
+
+        def span(t: Tensor) -> tuple[int, int]:  # the first byte it reads and one past its last
+            strides = zip(t.shape, t.stride(), strict=True)
+            last = t.storage_offset() + sum((n - 1) * s for n, s in strides)
+            return t.storage_offset() * t.element_size(), (last + 1) * t.element_size()
+
+        (lo_a, hi_a), (lo_b, hi_b) = span(a), span(b)
+        if hi_a <= lo_b or hi_b <= lo_a:
+            return False
+        if b.element_size() != size or a.numel() + b.numel() > _OVERLAP_COUNT:
+            return True  # read as another dtype, or too many to count: said to overlap
+
+        def offsets(t: Tensor) -> Tensor:
+            out = torch.tensor(t.storage_offset(), dtype=torch.long)
+            for n, s in zip(t.shape, t.stride(), strict=True):
+                out = out.unsqueeze(-1) + torch.arange(n, dtype=torch.long) * s
+            return out.reshape(-1)
+
+        return bool(torch.isin(offsets(a), offsets(b)).any())
+    except (RuntimeError, NotImplementedError, TypeError):
+        return False
+
+
 def _mutations(before: dict, after: dict, graded: tuple[str, ...]) -> dict:
-    """Which earlier tensors the candidate changed, and which of its gradients share memory."""
+    """Which earlier tensors the candidate changed, which of its gradients share memory, and
+    which are views of a tensor that was there before it (`dh = dhs[:, t]`)."""
     grads = [f"d{t}" for t in graded]
     changed = []
     for name, old in before.items():
@@ -210,7 +246,7 @@ def _mutations(before: dict, after: dict, graded: tuple[str, ...]) -> dict:
         if same:
             continue
         culprit = next((g for g in grads if isinstance(after.get(g), Tensor)
-                        and isinstance(new, Tensor) and shares_memory(after[g], new)), None)
+                        and isinstance(new, Tensor) and overlaps(after[g], new)), None)
         changed.append({"name": name, "deleted": name not in after, "culprit": culprit})
     shared = {}
     for g in grads:
@@ -219,10 +255,22 @@ def _mutations(before: dict, after: dict, graded: tuple[str, ...]) -> dict:
             continue
         other = next((n for n, o in after.items() if n != g and n.startswith("d")
                       and isinstance(o, Tensor) and o.shape == value.shape
-                      and shares_memory(value, o)), None)
+                      and overlaps(value, o)), None)
         if other:
             shared[g] = other
-    return {"changed": changed, "shared": shared}
+    views = {}
+    for g in grads:
+        value = after.get(g)
+        if not isinstance(value, Tensor):
+            continue
+        # An earlier gradient first (dhs, dstate), else any tensor that was there before.
+        earlier = sorted((n for n in before if n != g and n not in grads),
+                         key=lambda n: not n.startswith("d"))
+        base = next((n for n in earlier if isinstance(after.get(n), Tensor)
+                     and overlaps(value, after[n])), None)
+        if base:
+            views[g] = base
+    return {"changed": changed, "shared": shared, "views": views}
 
 
 def _is_scalar(value: Any) -> bool:
@@ -272,9 +320,9 @@ def _encode_cmp(out: Output) -> list[tuple]:
     return calls
 
 
-def run_batch(spec: CheckSpec, plan: BatchPlan, deadline: float,
+def run_batch(spec: CheckSpec, plan: BatchPlan, budget: Budget,
               bases: dict | None = None) -> dict:
-    replayed, notes = _replay(plan, deadline)
+    replayed, notes = _replay(plan, budget)
     # The tutor's own copy of where the candidate starts: what the earlier steps left can still
     # be reached by their code (a function's default argument, a closure, a container that is
     # not copied), and the candidate may change it through them. The probe, the diagnosis and
@@ -286,7 +334,7 @@ def run_batch(spec: CheckSpec, plan: BatchPlan, deadline: float,
     out = Output()
     record: dict = {"error": None, "notes": notes}
     try:
-        execute(candidate(spec, spec.code), after, out, deadline)
+        execute(candidate(spec, spec.code), after, out, budget)
     except CheckTimeout:
         raise
     except CodeError as exc:
@@ -367,29 +415,60 @@ def _fit(records: dict[str, Any], name: str) -> None:
 
 
 def run_check(spec: CheckSpec) -> dict:
-    """Every batch of the plan, within one time budget. Plain data only."""
-    deadline = time.monotonic() + spec.timeout
+    """Every batch of the plan, then the rule probe. Plain data only.
+
+    The learner's code has its limit in CPU time for all its runs together (`spec.timeout`);
+    everything after the first batch has the tutor's own wall-clock budget too
+    (`spec.tutor_seconds`, tutor/core/clock.py): when that runs out, the answer keeps what
+    finished and says in `short` what did not."""
+    learner = Budget(spec.timeout, kill=True)
     records: dict[str, Any] = {}
     bases: dict[str, dict] = {}
-    arm(spec.timeout)  # stops Python loops; the parent kills what a signal cannot stop
+    first = spec.batches[0]
+    with watching():
+        try:
+            records[first.name] = run_batch(spec, first, learner, bases)
+        except CheckTimeout:
+            return {"timeout": True, "records": records}
+        _fit(records, first.name)
+        if records[first.name]["error"]:
+            return {"timeout": False, "records": records}
+        return _after_first_batch(spec, records, bases, learner)
+
+
+def _after_first_batch(spec: CheckSpec, records: dict[str, Any], bases: dict[str, dict],
+                       learner: Budget) -> dict:
+    """The other batches and the rule probe, on the tutor's own budget."""
+    answer: dict[str, Any] = {"timeout": False, "records": records}
+    phase = Phase(spec.tutor_seconds, learner)
+    doing = "heldout"
     try:
-        for plan in spec.batches:
-            records[plan.name] = run_batch(spec, plan, deadline, bases)
-            _fit(records, plan.name)
-            if records[plan.name]["error"]:
-                break
-        first = spec.batches[0].name
-        if spec.probe is not None and not records[first]["error"]:
-            records[first]["probe"] = _bounded(records, run_probe(spec, spec.probe,
-                                                                  bases[first], deadline))
+        with phase:
+            for plan in spec.batches[1:]:
+                records[plan.name] = run_batch(spec, plan, learner, bases)
+                _fit(records, plan.name)
+                if records[plan.name]["error"]:
+                    break
+            if spec.probe is not None:
+                doing = "probe"
+                first = spec.batches[0].name
+                records[first]["probe"] = _bounded(records, run_probe(spec, spec.probe,
+                                                                      bases[first], learner))
     except CheckTimeout:
-        return {"timeout": True, "records": records}
-    finally:
-        disarm()
-    return {"timeout": False, "records": records}
+        answer["timeout"] = True
+    except TutorTimeout:
+        answer.update(_ran_out(phase, doing))
+    return answer
 
 
-def run_probe(spec: CheckSpec, probe: ProbeSpec, base: dict, deadline: float) -> dict:
+def _ran_out(phase: Phase, doing: str) -> dict:
+    """The tutor's budget ran out while `doing` (a run the verdict reads): the learner's stop, as
+    at their own limit, when their code is what used that time (`Phase.learners_fault`); else
+    the tutor's (`short`), and the verdict stands on the runs that finished."""
+    return {"timeout": True} if phase.learners_fault() else {"short": doing}
+
+
+def run_probe(spec: CheckSpec, probe: ProbeSpec, base: dict, budget: Budget) -> dict:
     """The candidate once more, from the same namespace, with random arriving gradients (the
     line probe) and, for a step that completes a gradient started earlier, with random gradients
     where it was started and the steps in between replayed (the fork probe). See
@@ -401,7 +480,7 @@ def run_probe(spec: CheckSpec, probe: ProbeSpec, base: dict, deadline: float) ->
     ns = copy_namespace(base)
     ns.update(cotangents(base, probe.upstream, probe.seed, spec.graded))
     out: dict = {"line": None, "fork": None, "why": {}}
-    out["line"], out["why"]["line"] = _quiet(spec, ns, names, deadline)
+    out["line"], out["why"]["line"] = _quiet(spec, ns, names, budget)
     fork = probe.fork
     if fork is not None and out["why"]["line"] != OUT_OF_TIME:
         ns = copy_namespace(base)
@@ -414,13 +493,13 @@ def run_probe(spec: CheckSpec, probe: ProbeSpec, base: dict, deadline: float) ->
                         ns.pop(name, None)
         ns.update(cots)
         try:
-            replayed, _ = _replay(BatchPlan("probe", ns, fork.replays), deadline)
+            replayed, _ = _replay(BatchPlan("probe", ns, fork.replays), budget)
         except CheckTimeout:
             out["why"]["fork"] = OUT_OF_TIME
             return out
         except Exception:  # noqa: BLE001 - the steps in between do not run this way: no fork probe
             return out
-        out["fork"], out["why"]["fork"] = _quiet(spec, replayed, names, deadline)
+        out["fork"], out["why"]["fork"] = _quiet(spec, replayed, names, budget)
     return out
 
 
@@ -443,12 +522,12 @@ def _names_or_none(code: str | None) -> set[str]:
     return set(code_facts.of(code).bound) if code else set()
 
 
-def _quiet(spec: CheckSpec, ns: dict, names: set[str], deadline: float
+def _quiet(spec: CheckSpec, ns: dict, names: set[str], budget: Budget
            ) -> tuple[dict | None, str | None]:
     """Run the candidate for the probe: its values, or None and what happened instead. Its print
     output is not shown: the learner saw the real run's."""
     try:
-        execute(candidate(spec, spec.code), ns, Output(), deadline)
+        execute(candidate(spec, spec.code), ns, Output(), budget)
     except CheckTimeout:
         return None, OUT_OF_TIME
     except CodeError as exc:
@@ -493,16 +572,20 @@ def describe(value: Any) -> str:
 
 def run_scratch(spec: CheckSpec) -> dict:
     """Run the code on the main batch without grading: its output and what it defined."""
-    deadline = time.monotonic() + spec.timeout
-    arm(spec.timeout)
+    with watching():
+        return _scratch(spec, Budget(spec.timeout, kill=True))
+
+
+def _scratch(spec: CheckSpec, learner: Budget) -> dict:
+    """run_scratch on the learner's limit."""
     try:
         plan = spec.batches[0]
-        base, _ = _replay(plan, deadline)
+        base, _ = _replay(plan, learner)
         after = copy_namespace(base)
         out = Output()
         error = None
         try:
-            execute(candidate(spec, spec.code), after, out, deadline)
+            execute(candidate(spec, spec.code), after, out, learner)
         except CheckTimeout:
             raise
         except CodeError as exc:
@@ -518,8 +601,6 @@ def run_scratch(spec: CheckSpec) -> dict:
         return {"timeout": False, "stdout": out.text(), "error": error, "defined": defined}
     except CheckTimeout:
         return {"timeout": True}
-    finally:
-        disarm()
 
 
 # -- function steps --------------------------------------------------------------------------
@@ -539,15 +620,25 @@ class FunctionCheckSpec:
     graded: tuple[str, ...]  # the names graded: outputs, or arguments updated in place
     cases: list[tuple[str, dict]]  # (case name, the call's inputs)
     sizes: dict  # the lesson's sizes, in scope as in every step
-    timeout: float
+    timeout: float  # the learner's limit: CPU seconds of their code (tutor/core/clock.py)
     compiled: bytes | None = None  # the candidate as the worker compiled it (candidate.program)
     variants: tuple[bytes, ...] | None = None  # as CheckSpec.variants, run on the first cases
     variant_seconds: float = 0.25
     # The picture's calls ([steps.picture]): (name, inputs) on the steps after each t, run once
-    # the cases are done, within `picture_seconds`; only `picture_output` of each comes back.
+    # the cases are done, within `picture_seconds` of CPU time; only `picture_output` of each
+    # comes back.
     pictures: list[tuple[str, dict]] = field(default_factory=list)
     picture_output: str = ""
     picture_seconds: float = 1.5
+    # The tutor's own wall-clock budget for what follows the lesson's case.
+    tutor_seconds: float = DEFAULT_TUTOR_SECONDS
+    # (step id, accepted code) of the other function steps whose functions the code calls
+    # (exercise 3's lstm_step_backward in exercise 2's loop), defined before it as a training
+    # run defines them all.
+    helpers: tuple[tuple[str, str], ...] = ()
+    # (function, step id) of those the code calls whose step has not passed yet: the scope's
+    # words say where such a function comes from.
+    waiting: tuple[tuple[str, str], ...] = ()
 
 
 class CallError(Exception):
@@ -555,13 +646,16 @@ class CallError(Exception):
 
 
 def call_function(spec: FunctionCheckSpec, code: str, inputs: dict, out: Output,
-                  deadline: float | None, compiled: types.CodeType | None = None
+                  budget: Budget | None, compiled: types.CodeType | None = None
                   ) -> tuple[dict, list[str]]:
     """Define the learner's function (`compiled`, else `code` compiled behind the guard), call
     it on copies of `inputs`: the graded values, and the arguments it changed in place that it
     was not meant to."""
     ns: dict = dict(spec.sizes)
-    execute(compiled or candidate(spec, code), ns, out, deadline)
+    for step_id, text in spec.helpers:
+        # Under its own step's name, so that a failure inside one names that step and line.
+        execute(cached_compile(text, earlier_file(step_id)), ns, out, budget)
+    execute(compiled or candidate(spec, code), ns, out, budget)
     fn = ns.get(spec.function)
     if not callable(fn):
         raise CallError(f"your code does not define the function {spec.function}: the step "
@@ -569,7 +663,7 @@ def call_function(spec: FunctionCheckSpec, code: str, inputs: dict, out: Output,
     args = copy_namespace(inputs)
     ns[_ARGS] = [args[a] for a in spec.arguments]
     execute(compile(f"{_RESULT} = {spec.function}(*{_ARGS})", "<the step's call>", "exec"),
-            ns, out, deadline)
+            ns, out, budget)
     result = ns.pop(_RESULT, None)
     if spec.outputs:
         values = dict(zip(spec.outputs, _unpack(spec, result), strict=True))
@@ -599,16 +693,21 @@ def _unpack(spec: FunctionCheckSpec, result: Any) -> tuple:
 
 
 def function_scope(spec: FunctionCheckSpec) -> str:
+    ids = [step_id for step_id, _ in spec.helpers]
+    yours = (f", and what your {' and '.join(ids)} define{'s' if len(ids) == 1 else ''}"
+             if ids else "")
+    waiting = "".join(f" {name} is defined here once {step_id} has passed (or define it in "
+                      "this code too)." for name, step_id in spec.waiting)
     return (f"Inside {spec.function} only its own arguments ({', '.join(spec.arguments)}) and "
-            "what it computes from them are defined, with torch, F and math; the lesson's "
-            "tensors are not.")
+            f"what it computes from them are defined, with torch, F and math{yours}; the "
+            f"lesson's tensors are not.{waiting}")
 
 
 def _call_case(spec: FunctionCheckSpec, code: str, inputs: dict, out: Output,
-               deadline: float | None) -> tuple[dict, list[str], dict | None]:
+               budget: Budget | None) -> tuple[dict, list[str], dict | None]:
     """call_function, with every failure of the learner's code turned into an error payload."""
     try:
-        values, changed = call_function(spec, code, inputs, out, deadline)
+        values, changed = call_function(spec, code, inputs, out, budget)
         return values, changed, None
     except CheckTimeout:
         raise
@@ -618,16 +717,16 @@ def _call_case(spec: FunctionCheckSpec, code: str, inputs: dict, out: Output,
         return {}, [], {"kind": "runtime", "message": str(exc), "line": None, "col": None}
     except Exception as exc:  # noqa: BLE001 - any failure of learner code is reported
         error = runtime_error(exc, code, [*spec.sizes, *spec.arguments],
-                              function_scope(spec)).payload
+                              function_scope(spec), earlier=dict(spec.helpers)).payload
         if error["line"] is None:
             error["message"] = (f"calling `{spec.call}` failed: {error['message']} Keep the "
                                 "template's signature.")
         return {}, [], error
 
 
-def run_function_case(spec: FunctionCheckSpec, inputs: dict, deadline: float | None) -> dict:
+def run_function_case(spec: FunctionCheckSpec, inputs: dict, budget: Budget | None) -> dict:
     out = Output()
-    values, changed, error = _call_case(spec, spec.code, inputs, out, deadline)
+    values, changed, error = _call_case(spec, spec.code, inputs, out, budget)
     record: dict = {"error": error, "stdout": out.text()}
     if error is None:
         record["after"] = encode_namespace(values, set(spec.graded))
@@ -636,40 +735,57 @@ def run_function_case(spec: FunctionCheckSpec, inputs: dict, deadline: float | N
 
 
 def run_function_check(spec: FunctionCheckSpec) -> dict:
-    """The learner's function on every case, within one time budget. Plain data only."""
-    deadline = time.monotonic() + spec.timeout
+    """The learner's function on every case, then the picture's calls. Plain data only.
+
+    As in `run_check`: the learner's limit (CPU time) covers every case; what follows the
+    lesson's case has the tutor's own wall-clock budget too."""
+    learner = Budget(spec.timeout, kill=True)
     records: dict[str, Any] = {}
-    arm(spec.timeout)
+    own, inputs = spec.cases[0]
+    with watching():
+        try:
+            records[own] = run_function_case(spec, inputs, learner)
+        except CheckTimeout:
+            return {"timeout": True, "records": records}
+        _fit(records, own)
+        if records[own]["error"]:
+            # The lesson's case is reported; the fresh ones have nothing to add.
+            return {"timeout": False, "records": records}
+        return _after_lesson_case(spec, records, learner)
+
+
+def _after_lesson_case(spec: FunctionCheckSpec, records: dict[str, Any], learner: Budget
+                       ) -> dict:
+    """The fresh cases and the picture's calls, on the tutor's own budget."""
+    answer: dict[str, Any] = {"timeout": False, "records": records}
+    phase = Phase(spec.tutor_seconds, learner)
+    doing = "fresh"
     try:
-        for name, inputs in spec.cases:
-            records[name] = run_function_case(spec, inputs, deadline)
-            _fit(records, name)
-            if records[name]["error"] and name == spec.cases[0][0]:
-                break  # the lesson's case is reported; the fresh ones have nothing to add
+        with phase:
+            for name, inputs in spec.cases[1:]:
+                records[name] = run_function_case(spec, inputs, learner)
+                _fit(records, name)
+            doing = "pictures"
+            run_pictures(spec, records)
     except CheckTimeout:
-        return {"timeout": True, "records": records}
-    finally:
-        disarm()
-    first = records.get(spec.cases[0][0]) if spec.cases else None
-    if spec.pictures and first is not None and not first["error"]:
-        records.update(run_pictures(spec, deadline))
-    return {"timeout": False, "records": records}
+        answer["timeout"] = True
+    except TutorTimeout:
+        # The picture's calls never count against the check, whoever was slow.
+        answer.update(_ran_out(phase, doing) if doing == "fresh" else {"short": doing})
+    return answer
 
 
-def run_pictures(spec: FunctionCheckSpec, deadline: float) -> dict[str, dict]:
-    """The picture's calls, after the graded cases and on a budget of their own: what does not
-    fit is left out of the picture and never counts against the check. Each record keeps only
-    the picture's output (`picture_output`), or the call's error."""
-    records: dict[str, dict] = {}
-    budget = min(spec.picture_seconds, deadline - time.monotonic())
-    if budget <= 0:
-        return records
-    stop = time.monotonic() + budget
-    arm(budget)
+def run_pictures(spec: FunctionCheckSpec, records: dict[str, Any]) -> None:
+    """The picture's calls, after the graded cases and on a CPU budget of their own (a cost
+    limit): what does not fit is left out of the picture and never counts against the check.
+    Each call's record (only the picture's output, `picture_output`, or the call's error) goes
+    into `records` as it finishes, so that what finished is drawn when the tutor's own time
+    runs out (TutorTimeout, which goes on to the caller)."""
+    budget = Budget(spec.picture_seconds)
     try:
         for name, inputs in spec.pictures:
             out = Output()
-            values, _, error = _call_case(spec, spec.code, inputs, out, stop)
+            values, _, error = _call_case(spec, spec.code, inputs, out, budget)
             record: dict = {"error": error}
             if error is None:
                 record["after"] = encode_namespace(values, {spec.picture_output})
@@ -677,24 +793,19 @@ def run_pictures(spec: FunctionCheckSpec, deadline: float) -> dict[str, dict]:
             _fit(records, name)
     except CheckTimeout:
         pass  # the calls that finished are drawn; the rest are not
-    finally:
-        disarm()
-    return records
 
 
 def run_function_scratch(spec: FunctionCheckSpec) -> dict:
     """The function on the lesson's case, without grading: its output and what it returned."""
-    deadline = time.monotonic() + spec.timeout
-    arm(spec.timeout)
-    try:
-        out = Output()
-        values, _, error = _call_case(spec, spec.code, spec.cases[0][1], out, deadline)
-        defined = [{"name": k, "what": describe(v)} for k, v in values.items()]
-        return {"timeout": False, "stdout": out.text(), "error": error, "defined": defined}
-    except CheckTimeout:
-        return {"timeout": True}
-    finally:
-        disarm()
+    with watching():
+        try:
+            out = Output()
+            values, _, error = _call_case(spec, spec.code, spec.cases[0][1], out,
+                                          Budget(spec.timeout, kill=True))
+            defined = [{"name": k, "what": describe(v)} for k, v in values.items()]
+            return {"timeout": False, "stdout": out.text(), "error": error, "defined": defined}
+        except CheckTimeout:
+            return {"timeout": True}
 
 
 # -- changed programs ------------------------------------------------------------------------
@@ -711,37 +822,49 @@ def run_variants(spec: CheckSpec | FunctionCheckSpec) -> dict:
     guard) on a fresh copy of what the candidate started from, on the first batches (or cases):
     its graded values per batch as plain data, None where it failed, ran past the budget or would
     pass MAX_RESULT. The engine compares them with autograd's; nothing here sees an answer.
-    A program that ends this process ends only the search: the check's verdict is already made."""
-    programs = list(spec.variants or ())[:MAX_VARIANTS]
-    deadline = time.monotonic() + spec.timeout
+    A program that ends this process ends only the search: the check's verdict is already made.
+
+    All of it is the tutor's own work, on its wall-clock budget (`spec.tutor_seconds`; `short`
+    says when that ran out): the replay of the earlier steps on the learner's limit, the
+    programs on `spec.variant_seconds` of CPU time, a cost limit that a busy machine does not
+    shorten."""
     out: list[list[dict | None]] = []
+    answer: dict[str, Any] = {"timeout": False, "variants": out}
+    with watching():
+        learner = Budget(spec.timeout, kill=True)
+        try:
+            with Phase(spec.tutor_seconds, learner):
+                _run_programs(spec, out, learner)
+        except CheckTimeout:
+            answer["timeout"] = True
+        except TutorTimeout:
+            answer["short"] = "search"
+    return answer
+
+
+def _run_programs(spec: CheckSpec | FunctionCheckSpec, out: list[list[dict | None]],
+                  learner: Budget) -> None:
+    """Each program's values per batch into `out`, until the programs, their budget or
+    MAX_RESULT run out."""
+    if isinstance(spec, FunctionCheckSpec):
+        bases = [inputs for _, inputs in spec.cases[:VARIANT_BATCHES]]
+    else:
+        bases = [_replay(plan, learner)[0] for plan in spec.batches[:VARIANT_BATCHES]]
+    budget = Budget(spec.variant_seconds, kill=True)  # a program that swallows the stop ends here
     total = 0
-    arm(spec.timeout)  # the replay of the earlier steps gets the check's own budget
-    try:
-        if isinstance(spec, FunctionCheckSpec):
-            bases = [inputs for _, inputs in spec.cases[:VARIANT_BATCHES]]
-        else:
-            bases = [_replay(plan, deadline)[0] for plan in spec.batches[:VARIANT_BATCHES]]
-        stop = min(deadline, time.monotonic() + max(spec.variant_seconds, 0.0))
-        arm(max(stop - time.monotonic(), 1e-3))
-        for compiled in programs:
-            code = load_program(compiled)
-            values: list[dict | None] = []
-            for base in bases:
-                got = _variant(spec, code, base, stop) if code is not None else None
-                if got is not None:
-                    total += _size(got)
-                    if total > MAX_RESULT:
-                        return {"timeout": False, "variants": out}
-                values.append(got)
-                if got is None:
-                    break  # what fails on the main batch is no answer on the fresh one
-            out.append(values)
-    except CheckTimeout:
-        return {"timeout": True, "variants": out}
-    finally:
-        disarm()
-    return {"timeout": False, "variants": out}
+    for compiled in list(spec.variants or ())[:MAX_VARIANTS]:
+        code = load_program(compiled)
+        values: list[dict | None] = []
+        for base in bases:
+            got = _variant(spec, code, base, budget) if code is not None else None
+            if got is not None:
+                total += _size(got)
+                if total > MAX_RESULT:
+                    return
+            values.append(got)
+            if got is None:
+                break  # what fails on the main batch is no answer on the fresh one
+        out.append(values)
 
 
 def load_program(compiled: Any) -> types.CodeType | None:
@@ -753,14 +876,14 @@ def load_program(compiled: Any) -> types.CodeType | None:
 
 
 def _variant(spec: CheckSpec | FunctionCheckSpec, code: types.CodeType, base: dict,
-             deadline: float) -> dict | None:
+             budget: Budget) -> dict | None:
     """One changed program on one batch (or case): its graded values, or None."""
     try:
         if isinstance(spec, FunctionCheckSpec):
-            values, _ = call_function(spec, "", base, Output(), deadline, code)
+            values, _ = call_function(spec, "", base, Output(), budget, code)
             return encode_namespace(values, set(spec.graded))
         ns = copy_namespace(base)
-        execute(code, ns, Output(), deadline)
+        execute(code, ns, Output(), budget)
         return encode_namespace(ns, {f"d{t}" for t in spec.graded})
     except CheckTimeout:
         raise

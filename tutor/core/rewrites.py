@@ -7,7 +7,8 @@ changed in one place the way backward passes and optimiser updates typically go 
   axes, two same-shaped tensors swapped (q and k), an index tensor swapped for another;
 - a constant: a small constant (an eps) left out or ten times off, a constant moved into or out
   of a square root, a count or a step number one off, `(1 - b)**t` for `1 - b**t`;
-- an order: two consecutive statements of an update in the other order, one left out;
+- an order: two consecutive statements of an update in the other order, one left out, two
+  pieces of one unpacking in each other's place (`i, f, o, g = ...`);
 - state: a tensor the caller passes in updated in place where it should not be (`v.sqrt_()`).
 
 The messages say what the learner's numbers match, never the right expression.
@@ -480,3 +481,27 @@ def state_patterns(name: str, value: Tensor, ref: Tensor, start: Tensor | None) 
                     f"meant only for this step (a bias correction, a scale) was stored in {name} "
                     "itself. Keep it in a new tensor; the state keeps the raw value.")
     return None
+
+
+def unpack_rewrites(tree: ast.Module, grad: str) -> Iterator[Rewrite]:
+    """Two pieces of one unpacking in each other's place (`i, f, o, g = gates.chunk(4, 1)` for
+    pieces laid out i, f, g, o): every later read of either gets the other's values."""
+    for i, node in enumerate(list(ast.walk(tree))):
+        if not (isinstance(node, ast.Assign) and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Tuple)):
+            continue
+        names = [e.id if isinstance(e, ast.Name) else None for e in node.targets[0].elts]
+        for a in range(len(names)):
+            for b in range(a + 1, len(names)):
+                if names[a] is None or names[b] is None:
+                    continue
+                new = copy.deepcopy(tree)
+                elts = _nth(new, i).targets[0].elts  # type: ignore[attr-defined]
+                elts[a], elts[b] = elts[b], elts[a]
+                order = ", ".join(ast.unparse(e) for e in elts)
+                yield (_src(new), "derived",
+                       f"Your {grad} matches the computation with `{names[a]}` and "
+                       f"`{names[b]}` in each other's place where they are unpacked "
+                       f"(`{order} = ...`): each then holds the other's piece. Unpack them in "
+                       "the order the forward pass laid them out.")
+

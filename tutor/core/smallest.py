@@ -16,7 +16,10 @@ names, with where it is and what kind of change it is, never the corrected code:
 - a function of the same family in place of another (`log_softmax` and `softmax`, `exp` and
   `log`, `sum` and `mean`, `argmax` and `argmin`, `max` and `min`);
 - a reduction, softmax or index over another dimension, or with `keepdim` the other way;
-- one read of a tensor in place of another tensor of the same shape, in one statement.
+- a comparison off at its bound (`>` for `>=`), a reshape where dims had to move first;
+- one read of a tensor in place of another tensor of the same shape, in one statement;
+- in a function: a local made from one tensor (`ai = torch.logit(i)`) read where that tensor
+  belongs, a factor of a product or a term too many.
 
 Nothing of the learner's code, original or changed, runs here. This module only makes the
 changed programs (plain work on the syntax tree) and compares what comes back; the caller's
@@ -26,9 +29,10 @@ on the fresh one (`execution.run_variants`, `Engine.run_variants`), which sends 
 values, bounded in count, size and time. A constant's value is read off its syntax
 (`_arithmetic`), never evaluated. Only code inside a small subset is searched (`searchable`):
 assignments and expressions of tensors, numbers and calls of listed torch functions and
-methods, with no loop, comprehension, lambda, import or definition other than the step's
-function. That is a cost limit, so that the changes stay few and each runs in a time set by the
-lesson's tensors; the child's confinement is what keeps a changed program from doing harm.
+methods, with no comprehension, lambda, import or definition other than the step's function,
+and a loop or a branch only inside that function (a loop through time, which the budget ends).
+That is a cost limit, so that the changes stay few and each runs in a time set by the lesson's
+tensors; the child's confinement is what keeps a changed program from doing harm.
 """
 
 from __future__ import annotations
@@ -47,8 +51,9 @@ from tutor.values.results import Diagnosis
 
 Tensor = torch.Tensor
 
-# Seconds the child may spend running one search's changed programs: a refused verdict waits
-# for them (the benchmark, benchmarks/diagnoses.py, says how long that is on either path).
+# CPU seconds the child may spend running one search's changed programs (a busy machine does not
+# shorten it; the tutor's own budget bounds its wall-clock time): a refused verdict waits for them
+# (the benchmark, benchmarks/diagnoses.py, says how long that is on either path).
 BUDGET = 0.25
 MAX_EDITS = 120  # changed programs run at most per search
 MAX_NODES = 600  # a longer program is not searched: its edits would not fit the budget
@@ -74,7 +79,8 @@ _DIMMED = {"sum": 0, "mean": 0, "softmax": 0, "log_softmax": 0, "max": 0, "min":
 _DIM_CHOICES: list[object] = [0, 1, 2, -1, -2, (0, 1), (0, 1, 2), (1, 2)]
 
 _MODULES = {"torch", "F", "math", "nn", "functional"}
-_BUILTINS = {"range", "len", "float", "int", "abs", "min", "max", "round"}
+_BUILTINS = {"range", "len", "float", "int", "abs", "min", "max", "round", "reversed",
+             "enumerate", "zip"}
 # Tensor methods and torch functions a searched program may call or read.
 _ATTRIBUTES = set(_SWAPS) | set(_DIMMED) | {
     "T", "mT", "shape", "size", "dim", "numel", "dtype", "device", "view", "reshape",
@@ -91,6 +97,8 @@ _ATTRIBUTES = set(_SWAPS) | set(_DIMMED) | {
     "reciprocal_", "cross_entropy", "functional", "nn", "new_zeros", "new_ones", "zeros",
     "ones", "full", "empty", "sqrt", "rsqrt", "log1p", "expm1", "erf", "mv", "diag",
     "diagonal", "flip", "roll", "all", "any", "item", "prod", "cumprod",
+    "unbind", "narrow", "select", "hstack", "vstack", "movedim", "expand_as",
+    "logit", "cosh", "sinh", "atanh", "tanh", "sigmoid", "append", "insert",
 }
 # Constructors that take sizes: allowed only with sizes read off tensors or names the code
 # does not bind (the lesson's sizes), or small literals.
@@ -129,7 +137,32 @@ def searchable(tree: ast.Module, function: str | None = None) -> bool:
              and isinstance(n.ctx, ast.Store)}
     if function is not None:
         bound |= {a.arg for a in tree.body[0].args.args}  # type: ignore[attr-defined]
+    # A size the code reads off a tensor once (`B, H = dh.shape`) is as good as the shape.
+    bound -= _shape_names(tree)
     return all(_statement_ok(s, bound, function is not None) for s in body)
+
+
+def _shape_names(tree: ast.Module) -> set[str]:
+    """Names bound exactly once, to a size read off a tensor (`B, H = x.shape`,
+    `H = h.shape[1]`, `n = x.size(0)`)."""
+    stores: dict[str, int] = {}
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+            stores[n.id] = stores.get(n.id, 0) + 1
+    out = set()
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Assign) and len(node.targets) == 1):
+            continue
+        v = node.value
+        if isinstance(v, ast.Subscript):
+            v = v.value
+        reads = (isinstance(v, ast.Attribute) and v.attr == "shape") or (
+            isinstance(v, ast.Call) and isinstance(v.func, ast.Attribute)
+            and v.func.attr in ("size", "dim"))
+        if reads:
+            out |= {n.id for n in ast.walk(node.targets[0]) if isinstance(n, ast.Name)
+                    and stores.get(n.id) == 1}
+    return out
 
 
 def _statement_ok(s: ast.stmt, bound: set[str], in_function: bool) -> bool:
@@ -143,7 +176,17 @@ def _statement_ok(s: ast.stmt, bound: set[str], in_function: bool) -> bool:
             and not (isinstance(s.value, ast.Constant) and not isinstance(s.value.value, str))
     if isinstance(s, ast.Return):
         return in_function and (s.value is None or _expr_ok(s.value, bound))
-    return isinstance(s, ast.Pass)
+    if in_function and isinstance(s, (ast.For, ast.While, ast.If)):
+        # A function's loop through its steps (backprop through time) and its branches: each
+        # changed program runs them within the search's budget, which ends a long one.
+        if isinstance(s, ast.For) and not _target_ok(s.target):
+            return False
+        if isinstance(s, (ast.For, ast.While)) and s.orelse:
+            return False
+        head = s.iter if isinstance(s, ast.For) else s.test
+        return _expr_ok(head, bound) and all(_statement_ok(b, bound, True)
+                                             for b in [*s.body, *s.orelse])
+    return isinstance(s, ast.Pass) or (in_function and isinstance(s, (ast.Break, ast.Continue)))
 
 
 def _target_ok(t: ast.expr) -> bool:
@@ -236,6 +279,8 @@ def _call_ok(node: ast.Call, bound: set[str]) -> bool:
 
 def _size_ok(a: ast.expr, bound: set[str]) -> bool:
     """A size read off a tensor, a lesson size the code does not bind, or a small literal."""
+    if isinstance(a, ast.UnaryOp) and isinstance(a.op, (ast.USub, ast.UAdd)):
+        a = a.operand  # a step of -1
     if isinstance(a, ast.Constant):
         return isinstance(a.value, (int, float)) and abs(a.value) <= _BIG
     if isinstance(a, ast.Name):
@@ -244,9 +289,16 @@ def _size_ok(a: ast.expr, bound: set[str]) -> bool:
         return True
     reads_shape = any(isinstance(s, ast.Attribute) and s.attr in ("shape", "size", "numel")
                       for s in ast.walk(a))
+    sized = all(not isinstance(s, ast.Name) or s.id not in bound for s in ast.walk(a)) and any(
+        isinstance(s, ast.Name) for s in ast.walk(a))
+    # Sizes may be told apart or halved, or taken a few times (`4 * H`): nothing that grows
+    # without bound, as a product of two sizes could.
     small = all(not isinstance(s, ast.BinOp) or isinstance(s.op, (ast.Sub, ast.FloorDiv))
+                or (isinstance(s.op, ast.Mult) and any(
+                    isinstance(x, ast.Constant) and isinstance(x.value, int)
+                    and 0 < x.value <= 16 for x in (s.left, s.right)))
                 for s in ast.walk(a))
-    return reads_shape and small
+    return (reads_shape or sized) and small
 
 
 # --- the edits ----------------------------------------------------------------------------------
@@ -264,21 +316,30 @@ def _text(node: ast.AST, code: str, limit: int = 70) -> str:
 
 
 def edited(tree: ast.Module, index: int, make: Callable[[ast.AST], ast.AST]) -> str:
-    new = copy.deepcopy(tree)
-    nodes = list(ast.walk(new))
+    """The source of `tree` with the node at walk position `index` replaced by make(node).
+    The replacement is put in, the source read, and the node put back: copying a whole
+    function for each of a hundred changes costs far more than the changes. `make` builds new
+    nodes (it may share the old one's children) and changes none in place."""
+    nodes = list(ast.walk(tree))
     old = nodes[index]
     replacement = make(old)
     for parent in nodes:
         for field, value in ast.iter_fields(parent):
             if value is old:
                 setattr(parent, field, replacement)
-                return ast.unparse(new)
+                try:
+                    return ast.unparse(tree)
+                finally:
+                    setattr(parent, field, old)
             if isinstance(value, list):
                 for k, item in enumerate(value):
                     if item is old:
                         value[k] = replacement
-                        return ast.unparse(new)
-    return ast.unparse(new)
+                        try:
+                            return ast.unparse(tree)
+                        finally:
+                            value[k] = old
+    return ast.unparse(tree)
 
 
 def _writes(tree: ast.Module) -> set[int]:
@@ -385,6 +446,108 @@ def axis_edits(tree: ast.Module, code: str) -> Iterator[Edit]:
                        + ("keeps the summed dimension, which must go"
                           if keep else "drops the summed dimension, which must stay (size 1)")
                        + ": the gradient then broadcasts the wrong way.")
+
+
+def source_edits(tree: ast.Module, code: str) -> Iterator[Edit]:
+    """A local made from one tensor by one call (`ai = torch.logit(i)`), read where that tensor
+    itself belongs: every read of it replaced by the tensor it was made from."""
+    stores: dict[str, list[ast.Assign]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 \
+                and isinstance(node.targets[0], ast.Name):
+            stores.setdefault(node.targets[0].id, []).append(node)
+        elif isinstance(node, (ast.Assign, ast.AugAssign, ast.For)):
+            for t in (node.targets if isinstance(node, ast.Assign) else [node.target]):
+                for n in ast.walk(t):
+                    if isinstance(n, ast.Name):
+                        stores.setdefault(n.id, []).append(node)  # type: ignore[arg-type]
+    fixed = _writes(tree)
+    for name, nodes in stores.items():
+        node = nodes[0]
+        if len(nodes) != 1 or not isinstance(node, ast.Assign) \
+                or not isinstance(node.value, ast.Call):
+            continue
+        call = node.value
+        func = call.func
+        inner = None
+        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) \
+                and func.value.id in _MODULES and len(call.args) == 1:
+            inner = call.args[0]  # torch.logit(i)
+        elif isinstance(func, ast.Attribute) and not call.args and not call.keywords:
+            inner = func.value  # i.logit()
+        if not isinstance(inner, (ast.Name, ast.Subscript)):
+            continue
+        reads = [i for i, n in enumerate(ast.walk(tree)) if isinstance(n, ast.Name)
+                 and n.id == name and isinstance(n.ctx, ast.Load) and id(n) not in fixed]
+        if not reads:
+            continue
+        new = copy.deepcopy(tree)
+        nodes_new = list(ast.walk(new))
+        for i in reads:
+            old = nodes_new[i]
+            for parent in nodes_new:
+                for field, value in ast.iter_fields(parent):
+                    if value is old:
+                        setattr(parent, field, copy.deepcopy(inner))
+                    elif isinstance(value, list):
+                        for k, item in enumerate(value):
+                            if item is old:
+                                value[k] = copy.deepcopy(inner)
+        yield Edit("source", ast.unparse(new),
+                   f"{_where(node, code)} of your code makes `{name}` from `{ast.unparse(inner)}` "
+                   f"(`{_statement_text(tree, node, code)}`), and your code reads `{name}` where "
+                   f"`{ast.unparse(inner)}` itself belongs: with `{ast.unparse(inner)}` there, "
+                   "the rest of your code gives the right answer.")
+
+
+_RESHAPES = {"reshape", "view"}
+_AXIS_PAIRS = [(0, 1), (1, 2), (0, 2), (-2, -1)]
+
+
+def layout_edits(tree: ast.Module, code: str) -> Iterator[Edit]:
+    """A reshape where the dimensions had to move first: `x.reshape(n, 2, h)` of a `[2, n, h]`
+    tensor keeps its entries' order in memory and mixes its rows; with two dims swapped before
+    it (a transpose), the reshape reads the axes the forward pass laid out."""
+    fixed = _writes(tree)
+    for i, node in enumerate(ast.walk(tree)):
+        if (id(node) in fixed or not isinstance(node, ast.Call)
+                or not isinstance(node.func, ast.Attribute) or node.func.attr not in _RESHAPES):
+            continue
+        for a, b in _AXIS_PAIRS:
+            def moved(n, a=a, b=b):
+                inner = ast.Call(ast.Attribute(n.func.value, "transpose", ast.Load()),
+                                 [ast.Constant(a), ast.Constant(b)], [])
+                return ast.Call(ast.Attribute(inner, "reshape", ast.Load()), n.args, n.keywords)
+
+            yield Edit("layout", edited(tree, i, moved),
+                       f"{_where(node, code)} of your code: `{_text(node, code)}` "
+                       f"{node.func.attr}s the tensor as its entries lie in memory, which moves "
+                       f"no dimension: with dims {a} and {b} swapped first (a transpose or a "
+                       "permute), the rest of your code gives the right answer. A reshape keeps "
+                       "the entries' order; it never turns one axis into another.")
+
+
+_FLIPPED = {ast.Gt: ast.GtE, ast.GtE: ast.Gt, ast.Lt: ast.LtE, ast.LtE: ast.Lt}
+
+
+def comparison_edits(tree: ast.Module, code: str) -> Iterator[Edit]:
+    """A comparison off at its bound: `>` for `>=`, `<` for `<=`, or the other way round."""
+    fixed = _writes(tree)
+    for i, node in enumerate(ast.walk(tree)):
+        if (id(node) in fixed or not isinstance(node, ast.Compare) or len(node.ops) != 1
+                or type(node.ops[0]) not in _FLIPPED):
+            continue
+
+        def flipped(n):
+            new = copy.copy(n)
+            new.ops = [_FLIPPED[type(n.ops[0])]()]
+            return new
+
+        now = ast.unparse(flipped(node))
+        yield Edit("comparison", edited(tree, i, flipped),
+                   f"{_where(node, code)} of your code: `{_text(node, code)}` is off at its "
+                   f"bound: with `{now}` the rest of your code gives the right answer. Check "
+                   "whether the entries exactly at the bound belong in.")
 
 
 def operand_edits(tree: ast.Module, code: str, shapes: dict[str, tuple]) -> Iterator[Edit]:
@@ -687,33 +850,80 @@ def search_edit(code: str, run: Runner, value: Tensor, refs: list[Tensor],
     if not searchable(tree, function):
         return None  # a cost limit: such code would take too many changes to search
     s = Search(code, run, value, refs, list(starts or [None] * len(refs)))
-    # The families in the order of how likely each slip is: a function or an axis has a
-    # handful of alternatives, a constant a few, a term two runs, an operand one per tensor of
-    # the same shape. In a function's run of in-place updates an operand read too early or too
-    # late is the likeliest: tried first there.
-    before: list[Edit] = list(first)
+    made, after, zeroed = _edits(tree, code, value.shape == refs[0].shape, sizes, shapes,
+                                 function)
+    before = [*first, *made]
+    s.ask([e.source for e in before] + [z for _, _, z in zeroed] + [e.source for e in after])
+    for edit in before:
+        if s.right(edit.source):
+            return edit
+    for _, node, source in zeroed:
+        if s.right(source):
+            return Edit("term", source, _term_message(code, node, 0.0, sizes))
+    term = _scaled_term(s, tree, sizes, zeroed)
+    if term:
+        return term
+    return next((edit for edit in after if s.right(edit.source)), None)
+
+
+# (code, whether the shape is right, sizes, shapes, function) -> its changes: every output of
+# a check is searched with the same changes, which are made once.
+_MADE: dict[tuple, tuple[list[Edit], list[Edit], list[tuple[int, ast.AST, str]]]] = {}
+
+
+def _edits(tree: ast.Module, code: str, same_shape: bool, sizes: dict[str, int],
+           shapes: dict[str, tuple], function: str | None
+           ) -> tuple[list[Edit], list[Edit], list[tuple[int, ast.AST, str]]]:
+    """The changes to try, in the order of how likely each slip is: a function or an axis has a
+    handful of alternatives, a constant a few, a term two runs, an operand one per tensor of
+    the same shape. In a function's run of in-place updates an operand read too early or too
+    late is the likeliest: tried first there. Then the terms, each without it, and last the
+    changes tried only if nothing before fits (`after`)."""
+    key = (code, same_shape, tuple(sorted(sizes.items())), tuple(sorted(shapes.items())),
+           function)
+    if key in _MADE:
+        return _MADE[key]
+    before: list[Edit] = []
     after: list[Edit] = []
     zeroed: list[tuple[int, ast.AST, str]] = []
-    if value.shape != refs[0].shape:
+    if not same_shape:
         # A wrong shape: only an axis, a function or an operand can change it.
         before += [*axis_edits(tree, code), *function_edits(tree, code)]
     else:
         if function is not None:
-            before += operand_edits(tree, code, shapes)
+            before += [*source_edits(tree, code), *operand_edits(tree, code, shapes)]
         before += [*function_edits(tree, code), *axis_edits(tree, code),
+                   *comparison_edits(tree, code), *layout_edits(tree, code),
                    *constant_edits(tree, code, sizes)]
         zeroed = [(i, node, edited(tree, i, lambda n: scaled(n, 0.0)))
                   for i, node in terms(tree)]
         if function is None:
             after += operand_edits(tree, code, shapes)
-    s.ask([e.source for e in before] + [z for _, _, z in zeroed] + [e.source for e in after])
-    for edit in before:
-        if s.right(edit.source):
-            return edit
-    term = _scaled_term(s, tree, sizes, zeroed)
-    if term:
-        return term
-    return next((edit for edit in after if s.right(edit.source)), None)
+        else:
+            # A line step's extra factor is a rewrite of its solution, or a factor per row
+            # (tutor/core/derived.py); a function's loop is searched here.
+            after += factor_edits(tree, code)
+    if len(_MADE) > 8:
+        _MADE.clear()
+    _MADE[key] = (before, after, zeroed)
+    return _MADE[key]
+
+
+def factor_edits(tree: ast.Module, code: str) -> Iterator[Edit]:
+    """One factor of a product too many: the product with that factor left out."""
+    fixed = _writes(tree)
+    for i, node in enumerate(ast.walk(tree)):
+        if id(node) in fixed or not (isinstance(node, ast.BinOp)
+                                     and isinstance(node.op, ast.Mult)):
+            continue
+        for kept, dropped in ((node.left, node.right), (node.right, node.left)):
+            if isinstance(dropped, ast.Constant):
+                continue  # a constant off is the term search's
+            yield Edit("factor", edited(tree, i, lambda _n, k=kept: k),
+                       f"{_where(node, code)} of your code: the factor `{_text(dropped, code)}` "
+                       f"in `{_text(node, code)}` is one too many: without it the rest of your "
+                       "code gives the right answer. Which line's derivative does it belong "
+                       "to?")
 
 
 def _scaled_term(s: Search, tree: ast.Module, sizes: dict[str, int],
@@ -746,6 +956,10 @@ def _scaled_term(s: Search, tree: ast.Module, sizes: dict[str, int],
 
 def _term_message(code: str, node: ast.AST, c: float, sizes: dict[str, int]) -> str:
     where = _where(node, code)
+    if c == 0:
+        return (f"{where} of your code: the term `{_text(node, code)}` is one too many: without "
+                "it the rest of your code gives the right answer. Which paths from this tensor "
+                "to the loss are there?")
     head = f"{where} of your code: the term `{_text(node, code)}` is off by a constant factor"
     if isinstance(node, ast.Constant):  # a lone number: the statement says where it is
         head = (f"{where} of your code, `{_statement_text(ast.parse(code), node, code)}`: the "

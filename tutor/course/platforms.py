@@ -18,6 +18,7 @@ from pathlib import Path
 
 from tutor.course.scoring import Grade, Outcome, StepGrade
 from tutor.sandbox.clean import whole_characters
+from tutor.session.report import shortened
 
 MAX_RESULTS_BYTES = 1_000_000  # both platforms' limit; the file is kept below it
 FORMATS = ("gradescope", "prairielearn")
@@ -36,9 +37,7 @@ def _header(grade: Grade) -> str:
 def _step_text(step: StepGrade, limit: int | None) -> str:
     """The step's full feedback (its one-line message when it has none), cut to `limit`."""
     text = step.feedback or step.message
-    if limit is not None and len(text) > limit:
-        text = text[: max(0, limit - 1)] + "…"
-    return text
+    return text if limit is None else shortened(text, limit)
 
 
 def gradescope(grade: Grade, limit: int | None = None) -> dict:

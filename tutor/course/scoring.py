@@ -25,12 +25,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 
+from tutor import code_facts
 from tutor.course.submission import Submission
 from tutor.evaluator.client import EvaluatorError
 from tutor.pack.model import Pack, Step
 from tutor.sandbox.clean import MAX_MESSAGE, clean
 from tutor.session.controller import Lesson
-from tutor.session.report import format_result
+from tutor.session.report import format_result, shortened
 from tutor.source import size_problem
 from tutor.values.results import CheckResult, ErrorKind, Rule
 from tutor.values.runs import ExerciseVerdict, RunStatus, TrainingRun
@@ -202,6 +203,10 @@ def _as_computed(lesson: Lesson, sub: Submission, out: Grade, rules: GradingRule
         program = sub.programs.get(step.exercise)
         if step.kind.trained or program is None:
             continue
+        if not {f"d{t}" for t in step.checks} <= code_facts.of(program).bound:
+            # The program must write the step's gradients itself: what the check stands in
+            # for earlier steps (their references, autograd's first branches) answers nothing.
+            continue
         if deadline is not None and time.monotonic() >= deadline:
             return
         try:
@@ -315,9 +320,9 @@ def first_line(result: CheckResult, strict_rule: bool = False) -> str:
     return result.summary()
 
 
-def _one(text: str, limit: int = 300) -> str:
-    line = text.strip().split("\n", 1)[0]
-    return line if len(line) <= limit else line[: limit - 1] + "…"
+def _one(text: str, limit: int = 1000) -> str:
+    # Room for the longest diagnosis whole; past it, cut where a sentence or a clause ends.
+    return shortened(text.strip().split("\n", 1)[0], limit)
 
 
 def feedback(result: CheckResult) -> str:
@@ -329,7 +334,7 @@ def feedback(result: CheckResult) -> str:
 
 
 def _capped(text: str, limit: int = MAX_FEEDBACK) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    return shortened(text, limit)
 
 
 def _training(lesson: Lesson, step: Step, code: str | None, steps: int,

@@ -22,12 +22,22 @@ from tutor.process import protocol
 from tutor.values.results import CheckError, CheckResult, ErrorKind, ScratchResult
 from tutor.values.runs import RunProgress, TrainingRun
 
-# How much longer than the in-worker limit to wait before killing the process: the worker stops
-# Python loops itself at the limit; only a single long-running tensor op needs the hard stop.
+# How much longer than the worker's own limits to wait before killing the process: the worker
+# kills its children at their limits; this is for a worker that no longer answers at all.
 HARD_KILL_GRACE = 1.5
 # The most one request may wait for the worker to start a child (a fresh interpreter loading torch
 # on a busy machine); the worker kills a child that takes longer.
 MAX_EXTENSION = 150.0
+
+
+def check_limit(settings: Settings) -> float:
+    """How long the client waits for one check before it takes the worker for hung: the check's
+    child at its wall-clock backstop, the child that runs the changed programs of the search for
+    the smallest change (the tutor's own budget and the limit again), the worker's own grading
+    on the tutor's budget once more, and a grace for each child (docs/architecture.md, the
+    check's time budget)."""
+    return (settings.backstop + settings.timeout + 2 * settings.tutor_seconds
+            + 2 * HARD_KILL_GRACE)
 
 
 class EvaluatorError(RuntimeError):
@@ -192,9 +202,9 @@ class Evaluator:
                     self._kill_and_restart()
                     return _failure(
                         "timeout",
-                        f"your code was stopped after {self.settings.timeout:g} s and the "
-                        "sandbox was restarted. Is there a loop that never ends, or a very "
-                        "large tensor operation?",
+                        f"the check did not finish in {limit:g} s and the sandbox was "
+                        "restarted. Is there a loop that never ends, or a very large tensor "
+                        "operation?",
                     )
                 if self._closed:
                     return _failure("internal", "the evaluator was closed")
@@ -231,10 +241,8 @@ class Evaluator:
 
     def check(self, step_id: str, code: str, prior: dict[str, str] | None = None
               ) -> CheckResult:
-        # The worker stops Python loops itself at the time limit; the grace covers one long
-        # tensor operation that no signal can interrupt.
-        limit = self.settings.timeout + HARD_KILL_GRACE
-        result = self.request("check", {"step": step_id, "code": code, "prior": prior or {}}, limit)
+        result = self.request("check", {"step": step_id, "code": code, "prior": prior or {}},
+                              check_limit(self.settings))
         if "step" not in result:  # the worker died or timed out: a check result with the error
             return CheckResult.failure(step_id, CheckError.from_dict(result["error"]),
                                        (self._info or {}).get("device"))
@@ -244,7 +252,8 @@ class Evaluator:
     def scratch(self, step_id: str, code: str, prior: dict[str, str] | None = None
                 ) -> ScratchResult:
         """Run code against the lesson without grading it: output, error, what it defined."""
-        limit = self.settings.timeout + HARD_KILL_GRACE
+        # The worker kills the child at its backstop; the grace is the worker's own.
+        limit = self.settings.backstop + HARD_KILL_GRACE
         result = self.request("scratch", {"step": step_id, "code": code, "prior": prior or {}},
                               limit)
         return ScratchResult.from_dict({"step": step_id, **result})

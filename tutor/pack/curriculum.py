@@ -21,9 +21,18 @@ def statuses(pack: Pack, achieved: Mapping[str, str]) -> dict[str, Status]:
 
 
 def blockers(pack: Pack, step_id: str, done: Collection[str]) -> list[Step]:
-    """The steps not in `done` that keep a step locked, in lesson order: every step of the
-    exercises its exercise requires, then the earlier steps of its own exercise."""
-    return _blockers(pack, pack.step(step_id), done)
+    """The steps not in `done` that must still be done before a step opens, in lesson order:
+    every step of the exercises its exercise requires, the earlier steps of its own exercise,
+    and what keeps each of those locked in turn (the LSTM's training requires exercises 2 and 3,
+    which require exercise 1: thirteen steps at the start, not three)."""
+    found: dict[str, Step] = {}
+    waiting = _blockers(pack, pack.step(step_id), done)
+    while waiting:
+        step = waiting.pop()
+        if step.id not in found:
+            found[step.id] = step
+            waiting += _blockers(pack, step, done)
+    return sorted(found.values(), key=lambda s: pack.index(s.id))
 
 
 def _blockers(pack: Pack, step: Step, done: Collection[str]) -> list[Step]:

@@ -151,6 +151,8 @@ class Function(StepKind):
               "(`dxs[:, t]`): a wrong one is compared step by step"),
         Field("picture", "table", "[steps.picture]: a carried gradient drawn at every time "
               "step, the learner's beside autograd's"),
+        Field("forward", "string", "the forward code the function differentiates, shown by "
+              "`list` and `show` in place of its `lines` (a loop through time)"),
     )
 
     def graded_name(self, tensor: str) -> str:

@@ -10,6 +10,7 @@ import ast
 import math
 import re
 import sys
+import textwrap
 from dataclasses import dataclass, field
 from functools import cache, cached_property
 from pathlib import Path
@@ -142,6 +143,9 @@ class FunctionSpec(FrozenRecord):
     # compared one time step at a time, to show where a loop through time goes wrong.
     time: tuple[str, int] | None = None
     picture: Picture | None = None
+    # The forward code the function differentiates as `list` and `show` give it, where the
+    # lesson's lines are not it (a loop through time); empty: the step's lines.
+    forward: str = ""
 
 
 @dataclass(repr=False, eq=False)
@@ -227,6 +231,13 @@ class Pack(FrozenRecord):
                 if src.strip() and not src.strip().startswith("#"):
                     lines.append(_parse_line(len(lines), src, number))
         return tuple(lines)
+
+    def shown_forward(self, step: Step) -> list[str]:
+        """The forward code a step differentiates, as the lesson shows it: a function step's own
+        `forward` where it has one (a loop through time), else its lines' sources."""
+        if step.function is not None and step.function.forward:
+            return step.function.forward.splitlines()
+        return [self.line_for(t).source for t in step.lines]
 
     def line_for(self, target: str) -> ForwardLine:
         for line in self.forward_lines:
@@ -423,7 +434,17 @@ def _function_spec(raw: dict, where: str) -> FunctionSpec:
         expect=_text(raw, "expect", where),
         time=_time_axis(raw, outputs, where),
         picture=_picture(raw, outputs, where) if raw.get("time") else _no_picture(raw, where),
+        forward=_shown_forward(raw, where),
     )
+
+
+def _shown_forward(raw: dict, where: str) -> str:
+    text = textwrap.dedent(_text(raw, "forward", where, "")).strip("\n")
+    try:
+        compile(text, f"<{where} forward>", "exec")
+    except SyntaxError as exc:
+        raise PackError(f"{where}: 'forward' is not valid Python: {exc.msg}") from None
+    return text
 
 
 def _no_picture(raw: dict, where: str) -> None:

@@ -81,16 +81,41 @@ def die_with_parent(libc: ctypes.CDLL | None, parent: int) -> bool:
     return True
 
 
+# The CPU limit `limit_cpu` set in this process (its soft limit, in whole seconds): what
+# `tighten_cpu` puts back once the learner's code has run. None where this process was not
+# confined (the worker, a test), whose limits are never touched.
+_CPU_LIMIT: int | None = None
+
+
 def limit_cpu(seconds: float) -> None:
     """SIGXCPU (which kills) once this process has used `seconds` more of CPU time (a spawned
     child has already spent some loading torch)."""
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    soft = max(1, int(usage.ru_utime + usage.ru_stime + seconds + 0.999))
+    global _CPU_LIMIT
+    soft = max(1, int(_cpu_used() + seconds + 0.999))
     _, hard = resource.getrlimit(resource.RLIMIT_CPU)
     if hard != resource.RLIM_INFINITY:
         soft = min(soft, hard)
     resource.setrlimit(resource.RLIMIT_CPU, (soft, soft + 1 if hard == resource.RLIM_INFINITY
                                              else hard))
+    _CPU_LIMIT = soft
+
+
+def tighten_cpu(seconds: float | None) -> None:
+    """While the learner's code runs in a confined child: SIGXCPU once it has used `seconds`
+    more of CPU time (rounded up to a whole second, never past `limit_cpu`'s limit), so that one
+    long tensor operation, which no alarm interrupts, ends at the learner's own limit however
+    busy the machine is. None puts `limit_cpu`'s limit back. Nothing in an unconfined process."""
+    if _CPU_LIMIT is None or resource is None:
+        return
+    soft = _CPU_LIMIT if seconds is None else min(_CPU_LIMIT,
+                                                  int(_cpu_used() + seconds + 0.999))
+    _, hard = resource.getrlimit(resource.RLIMIT_CPU)
+    resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
+
+
+def _cpu_used() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 @functools.cache

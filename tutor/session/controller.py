@@ -261,7 +261,8 @@ class BrokenComparison(Record):
         """(step, the good run's loss, the broken run's) at `count` points of the curves."""
         from tutor.values.runs import checkpoints
 
-        return checkpoints(self.good.history, self.broken.history, count)
+        done = max(self.good.steps_done or 0, self.broken.steps_done or 0)
+        return checkpoints(self.good.history, self.broken.history, count, done or None)
 
     def to_dict(self) -> dict:
         return {"broken_step": self.broken_step.to_dict(), "fresh_good_run": self.fresh,
@@ -334,13 +335,25 @@ class Lesson(_CheckAndRecord):
 
     def opening_step(self) -> Step:
         """The step the learner was on last time; a finished pack reopens its last step. The
-        training step is never the opening one: it has a screen of its own."""
+        training step is never the opening one: it has a screen of its own, opened over the
+        last checked step when the learner left from it (`reopens_training`)."""
         try:
             step = self.pack.step(self.store.current_step())
         except (KeyError, TypeError):
             step = self.pack.steps[0]
         if step.kind.trained:
             step = self.pack.gradient_steps[-1]
+        return step
+
+    def reopens_training(self) -> Step | None:
+        """The training step, when the learner was on its screen last time (a front end records
+        it with `open_step`) and it is still open: a front end opens that screen again."""
+        try:
+            step = self.pack.step(self.store.current_step())
+        except (KeyError, TypeError):
+            return None
+        if not step.kind.trained or remaining_before(self.pack, step, self.statuses()):
+            return None
         return step
 
     def open_step(self, step_id: str) -> None:

@@ -48,6 +48,26 @@ def wrap(text: str, first: str, rest: str | None = None, width: int | None = Non
     return lines
 
 
+def shortened(text: str, limit: int) -> str:
+    """`text` whole when it fits in `limit` characters; else cut after the last sentence that
+    fits (else at the last clause's end, else between words), never inside a code span, and
+    marked " …": a message cut mid-sentence reads as if it said something else."""
+    if len(text) <= limit:
+        return text
+    if limit < 3:
+        return "…"
+    room = text[: limit - 2]
+    for ends, keep in (((". ", "? ", "! ", ".\n"), 1), (("; ", ": ", ", ", " — "), 0)):
+        cut = max(room.rfind(end) for end in ends)
+        if cut >= limit // 2 and room[:cut].count("`") % 2 == 0:
+            return room[: cut + keep].rstrip() + " …"
+    cut = room.rfind(" ")
+    kept = room[:cut] if cut > 0 else room
+    if kept.count("`") % 2:
+        kept = kept[: kept.rfind("`")]
+    return kept.rstrip() + " …"
+
+
 _CODE_SPAN = re.compile(r"`[^`\n]+`")
 _KEPT_SPACE = "\ue000"  # stands for a space inside a code span while the line is wrapped
 

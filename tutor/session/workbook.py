@@ -65,16 +65,18 @@ def step_markdown(pack: Pack, step: Step, shapes: dict[str, dict]) -> str:
     number = pack.index(step.id) + 1
     lines = [f"### {number}. {step.title}", "",
              f"`{step.id}` · exercise {step.exercise}, step {number} of {len(pack.steps)}", ""]
-    forward = [pack.line_for(t).source for t in step.lines]
+    forward = pack.shown_forward(step)
     if forward:
         lines += ["```python", *forward, "```", ""]
-    for target in step.lines:
+    # A function step's own forward code (a loop through time) has no lesson lines to measure.
+    targets = () if step.function is not None and step.function.forward else step.lines
+    for target in targets:
         shape = shapes.get(target)
         if shape and shape.get("annotation"):
             note = (f" (broadcast: {shape['broadcast_note']})"
                     if shape.get("broadcast_note") else "")
             lines.append(f"- `{target}`: `{shape['annotation']}`{note}")
-    if any(shapes.get(t, {}).get("annotation") for t in step.lines):
+    if any(shapes.get(t, {}).get("annotation") for t in targets):
         lines.append("")
     lines += [question(step, shapes), "", "<details><summary>Explanation</summary>", "",
               unwrap(step.explanation).strip(), "", "</details>"]

@@ -39,14 +39,43 @@ def _decay_step(value: int | float, total: int) -> int:
     return int(value)
 
 
+def _size(cfg: dict, lesson: dict, name: str) -> int | None:
+    """A size of the training run: [training.sizes], then [training], then the lesson's."""
+    for table in (cfg.get("sizes") or {}, cfg, lesson):
+        value = table.get(name)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return None
+
+
+def _loss_line(pack: Pack, cfg: dict) -> str:
+    """The line that computes the run's loss: the pack's `loss`, else the line of its own
+    forward pass (a pack whose driver calls the learner's functions), else the plain one."""
+    if isinstance(cfg.get("loss"), str):
+        return cfg["loss"]
+    forward = str(cfg.get("forward", ""))
+    try:
+        body = ast.parse(forward).body
+    except SyntaxError:
+        body = []
+    mine = [ast.get_source_segment(forward, stmt) or "" for stmt in body
+            if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
+            and isinstance(stmt.targets[0], ast.Name) and stmt.targets[0].id == pack.loss]
+    # One line, as the setting is written: a statement the pack wraps is joined again.
+    return (" ".join(part.strip() for part in mine[-1].splitlines()) if mine else
+            f"{pack.loss} = F.cross_entropy(logits, Yb)")
+
+
 @dataclass(frozen=True)
 class TrainingSettings:
     """Everything that decides a run's numbers; stored with the run so it can be repeated."""
 
     parameters: tuple[str, ...]  # in the order the pack's training step checks them
-    n_embd: int
-    n_hidden: int
-    block_size: int
+    # The run's sizes by these names where the pack has them (its [training.sizes] first), else
+    # None: the GPT has no n_hidden, and an LSTM's batch is as long as its longest name.
+    n_embd: int | None
+    n_hidden: int | None
+    block_size: int | None
     batch_size: int
     steps: int
     lr: float
@@ -104,9 +133,9 @@ class TrainingSettings:
                                  f"{type(value).__name__}")
         return cls(
             parameters=tuple(ex.steps[0].checks),
-            n_embd=int(cfg.get("n_embd", lesson.get("n_embd", 10))),
-            n_hidden=int(cfg.get("n_hidden", lesson.get("n_hidden", 64))),
-            block_size=int(lesson.get("block_size", 3)),
+            n_embd=_size(cfg, lesson, "n_embd"),
+            n_hidden=_size(cfg, lesson, "n_hidden"),
+            block_size=_size(cfg, lesson, "block_size"),
             batch_size=int(cfg.get("batch_size", lesson.get("batch_size", 32))),
             steps=total,
             lr=float(cfg.get("lr", 0.1)),
@@ -119,7 +148,7 @@ class TrainingSettings:
             cpu_threads=int(cfg.get("cpu_threads", 0)),
             backward=tuple(b for b in cfg.get("backward", []) if isinstance(b, str))
             if not isinstance(cfg.get("backward"), str) else (),
-            loss_line=str(cfg.get("loss", f"{pack.loss} = F.cross_entropy(logits, Yb)")),
+            loss_line=_loss_line(pack, cfg),
             lecture_train_loss=cfg.get("lecture_train_loss"),
             lecture_val_loss=cfg.get("lecture_val_loss"),
             reference_train_loss=cfg.get("reference_train_loss"),

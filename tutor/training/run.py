@@ -280,31 +280,71 @@ class Gradients:
     """Where each gradient of the code is assigned and which other gradients it is computed from
     (read off the syntax tree), so a wrong parameter gradient can be traced to its first cause."""
 
-    line: dict[str, int] = field(default_factory=dict)
+    line: dict[str, int] = field(default_factory=dict)  # the first line that writes it
     inputs: dict[str, set[str]] = field(default_factory=dict)
+    lines: dict[str, list[int]] = field(default_factory=dict)  # every line that writes it
+    # A gradient a function of the code returns -> that function's name
+    made_by: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def of(cls, code: str) -> Gradients:
         g = cls()
         tree = ast.parse(code)
-        for stmt in tree.body:
+        defined = {s.name for s in tree.body if isinstance(s, ast.FunctionDef)}
+        for stmt in _statements(tree.body):
+            if isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Call) \
+                    and isinstance(stmt.value.func, ast.Name) and stmt.value.func.id in defined:
+                for name in code_facts.written(stmt):
+                    g.made_by.setdefault(name, stmt.value.func.id)
             written = {n for n in code_facts.written(stmt) if n.startswith("d") and len(n) > 1}
             read = {n for n in code_facts.read(stmt) if n.startswith("d")}
-            for name in written:
+            for name in sorted(written):
                 g.line.setdefault(name, stmt.lineno)
+                if stmt.lineno not in g.lines.setdefault(name, []):
+                    g.lines[name].append(stmt.lineno)
                 g.inputs.setdefault(name, set()).update(read - {name})
         return g
 
+    def where(self, grad: str) -> str:
+        """The line (or lines) that write a gradient, as a message says it."""
+        found = self.lines.get(grad) or ([self.line[grad]] if grad in self.line else [])
+        if not found:
+            return "line ?"
+        if len(found) == 1:
+            return f"line {found[0]}"
+        return f"lines {', '.join(str(k) for k in found[:-1])} and {found[-1]}"
+
     def first_cause(self, grad: str, wrong: set[str]) -> str:
-        """Follow wrong inputs upstream until reaching a wrong gradient whose inputs are right."""
+        """Follow wrong inputs upstream until reaching a wrong gradient whose inputs are right.
+        Two at the same line are taken in the order of their names: the same code names the
+        same cause on every run."""
         seen = {grad}
         while True:
             upstream = sorted((d for d in self.inputs.get(grad, ()) if d in wrong - seen),
-                              key=lambda d: self.line.get(d, 0))
+                              key=lambda d: (self.line.get(d, 0), d))
             if not upstream:
                 return grad
             grad = upstream[0]
             seen.add(grad)
+
+
+def _statements(body: list[ast.stmt]) -> Iterator[ast.stmt]:
+    """The simple statements of the code, those inside its loops and branches too, in order.
+    A function's or a class's body is left out: the names it assigns are its own locals, not
+    the step's gradients (a `dWx` inside `def lstm_backward` is not the `dWx` the step
+    leaves), and the line that calls it is the one that writes them."""
+    for stmt in body:
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        nested = [b for name in ("body", "orelse", "finalbody") for b in getattr(stmt, name, [])
+                  if isinstance(b, ast.stmt)]
+        handlers = [b for h in getattr(stmt, "handlers", []) for b in h.body]
+        if nested or handlers:
+            # The loop's or branch's own head (a `for g in (dC, dWx)`) reads, and writes its
+            # target; its body's statements are taken one by one.
+            yield from _statements([*nested, *handlers])
+        else:
+            yield stmt
 
 
 class CodeFailure(Exception):
@@ -655,7 +695,12 @@ class Trainer:
         value, ref = (self.ns if values is None else values).get(f"d{cause}"), ref32[cause]
         c = grades[cause]
         diag = None
-        if c.verdict == "shape":
+        together = self._scaled_together(wrong, grades, ref32, values)
+        at = line.get(f"d{cause}")
+        if together is not None:
+            # No one gradient is the cause: something after them all.
+            (diag, at), cause = together, first
+        elif c.verdict == "shape":
             diag = dx.shape_diagnosis(cause, value, ref)
         elif c.verdict == "wrong":
             diag = dx.value_diagnosis(cause, value, ref, self.s.batch_size, None, [])
@@ -673,9 +718,14 @@ class Trainer:
         message = f"{where} {listed} {'differs' if len(wrong) == 1 else 'differ'} " \
                   f"from autograd: {how}."
         if cause != first:
-            message += (f" It comes from d{cause} (line {line.get(f'd{cause}', '?')}), the first "
-                        "gradient along the backward pass that differs; those it is computed "
-                        "from match autograd.")
+            message += (f" It comes from d{cause} ({self.gradients.where(f'd{cause}')}), the "
+                        "first gradient along the backward pass that differs; those it is "
+                        "computed from match autograd.")
+        maker = self.gradients.made_by.get(f"d{cause}")
+        if maker and together is None:
+            message += (f" d{cause} is what your `{maker}` returns "
+                        f"({self.gradients.where(f'd{cause}')}), from gradients that match "
+                        f"autograd: look inside `{maker}`.")
         if diag:
             message += f" {diag.message}"
         if at_random:
@@ -685,7 +735,48 @@ class Trainer:
         else:
             message += " Training stopped before a wrong gradient could change the network."
         return GradcheckFailure(i, first, f"d{first}", [f"d{p}" for p in wrong], g.maxdiff,
-                                g.verdict, f"d{cause}", line.get(f"d{cause}"), diag, message)
+                                g.verdict, f"d{cause}", at, diag, message)
+
+    def _scaled_together(self, wrong: list[str], grades: dict[str, TensorCheck],
+                         ref32: dict, values: dict | None) -> Any:
+        """Where every parameter's gradient is wrong by one and the same factor (a clipping, a
+        learning rate folded in, at the end of the code): a diagnosis saying so, and where the
+        code last writes them all (its line); None otherwise."""
+        import torch
+
+        from tutor.core import diagnosis as dx
+
+        params = list(self.s.parameters)
+        if len(params) < 2 or sorted(wrong) != sorted(params) \
+                or any(grades[p].verdict != "wrong" for p in params):
+            return None
+        source = self.ns if values is None else values
+        factors = []
+        for p in params:
+            v, r = source.get(f"d{p}"), ref32[p]
+            if not isinstance(v, torch.Tensor) or v.shape != r.shape:
+                return None
+            v64, r64 = v.detach().double().cpu().flatten(), r.detach().double().cpu().flatten()
+            denom = float(r64 @ r64)
+            if denom == 0:
+                return None
+            factor = float(v64 @ r64) / denom
+            if not dx.close(v64, factor * r64):
+                return None
+            factors.append(factor)
+        low, high = min(factors), max(factors)
+        if abs(high - low) > 1e-3 * max(abs(high), 1e-12) or abs(high - 1) < 1e-3:
+            return None
+        common = set.intersection(*(set(self.gradients.lines.get(f"d{p}", []))
+                                    for p in params))
+        at = f", at line {max(common)}, the last line that writes them all" if common else ""
+        clip = (" The run clips the gradients itself, after they are checked: leave that to it."
+                if self.s.clip_norm > 0 else "")
+        return dx.diagnosis(
+            "scale",
+            f"Every gradient is autograd's times the same number, {high:.4g}: they were all "
+            f"scaled together after they were computed{at}. A check compares the gradients as "
+            f"your code leaves them.{clip}"), (max(common) if common else None)
 
     # -- phase 2 -----------------------------------------------------------------------------
     def _train(self) -> RunStatus:

@@ -223,12 +223,13 @@ class LossHistory(Record):
         return [v for v in self.log10_loss if math.isfinite(v)]
 
 
-def checkpoints(first: LossHistory | None, second: LossHistory | None, count: int = 6
-                ) -> list[tuple[int, float | None, float | None]]:
+def checkpoints(first: LossHistory | None, second: LossHistory | None, count: int = 6,
+                steps: int | None = None) -> list[tuple[int, float | None, float | None]]:
     """Two runs' losses side by side at `count` points spread over the longer curve: (the step
     a point ends at, the first run's loss there, the second's). A run whose curve stops
     earlier (it failed, or its loss blew up) has None from there on, as has a point that is
-    not finite."""
+    not finite. `steps`, the longer run's steps, is where its last span ends: that span may be
+    shorter than the others (5 000 steps in spans of 13 end at 5 000, not 5 005)."""
     every = (first or second or LossHistory()).every
     length = max(len(h.log10_loss) for h in (first, second, LossHistory()) if h is not None)
     if length == 0:
@@ -243,7 +244,8 @@ def checkpoints(first: LossHistory | None, second: LossHistory | None, count: in
                 return None
             return 10 ** h.log10_loss[k]
 
-        rows.append(((k + 1) * every, loss(first), loss(second)))
+        end = (k + 1) * every
+        rows.append((min(end, steps) if steps else end, loss(first), loss(second)))
     return rows
 
 

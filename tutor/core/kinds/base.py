@@ -165,12 +165,15 @@ class StepCheck(ABC):
         return True
 
     @abstractmethod
-    def hold_out(self, step: Step, code: str, outcome: ChildAnswer, graded: Graded) -> Heldout:
+    def hold_out(self, step: Step, code: str, outcome: ChildAnswer, graded: Graded
+                 ) -> Heldout | None:
         """The answer held to data it was not written for (a fresh batch, fresh sizes), once
         the rows and the rule passed.
 
         Takes the step, the candidate, the child's answer and the rows; returns the Heldout,
-        not passed (and said on the first row) when the answer fails there. Raises nothing.
+        not passed (and said on the first row) when the answer fails there, or None when the
+        tutor's own time ran out before that data was run (`outcome.short`) and nothing that
+        finished fails: the verdict stands, and the engine says so. Raises nothing.
         """
 
     def figure(self, step: Step, graded: Graded, passed: bool) -> dict | None:

@@ -3,16 +3,20 @@
 The learner's whole function is called in the child on the lesson's own tensors and then on
 inputs of freshly drawn sizes (tutor/core/functions.py builds the cases); the lesson's case
 makes the
-rows and their diagnoses, and the fresh cases must agree.
+rows and their diagnoses, and the fresh cases must agree. A rewrite of the reference that
+explains a row must give the learner's output on the first fresh case too. A loop through time
+is told where it first goes wrong, then why (tutor/core/timesteps.py, tutor/core/derived.py).
 """
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
+from tutor import code_facts
 from tutor.core import diagnosis as dx
 from tutor.core.candidate import Output
 from tutor.core.execution import FunctionCheckSpec, call_function
@@ -50,6 +54,16 @@ from tutor.values.results import CheckResult, Diagnosis, Heldout, TensorCheck, V
 Tensor = torch.Tensor
 
 
+def _calls(code: str) -> list[str]:
+    """The names the code reads that it does not define itself (a function it calls)."""
+    facts = code_facts.of(code)
+    if facts.tree is None:
+        return []
+    defined = facts.bound | {n.name for n in ast.walk(facts.tree)
+                             if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    return sorted(facts.read - defined)
+
+
 class FunctionCheck(StepCheck):
     """A function step: its outputs (or the arguments it updates in place) graded on the
     lesson's case, then held to the cases at fresh sizes."""
@@ -70,6 +84,9 @@ class FunctionCheck(StepCheck):
         # another output of the same code tries those first (tutor/core/smallest.py).
         self._theirs: dict[tuple, list[dict | None]] = {}
         self._edits: dict[tuple, list] = {}
+        # The learner's outputs on the first fresh case of the check being graded: a rewrite
+        # of the reference that fits the lesson's case must fit there too (tutor/core/derived.py).
+        self._fresh: tuple[Case, dict] | None = None
 
     # -- the cases and the plan ----------------------------------------------------------------
     def cases(self, step: Step) -> list[Case]:
@@ -132,7 +149,33 @@ class FunctionCheck(StepCheck):
                                           *filter(None, [self._same_sizes(step)])]],
             dict(self.network.sizes), self.settings.timeout, compiled,
             pictures=[(c.name, c.inputs) for _, laters in self.pictures(step) for c in laters],
-            picture_output=fn.picture.carry if fn.picture else "")
+            picture_output=fn.picture.carry if fn.picture else "",
+            tutor_seconds=self.settings.tutor_seconds,
+            **self._helpers(step, code, prior))
+
+    def _helpers(self, step: Step, code: str, prior: dict[str, str]) -> dict:
+        """The other function steps whose functions the code calls, and what those call in
+        turn: the accepted ones' code (`helpers`), defined before the learner's function as a
+        training run defines them all, and the functions whose step has not passed (`waiting`).
+        Earlier or later in the lesson alike: exercise 2's loop may call exercise 3's step."""
+        steps = {s.function.name: s for s in self.pack.steps
+                 if s.function is not None and s.id != step.id}
+        helpers: list[tuple[str, str]] = []
+        waiting: list[tuple[str, str]] = []
+        wanted, seen = list(_calls(code)), set()
+        while wanted:
+            name = wanted.pop(0)
+            if name in seen or name not in steps:
+                continue
+            seen.add(name)
+            other = steps[name]
+            text = prior.get(other.id)
+            if text is None:
+                waiting.append((name, other.id))
+                continue
+            helpers.append((other.id, text))
+            wanted += _calls(text)
+        return {"helpers": tuple(helpers), "waiting": tuple(waiting)}
 
     def first(self, step: Step) -> str:
         return self.cases(step)[0].name
@@ -160,6 +203,7 @@ class FunctionCheck(StepCheck):
             values = decode_namespace(record.get("after"))
         except Exception as exc:  # noqa: BLE001 - the child's data did not decode: never trust it
             raise Unreadable() from exc
+        self._fresh = self._fresh_outputs(step, outcome.records)
         grades = [self._grade_output(step, name, values.get(name), own, code)
                   for name in step.checks]
         self._explain_by_change(step, grades, values, own, code)
@@ -179,13 +223,17 @@ class FunctionCheck(StepCheck):
         written for, the other outputs it moves too point to that row instead of staying
         unexplained: only where the mistake's own value of that output is the learner's."""
         told = {g.tensor: g.diagnosis.message for g in grades if g.diagnosis is not None}
+        catalogued = {m.message for m in step.mistakes}
         for m in step.mistakes:
             owner = m.tensor or step.checks[0]
             if told.get(owner) != m.message:
                 continue
             for g in grades:
                 value = values.get(g.tensor)
-                if (g.accepted or g.diagnosis is not None or g.tensor == owner
+                # The mistake the catalogue names comes before any derived explanation of
+                # the same numbers.
+                if (g.accepted or (g.diagnosis is not None
+                                   and g.diagnosis.message in catalogued) or g.tensor == owner
                         or not isinstance(value, Tensor) or g.verdict is Verdict.SHAPE):
                     continue
                 start = case.inputs.get(g.tensor)
@@ -219,7 +267,17 @@ class FunctionCheck(StepCheck):
         steps.about = step.function.picture.about if step.function.picture else ""
         row = next((g for g in grades if g.tensor == name), None)
         if row is not None and not row.accepted and steps.first_wrong is not None:
-            row.message = f"{row.message}. {steps.message()}" if row.message else steps.message()
+            if row.diagnosis is not None and row.verdict is not Verdict.SHAPE:
+                # Localise, then explain: where the loop first goes wrong, then what the
+                # numbers match there, as a line step would say it. A catalogued mistake's
+                # words stay the pack's own (they are how it is recognised).
+                if all(m.message != row.diagnosis.message for m in step.mistakes):
+                    row.diagnosis = dx.diagnosis(row.diagnosis.kind,
+                                                 f"{steps.message()} {row.diagnosis.message}")
+                row.message = f"{steps.message()} {row.message}"
+            else:
+                row.message = (f"{row.message}. {steps.message()}" if row.message
+                               else steps.message())
         elif row is not None and row.accepted:
             others = [g.tensor for g in grades if g.tensor != name
                       and (not g.accepted or g.diagnosis is not None)]
@@ -272,6 +330,10 @@ class FunctionCheck(StepCheck):
                 dx.shape_diagnosis(tensor, value, ref32) if is_gradient(name) else
                 dx.diagnosis("shape", f"{name} has shape {g.shape}; it must keep its shape "
                                       f"{g.expected_shape}"))
+            if is_gradient(name) and code and dx.guessed(g.diagnosis.message):
+                # The shapes alone say nothing of how: an axis or a function of the learner's
+                # own code may (tutor/core/smallest.py), as in a line step.
+                g.diagnosis = self._shape_change(step, name, value, code) or g.diagnosis
         elif (isinstance(start, Tensor) and start.shape == value.shape
               and torch.equal(value.to(start.device, start.dtype), start)):
             g.diagnosis = dx.diagnosis(
@@ -320,6 +382,21 @@ class FunctionCheck(StepCheck):
                 g.diagnosis = dx.diagnosis("derived", found.message)
                 g.message = found.message + g.message[len(f"{g.tensor} is wrong"):]
 
+    def _shape_change(self, step: Step, name: str, value: Tensor, code: str
+                      ) -> Diagnosis | None:
+        """The change to the learner's function that gives an output of the wrong shape the
+        right one, and the right values (an axis, a function): None where none does."""
+        from tutor.core import smallest
+
+        if step.function is None:
+            return None
+        case = self.cases(step)[0]
+        refs, starts = self._targets(step, name)
+        edit = smallest.search_edit(code, self._runner(step, code, name), value, refs,
+                                    self._sizes(case), smallest.function_shapes(case.inputs),
+                                    function=step.function.name, starts=starts)
+        return dx.diagnosis("shape", edit.message) if edit is not None else None
+
     def _sizes(self, case: Case) -> dict[str, int]:
         return {**self.network.sizes, **{k: v for k, v in case.inputs.items() if type(v) is int}}
 
@@ -358,6 +435,40 @@ class FunctionCheck(StepCheck):
 
         return run
 
+    def _fresh_outputs(self, step: Step, records: dict[str, dict]) -> tuple[Case, dict] | None:
+        """The first fresh case and the learner's outputs on it, where it ran to the end."""
+        fresh = self.cases(step)[1:2]
+        record = records.get(fresh[0].name) if fresh else None
+        if not record or record.get("error"):
+            return None
+        try:
+            return fresh[0], decode_namespace(record.get("after"))
+        except Exception:  # noqa: BLE001 - undecodable: nothing confirms, nothing is claimed
+            return None
+
+    def _confirm(self, step: Step, name: str) -> Callable[[str], bool] | None:
+        """Whether a rewrite that fits the lesson's case also gives the learner's output on the
+        first fresh case: a lesson's zeros (a start state) fit many rewrites by chance."""
+        from tutor.core import derived
+
+        if self._fresh is None or not is_gradient(name):
+            return None
+        case, values = self._fresh
+        theirs = values.get(name)
+        if not isinstance(theirs, Tensor) or theirs.shape != case.reference[name].shape:
+            return None
+
+        def confirm(source: str) -> bool:
+            key = (step.id, case.name, source)
+            if key not in self._rewritten:
+                self._rewritten[key] = derived.call_function(step, source, case.inputs,
+                                                             self.network.sizes)
+            produced = (self._rewritten[key] or {}).get(name)
+            return isinstance(produced, Tensor) and produced.shape == theirs.shape \
+                and dx.close(theirs, produced)
+
+        return confirm
+
     def _derived_output(self, step: Step, name: str, value: Tensor, ref: Tensor, case: Case,
                         code: str = "") -> Diagnosis | None:
         """Nobody catalogued this one: rewrites of the reference function, the smallest change
@@ -379,7 +490,8 @@ class FunctionCheck(StepCheck):
 
         start = case.inputs.get(name)
         start = start if isinstance(start, Tensor) and not is_gradient(name) else None
-        found = derived.explain_function(step, name, value, ref, case.inputs, call, start)
+        found = derived.explain_function(step, name, value, ref, case.inputs, call, start,
+                                         self.pack, code, confirm=self._confirm(step, name))
         if found is None and code and step.function is not None:
             key = (step.id, case.name, code)
             refs, starts = self._targets(step, name)
@@ -416,8 +528,10 @@ class FunctionCheck(StepCheck):
         return evaluate
 
     # -- the fresh sizes -----------------------------------------------------------------------
-    def hold_out(self, step: Step, code: str, outcome: ChildAnswer, graded: Graded) -> Heldout:
-        """The fresh sizes must agree with the lesson's case."""
+    def hold_out(self, step: Step, code: str, outcome: ChildAnswer, graded: Graded
+                 ) -> Heldout | None:
+        """The fresh sizes must agree with the lesson's case. Where the tutor's own time ran
+        out before some of them, those that finished decide, and None says none failed."""
         own, *fresh = self.cases(step)
         records = outcome.records
         timed_out = outcome.timeout
@@ -425,6 +539,8 @@ class FunctionCheck(StepCheck):
         out = Heldout(what=f"fresh sizes ({where})")
         for case in fresh:
             record = records.get(case.name)
+            if record is None and outcome.short == "fresh":
+                continue  # not run: the tutor's time, not the learner's code
             if record is None:
                 reason = "it ran out of time" if timed_out else "it did not finish"
             elif record.get("error"):
@@ -445,7 +561,23 @@ class FunctionCheck(StepCheck):
                     continue
                 reason = ", ".join(failures)
             same = self._same_sizes(step)
-            if same is not None and self._fails(step, same, records.get(same.name)):
+            zero = _zero_in_lesson(own, case)
+            if same is not None and self._fails(step, same, records.get(same.name)) and zero:
+                # Right where some inputs are all zeros, wrong where they are not: how the
+                # function reads those is what the lesson's case could not show.
+                found = self._explain_case(step, same, records[same.name])
+                named = " and ".join(f"`{k}`" for k in zero)
+                start = (", the state the loop starts from" if step.function
+                         and step.function.time else "")
+                out.message = (
+                    f"right on the lesson's tensors ({own.describe()}), where {named} "
+                    f"{'is' if len(zero) == 1 else 'are'} all zeros{start}, but at "
+                    f"{case.describe()}, where {'it is' if len(zero) == 1 else 'they are'} not, "
+                    f"{reason}, and also for fresh values at the lesson's own sizes: no size is "
+                    f"to blame. Check how your function reads {named}: zeros there hide any use "
+                    "of them, or any lack of one."
+                    + (f" {found.message}" if found else ""))
+            elif same is not None and self._fails(step, same, records.get(same.name)):
                 # Wrong at the lesson's own sizes too: the values made the difference.
                 found = self._explain_case(step, same, records[same.name])
                 out.message = (
@@ -463,7 +595,7 @@ class FunctionCheck(StepCheck):
                     "instead of reading every size off its arguments' shapes?")
             refuse(out, graded.rows)
             break
-        return out
+        return None if out.passed and outcome.short == "fresh" else out
 
     def _explain_case(self, step: Step, case: Case, record: dict) -> Diagnosis | None:
         """The derived diagnosis of the first wrong output of a case, if any."""
@@ -511,6 +643,18 @@ def _carried(record: dict | None, name: str) -> Tensor | None:
     except Exception:  # noqa: BLE001 - the child's data did not decode: draw nothing
         return None
     return value if isinstance(value, Tensor) else None
+
+
+def _zero_in_lesson(own: Case, other: Case) -> list[str]:
+    """The inputs that are all zeros in the lesson's case and not in `other` (a start state of
+    zeros): what the lesson's case cannot show about how a function reads them."""
+    out = []
+    for name, value in own.inputs.items():
+        theirs = other.inputs.get(name)
+        if (isinstance(value, Tensor) and value.is_floating_point() and value.numel()
+                and not bool(value.any()) and isinstance(theirs, Tensor) and bool(theirs.any())):
+            out.append(name)
+    return out
 
 
 def _scale_size(case: Case) -> int:

@@ -9,6 +9,7 @@ arriving gradients are varied together by the probe.
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -51,6 +52,16 @@ class Run:
     code: str = ""  # the learner's code, for the search for its smallest wrong change
 
 
+def _copy_of(expr: str) -> str:
+    """`expr.clone()`, in parentheses where the expression needs them (`(a + b).clone()`)."""
+    try:
+        node = ast.parse(expr, mode="eval").body
+    except SyntaxError:
+        node = None
+    plain = isinstance(node, (ast.Name, ast.Attribute, ast.Subscript, ast.Call))
+    return f"{expr}.clone()" if plain else f"({expr}).clone()"
+
+
 class LineCheck(StepCheck):
     """A gradient step: its `checks` (and the first branches in `partials`) graded against
     autograd on the main batch, its rule probed, then the fresh batch."""
@@ -88,7 +99,7 @@ class LineCheck(StepCheck):
             self._batch_plan(step, self.network.heldout, "heldout", prior),
         ], self.settings.timeout,
             probe.spec_for(self.pack, step, self.earlier(step), self.settings.seed, replay,
-                           code), compiled)
+                           code), compiled, tutor_seconds=self.settings.tutor_seconds)
 
     def _batch_plan(self, step: Step, batch: Batch, name: str, prior: dict[str, str]
                     ) -> BatchPlan:
@@ -162,7 +173,8 @@ class LineCheck(StepCheck):
             raise Unreadable() from exc
         result.notes += [clean(n, MAX_MESSAGE) for n in main.get("notes", [])]
         grades = self._rows(step, run, batch, prior)
-        self._check_mutations(main.get("mutations") or {}, code, grades, result.notes)
+        self._check_mutations(main.get("mutations") or {}, step, code, prior, grades,
+                              result.notes)
         self._partial_notes(step, run, result.notes)
         result.stdout = self._with_cmp_rows(step, main, result.stdout)
         for g in grades:
@@ -221,7 +233,7 @@ class LineCheck(StepCheck):
         if g.verdict is Verdict.SHAPE:
             known = dx.matching_mistake(value, mistakes) or dx.shape_diagnosis(
                 g.tensor, value, ref)
-            if known.message.endswith(dx.GENERIC_SHAPE):
+            if dx.guessed(known.message):
                 # Nothing in the shapes alone says how: an axis or a keepdim of the learner's
                 # own code, else a sum over the wrong dims of a gradient in reach.
                 found = self._own_change(step, g.tensor, value, ref, run, prior, [])()
@@ -336,9 +348,45 @@ class LineCheck(StepCheck):
 
         return evaluate
 
-    def _check_mutations(self, facts: dict, code: str, grades: list[TensorCheck],
-                         notes: list[str]) -> None:
+    def _made_as(self, step: Step, code: str, prior: dict[str, str], grad: str, base: str
+                 ) -> tuple[str, str] | None:
+        """Where `grad` was last made from `base` on its own line, this step's code first, then
+        the earlier steps' replayed code: the expression (`dhs[:, t]`) and the step's id."""
+        for sid, text in [(step.id, code), *((s.id, prior.get(s.id) or "")
+                                             for s in reversed(self.earlier(step)))]:
+            if code_facts.rebinds(text, grad):
+                found = code_facts.assigned_expression(text, grad)
+                if found and base in code_facts.of(found).read:
+                    return found, sid
+                return None  # made some other way, where a copy is no one expression
+        return None
+
+    def _view_notes(self, facts: dict, step: Step, code: str, grades: list[TensorCheck],
+                    notes: list[str]) -> set[str]:
+        """A first branch made as a view of an earlier tensor passes here and is refused where a
+        later step adds to it with `+=`, which writes through to that tensor: said here, with
+        the expression to copy. The gradients it was said of."""
+        said = set()
+        partials = {g.grad for g in grades if g.partial}
+        for grad, base in (facts.get("views") or {}).items():
+            if grad not in partials:
+                continue
+            found = self._made_as(step, code, {}, grad, base)
+            if found:
+                expr = found[0]
+                what = (f"is {base} itself" if expr.strip() == base else f"is a view of {base}")
+                notes.append(f"`{grad} = {expr}` {what}: a later `{grad} += ...` would change "
+                             f"{base} too; write `{_copy_of(expr)}`.")
+            else:
+                notes.append(f"{grad} shares memory with {base}: a later `{grad} += ...` would "
+                             f"change {base} too; make {grad} a copy with .clone().")
+            said.add(grad)
+        return said
+
+    def _check_mutations(self, facts: dict, step: Step, code: str, prior: dict[str, str],
+                         grades: list[TensorCheck], notes: list[str]) -> None:
         """Earlier gradients must come out of a step as they went in; forward tensors too."""
+        said = self._view_notes(facts, step, code, grades, notes)
         written = code_facts.of(code).bound
         by_grad = {g.grad: g for g in grades}
         for change in facts.get("changed", []):
@@ -358,17 +406,28 @@ class LineCheck(StepCheck):
             if not grades:
                 continue
             culprit = by_grad.get(change.get("culprit")) or grades[0]
+            made = self._made_as(step, code, prior, culprit.grad, name)
+            if made:
+                expr, where = made
+                there = "" if where == step.id else f" in {where}"
+                how = (f"{culprit.grad} was made as `{culprit.grad} = {expr}`{there}, which "
+                       f"copies no data: {culprit.grad} and {name} share memory, so the "
+                       f"in-place update reached both. Write `{culprit.grad} = {_copy_of(expr)}`"
+                       f"{there}, or update it out of place here "
+                       f"(`{culprit.grad} = {culprit.grad} + ...`).")
+            else:
+                how = (f"{culprit.grad} and {name} are the same tensor in memory (an assignment "
+                       f"like `{culprit.grad} = {name}` copies no data), so the in-place update "
+                       f"reached both. Start {culprit.grad} from {name}.clone(), or update it "
+                       f"out of place (`{culprit.grad} = {culprit.grad} + ...`).")
+            gave = next((s.id for s in self.earlier(step) if name[1:] in s.given), None)
+            whose = (f"which autograd gave {gave}" if gave else
+                     "which an earlier step already checked")
             culprit.diagnosis = dx.diagnosis(
-                "aliasing",
-                f"your code also changed {name}, which an earlier step already checked: "
-                f"{culprit.grad} and {name} are the same tensor in memory (an assignment like "
-                f"`{culprit.grad} = {name}` copies no data), so the in-place update reached both. "
-                f"Start {culprit.grad} from {name}.clone(), or update it out of place "
-                f"(`{culprit.grad} = {culprit.grad} + ...`).",
-            )
+                "aliasing", f"your code also changed {name}, {whose}: {how}")
             culprit.message = culprit.diagnosis.message
         for grad, other in (facts.get("shared") or {}).items():
-            if grad in by_grad:
+            if grad in by_grad and grad not in said:
                 notes.append(
                     f"{grad} and {other} share memory: a later `+=` on one changes the "
                     "other. A .clone() keeps them apart."
@@ -430,6 +489,10 @@ class LineCheck(StepCheck):
         if spec is None:
             return True
         record: Any = (outcome.record("main") or {}).get("probe")
+        if not isinstance(record, dict) and outcome.short in ("heldout", "probe"):
+            # The tutor's own time ran out before the probe finished: the question is not
+            # answered either way (no ↷ for the learner's code), and the engine says so.
+            return True
         line = fork = None
         why: dict = {}
         if not isinstance(record, dict):
@@ -455,15 +518,27 @@ class LineCheck(StepCheck):
                     graded.rows, self.network.main.n, code, why)
         return True
 
-    def hold_out(self, step: Step, code: str, outcome: ChildAnswer, graded: Graded) -> Heldout:
+    def hold_out(self, step: Step, code: str, outcome: ChildAnswer, graded: Graded
+                 ) -> Heldout | None:
         record = outcome.record("heldout")
+        if record is None and outcome.short == "heldout":
+            return None  # the tutor's own time ran out first: the main batch's verdict stands
         timed_out = outcome.timeout
         grades = graded.rows
         batch = self.network.heldout
         out = Heldout(batch_size=batch.n)
         advice = "Is a batch size written in as a number? Use n or a tensor's .shape instead."
-        if (code and record is not None and not record.get("error")
-                and not writes_the_batch_size(code, self.network.main.n, self.network.sizes)):
+        sized = not code or writes_the_batch_size(code, self.network.main.n, self.network.sizes)
+        typed = None if sized else typed_count(code, self.network.main.namespace(),
+                                               batch.namespace())
+        if typed is not None:
+            # A count this batch decides (how many positions a mask keeps, a length) written in
+            # as a number: the fresh batch has another.
+            number, what, fresh = typed
+            advice = (f"Your code writes {number}, which is {what} on this batch and {fresh} on "
+                      "the fresh one: a count of this batch, written in as a number. Compute it "
+                      "from the tensors instead.")
+        elif not sized and record is not None and not record.get("error"):
             # Only the batch changes between the two batches, and nothing in the code reads as
             # its size: the values made the difference, not a size.
             advice = ("Nothing in your code reads as the batch size written in, so the size is "
@@ -512,6 +587,42 @@ class LineCheck(StepCheck):
             "row_sums_max_abs": float(value.sum(1).abs().max()),
             "targets": [int(y) for y in self.network.main.values["Yb"].cpu()],
         }
+
+
+def batch_counts(main: dict, fresh: dict) -> list[tuple[float, str, float]]:
+    """The counts a batch decides that the fresh batch has otherwise: (this batch's value, what
+    it is, the fresh batch's). A number of the namespace, a tensor's size along a dim, and how
+    many entries a 0/1 tensor (a mask) keeps."""
+    found: list[tuple[float, str, float]] = []
+    for name in sorted(set(main) & set(fresh)):
+        a, b = main[name], fresh[name]
+        if type(a) is int and type(b) is int and a != b:
+            found.append((float(a), f"`{name}`", float(b)))
+        if not (isinstance(a, Tensor) and isinstance(b, Tensor)) or a.dim() != b.dim():
+            continue
+        if a.numel() and bool(((a == 0) | (a == 1)).all()) and b.numel():
+            ka, kb = float(a.sum()), float(b.sum())
+            if ka != kb and ka > 1:
+                found.append((ka, f"how many entries of `{name}` are 1 (`{name}.sum()`)", kb))
+        for d, (x, y) in enumerate(zip(a.shape, b.shape, strict=True)):
+            if x != y and x > 1:
+                found.append((float(x), f"the size of dim {d} of `{name}`", float(y)))
+    return found
+
+
+def typed_count(code: str, main: dict, fresh: dict) -> tuple[str, str, str] | None:
+    """A number written in the code that is a count of this batch (`batch_counts`) and not the
+    same on the fresh one: (the number as written, what it counts, the fresh batch's count)."""
+    said = code_facts.of(code)
+    if said.tree is None:
+        return None
+    counts = batch_counts(main, fresh)
+    for value in said.numbers:
+        for count, what, other in counts:
+            if abs(value - count) < 1e-9 or abs(value * count - 1) < 1e-9:
+                shown = f"{value:g}" if abs(value - count) < 1e-9 else f"1/{count:g}"
+                return shown, what, f"{other:g}"
+    return None
 
 
 def writes_the_batch_size(code: str, n: int, sizes: dict) -> bool:

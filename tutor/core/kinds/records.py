@@ -75,13 +75,15 @@ def unusable(tensor: str, value: OddTensor | Foreign, ref: Tensor, partial: bool
 @dataclass
 class ChildAnswer:
     """What a child sent back for a check, read once into types and never trusted to be well
-    formed: whether its time ran out, each batch's (or case's) record by name, and why it ended
-    without an answer (crashed, killed) when it did. A record stays plain data: each kind reads
-    its own."""
+    formed: whether the learner's time ran out, each batch's (or case's) record by name, why it
+    ended without an answer (crashed, killed) when it did, and what the tutor's own time ran out
+    for (`short`: "heldout", "probe", "fresh", "pictures"; tutor/core/clock.py), when it did.
+    A record stays plain data: each kind reads its own."""
 
     timeout: bool = False
     records: dict[str, dict] = field(default_factory=dict)
     crashed: str | None = None
+    short: str | None = None
 
     @classmethod
     def of(cls, plain: Any) -> ChildAnswer:
@@ -89,11 +91,13 @@ class ChildAnswer:
             return cls(crashed="the sandbox sent an answer that is not one")
         records = plain.get("records")
         crashed = plain.get("crashed")
+        short = plain.get("short")
         return cls(
             timeout=bool(plain.get("timeout")),
             records={str(k): v for k, v in records.items() if isinstance(v, dict)}
             if isinstance(records, dict) else {},
             crashed=crashed if isinstance(crashed, str) else None,
+            short=short if isinstance(short, str) else None,
         )
 
     def record(self, name: str) -> dict | None:

@@ -222,6 +222,9 @@ class LessonScreen(Screen[None]):
             first = self.pack.exercises[0]
             self.lesson.first_time(f"intro.{first.number}")  # the welcome includes it
             self.show_welcome()
+        elif training := self.lesson.reopens_training():
+            # Left from the training screen: back to it, over the last checked step.
+            self._open_training(training)
         else:
             self._introduce(self.step.exercise)
 
@@ -328,9 +331,12 @@ class LessonScreen(Screen[None]):
 
         self._save_draft()
         self.tutor.count_time_on(step.id)
+        # Where the learner is, so that leaving the tutor from this screen reopens it.
+        self.lesson.open_step(step.id)
         code = self.lesson.training_code()
 
         def closed(_result: object) -> None:
+            self.lesson.open_step(self.step.id)
             self.tutor.count_time_on(self.step.id)
             self._show_progress()
             self.back_to_editor()

@@ -17,8 +17,9 @@ from textual import events
 from textual.screen import Screen
 from textual.widget import Widget
 
-# Actions whose keys go first when space runs short (the rest keep their places).
-DROP_ORDER = ("previous_step", "explain", "scratch", "next_step", "toggle_view", "reset_code",
+# Actions whose keys go first when space runs short (the rest keep their places). The training
+# screen's Code/Run stays after its reset: on a narrow terminal it is the only way to the run.
+DROP_ORDER = ("previous_step", "explain", "scratch", "next_step", "reset_code", "toggle_view",
               "steps", "help", "back", "reveal", "hint")
 PALETTE_WIDTH = 12  # "▏^p palette" with its margin
 EDGE = "▏"  # the palette key's left edge

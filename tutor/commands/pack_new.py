@@ -1,0 +1,46 @@
+"""`pack new FORWARD.py --out DIR`: make a pack from a forward pass (tutor/authoring/new.py)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import warnings
+from pathlib import Path
+
+from tutor.commands.base import UsageError
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--out", metavar="DIR", help="new: the folder to write the pack in")
+    p.add_argument("--force", action="store_true",
+                   help="new: write over a pack already in --out")
+    p.add_argument("--id", dest="pack_id", metavar="ID", help="new: the pack's id (default: the "
+                   "folder's name)")
+    p.add_argument("--title", help="new: the lesson's title (default: the file's docstring)")
+    p.add_argument("--batch-size", type=int, metavar="N",
+                   help="new: the lesson's batch (default: the file's batch_size, else 32)")
+
+
+def run(args: argparse.Namespace) -> int:
+    # Importing torch without NumPy present prints a warning that means nothing here.
+    warnings.filterwarnings("ignore", message=".*NumPy.*")
+    from tutor.authoring.forward_file import Unusable
+    from tutor.authoring.new import make
+
+    if not args.out:
+        raise UsageError("pack new needs --out DIR, the folder to write the pack in")
+    try:
+        made = make(Path(args.folder).expanduser(), Path(args.out).expanduser(),
+                    pack_id=args.pack_id, title=args.title, batch_size=args.batch_size,
+                    force=args.force)
+    except Unusable as exc:
+        raise UsageError(str(exc)) from None
+    except RuntimeError as exc:  # the tutor's own failure, said in a line
+        print(f"backprop-tutor pack: {exc}", file=sys.stderr)
+        return 1
+    print(f"{made.folder}: {made.steps} steps, {made.mistakes} catalogued mistakes"
+          f"{', a training exercise' if made.training else ''}, made in {made.seconds:.1f} s")
+    for todo in made.todo:
+        print(f"  TODO {todo}")
+    print(f"next: backprop-tutor pack check {made.folder}")
+    return 0

@@ -10,10 +10,11 @@ kind, and per graded tensor its verdict, rule, diagnosis kind and message (maxdi
 a GPU rounds differently). Then a short training run of every lesson and a graded lecture
 notebook, through the command line on each device, compared the same way.
 
-The corpora: every step's solution and catalogued mistakes in all three lessons, the test
-suite's right and wrong answers (tests/test_corpus_*.py, tests/test_smallest_change.py), the
-gaming attempts (tests/test_gaming.py) and the answers that make tensors without a device
-(tests/device_corpus_tune.py and, reported on its own, tests/device_corpus_holdout.py).
+The corpora: every step's solution and catalogued mistakes in all four lessons, the test
+suite's right and wrong answers (tests/test_corpus_*.py, tests/test_smallest_change.py, the LSTM
+slips of tests/lstm_slips_*.py), the gaming attempts (tests/test_gaming.py) and the answers that
+make tensors without a device (tests/device_corpus_tune.py and, reported on its own,
+tests/device_corpus_holdout.py).
 `--sample K` takes every K-th case of each corpus (the test suite's fast part).
 
 The last line is `parity: K/N identical`, followed by the first differences.
@@ -38,7 +39,7 @@ warnings.filterwarnings("ignore", message=".*NumPy.*")
 
 ROOT = Path(__file__).resolve().parent.parent
 LESSONS = {"makemore": "makemore", "gpt": str(ROOT / "exercises" / "gpt"),
-           "lstm": str(ROOT / "exercises" / "lstm")}
+           "lstm": str(ROOT / "exercises" / "lstm"), "conv": str(ROOT / "exercises" / "conv")}
 
 
 @dataclass(frozen=True)
@@ -84,6 +85,10 @@ def cases() -> list[Case]:
     out += [Case("lstm answers", name, "lstm", s, c) for name, (s, _, c, _) in lstm.WRONG.items()]
     out += [Case("lstm answers", name, "lstm", s, c) for name, (s, c, _) in
             lstm.HARD_CODED.items()]
+    for half in ("tune", "holdout"):
+        slips = corpora.load(f"lstm_slips_{half}")
+        out += [Case("lstm slips", f"{half}-{name}", "lstm", s, c)
+                for name, (s, _, c, _) in slips.WRONG.items()]
     gaming = corpora.load("test_gaming")
     out += [Case("gaming", name, "makemore", "atomic/probs", gaming.RIGHT + code)
             for name, (code, _) in gaming.ATTEMPTS.items()]

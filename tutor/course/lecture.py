@@ -34,7 +34,16 @@ import tokenize
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from tutor.code_facts import bound, read, written
+from tutor.code_facts import written
+from tutor.course.program import Line, Program, line_of
+from tutor.course.vocabulary import (
+    batch_sizes,
+    comparers,
+    comparisons,
+    forward_names,
+    gradient_names,
+    is_comparison,
+)
 from tutor.pack.model import Pack, Step
 from tutor.sandbox.clean import whole_characters
 from tutor.sandbox.policy import inspect
@@ -126,33 +135,37 @@ def _no_answer(node: ast.stmt) -> bool:
     return False
 
 
-def _is_cmp(node: ast.stmt) -> ast.Call | None:
-    if (isinstance(node, ast.Expr) and isinstance(node.value, ast.Call)
-            and isinstance(node.value.func, ast.Name) and node.value.func.id == "cmp"):
-        return node.value
-    return None
+def _is_cmp(node: ast.stmt, tensors: set[str], helpers: set[str]) -> bool:
+    return is_comparison(node, tensors, helpers)
+
+
+def _trees(cells: Iterable[str]) -> list[ast.Module]:
+    """The cells that parse, parsed (a cell that does not is left to whoever reads it)."""
+    out = []
+    for cell in cells:
+        try:
+            out.append(ast.parse(_without_magics(cell)))
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            continue
+    return out
+
+
+def translated(pack: Pack, cells: list[str]) -> tuple[list[str], dict[str, str]]:
+    """The cells with the learner's names for the lesson's forward tensors (and their
+    gradients) turned into the tutor's (tutor/course/vocabulary.py), and those names."""
+    trees = _trees(cells)
+    lesson = lesson_names(pack)
+    forward = forward_names(pack, trees, lesson)
+    ours = {**forward, **batch_sizes(pack, trees, lesson, _DATA)}
+    if not ours:
+        return cells, {}
+    names = {**gradient_names(forward), **ours}
+    return [rename(_without_magics(c), names) for c in cells], ours
 
 
 def _statement(node: ast.stmt, text: str) -> Statement:
-    lines = text.split("\n")
-    source = "\n".join(lines[node.lineno - 1:node.end_lineno])
-    writes = written(node)
-    augmented = isinstance(node, ast.AugAssign) or any(
-        isinstance(n, ast.Subscript) and isinstance(n.ctx, ast.Store) for n in ast.walk(node))
-    call = node.value if isinstance(node, ast.Expr) else None
-    if (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
-            and isinstance(call.func.value, ast.Name) and call.func.attr.endswith("_")):
-        # `dC.index_add_(...)`: torch's in-place methods end in an underscore.
-        writes.add(call.func.value.id)
-        augmented = True
-    reads = read(node)
-    if isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name):
-        reads.add(node.target.id)
-    if isinstance(node, (ast.For, ast.While, ast.If, ast.With)):
-        # A loop's own counters and temporaries (`for k ...: ix = Xb[k, j]`) are not read from
-        # outside it; what it only subscripts into (`dC[ix] += ...`) is.
-        reads -= bound(node)
-    return Statement(textwrap.dedent(source), writes, reads, augmented, node.lineno)
+    line = line_of(node, text)
+    return Statement(line.source, line.writes, line.reads, line.augmented, node.lineno)
 
 
 def parse_cell(source: str) -> tuple[list[ast.stmt], str]:
@@ -171,17 +184,15 @@ def parse_cell(source: str) -> tuple[list[ast.stmt], str]:
         raise SyntaxError(str(exc), (None, 1, 1, None)) from None
 
 
-def renames_from_cmp(nodes: Iterable[ast.stmt], tensors: set[str]) -> dict[str, str]:
-    """{learner's name: tutor's gradient name} from `cmp(label, dvar, tensor)` calls."""
+def renames_from_cmp(nodes: Iterable[ast.stmt], tensors: set[str], helpers: set[str]
+                     ) -> dict[str, str]:
+    """{learner's name: tutor's gradient name} from their comparisons (`cmp(label, dvar,
+    tensor)`, a helper of their own, `allclose(dvar, tensor.grad)`: tutor/course/vocabulary.py)."""
     out: dict[str, str] = {}
     for node in nodes:
-        call = _is_cmp(node)
-        if call is None or len(call.args) < 3:
-            continue
-        grad, tensor = call.args[1], call.args[2]
-        if (isinstance(grad, ast.Name) and isinstance(tensor, ast.Name) and tensor.id in tensors
-                and grad.id != f"d{tensor.id}"):
-            out[grad.id] = f"d{tensor.id}"
+        for grad, tensor in comparisons(node, tensors, helpers):
+            if tensor in tensors and grad != f"d{tensor}" and grad not in tensors:
+                out[grad] = f"d{tensor}"
     return out
 
 
@@ -356,6 +367,7 @@ def read_lecture(pack: Pack, cells: list[str]) -> LectureAnswers:
     answers = LectureAnswers()
     forward = lesson_names(pack)
     by_region = regions(cells)
+    helpers = comparers(_trees(cells))
     renames_all: dict[str, str] = {}
     for exercise in pack.exercises:
         region = by_region.get(exercise.number, [])
@@ -373,9 +385,9 @@ def read_lecture(pack: Pack, cells: list[str]) -> LectureAnswers:
             answers.notes.append(f"exercise {exercise.number}'s code is not Python "
                                  f"(line {exc.lineno}: {exc.msg})")
             continue
-        renamed = renames_from_cmp(flat, tensors)
+        renamed = renames_from_cmp(flat, tensors, helpers)
         statements = [_statement(n, text) for n, text in nodes
-                      if not _is_cmp(n) and not _no_answer(n)]
+                      if not _is_cmp(n, forward, helpers) and not _no_answer(n)]
         statements = _renamed(statements, renamed)
         cutter = _Cutter(pack, steps, forward)
         typos = _typo_renames(statements, cutter.grads, cutter.grads | forward)
@@ -388,7 +400,7 @@ def read_lecture(pack: Pack, cells: list[str]) -> LectureAnswers:
     training = next((e for e in pack.exercises if e.kind.trained), None)
     if training is not None:
         answers.training = _training_answer(pack, by_region.get(training.number, []),
-                                            renames_all, forward, answers)
+                                            renames_all, forward, answers, helpers)
     return answers
 
 
@@ -417,7 +429,7 @@ def _renamed(statements: list[Statement], names: dict[str, str]) -> list[Stateme
 
 
 def _training_answer(pack: Pack, cells: list[str], renames: dict[str, str], forward: set[str],
-                     answers: LectureAnswers) -> str | None:
+                     answers: LectureAnswers, helpers: set[str]) -> str | None:
     """The training step (the tutor's forward pass, its loss line, the learner's backward pass
     from the loop's body), or None when the loop has no backward code."""
     from tutor.training.plan import TrainingSettings, forward_for
@@ -432,7 +444,7 @@ def _training_answer(pack: Pack, cells: list[str], renames: dict[str, str], forw
         answers.notes.append(f"the training loop's code is not Python (line {exc.lineno}: "
                              f"{exc.msg})")
         return "\n".join(_without_magics(c) for c in cells) if cells else None
-    statements = [_statement(n, text) for n, text in nodes if not _is_cmp(n)
+    statements = [_statement(n, text) for n, text in nodes if not _is_cmp(n, forward, helpers)
                   and not _no_answer(n)]
     statements = _renamed(statements, {**renames, **TRAINING_ALIASES})
     wanted = {f"d{t}" for t in step.checks}
@@ -466,36 +478,45 @@ _DATA = {"words", "chars", "stoi", "itos", "block_size", "vocab_size", "Xtr", "Y
          "batch_size", "emb_dim"}
 
 
-def notebook_program(pack: Pack, cells: list[str], exercise: int) -> str | None:
+def notebook_program(pack: Pack, cells: list[str], exercise: int) -> Program | None:
     """The learner's code up to `exercise`, as the kernel ran it, for the tutor's namespace:
     every code cell in order (those above the first `# Exercise` mark too), less what the
     tutor's forward pass stands in for (statements that write the lesson's tensors, its data,
     its parameters or the notebook's own setup; imports; files, plots, reseeding, the notebook's
-    own `backward()`), the learner's names turned into the tutor's as their `cmp` calls say. A
-    cell that fails stops there and the next cell runs, as in a kernel. None when nothing is
-    left."""
+    own `backward()`), the learner's names turned into the tutor's as their comparisons say (a
+    comparison is kept as a mark of what they stood behind: tutor/course/program.py). None when
+    nothing is left."""
     lesson = lesson_names(pack)
     trained = {e.number for e in pack.exercises if e.kind.trained}
     by_region = regions(cells)
     chosen = [c for r, cs in sorted(by_region.items()) if r <= exercise and r not in trained
               for c in cs]
-    tensors = {t for s in pack.steps for t in (*s.checks, *s.partials, *s.given)}
-    blocks, nodes = [], []
+    helpers = comparers(_trees(cells))
+    parsed: list[list[tuple[ast.stmt, str]]] = []
     for cell in chosen:
         try:
             body, text = parse_cell(cell)
         except SyntaxError:
             continue  # a cell that is not Python ran nothing in the kernel either
-        kept = [(n, text) for n in body if _runs_in_program(n, text, lesson)]
-        nodes += [n for n, _ in kept]
-        if kept:
-            blocks.append("\n".join(_source(n, t) for n, t in kept))
-    if not blocks:
-        return None
-    names = renames_from_cmp(nodes, tensors)
-    cells_text = [rename(b, names) for b in blocks]
-    return "\n".join("try:\n" + textwrap.indent(b, "    ") + "\nexcept Exception:\n    pass"
-                     for b in cells_text) + "\n"
+        parsed.append([(n, text) for n in body])
+    names = renames_from_cmp([n for cell in parsed for n, _ in cell], lesson, helpers)
+    out: list[list[Line]] = []
+    for cell in parsed:
+        lines = []
+        for node, text in cell:
+            compared = {names.get(g, g) for g, t in comparisons(node, lesson, helpers)
+                        if names.get(g, g) == f"d{t}"}
+            if compared:
+                lines.append(Line("", set(), set(), False, compared))
+            elif _runs_in_program(node, text, lesson, helpers):
+                line = line_of(node, text)
+                if names:
+                    line = Line(rename(line.source, names), {names.get(w, w) for w in line.writes},
+                                {names.get(r, r) for r in line.reads}, line.augmented)
+                lines.append(line)
+        if any(not line.compares for line in lines):
+            out.append(lines)
+    return Program(out) if out else None
 
 
 def _source(node: ast.stmt, text: str) -> str:
@@ -503,11 +524,13 @@ def _source(node: ast.stmt, text: str) -> str:
     return textwrap.dedent("\n".join(lines[node.lineno - 1:node.end_lineno]))
 
 
-def _runs_in_program(node: ast.stmt, text: str, lesson: set[str]) -> bool:
+def _runs_in_program(node: ast.stmt, text: str, lesson: set[str], helpers: set[str]) -> bool:
     if isinstance(node, (ast.Import, ast.ImportFrom)) or _no_answer(node):
         return False
-    if isinstance(node, ast.FunctionDef) and node.name == "cmp":
-        return False  # the tutor's own cmp stands in for it
+    if isinstance(node, ast.FunctionDef) and node.name in helpers:
+        return False  # a comparison helper: comparisons mark values, they run nothing
+    if is_comparison(node, lesson, helpers):
+        return False
     writes = written(node)
     if writes & (lesson | _DATA) and not any(n.startswith("d") for n in writes - lesson):
         return False  # the notebook's setup or forward pass: the tutor's stands in

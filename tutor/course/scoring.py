@@ -19,6 +19,7 @@ sequences, no lone surrogates), since the grade is printed and written for other
 from __future__ import annotations
 
 import ast
+import textwrap
 import threading
 import time
 from collections.abc import Callable
@@ -26,6 +27,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from tutor import code_facts
+from tutor.course.lecture import lesson_names
 from tutor.course.submission import Submission
 from tutor.evaluator.client import EvaluatorError
 from tutor.pack.model import Pack, Step
@@ -181,21 +183,26 @@ def grade(lesson: Lesson, sub: Submission, rules: GradingRules = DEFAULT_RULES,
             prior[step.id] = code
         out.steps.append(_checked(step, result, rules))
     _unwritten_branches(pack, sub, results, out)
-    _as_computed(lesson, sub, out, rules, deadline)
+    _as_computed(lesson, sub, out, rules, deadline, results)
     out.execution_time = time.monotonic() - started
     return out
 
 
 def _as_computed(lesson: Lesson, sub: Submission, out: Grade, rules: GradingRules,
-                 deadline: float | None) -> None:
+                 deadline: float | None, results: dict[str, CheckResult]) -> None:
     """A step the cut into steps left without code, or whose cut code failed, is graded again on
-    what the submission computes: its code up to the step's exercise run as one program, as the
-    kernel ran it (tutor/course/submission.py `programs`), on the tutor's forward pass, then held
-    to autograd on this batch and a fresh one like any check. Right, it passes, by values only:
-    its own lines cannot be told apart from the rest, so the line's rule cannot be probed (↷, a
-    point unless the course asks for the rule). Wrong, the step keeps what the cut said, and no
-    diagnosis is made of code that may not be this step's."""
-    for mark in out.steps:
+    what the submission computes (tutor/course/program.py): its code up to the step's exercise
+    as one program, as the kernel ran it, on the tutor's forward pass.
+
+    First, the step's own statements, followed back through that program from where the learner
+    last compared the gradient: a check like any other, with its rule and its diagnosis, since
+    that is the learner's code for this gradient. Where those statements cannot run alone (they
+    lean on something the program did around them), the program runs whole and is held to
+    autograd on this batch and a fresh one: right, it passes by values only (↷, a point unless
+    the course asks for the rule); wrong, the step keeps what the cut said, with no diagnosis of
+    code that may not be this step's."""
+    lesson_tensors = lesson_names(lesson.pack)
+    for i, mark in enumerate(out.steps):
         if mark.status not in (Outcome.MISSING, Outcome.FAILED) or mark.message.startswith(
                 ("not graded:", "the first branch")):
             continue
@@ -203,28 +210,53 @@ def _as_computed(lesson: Lesson, sub: Submission, out: Grade, rules: GradingRule
         program = sub.programs.get(step.exercise)
         if step.kind.trained or program is None:
             continue
-        if not {f"d{t}" for t in step.checks} <= code_facts.of(program).bound:
-            # The program must write the step's gradients itself: what the check stands in
-            # for earlier steps (their references, autograd's first branches) answers nothing.
-            continue
         if deadline is not None and time.monotonic() >= deadline:
             return
-        try:
-            result = lesson.evaluate(step.id, program, {})
-        except EvaluatorError:
-            raise
-        except Exception:  # noqa: BLE001 - a fallback that cannot run changes nothing
-            continue
-        if not result.passed:
-            if mark.status is Outcome.MISSING:
-                mark.message += " (and what your submission computes for it is not right)"
-            continue
-        mark.status, mark.rule = Outcome.PASSED, Rule.SKIPPED
-        mark.score = 0 if rules.strict_rule else step.points
-        mark.message = ("right, as your submission computes it: which of its code answers this "
-                        "step could not be told apart, so the line's rule could not be probed"
-                        + (" (no points: the rule is required)" if rules.strict_rule else ""))
-        mark.feedback = mark.message + "\n\n" + feedback(result)
+        cut, done = sub.code.get(step.id), results.get(step.id)
+        answer = program.answer(lesson.pack, step, lesson_tensors)
+        if answer is not None and (cut is None or answer.strip() != cut.strip()):
+            try:
+                result = lesson.evaluate(step.id, answer, {})
+            except EvaluatorError:
+                raise
+            except Exception:  # noqa: BLE001 - a fallback that cannot run changes nothing
+                result = None
+            if result is not None and (result.passed or result.error is None):
+                graded = _checked(step, result, rules)
+                graded.feedback = (f"graded on the statements of your submission that compute "
+                                   f"{', '.join(step.graded_names)}, as it runs:\n"
+                                   + textwrap.indent(clean(answer, MAX_FEEDBACK // 2), "    ")
+                                   + "\n\n" + graded.feedback)
+                out.steps[i] = graded
+                continue
+        elif cut is not None and done is not None and done.error is None:
+            continue  # the cut's code is the step's own statements, and its verdict stands
+        _by_values(lesson, step, program.text(), mark, rules)
+
+
+def _by_values(lesson: Lesson, step: Step, program: str, mark: StepGrade,
+               rules: GradingRules) -> None:
+    """The whole program held to autograd (see `_as_computed`)."""
+    if not {f"d{t}" for t in step.checks} <= code_facts.of(program).bound:
+        # The program must write the step's gradients itself: what the check stands in
+        # for earlier steps (their references, autograd's first branches) answers nothing.
+        return
+    try:
+        result = lesson.evaluate(step.id, program, {})
+    except EvaluatorError:
+        raise
+    except Exception:  # noqa: BLE001 - a fallback that cannot run changes nothing
+        return
+    if not result.passed:
+        if mark.status is Outcome.MISSING:
+            mark.message += " (and what your submission computes for it is not right)"
+        return
+    mark.status, mark.rule = Outcome.PASSED, Rule.SKIPPED
+    mark.score = 0 if rules.strict_rule else step.points
+    mark.message = ("right, as your submission computes it: which of its code answers this "
+                    "step could not be told apart, so the line's rule could not be probed"
+                    + (" (no points: the rule is required)" if rules.strict_rule else ""))
+    mark.feedback = mark.message + "\n\n" + feedback(result)
 
 
 def _unwritten_branches(pack: Pack, sub: Submission, results: dict[str, CheckResult],

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import ast
 import json
-import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,7 +19,9 @@ from tutor.course.lecture import (
     is_lecture_notebook,
     notebook_program,
     read_lecture,
+    translated,
 )
+from tutor.course.program import Line, Program, line_of
 from tutor.pack.model import Pack
 from tutor.sandbox.clean import clean
 from tutor.sandbox.policy import inspect
@@ -46,7 +47,7 @@ class Submission:
     unknown: list[str] = field(default_factory=list)  # cells naming no step of the pack
     # exercise -> the submission's code up to it as one program, as a kernel runs it: what the
     # grade falls back on where a step's own code cannot be told (tutor/course/scoring.py)
-    programs: dict[int, str] = field(default_factory=dict)
+    programs: dict[int, Program] = field(default_factory=dict)
 
 
 def read_submission(path: Path, pack: Pack) -> Submission:
@@ -129,10 +130,14 @@ def _workbook(name: str, cells: list[str], pack: Pack) -> Submission:
 
 
 def _lecture(name: str, cells: list[str], pack: Pack) -> Submission:
+    cells, forward = translated(pack, cells)
     answers = read_lecture(pack, cells)
     sub = Submission(name, "lecture", training=answers.training)
-    sub.programs = {e.number: text for e in pack.exercises if not e.kind.trained
-                    and (text := notebook_program(pack, cells, e.number)) is not None}
+    if forward:
+        sub.notes.append("your names for the lesson's tensors read as the tutor's: " + ", ".join(
+            f"{yours} as {ours}" for yours, ours in sorted(forward.items())))
+    sub.programs = {e.number: program for e in pack.exercises if not e.kind.trained
+                    and (program := notebook_program(pack, cells, e.number)) is not None}
     sub.code = {sid: code for sid, code in answers.code.items() if has_code(code)}
     if answers.renamed:
         sub.notes.append("read as the tutor's names: " + ", ".join(
@@ -141,12 +146,12 @@ def _lecture(name: str, cells: list[str], pack: Pack) -> Submission:
     return sub
 
 
-def _programs(pack: Pack, cells: list[tuple[str | None, str]]) -> dict[int, str]:
+def _programs(pack: Pack, cells: list[tuple[str | None, str]]) -> dict[int, Program]:
     """exercise -> the cells up to it, in the file's order, as one program (a cell naming no
     step goes with the exercise of the cell before it). A cell that fails stops there and the
     next runs, as in a kernel; a cell the sandbox would refuse, or that is not Python, is left
     out (its step's own check says why)."""
-    blocks: list[tuple[int, str]] = []
+    blocks: list[tuple[int, list[Line]]] = []
     exercise = 1
     for sid, code in cells:
         step = pack.step(sid) if sid else None
@@ -159,13 +164,12 @@ def _programs(pack: Pack, cells: list[tuple[str | None, str]]) -> dict[int, str]
         except (SyntaxError, ValueError, RecursionError, MemoryError):
             continue
         if inspect(tree) is None and has_code(code):
-            blocks.append((exercise, code))
+            blocks.append((exercise, [line_of(node, code) for node in tree.body]))
     out = {}
     for e in sorted({e.number for e in pack.exercises if not e.kind.trained}):
-        chosen = [code for at, code in blocks if at <= e]
+        chosen = [lines for at, lines in blocks if at <= e]
         if chosen:
-            out[e] = "\n".join("try:\n" + textwrap.indent(c.rstrip("\n"), "    ")
-                               + "\nexcept Exception:\n    pass" for c in chosen) + "\n"
+            out[e] = Program(chosen)
     return out
 
 

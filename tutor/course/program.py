@@ -1,0 +1,166 @@
+"""A submission as the program the kernel ran, and the code in it that answers one step.
+
+A learner's notebook is a program: its cells run in order, each stopping at its first error while
+the next cell still runs. Whatever the layout (answers above the exercise's comment, one
+statement per cell, two attempts in a cell, the whole gradient in one late line), what the
+notebook computes for a gradient is fixed by that order, so the grade reads it from there:
+
+- `text` is the program itself, for the tutor's namespace (each cell in a `try`). The value of a
+  gradient the learner compared is the value at their last comparison: the learner stood behind
+  that one, whatever the name was used for afterwards.
+- `answer` is one step's own code, found by following what the compared value reads back through
+  the program: every statement it needs, up to the gradients the step is given (which the check
+  provides, as for any step) and the lesson's own tensors. That is code the check can hold to the
+  line's rule and diagnose, since it is exactly the learner's code for this gradient.
+
+Nothing here runs code; no torch.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import textwrap
+from dataclasses import dataclass, field
+
+from tutor.code_facts import bound, read, written
+from tutor.pack.model import Pack, Step
+
+# Names the tutor's namespace or Python itself gives: a read of one is never followed.
+_BUILTINS = frozenset(dir(builtins)) | {"torch", "F", "nn", "math", "np"}
+
+
+@dataclass
+class Line:
+    """One top-level statement of the program: its text, what it writes and reads, whether it
+    changes something already held (`+=`, `x[i] = `, `x.add_()`), and the gradients it compares
+    (a comparison runs nothing in the program: it marks what the learner stood behind)."""
+
+    source: str
+    writes: set[str]
+    reads: set[str]
+    augmented: bool
+    compares: set[str] = field(default_factory=set)
+
+
+@dataclass
+class Program:
+    """The submission's code up to one exercise, cell by cell, as the tutor's names."""
+
+    cells: list[list[Line]]
+
+    @property
+    def lines(self) -> list[Line]:
+        return [line for cell in self.cells for line in cell]
+
+    def text(self) -> str:
+        """The program for the tutor's namespace, each cell in a `try` as a kernel runs it; a
+        compared gradient ends as its value where it was last compared."""
+        blocks = []
+        stood: list[str] = []
+        for cell in self.cells:
+            body = []
+            for line in cell:
+                if line.compares:
+                    for name in sorted(line.compares):
+                        body.append(f"stood_{name} = {name}.clone() if isinstance({name}, "
+                                    f"torch.Tensor) else {name}")
+                        stood.append(name)
+                else:
+                    body.append(line.source)
+            if body:
+                blocks.append("try:\n" + textwrap.indent("\n".join(body), "    ")
+                              + "\nexcept Exception:\n    pass")
+        for name in dict.fromkeys(stood):
+            blocks.append(f"try:\n    {name} = stood_{name}\nexcept Exception:\n    pass")
+        return "\n".join(blocks) + "\n" if blocks else ""
+
+    def answer(self, pack: Pack, step: Step, lesson: set[str]) -> str | None:
+        """The step's own code: the statements its gradients (and the first branches it starts)
+        need, in the program's order, from where the learner last compared them back to the
+        gradients it is given. None when the program never writes one of them."""
+        lines = self.lines
+        order = {s.id: i for i, s in enumerate(pack.steps)}
+        at = order[step.id]
+        grads = {f"d{t}" for s in pack.steps for t in (*s.checks, *s.partials)}
+        own = {f"d{t}" for t in step.checks}
+        started_before = {f"d{t}" for s in pack.steps[:at] for t in s.partials} & own
+        later = {f"d{t}" for s in pack.steps[at + 1:] for t in s.checks} - own
+        inputs = grads - own - {f"d{t}" for t in step.partials}
+        stops = inputs | lesson | _BUILTINS
+        upstream = ({f"d{t}" for t in (*step.lines, *step.given)} & grads) | started_before
+        taken: set[int] = set()
+        touched: set[str] = set()
+
+        def last_def(name: str, before: int) -> int | None:
+            return next((j for j in range(before - 1, -1, -1) if name in lines[j].writes), None)
+
+        def follow(name: str, before: int, into: set[int]) -> None:
+            j = last_def(name, before)
+            if j is None or j in into:
+                return
+            into.add(j)
+            for r in lines[j].reads:
+                if r in stops or (r in started_before and (
+                        r in lines[j].writes or lines[j].augmented)):
+                    # The first branch an earlier step started is that step's: the check
+                    # provides it, as it provides every gradient given to this step.
+                    touched.add(r)
+                    continue
+                follow(r, j, into)
+
+        stand = 0
+        for name in sorted(own):
+            ends = [i for i, line in enumerate(lines) if name in line.compares] or [len(lines)]
+            chosen = None
+            for end in reversed(ends):
+                # Where the same name answers two exercises in one program (exercise 1's
+                # dlogits and exercise 2's), the answer to this step is the one computed from
+                # the gradients this step is given.
+                trial: set[int] = set()
+                touched.clear()
+                if last_def(name, end) is None:
+                    continue
+                follow(name, end, trial)
+                given = upstream - {name} if name in started_before else upstream
+                if name in started_before and not touched & given:
+                    continue  # only the first branch an earlier step started: not this step's
+                if chosen is None or not given or touched & given:
+                    chosen = (end, trial)
+                if not given or touched & given:
+                    break
+            if chosen is None:
+                return None
+            stand = max(stand, chosen[0])
+            taken |= chosen[1]
+        for t in step.partials:
+            name = f"d{t}"
+            j = last_def(name, stand)
+            if j is None or lines[j].augmented or name in lines[j].reads \
+                    or lines[j].reads & later:
+                continue  # no first branch of its own here: the closing step writes it whole
+            follow(name, j + 1, taken)
+        return "\n".join(lines[j].source for j in sorted(taken)) + "\n" if taken else None
+
+
+def line_of(node: ast.stmt, text: str, compares: set[str] | None = None) -> Line:
+    """A statement of a cell's text as a Line."""
+    rows = text.split("\n")
+    source = textwrap.dedent("\n".join(rows[node.lineno - 1:node.end_lineno]))
+    writes = written(node)
+    augmented = isinstance(node, ast.AugAssign) or any(
+        isinstance(n, ast.Subscript) and isinstance(n.ctx, ast.Store) for n in ast.walk(node))
+    value = node.value if isinstance(node, ast.Expr) else None
+    if (isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute)
+            and isinstance(value.func.value, ast.Name) and value.func.attr.endswith("_")):
+        # `dC.index_add_(...)`: torch's in-place methods end in an underscore.
+        writes.add(value.func.value.id)
+        augmented = True
+    reads = read(node)
+    if isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name):
+        reads.add(node.target.id)
+    if isinstance(node, (ast.For, ast.While, ast.If, ast.With)):
+        # A loop's own counters and temporaries (`for k ...: ix = Xb[k, j]`) are not read from
+        # outside it; what it only subscripts into (`dC[ix] += ...`) is.
+        reads -= bound(node)
+    return Line(source, writes, reads, augmented, compares or set())

@@ -1,0 +1,228 @@
+"""The learner's names for the lesson's tensors, read off their notebook.
+
+A learner may rename the forward pass itself (`log_probs = probs_.log()`), keep a gradient under
+a name of their own (`grad_h`, `dlogits_fast`) or compare gradients with a helper of their own
+instead of `cmp`. Before anything is cut or run, their names are turned into the tutor's, so that
+their code runs on the tutor's forward pass:
+
+- A forward statement of theirs is the lesson's forward line when the two expressions have the
+  same shape (calls, operators, numbers, keywords) and their names agree wherever they are
+  already known: a lesson name they kept, or a name matched before. At least one operand must be
+  known, so that `x = y[z]` is never taken for `emb = C[Xb]` on its shape alone. The gradient of
+  a renamed tensor follows it (`dlog_probs` for `dlogprobs`).
+- A comparison is any call that receives a gradient and its tensor: `cmp(label, dX, X)`, a
+  helper of their own whose body reads `.grad` (its arguments in any order), or any expression
+  that puts a name beside `X.grad` (`torch.allclose(dX, X.grad)`). The compared name is the
+  gradient of that tensor.
+
+Nothing here runs code; no torch.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable, Mapping
+
+from tutor.pack.model import Pack
+
+# Names that are never a tensor of the lesson's, whatever shape they sit in.
+_MODULES = frozenset({"torch", "F", "nn", "np", "math", "range", "len", "print", "abs", "max",
+                      "min", "sum", "float", "int", "True", "False", "None"})
+_KEYWORDS = {"keepdims": "keepdim", "dims": "dim", "axis": "dim"}
+
+
+def forward_names(pack: Pack, trees: Iterable[ast.AST], lesson: set[str]) -> dict[str, str]:
+    """{learner's name: tutor's name} for the forward tensors (and parameters) a learner
+    renamed, matched line by line against the pack's forward pass (see the module's
+    docstring). `lesson` holds the names the tutor's namespace already has."""
+    lines = []
+    for line in pack.forward_lines:
+        try:
+            node = ast.parse(line.source).body[0]
+        except (SyntaxError, IndexError):
+            continue
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(
+                node.targets[0], ast.Name):
+            lines.append((node.targets[0].id, node.value))
+    theirs = [(node.targets[0].id, node.value) for tree in trees for node in ast.walk(tree)
+              if isinstance(node, ast.Assign) and len(node.targets) == 1
+              and isinstance(node.targets[0], ast.Name)]
+    assigned = {target for target, _ in theirs}
+    # A gradient (`dbnraw`, `dlog_probs`) is never a forward tensor, however alike the code.
+    theirs = [(t, v) for t, v in theirs if not (t[:1] == "d" and (
+        t[1:] in assigned | lesson or t[2:] in assigned and t[1] == "_"))]
+    # A lesson name the learner's own backward code reads is theirs too: nothing of theirs
+    # stands for it.
+    kept = {n.id for tree in trees for node in ast.walk(tree) if isinstance(node, ast.Assign)
+            and any(w[:1] == "d" for t in node.targets for w in _names(t))
+            for n in ast.walk(node.value) if isinstance(n, ast.Name)} & lesson
+    skeletons = {id(value): _skeleton(value) for _, value in [*lines, *theirs]}
+    names: dict[str, str] = {}
+    for _ in range(4):  # a few passes: a later line may anchor an earlier one
+        before = len(names)
+        for target, value in theirs:
+            if target in names:
+                continue
+            for ours, line_value in lines:
+                if target in lesson and target != ours:
+                    continue  # a name the lesson has stays the lesson's
+                bound = _match(skeletons[id(value)], skeletons[id(line_value)], names, lesson)
+                if bound is None or (ours in names.values() and target != ours):
+                    continue
+                if bound and target == ours:
+                    continue  # a lesson name of theirs on other inputs: their own code
+                found = {m: t for m, t in {**bound, target: ours}.items() if m != t}
+                if set(found.values()) & kept:
+                    continue
+                names.update(found)
+                break
+        if len(names) == before:
+            break
+    return names
+
+
+def _names(target: ast.expr) -> list[str]:
+    return [n.id for n in ast.walk(target) if isinstance(n, ast.Name)]
+
+
+def _skeleton(node: ast.AST) -> tuple[str, list[str]]:
+    """The expression with every plain name blanked out (and keyword spellings made one), and
+    the names in the order they appear."""
+    found: list[str] = []
+
+    class Blank(ast.NodeTransformer):
+        def visit_Name(self, n: ast.Name) -> ast.AST:
+            if n.id in _MODULES:
+                return n
+            found.append(n.id)
+            return ast.copy_location(ast.Name("_", n.ctx), n)
+
+        def visit_keyword(self, k: ast.keyword) -> ast.AST:
+            self.generic_visit(k)
+            if k.arg in _KEYWORDS:
+                k.arg = _KEYWORDS[k.arg]
+            return k
+
+    import copy
+
+    blank = Blank().visit(copy.deepcopy(node))
+    return ast.dump(blank), found
+
+
+def _match(mine: tuple[str, list[str]], ours: tuple[str, list[str]], names: Mapping[str, str],
+           lesson: set[str]) -> dict[str, str] | None:
+    """The names a learner's expression binds when it is the lesson's line (same skeleton,
+    names agreeing where known, at least one known), else None."""
+    if mine[0] != ours[0] or len(mine[1]) != len(ours[1]):
+        return None
+    bound: dict[str, str] = {}
+    anchored = False
+    for a, b in zip(mine[1], ours[1], strict=True):
+        known = names.get(a, a if a in lesson else None)
+        if known is not None:
+            if known != b:
+                return None
+            anchored = True
+            continue
+        if bound.setdefault(a, b) != b:
+            return None
+    return bound if anchored else None
+
+
+def batch_sizes(pack: Pack, trees: Iterable[ast.Module], lesson: set[str],
+                data: set[str]) -> dict[str, str]:
+    """{learner's constant: "n"} for a number of their own that is the batch's size
+    (`BATCH_SIZE = 32`, assigned once, to the pack's batch size): it stands for `n`, so that
+    code using it is right on the fresh batch too, as it was right in their notebook."""
+    size = pack.lesson.get("batch_size")
+    if not isinstance(size, int):
+        return {}
+    counts: dict[str, int] = {}
+    constant: set[str] = set()
+    for tree in trees:
+        for node in ast.walk(tree):
+            for name in (written_names(node) if isinstance(node, ast.stmt) else ()):
+                counts[name] = counts.get(name, 0) + 1
+        for node in tree.body:
+            if (isinstance(node, ast.Assign) and len(node.targets) == 1
+                    and isinstance(node.targets[0], ast.Name)
+                    and isinstance(node.value, ast.Constant) and type(node.value.value) is int
+                    and node.value.value == size):
+                constant.add(node.targets[0].id)
+    return {name: "n" for name in sorted(constant) if counts.get(name) == 1
+            and name not in lesson and (name not in data or name == "batch_size")}
+
+
+def written_names(node: ast.stmt) -> set[str]:
+    """The plain names a statement itself assigns (not those of the statements inside it)."""
+    targets: list[ast.expr] = []
+    if isinstance(node, ast.Assign):
+        targets = list(node.targets)
+    elif isinstance(node, (ast.AugAssign, ast.AnnAssign, ast.For, ast.AsyncFor)):
+        targets = [node.target]
+    return {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)
+            and isinstance(n.ctx, ast.Store)}
+
+
+def gradient_names(forward: Mapping[str, str]) -> dict[str, str]:
+    """The gradient names a renamed tensor's gradient goes by (`dlog_probs`, `d_log_probs`,
+    `log_probs_grad`, `grad_log_probs`), as the tutor's."""
+    out = {}
+    for mine, ours in forward.items():
+        for spelling in (f"d{mine}", f"d_{mine}", f"{mine}_grad", f"grad_{mine}"):
+            out[spelling] = f"d{ours}"
+    return out
+
+
+def comparers(trees: Iterable[ast.AST]) -> set[str]:
+    """The learner's own comparison helpers: functions they defined that read `.grad`."""
+    out = {"cmp"}
+    for tree in trees:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef) and any(
+                    isinstance(n, ast.Attribute) and n.attr == "grad" for n in ast.walk(node)):
+                out.add(node.name)
+    return out
+
+
+def comparisons(node: ast.stmt, tensors: set[str], helpers: set[str]) -> list[tuple[str, str]]:
+    """(gradient name, tensor) for each comparison in a statement (see the module's
+    docstring); [] when the statement compares nothing."""
+    if not isinstance(node, (ast.Expr, ast.Assign)):
+        return []
+    out = []
+    for call in ast.walk(node.value):
+        if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name)
+                and call.func.id in helpers):
+            continue
+        args = [*call.args, *(k.value for k in call.keywords)]
+        plain = [a.id for a in args if isinstance(a, ast.Name) and a.id not in _MODULES]
+        tensor = [a for a in plain if a in tensors]
+        other = [a for a in plain if a not in tensors]
+        if len(tensor) == 1 and len(other) == 1:
+            out.append((other[0], tensor[0]))
+        elif len(tensor) == 2 and not other:
+            # `cmp('logits', dlogits, logits)` with both names the lesson's: the last names the
+            # tensor, the one before it is its gradient.
+            out.append((plain[0], plain[1]))
+    if out:
+        return out
+    graded = {n.value.id for n in ast.walk(node.value) if isinstance(n, ast.Attribute)
+              and n.attr == "grad" and isinstance(n.value, ast.Name) and n.value.id in tensors}
+    if len(graded) != 1:
+        return []
+    (tensor,) = graded
+    callees = {id(n.func) for n in ast.walk(node.value) if isinstance(n, ast.Call)}
+    others = {n.id for n in ast.walk(node.value) if isinstance(n, ast.Name)
+              and n.id not in _MODULES and n.id != tensor and id(n) not in callees}
+    return [(others.pop(), tensor)] if len(others) == 1 else []
+
+
+def is_comparison(node: ast.stmt, tensors: set[str], helpers: set[str]) -> bool:
+    """Whether a statement only compares (a `cmp` line, a print of a comparison), or reads the
+    notebook's own autograd gradients, which the tutor's namespace does not hold."""
+    if not isinstance(node, ast.Expr):
+        return False
+    if comparisons(node, tensors, helpers):
+        return True
+    return any(isinstance(n, ast.Attribute) and n.attr == "grad" for n in ast.walk(node))

@@ -456,8 +456,94 @@ def _training_answer(pack: Pack, cells: list[str], renames: dict[str, str], forw
     if not backward.strip():
         return None
     lines = forward_for(pack, backward, settings.loss_line)
+    applied = _applied(cells, set(step.checks), {**renames, **TRAINING_ALIASES, **typos})
     return "\n".join(["# forward pass (the tutor's)", *lines, settings.loss_line, "",
-                      "# backward pass (yours, from the training loop)", backward]) + "\n"
+                      "# backward pass (yours, from the training loop)", backward,
+                      *applied]) + "\n"
+
+
+def _applied(cells: list[str], parameters: set[str], names: Mapping[str, str]) -> list[str]:
+    """What the learner's own update applies to each parameter, as the tutor's gradients: their
+    loop `for p, grad in zip(parameters, grads): p.data += -lr * grad` moves `parameters[i]` by
+    `grads[i]`, in the order of their two lists and with the update's sign. Two entries swapped,
+    or an update that climbs, is what their notebook trains with, so it is what is graded.
+    Nothing when the loop is not of that form, or moves every parameter by its own gradient."""
+    lists: dict[str, list[str]] = {}
+    update = None
+    for tree in _trees(cells):
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Assign) and len(node.targets) == 1
+                    and isinstance(node.targets[0], ast.Name)
+                    and isinstance(node.value, (ast.List, ast.Tuple))
+                    and all(isinstance(e, ast.Name) for e in node.value.elts)):
+                lists[node.targets[0].id] = [names.get(e.id, e.id) for e in node.value.elts]
+            if (isinstance(node, ast.For) and isinstance(node.iter, ast.Call)
+                    and isinstance(node.iter.func, ast.Name) and node.iter.func.id == "zip"
+                    and len(node.iter.args) == 2
+                    and all(isinstance(a, ast.Name) for a in node.iter.args)
+                    and isinstance(node.target, ast.Tuple) and len(node.target.elts) == 2
+                    and all(isinstance(e, ast.Name) for e in node.target.elts)):
+                update = node
+    if update is None:
+        return []
+    held, given = (a.id for a in update.iter.args)  # type: ignore[attr-defined]
+    p, g = (e.id for e in update.target.elts)  # type: ignore[attr-defined]
+    params, grads = lists.get(held), lists.get(given)
+    sign = _descends(update.body, p, g)
+    if params is None or grads is None or sign is None or len(params) != len(grads) \
+            or not set(params) <= parameters:
+        return []
+    moved = {param: grad for param, grad in zip(params, grads, strict=True)}
+    if sign and all(grad == f"d{param}" for param, grad in moved.items()):
+        return []
+    minus = "" if sign else "-"
+    targets = ", ".join(f"d{param}" for param in moved)
+    values = ", ".join(f"{minus}{grad}" for grad in moved.values())
+    return ["", "# what your update applies to each parameter (your lists, in their order)",
+            f"{targets} = {values}"]
+
+
+def _descends(body: list[ast.stmt], p: str, g: str) -> bool | None:
+    """True when the loop's body moves `p` against `g` (`p.data += -lr * g`, `p -= lr * g`),
+    False when along it, None when it is not such an update."""
+    for stmt in body:
+        target = stmt.target if isinstance(stmt, ast.AugAssign) else None
+        held = target.value if isinstance(target, ast.Attribute) else target
+        if not (isinstance(held, ast.Name) and held.id == p):
+            continue
+        step = _sign_of(stmt.value, g)  # type: ignore[union-attr]
+        if step is None:
+            return None
+        return step < 0 if isinstance(stmt.op, ast.Add) else step > 0  # type: ignore[union-attr]
+    return None
+
+
+def _sign_of(expr: ast.expr, g: str) -> int | None:
+    """The sign with which `expr` holds `g` (a product or quotient of it with positive numbers
+    and names, and minus signs), or None."""
+    if isinstance(expr, ast.Name):
+        return 1 if expr.id == g else None
+    if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.USub):
+        inner = _sign_of(expr.operand, g)
+        return None if inner is None else -inner
+    if isinstance(expr, ast.BinOp) and isinstance(expr.op, (ast.Mult, ast.Div)):
+        left, right = _sign_of(expr.left, g), _sign_of(expr.right, g)
+        other = expr.right if left is not None else expr.left
+        found = left if left is not None else right
+        if found is None:
+            return None
+        return found * _factor_sign(other)
+    return None
+
+
+def _factor_sign(expr: ast.expr) -> int:
+    if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.USub):
+        return -_factor_sign(expr.operand)
+    if isinstance(expr, ast.Constant) and isinstance(expr.value, (int, float)):
+        return -1 if expr.value < 0 else 1
+    if isinstance(expr, ast.BinOp) and isinstance(expr.op, (ast.Mult, ast.Div)):
+        return _factor_sign(expr.left) * _factor_sign(expr.right)
+    return 1  # a learning rate, a name: taken as positive
 
 
 def _whole_step(step: Step, tensors: set[str]) -> Step:

@@ -75,6 +75,22 @@ class Program:
             blocks.append(f"try:\n    {name} = stood_{name}\nexcept Exception:\n    pass")
         return "\n".join(blocks) + "\n" if blocks else ""
 
+    def _first_branch(self, pack: Pack, step: Step, name: str) -> int | None:
+        """The statement that starts gradient `name` as the step of `step`'s exercise that
+        starts it asks (its share, written fresh where that step's gradients stand), or None."""
+        lines = self.lines
+        starter = next((s for s in pack.steps if name[1:] in s.partials
+                        and s.exercise == step.exercise), None)
+        if starter is None:
+            return None
+        stand = max(_stand(lines, f"d{t}") for t in starter.checks)
+        j = next((j for j in range(stand - 1, -1, -1) if name in lines[j].writes), None)
+        at = pack.index(starter.id)
+        later = {f"d{t}" for s in pack.steps[at + 1:] for t in s.checks}
+        if j is None or lines[j].augmented or name in lines[j].reads or lines[j].reads & later:
+            return None
+        return j
+
     def answer(self, pack: Pack, step: Step, lesson: set[str]) -> str | None:
         """The step's own code: the statements its gradients (and the first branches it starts)
         need, in the program's order, from where the learner last compared them back to the
@@ -84,7 +100,8 @@ class Program:
         at = order[step.id]
         grads = {f"d{t}" for s in pack.steps for t in (*s.checks, *s.partials)}
         own = {f"d{t}" for t in step.checks}
-        started_before = {f"d{t}" for s in pack.steps[:at] for t in s.partials} & own
+        started_before = {f"d{t}" for s in pack.steps[:at] if s.exercise == step.exercise
+                          for t in s.partials} & own
         later = {f"d{t}" for s in pack.steps[at + 1:] for t in s.checks} - own
         inputs = grads - own - {f"d{t}" for t in step.partials}
         stops = inputs | lesson | _BUILTINS
@@ -123,7 +140,8 @@ class Program:
                     continue
                 follow(name, end, trial)
                 given = upstream - {name} if name in started_before else upstream
-                if name in started_before and not touched & given:
+                if name in started_before and last_def(name, end) == self._first_branch(
+                        pack, step, name):
                     continue  # only the first branch an earlier step started: not this step's
                 if chosen is None or not given or touched & given:
                     chosen = (end, trial)
@@ -141,6 +159,12 @@ class Program:
                 continue  # no first branch of its own here: the closing step writes it whole
             follow(name, j + 1, taken)
         return "\n".join(lines[j].source for j in sorted(taken)) + "\n" if taken else None
+
+
+def _stand(lines: list[Line], name: str) -> int:
+    """Where the learner last stood behind `name`: their last comparison of it, else the end."""
+    return next((i for i in range(len(lines) - 1, -1, -1) if name in lines[i].compares),
+                len(lines))
 
 
 def line_of(node: ast.stmt, text: str, compares: set[str] | None = None) -> Line:

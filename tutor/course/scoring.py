@@ -182,14 +182,16 @@ def grade(lesson: Lesson, sub: Submission, rules: GradingRules = DEFAULT_RULES,
         if result.passed:
             prior[step.id] = code
         out.steps.append(_checked(step, result, rules))
-    _unwritten_branches(pack, sub, results, out)
-    _as_computed(lesson, sub, out, rules, deadline, results)
+    codes = dict(sub.code)
+    _as_computed(lesson, sub, out, rules, deadline, results, codes)
+    _unwritten_branches(pack, codes, results, out)
     out.execution_time = time.monotonic() - started
     return out
 
 
 def _as_computed(lesson: Lesson, sub: Submission, out: Grade, rules: GradingRules,
-                 deadline: float | None, results: dict[str, CheckResult]) -> None:
+                 deadline: float | None, results: dict[str, CheckResult],
+                 codes: dict[str, str]) -> None:
     """A step the cut into steps left without code, or whose cut code failed, is graded again on
     what the submission computes (tutor/course/program.py): its code up to the step's exercise
     as one program, as the kernel ran it, on the tutor's forward pass.
@@ -200,11 +202,12 @@ def _as_computed(lesson: Lesson, sub: Submission, out: Grade, rules: GradingRule
     lean on something the program did around them), the program runs whole and is held to
     autograd on this batch and a fresh one: right, it passes by values only (↷, a point unless
     the course asks for the rule); wrong, the step keeps what the cut said, with no diagnosis of
-    code that may not be this step's."""
+    code that may not be this step's. `results` and `codes` end as what each step was graded
+    on."""
     lesson_tensors = lesson_names(lesson.pack)
     for i, mark in enumerate(out.steps):
         if mark.status not in (Outcome.MISSING, Outcome.FAILED) or mark.message.startswith(
-                ("not graded:", "the first branch")):
+                "not graded:"):
             continue
         step = lesson.pack.step(mark.id)
         program = sub.programs.get(step.exercise)
@@ -228,6 +231,7 @@ def _as_computed(lesson: Lesson, sub: Submission, out: Grade, rules: GradingRule
                                    + textwrap.indent(clean(answer, MAX_FEEDBACK // 2), "    ")
                                    + "\n\n" + graded.feedback)
                 out.steps[i] = graded
+                results[step.id], codes[step.id] = result, answer
                 continue
         elif cut is not None and done is not None and done.error is None:
             continue  # the cut's code is the step's own statements, and its verdict stands
@@ -259,7 +263,7 @@ def _by_values(lesson: Lesson, step: Step, program: str, mark: StepGrade,
     mark.feedback = mark.message + "\n\n" + feedback(result)
 
 
-def _unwritten_branches(pack: Pack, sub: Submission, results: dict[str, CheckResult],
+def _unwritten_branches(pack: Pack, codes: dict[str, str], results: dict[str, CheckResult],
                         out: Grade) -> None:
     """A first branch is graded where the learner was asked to write it. A step that passed
     without starting it (the check lets autograd's branch stand in, so the closing step's `+=`
@@ -277,8 +281,10 @@ def _unwritten_branches(pack: Pack, sub: Submission, results: dict[str, CheckRes
                 continue
             closing = next((s for s in pack.gradient_steps[pack.index(step.id) + 1:]
                             if tensor in s.checks), None)
-            code = sub.code.get(closing.id) if closing else None
+            code = codes.get(closing.id) if closing else None
             done = results.get(closing.id) if closing else None
+            if closing is not None and code is None:
+                continue  # nothing completes it, so nothing leans on the branch that stood in
             if code and done is not None and done.passed and not _adds_to(code, f"d{tensor}"):
                 continue  # the whole gradient written at the closing step: both branches are
             where = f"your code at {closing.id} adds to it" if code else (

@@ -132,25 +132,27 @@ def _match(mine: tuple[str, list[str]], ours: tuple[str, list[str]], names: Mapp
 def batch_sizes(pack: Pack, trees: Iterable[ast.Module], lesson: set[str],
                 data: set[str]) -> dict[str, str]:
     """{learner's constant: "n"} for a number of their own that is the batch's size
-    (`BATCH_SIZE = 32`, assigned once, to the pack's batch size): it stands for `n`, so that
+    (`BATCH_SIZE = 32`, never given anything else): it stands for `n`, so that
     code using it is right on the fresh batch too, as it was right in their notebook."""
     size = pack.lesson.get("batch_size")
     if not isinstance(size, int):
         return {}
-    counts: dict[str, int] = {}
+    other: set[str] = set()  # names also given something else than the batch's size
     constant: set[str] = set()
     for tree in trees:
         for node in ast.walk(tree):
-            for name in (written_names(node) if isinstance(node, ast.stmt) else ()):
-                counts[name] = counts.get(name, 0) + 1
-        for node in tree.body:
+            if not isinstance(node, ast.stmt):
+                continue
+            names = written_names(node)
             if (isinstance(node, ast.Assign) and len(node.targets) == 1
                     and isinstance(node.targets[0], ast.Name)
                     and isinstance(node.value, ast.Constant) and type(node.value.value) is int
                     and node.value.value == size):
-                constant.add(node.targets[0].id)
-    return {name: "n" for name in sorted(constant) if counts.get(name) == 1
-            and name not in lesson and (name not in data or name == "batch_size")}
+                constant |= names
+            else:
+                other |= names
+    return {name: "n" for name in sorted(constant - other)
+            if name not in lesson and (name not in data or name == "batch_size")}
 
 
 def written_names(node: ast.stmt) -> set[str]:

@@ -52,7 +52,8 @@ def main() -> int:
     corpus = importlib.import_module(args.corpus)
     cases = [c for c in corpus.CASES if not args.case or c["name"] in args.case]
     totals = {"right": 0, "lost": 0, "right_renamed": 0, "lost_renamed": 0, "wrong": 0,
-              "credited_wrong": 0, "blamed": 0, "no_result": 0}
+              "credited_wrong": 0, "blamed": 0, "no_result": 0, "cascade": 0,
+              "cascade_credited": 0}
     started = time.monotonic()
     with tempfile.TemporaryDirectory() as tmp:
         for case in cases:
@@ -62,6 +63,13 @@ def main() -> int:
                 totals["no_result"] += 1
                 continue
             steps = {s["id"]: s for s in result["steps"]}
+            # A step whose own line is right but whose learner built on their own wrong
+            # gradient: the tutor grades each step from the right upstream gradient (one
+            # mistake costs one step), so such a step is counted apart.
+            cascade = set(getattr(corpus, "CASCADE", {}).get(case["name"], ()))
+            totals["cascade"] += len(cascade)
+            totals["cascade_credited"] += sum(1 for s in cascade if steps[s]["score"] > 0)
+            case = {**case, "wrong": set(case["wrong"]) - cascade}
             lost = sorted(s for s in case["right"] if steps[s]["score"] < steps[s]["max_score"])
             credited = sorted(s for s in case["wrong"] if steps[s]["score"] > 0)
             blamed = sorted(s for s in case["right"] if steps[s]["status"] == "failed"
@@ -86,6 +94,8 @@ def main() -> int:
           f"(renamed forward pass: {totals['lost_renamed']} of {totals['right_renamed']})")
     print(f"wrong steps credited: {totals['credited_wrong']} of {totals['wrong']}")
     print(f"right steps given a diagnosis: {totals['blamed']}")
+    print(f"steps right by their own line on a wrong upstream gradient of the learner's: "
+          f"{totals['cascade_credited']} of {totals['cascade']} credited")
     print(f"submissions with no result: {totals['no_result']}")
     return 0
 

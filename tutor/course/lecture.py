@@ -399,9 +399,24 @@ def read_lecture(pack: Pack, cells: list[str]) -> LectureAnswers:
             answers.code[sid] = "\n".join(sources) + "\n"
     training = next((e for e in pack.exercises if e.kind.trained), None)
     if training is not None:
-        answers.training = _training_answer(pack, by_region.get(training.number, []),
-                                            renames_all, forward, answers, helpers)
+        loop = by_region.get(training.number) or _training_cells(pack, cells)
+        answers.training = _training_answer(pack, loop, renames_all, forward, answers, helpers)
     return answers
+
+
+def _training_cells(pack: Pack, cells: list[str]) -> list[str]:
+    """Without an `# Exercise 4` comment: the cells holding a loop that writes most of the
+    trained parameters' gradients (exercise 1's `dC` loop writes one)."""
+    step = next(s for s in pack.steps if s.kind.trained)
+    wanted = {f"d{t}" for t in step.checks}
+    out = []
+    for cell, tree in ((c, t) for c in cells for t in _trees([c])):
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.For, ast.While)) and len(
+                    set().union(*(written(s) for s in node.body)) & wanted) > len(wanted) // 2:
+                out.append(cell)
+                break
+    return out
 
 
 def _syntax_error(cell: str) -> bool:
@@ -577,6 +592,9 @@ def notebook_program(pack: Pack, cells: list[str], exercise: int) -> Program | N
     by_region = regions(cells)
     chosen = [c for r, cs in sorted(by_region.items()) if r <= exercise and r not in trained
               for c in cs]
+    if not any(r in trained for r in by_region):
+        loops = _training_cells(pack, cells)  # the training loop is no exercise's answer
+        chosen = [c for c in chosen if c not in loops]
     helpers = comparers(_trees(cells))
     parsed: list[list[tuple[ast.stmt, str]]] = []
     for cell in chosen:

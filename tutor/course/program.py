@@ -87,8 +87,9 @@ class Program:
         j = next((j for j in range(stand - 1, -1, -1) if name in lines[j].writes), None)
         at = pack.index(starter.id)
         later = {f"d{t}" for s in pack.steps[at + 1:] for t in s.checks}
-        if j is None or lines[j].augmented or name in lines[j].reads or lines[j].reads & later:
-            return None
+        if j is None or lines[j].augmented or name in lines[j].reads or lines[j].reads & later \
+                or not lines[j].reads & {f"d{t}" for t in starter.lines}:
+            return None  # not its share: that is built from what the starting line is given
         return j
 
     def answer(self, pack: Pack, step: Step, lesson: set[str]) -> str | None:
@@ -106,8 +107,10 @@ class Program:
         inputs = grads - own - {f"d{t}" for t in step.partials}
         stops = inputs | lesson | _BUILTINS
         upstream = ({f"d{t}" for t in (*step.lines, *step.given)} & grads) | started_before
+        owner = {f"d{t}": s.id for s in pack.steps for t in s.checks}
         taken: set[int] = set()
         touched: set[str] = set()
+        claimed = {name: self._first_branch(pack, step, name) for name in started_before}
 
         def last_def(name: str, before: int) -> int | None:
             return next((j for j in range(before - 1, -1, -1) if name in lines[j].writes), None)
@@ -118,8 +121,7 @@ class Program:
                 return
             into.add(j)
             for r in lines[j].reads:
-                if r in stops or (r in started_before and (
-                        r in lines[j].writes or lines[j].augmented)):
+                if r in stops or (r in started_before and last_def(r, j) == claimed.get(r)):
                     # The first branch an earlier step started is that step's: the check
                     # provides it, as it provides every gradient given to this step.
                     touched.add(r)
@@ -128,24 +130,30 @@ class Program:
 
         stand = 0
         for name in sorted(own):
-            ends = [i for i, line in enumerate(lines) if name in line.compares] or [len(lines)]
-            chosen = None
-            for end in reversed(ends):
+            # Where the learner compared it, latest first; then each value it took.
+            ends = [i for i in range(len(lines) - 1, -1, -1) if name in lines[i].compares] + [
+                i + 1 for i in range(len(lines) - 1, -1, -1) if name in lines[i].writes]
+            chosen, best = None, (-1, -1)
+            for end in ends:
                 # Where the same name answers two exercises in one program (exercise 1's
                 # dlogits and exercise 2's), the answer to this step is the one computed from
-                # the gradients this step is given.
+                # the gradients this step is given, else from the branch it completes.
                 trial: set[int] = set()
                 touched.clear()
                 if last_def(name, end) is None:
                     continue
                 follow(name, end, trial)
                 given = upstream - {name} if name in started_before else upstream
-                if name in started_before and last_def(name, end) == self._first_branch(
-                        pack, step, name):
+                if name in started_before and last_def(name, end) == claimed[name]:
                     continue  # only the first branch an earlier step started: not this step's
-                if chosen is None or not given or touched & given:
-                    chosen = (end, trial)
-                if not given or touched & given:
+                # Else the one built from the gradients nearest this step (exercise 1's
+                # dhprebn from dbndiff2, not exercise 3's from dhpreact).
+                near = max((order[owner[g]] for g in touched & grads if g in owner), default=-1)
+                score = (2, 0) if (not given or touched & given) else (
+                    int(bool(touched & started_before)), near)
+                if score > best:
+                    chosen, best = (end, trial), score
+                if score[0] == 2:
                     break
             if chosen is None:
                 return None
@@ -172,6 +180,8 @@ def line_of(node: ast.stmt, text: str, compares: set[str] | None = None) -> Line
     rows = text.split("\n")
     source = textwrap.dedent("\n".join(rows[node.lineno - 1:node.end_lineno]))
     writes = written(node)
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        writes = {node.name}  # what its body assigns stays inside it
     augmented = isinstance(node, ast.AugAssign) or any(
         isinstance(n, ast.Subscript) and isinstance(n.ctx, ast.Store) for n in ast.walk(node))
     value = node.value if isinstance(node, ast.Expr) else None

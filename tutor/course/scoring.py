@@ -285,10 +285,16 @@ def _unwritten_branches(pack: Pack, codes: dict[str, str], results: dict[str, Ch
             done = results.get(closing.id) if closing else None
             if closing is not None and code is None:
                 continue  # nothing completes it, so nothing leans on the branch that stood in
-            if code and done is not None and done.passed and not _adds_to(code, f"d{tensor}"):
-                continue  # the whole gradient written at the closing step: both branches are
-            where = f"your code at {closing.id} adds to it" if code else (
-                f"{closing.id} has no code" if closing else "no later step completes it")
+            share = {f"d{t}" for t in step.lines} & code_facts.of(code or "").read
+            if code and not _adds_to(code, f"d{tensor}") and (
+                    share or (done is not None and done.passed)):
+                # The whole gradient written at the closing step: both branches are the
+                # learner's (built from what this step's share is built from), and whether the
+                # line is right is the closing step's point.
+                continue
+            where = (f"your code at {closing.id} adds to it" if code and _adds_to(
+                code, f"d{tensor}") else f"your code at {closing.id} writes it without this "
+                "line's share" if code else "no later step completes it")
             mark.status, mark.score, mark.rule = Outcome.FAILED, 0, None
             mark.message = (f"the first branch of d{tensor} (this line's share) is not written "
                             f"here, and {where}: autograd's branch stood in for yours")

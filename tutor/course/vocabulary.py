@@ -57,6 +57,7 @@ def forward_names(pack: Pack, trees: Iterable[ast.AST], lesson: set[str]) -> dic
             and any(w[:1] == "d" for t in node.targets for w in _names(t))
             for n in ast.walk(node.value) if isinstance(n, ast.Name)} & lesson
     skeletons = {id(value): _skeleton(value) for _, value in [*lines, *theirs]}
+    losses = {s.target for s in pack.steps}
     names: dict[str, str] = {}
     for _ in range(4):  # a few passes: a later line may anchor an earlier one
         before = len(names)
@@ -69,8 +70,10 @@ def forward_names(pack: Pack, trees: Iterable[ast.AST], lesson: set[str]) -> dic
                 bound = _match(skeletons[id(value)], skeletons[id(line_value)], names, lesson)
                 if bound is None or (ours in names.values() and target != ours):
                     continue
-                if bound and target == ours:
-                    continue  # a lesson name of theirs on other inputs: their own code
+                if bound and target == ours and ours not in losses:
+                    # A lesson name of theirs on other inputs is their own code (evaluating on
+                    # the training set); only their loss line names the batch they renamed.
+                    continue
                 found = {m: t for m, t in {**bound, target: ours}.items() if m != t}
                 if set(found.values()) & kept:
                     continue

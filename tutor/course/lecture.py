@@ -207,7 +207,12 @@ def rename(source: str, names: Mapping[str, str]) -> str:
         return source
     lines = source.split("\n")
     edits = []
+    depth = 0  # inside brackets, `name=` is a keyword argument; outside, an assignment
     for i, tok in enumerate(tokens):
+        if tok.type == tokenize.OP and tok.string in "([{":
+            depth += 1
+        elif tok.type == tokenize.OP and tok.string in ")]}":
+            depth = max(0, depth - 1)
         if tok.type != tokenize.NAME or tok.string not in names:
             continue
         before = tokens[i - 1] if i else None
@@ -215,7 +220,7 @@ def rename(source: str, names: Mapping[str, str]) -> str:
         if before is not None and before.string == ".":
             continue
         if after is not None and after.string == "=" and before is not None and \
-                before.string in ("(", ","):
+                before.string in ("(", ",") and depth > 0:
             continue  # a keyword argument's name
         edits.append((tok.start, tok.end, names[tok.string]))
     for (row, col), (_erow, ecol), new in reversed(edits):
@@ -400,7 +405,8 @@ def read_lecture(pack: Pack, cells: list[str]) -> LectureAnswers:
     training = next((e for e in pack.exercises if e.kind.trained), None)
     if training is not None:
         loop = by_region.get(training.number) or _training_cells(pack, cells)
-        answers.training = _training_answer(pack, loop, renames_all, forward, answers, helpers)
+        answers.training = _training_answer(pack, loop, renames_all, forward, answers, helpers,
+                                            cells)
     return answers
 
 
@@ -444,7 +450,8 @@ def _renamed(statements: list[Statement], names: dict[str, str]) -> list[Stateme
 
 
 def _training_answer(pack: Pack, cells: list[str], renames: dict[str, str], forward: set[str],
-                     answers: LectureAnswers, helpers: set[str]) -> str | None:
+                     answers: LectureAnswers, helpers: set[str], everything: list[str]
+                     ) -> str | None:
     """The training step (the tutor's forward pass, its loss line, the learner's backward pass
     from the loop's body), or None when the loop has no backward code."""
     from tutor.training.plan import TrainingSettings, forward_for
@@ -472,9 +479,40 @@ def _training_answer(pack: Pack, cells: list[str], renames: dict[str, str], forw
         return None
     lines = forward_for(pack, backward, settings.loss_line)
     applied = _applied(cells, set(step.checks), {**renames, **TRAINING_ALIASES, **typos})
+    backward = _with_functions(everything, backward)
     return "\n".join(["# forward pass (the tutor's)", *lines, settings.loss_line, "",
                       "# backward pass (yours, from the training loop)", backward,
                       *applied]) + "\n"
+
+
+def _with_functions(cells: list[str], code: str) -> str:
+    """`code` after the definitions of the learner's own functions it calls (`ce_backward`,
+    `tanh_backward`), wherever in the notebook they were defined, last definition first found
+    from the end, and those those call in turn."""
+    defs: dict[str, str] = {}
+    for cell in cells:
+        try:
+            body, text = parse_cell(cell)
+        except SyntaxError:
+            continue
+        for node in body:
+            if isinstance(node, ast.FunctionDef):
+                defs[node.name] = _source(node, text)
+    wanted: list[str] = []
+    todo = [code]
+    while todo:
+        try:
+            tree = ast.parse(todo.pop())
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            continue
+        for n in ast.walk(tree):
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in defs \
+                    and n.func.id not in wanted:
+                wanted.append(n.func.id)
+                todo.append(defs[n.func.id])
+    if not wanted:
+        return code
+    return "\n\n".join([*(defs[name] for name in reversed(wanted)), code])
 
 
 def _applied(cells: list[str], parameters: set[str], names: Mapping[str, str]) -> list[str]:
@@ -505,17 +543,20 @@ def _applied(cells: list[str], parameters: set[str], names: Mapping[str, str]) -
     p, g = (e.id for e in update.target.elts)  # type: ignore[attr-defined]
     params, grads = lists.get(held), lists.get(given)
     sign = _descends(update.body, p, g)
-    if params is None or grads is None or sign is None or len(params) != len(grads) \
-            or not set(params) <= parameters:
+    if params is None or grads is None or sign is None or not set(params) <= parameters:
         return []
-    moved = {param: grad for param, grad in zip(params, grads, strict=True)}
-    if sign and all(grad == f"d{param}" for param, grad in moved.items()):
+    # zip stops at the shorter list: a parameter past the end of the gradients never moves.
+    moved = {param: grad for param, grad in zip(params, grads)}  # noqa: B905
+    still = [param for param in params if param not in moved]
+    if sign and not still and all(grad == f"d{param}" for param, grad in moved.items()):
         return []
     minus = "" if sign else "-"
     targets = ", ".join(f"d{param}" for param in moved)
     values = ", ".join(f"{minus}{grad}" for grad in moved.values())
     return ["", "# what your update applies to each parameter (your lists, in their order)",
-            f"{targets} = {values}"]
+            f"{targets} = {values}",
+            *(f"d{param} = torch.zeros_like({param})  # past the end of your list" for param
+              in still)]
 
 
 def _descends(body: list[ast.stmt], p: str, g: str) -> bool | None:
@@ -592,20 +633,27 @@ def notebook_program(pack: Pack, cells: list[str], exercise: int) -> Program | N
     by_region = regions(cells)
     chosen = [c for r, cs in sorted(by_region.items()) if r <= exercise and r not in trained
               for c in cs]
+    first = min(e.number for e in pack.exercises)
+    own = {id(c) for r, cs in by_region.items() if r == exercise or (
+        exercise == first and r < exercise) for c in cs}  # cells above the first mark too
     if not any(r in trained for r in by_region):
         loops = _training_cells(pack, cells)  # the training loop is no exercise's answer
         chosen = [c for c in chosen if c not in loops]
     helpers = comparers(_trees(cells))
     parsed: list[list[tuple[ast.stmt, str]]] = []
+    here: list[bool] = []
     for cell in chosen:
         try:
             body, text = parse_cell(cell)
         except SyntaxError:
             continue  # a cell that is not Python ran nothing in the kernel either
         parsed.append([(n, text) for n in body])
+        here.append(id(cell) in own)
+    parsed = _inlined(parsed, {f"d{t}" for t in lesson})
     names = renames_from_cmp([n for cell in parsed for n, _ in cell], lesson, helpers)
     out: list[list[Line]] = []
-    for cell in parsed:
+    written_here: set[str] = set()
+    for cell, is_here in zip(parsed, here, strict=True):
         lines = []
         for node, text in cell:
             compared = {names.get(g, g) for g, t in comparisons(node, lesson, helpers)
@@ -618,9 +666,38 @@ def notebook_program(pack: Pack, cells: list[str], exercise: int) -> Program | N
                     line = Line(rename(line.source, names), {names.get(w, w) for w in line.writes},
                                 {names.get(r, r) for r in line.reads}, line.augmented)
                 lines.append(line)
-        if any(not line.compares for line in lines):
+        if lines:
             out.append(lines)
-    return Program(out) if out else None
+            if is_here:
+                written_here |= set().union(*(line.writes for line in lines))
+    return Program(out, written_here) if out else None
+
+
+def _inlined(cells: list[list[tuple[ast.stmt, str]]], grads: set[str]
+             ) -> list[list[tuple[ast.stmt, str]]]:
+    """A function of the learner's that takes no arguments and computes gradients
+    (`def manual_backward(): dlogprobs = ...`), called as a statement, run in place: its body's
+    statements are the program's there (its `return` left out), so that each gradient it computes
+    is found like any other."""
+    defs = {n.name: (n, text) for cell in cells for n, text in cell
+            if isinstance(n, ast.FunctionDef) and not (n.args.args or n.args.posonlyargs
+                                                       or n.args.kwonlyargs or n.args.vararg)
+            and any(written(s) & grads for s in n.body)}
+    if not defs:
+        return cells
+    out = []
+    for cell in cells:
+        flat: list[tuple[ast.stmt, str]] = []
+        for node, text in cell:
+            call = node.value if isinstance(node, (ast.Expr, ast.Assign)) else None
+            if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) \
+                    and call.func.id in defs and not call.args and not call.keywords:
+                fn, fn_text = defs[call.func.id]
+                flat += [(s, fn_text) for s in fn.body if not isinstance(s, ast.Return)]
+            else:
+                flat.append((node, text))
+        out.append(flat)
+    return out
 
 
 def _source(node: ast.stmt, text: str) -> str:

@@ -48,6 +48,9 @@ class Program:
     """The submission's code up to one exercise, cell by cell, as the tutor's names."""
 
     cells: list[list[Line]]
+    # What the exercise's own cells write (not the exercises before it): a step graded by the
+    # whole program's values must be answered there, not by an earlier exercise's code.
+    written_here: set[str] = field(default_factory=set)
 
     @property
     def lines(self) -> list[Line]:
@@ -87,8 +90,9 @@ class Program:
         j = next((j for j in range(stand - 1, -1, -1) if name in lines[j].writes), None)
         at = pack.index(starter.id)
         later = {f"d{t}" for s in pack.steps[at + 1:] for t in s.checks}
+        own = {f"d{t}" for t in starter.checks}
         if j is None or lines[j].augmented or name in lines[j].reads or lines[j].reads & later \
-                or not lines[j].reads & {f"d{t}" for t in starter.lines}:
+                or lines[j].reads & own or not lines[j].reads & {f"d{t}" for t in starter.lines}:
             return None  # not its share: that is built from what the starting line is given
         return j
 

@@ -150,6 +150,9 @@ def grade(lesson: Lesson, sub: Submission, rules: GradingRules = DEFAULT_RULES,
                 notes=[clean(n, MAX_MESSAGE) for n in (*sub.notes, *sub.unknown)])
     prior: dict[str, str] = {}
     results: dict[str, CheckResult] = {}
+    codes: dict[str, str] = {}
+    settled: set[str] = set()  # steps whose verdict is on their own statements
+    tensors = lesson_names(pack)
     for step in pack.steps:
         if progress:
             progress(step.id)
@@ -160,54 +163,93 @@ def grade(lesson: Lesson, sub: Submission, rules: GradingRules = DEFAULT_RULES,
             out.steps.append(_training(lesson, step, sub.training, rules.train_steps,
                                        deadline, rules.train_loss))
             continue
-        code = sub.code.get(step.id)
-        if code is None:
-            out.steps.append(_missing(step))
-            continue
-        too_big = size_problem(code, f"the code for {step.id}")
-        if too_big:
-            out.steps.append(StepGrade(step.id, step.title, step.exercise, Outcome.FAILED, None,
-                                       0, step.points, too_big))
-            continue
-        try:
-            result = lesson.evaluate(step.id, code, dict(prior))
-        except EvaluatorError:
-            raise  # the grader's own failure: the caller says so for the whole submission
-        except Exception as exc:  # noqa: BLE001 - one step's trouble is that step's result
-            out.steps.append(StepGrade(step.id, step.title, step.exercise, Outcome.ERROR, None,
-                                       0, step.points, f"the grader failed on this step "
-                                       f"({type(exc).__name__}), not your code"))
-            continue
-        results[step.id] = result
-        if result.passed:
-            prior[step.id] = code
-        out.steps.append(_checked(step, result, rules))
-    codes = dict(sub.code)
-    _as_computed(lesson, sub, out, rules, deadline, results, codes)
+        code, mark, result = _graded(lesson, sub, step, prior, rules, tensors, settled)
+        if result is not None:
+            results[step.id] = result
+            if result.passed:
+                prior[step.id] = code or ""
+        if code is not None:
+            codes[step.id] = code
+        out.steps.append(mark)
+    _as_computed(lesson, sub, out, rules, deadline, settled)
     _unwritten_branches(pack, codes, results, out)
     out.execution_time = time.monotonic() - started
     return out
 
 
-def _as_computed(lesson: Lesson, sub: Submission, out: Grade, rules: GradingRules,
-                 deadline: float | None, results: dict[str, CheckResult],
-                 codes: dict[str, str]) -> None:
-    """A step the cut into steps left without code, or whose cut code failed, is graded again on
-    what the submission computes (tutor/course/program.py): its code up to the step's exercise
-    as one program, as the kernel ran it, on the tutor's forward pass.
+def _graded(lesson: Lesson, sub: Submission, step: Step, prior: dict[str, str],
+            rules: GradingRules, tensors: set[str], settled: set[str]
+            ) -> tuple[str | None, StepGrade, CheckResult | None]:
+    """A step graded on its own statements in the program the submission is (tutor/course/
+    program.py: followed back from where the learner last compared its gradients to the
+    gradients it is given), else on the code the cut into steps found for it; the code, the
+    mark and the check's result. A verdict on the step's own statements is `settled`: no
+    other reading of the submission overrides it."""
+    program = sub.programs.get(step.exercise)
+    answer = program.answer(lesson.pack, step, tensors) if program else None
+    cut = sub.code.get(step.id)
+    if sub.form != "lecture" and cut is not None:
+        # The tutor's own forms name each cell's step: the learner said what answers it, and
+        # only where that fails is the program asked.
+        mark, result = _check(lesson, step, cut, prior, rules)
+        if mark.status not in (Outcome.MISSING, Outcome.FAILED) or not answer \
+                or answer.strip() == cut.strip():
+            if answer and result is not None and result.error is None:
+                settled.add(step.id)
+            return cut, mark, result
+        cut_graded: tuple[str | None, StepGrade, CheckResult | None] | None = (
+            cut, mark, result)
+    else:
+        cut_graded = None
+    if answer:
+        mark, result = _check(lesson, step, answer, prior, rules)
+        if result is not None and (result.passed or result.error is None):
+            settled.add(step.id)
+            if cut is None or answer.strip() != cut.strip():
+                mark.feedback = (f"graded on the statements of your submission that compute "
+                                 f"{', '.join(step.graded_names)}, as it runs:\n"
+                                 + textwrap.indent(clean(answer, MAX_FEEDBACK // 2), "    ")
+                                 + "\n\n" + mark.feedback)
+            return answer, mark, result
+    if cut_graded is not None:
+        return cut_graded
+    if cut is None:
+        return None, _missing(step), None
+    mark, result = _check(lesson, step, cut, prior, rules)
+    return cut, mark, result
 
-    First, the step's own statements, followed back through that program from where the learner
-    last compared the gradient: a check like any other, with its rule and its diagnosis, since
-    that is the learner's code for this gradient. Where those statements cannot run alone (they
-    lean on something the program did around them), the program runs whole and is held to
-    autograd on this batch and a fresh one: right, it passes by values only (↷, a point unless
-    the course asks for the rule); wrong, the step keeps what the cut said, with no diagnosis of
-    code that may not be this step's. `results` and `codes` end as what each step was graded
-    on."""
-    lesson_tensors = lesson_names(lesson.pack)
-    for i, mark in enumerate(out.steps):
-        if mark.status not in (Outcome.MISSING, Outcome.FAILED) or mark.message.startswith(
-                "not graded:"):
+
+def _check(lesson: Lesson, step: Step, code: str, prior: dict[str, str], rules: GradingRules
+           ) -> tuple[StepGrade, CheckResult | None]:
+    """One step's code checked after the earlier steps' code that passed."""
+    too_big = size_problem(code, f"the code for {step.id}")
+    if too_big:
+        return StepGrade(step.id, step.title, step.exercise, Outcome.FAILED, None, 0,
+                         step.points, too_big), None
+    try:
+        result = lesson.evaluate(step.id, code, dict(prior))
+    except EvaluatorError:
+        raise  # the grader's own failure: the caller says so for the whole submission
+    except Exception as exc:  # noqa: BLE001 - one step's trouble is that step's result
+        return StepGrade(step.id, step.title, step.exercise, Outcome.ERROR, None, 0,
+                         step.points, f"the grader failed on this step ({type(exc).__name__}), "
+                         "not your code"), None
+    return _checked(step, result, rules), result
+
+
+def _as_computed(lesson: Lesson, sub: Submission, out: Grade, rules: GradingRules,
+                 deadline: float | None, settled: set[str]) -> None:
+    """A step that neither the cut into steps nor its own statements in the program
+    (tutor/course/program.py: followed back from where the learner last compared the gradient
+    to the gradients the step is given) could grade, because those statements cannot run alone
+    (they lean on something the program did around them), is held to autograd by what the whole
+    program computes: the submission's code up to the step's exercise, as the kernel ran it, on
+    the tutor's forward pass, on this batch and a fresh one. Right, it passes by values only (↷,
+    a point unless the course asks for the rule); wrong, the step keeps what the cut said, with
+    no diagnosis of code that may not be this step's."""
+    for mark in out.steps:
+        if mark.status not in (Outcome.MISSING, Outcome.FAILED) or mark.id in settled \
+                or mark.message.startswith("not graded:"):
             continue
         step = lesson.pack.step(mark.id)
         program = sub.programs.get(step.exercise)
@@ -215,27 +257,8 @@ def _as_computed(lesson: Lesson, sub: Submission, out: Grade, rules: GradingRule
             continue
         if deadline is not None and time.monotonic() >= deadline:
             return
-        cut, done = sub.code.get(step.id), results.get(step.id)
-        answer = program.answer(lesson.pack, step, lesson_tensors)
-        if answer is not None and (cut is None or answer.strip() != cut.strip()):
-            try:
-                result = lesson.evaluate(step.id, answer, {})
-            except EvaluatorError:
-                raise
-            except Exception:  # noqa: BLE001 - a fallback that cannot run changes nothing
-                result = None
-            if result is not None and (result.passed or result.error is None):
-                graded = _checked(step, result, rules)
-                graded.feedback = (f"graded on the statements of your submission that compute "
-                                   f"{', '.join(step.graded_names)}, as it runs:\n"
-                                   + textwrap.indent(clean(answer, MAX_FEEDBACK // 2), "    ")
-                                   + "\n\n" + graded.feedback)
-                out.steps[i] = graded
-                results[step.id], codes[step.id] = result, answer
-                continue
-        elif cut is not None and done is not None and done.error is None:
-            continue  # the cut's code is the step's own statements, and its verdict stands
-        _by_values(lesson, step, program.text(), mark, rules)
+        if {f"d{t}" for t in step.checks} <= program.written_here:
+            _by_values(lesson, step, program.text(), mark, rules)
 
 
 def _by_values(lesson: Lesson, step: Step, program: str, mark: StepGrade,

@@ -169,7 +169,8 @@ def _programs(pack: Pack, cells: list[tuple[str | None, str]]) -> dict[int, Prog
     for e in sorted({e.number for e in pack.exercises if not e.kind.trained}):
         chosen = [lines for at, lines in blocks if at <= e]
         if chosen:
-            out[e] = Program(chosen)
+            out[e] = Program(chosen, {w for at, lines in blocks if at == e for line in lines
+                                      for w in line.writes})
     return out
 
 

@@ -58,7 +58,7 @@ def forward_names(pack: Pack, trees: Iterable[ast.AST], lesson: set[str]) -> dic
             for n in ast.walk(node.value) if isinstance(n, ast.Name)} & lesson
     skeletons = {id(value): _skeleton(value) for _, value in [*lines, *theirs]}
     losses = {s.target for s in pack.steps}
-    names: dict[str, str] = {}
+    names: dict[str, str] = _parameter_names(pack, trees, lesson)
     for _ in range(4):  # a few passes: a later line may anchor an earlier one
         before = len(names)
         for target, value in theirs:
@@ -81,7 +81,73 @@ def forward_names(pack: Pack, trees: Iterable[ast.AST], lesson: set[str]) -> dic
                 break
         if len(names) == before:
             break
+    _by_data_flow(pack, trees, lesson, names, kept)
     return names
+
+
+def _by_data_flow(pack: Pack, trees: Iterable[ast.AST], lesson: set[str], names: dict[str, str],
+                  kept: set[str]) -> None:
+    """A forward statement written otherwise than the lesson's line (`mean = pre.mean(0,
+    keepdim=True)` for `bnmeani = 1/n*hprebn.sum(0, keepdim=True)`) is that line when it reads
+    exactly the tensors the line reads, as names already known, and no other line does. Only
+    the forward pass itself is read so (a cell that calls `backward()`), every name it reads
+    must be known (a tensor, a size, a module), and a statement of the backward pass (which
+    reads a gradient, never known here) is left alone."""
+    tensors = {line.target for line in pack.forward_lines} | {
+        t for s in pack.steps for t in s.checks} | {"Xb", "Yb"}
+    plain = lesson - tensors | set(pack.sizes) | {"n", "batch_size", "vocab_size"} | _MODULES
+    reads_of = {line.target: set(line.operands) & tensors for line in pack.forward_lines}
+    cells = [tree for tree in trees if any(
+        isinstance(n, ast.Attribute) and n.attr == "backward" for n in ast.walk(tree))]
+    statements = [(node.targets[0].id, read_names(node.value)) for tree in cells
+                  for node in ast.walk(tree) if isinstance(node, ast.Assign)
+                  and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)]
+    for _ in range(len(statements)):
+        before = len(names)
+        for target, reads in statements:
+            if target in names or target in lesson:
+                continue
+            mapped = {names.get(r, r) for r in reads}
+            if mapped - tensors - plain or not mapped & tensors:
+                continue
+            lines = [t for t, ops in reads_of.items() if ops == mapped & tensors
+                     and t not in names.values() and t not in kept]
+            if len(lines) == 1:
+                names[target] = lines[0]
+        if len(names) == before:
+            break
+
+
+def read_names(node: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)
+            and isinstance(n.ctx, ast.Load)}
+
+
+def _parameter_names(pack: Pack, trees: Iterable[ast.AST], lesson: set[str]) -> dict[str, str]:
+    """The learner's names for the parameters, from their `parameters = [...]` list: the
+    lesson's parameters in the lesson's order (the trained step's), so a list of the same
+    length names them one for one."""
+    trained = next((s for s in pack.steps if s.kind.trained), None)
+    if trained is None:
+        return {}
+    # A list the notebook walks to set `requires_grad`, clear `.grad` or update `.data`.
+    walked = {node.iter.id for tree in trees for node in ast.walk(tree)
+              if isinstance(node, ast.For) and isinstance(node.iter, ast.Name) and any(
+                  isinstance(n, ast.Attribute) and n.attr in ("requires_grad", "grad", "data")
+                  for n in ast.walk(node))}
+    for tree in trees:
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Assign) and len(node.targets) == 1
+                    and isinstance(node.targets[0], ast.Name)
+                    and node.targets[0].id in walked | {"parameters"}
+                    and isinstance(node.value, (ast.List, ast.Tuple))
+                    and len(node.value.elts) == len(trained.checks)
+                    and all(isinstance(e, ast.Name) for e in node.value.elts)):
+                mine = [e.id for e in node.value.elts]  # type: ignore[attr-defined]
+                if set(mine) & lesson and mine != list(trained.checks):
+                    continue  # their own list of the lesson's names, in another order
+                return {m: t for m, t in zip(mine, trained.checks, strict=True) if m != t}
+    return {}
 
 
 def _names(target: ast.expr) -> list[str]:
@@ -155,7 +221,7 @@ def batch_sizes(pack: Pack, trees: Iterable[ast.Module], lesson: set[str],
             else:
                 other |= names
     return {name: "n" for name in sorted(constant - other)
-            if name not in lesson and (name not in data or name == "batch_size")}
+            if name not in lesson and name not in data}
 
 
 def written_names(node: ast.stmt) -> set[str]:
@@ -193,6 +259,8 @@ def comparers(trees: Iterable[ast.AST]) -> set[str]:
 def comparisons(node: ast.stmt, tensors: set[str], helpers: set[str]) -> list[tuple[str, str]]:
     """(gradient name, tensor) for each comparison in a statement (see the module's
     docstring); [] when the statement compares nothing."""
+    if isinstance(node, ast.For):
+        return _loop_comparisons(node, tensors, helpers)
     if not isinstance(node, (ast.Expr, ast.Assign)):
         return []
     out = []
@@ -223,11 +291,37 @@ def comparisons(node: ast.stmt, tensors: set[str], helpers: set[str]) -> list[tu
     return [(others.pop(), tensor)] if len(others) == 1 else []
 
 
+def _loop_comparisons(node: ast.For, tensors: set[str], helpers: set[str]
+                      ) -> list[tuple[str, str]]:
+    """A loop that compares each entry of a list: `for name in ['probs', ...]: cmp(name,
+    globals()['d' + name], ...)`, or `for label, mine, ref in [('probs', dprobs, probs), ...]:
+    cmp(label, mine, ref)`: each entry is a comparison."""
+    compares = any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+                   and n.func.id in helpers for n in ast.walk(node)) or any(
+        isinstance(n, ast.Attribute) and n.attr == "grad" for n in ast.walk(node))
+    if not compares or not isinstance(node.iter, (ast.List, ast.Tuple)):
+        return []
+    out = []
+    for entry in node.iter.elts:
+        if isinstance(entry, ast.Constant) and isinstance(entry.value, str) \
+                and entry.value in tensors:
+            out.append((f"d{entry.value}", entry.value))
+        elif isinstance(entry, (ast.Tuple, ast.List)):
+            plain = [e.id for e in entry.elts if isinstance(e, ast.Name)]
+            tensor = [a for a in plain if a in tensors]
+            other = [a for a in plain if a not in tensors]
+            if len(tensor) == 1 and len(other) == 1:
+                out.append((other[0], tensor[0]))
+            elif len(tensor) == 2 and not other:
+                out.append((plain[0], plain[1]))
+    return out
+
+
 def is_comparison(node: ast.stmt, tensors: set[str], helpers: set[str]) -> bool:
     """Whether a statement only compares (a `cmp` line, a print of a comparison), or reads the
     notebook's own autograd gradients, which the tutor's namespace does not hold."""
-    if not isinstance(node, ast.Expr):
-        return False
     if comparisons(node, tensors, helpers):
         return True
+    if not isinstance(node, ast.Expr):
+        return False
     return any(isinstance(n, ast.Attribute) and n.attr == "grad" for n in ast.walk(node))

@@ -192,6 +192,19 @@ def _current() -> Simulated | None:
     return getattr(_installed, "mode", None)
 
 
+# The simulation's own Python (it tags every tensor an operation makes) costs CPU time that no
+# real device spends: about three times a plain CPU check's. A CPU budget of the tutor's own
+# work (the search for a wrong answer's smallest change) is stretched by this much under it, so
+# that a diagnosis the CPU finds within its budget is found on the simulated device too.
+SIMULATION_COST = 4.0
+
+
+def cost() -> float:
+    """How much more CPU time the tutor's own work takes on this thread's device than on the
+    CPU: SIMULATION_COST under the simulated accelerator, else 1."""
+    return SIMULATION_COST if _current() is not None else 1.0
+
+
 def on_accelerator(t: torch.Tensor) -> bool:
     """Whether `t` is on the simulated accelerator (always False without it)."""
     return bool(t.__dict__.get(_TAG)) if _has_dict(t) else False

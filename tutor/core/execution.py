@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from tutor import code_facts
+from tutor import code_facts, devices
 from tutor.config import DEFAULT_TUTOR_SECONDS
 from tutor.core.candidate import (
     CodeError,
@@ -850,7 +850,9 @@ def _run_programs(spec: CheckSpec | FunctionCheckSpec, out: list[list[dict | Non
         bases = [inputs for _, inputs in spec.cases[:VARIANT_BATCHES]]
     else:
         bases = [_replay(plan, learner)[0] for plan in spec.batches[:VARIANT_BATCHES]]
-    budget = Budget(spec.variant_seconds, kill=True)  # a program that swallows the stop ends here
+    # A program that swallows the stop ends here; the simulated device's own cost is not
+    # the search's (tutor/devices.py `cost`).
+    budget = Budget(spec.variant_seconds * devices.cost(), kill=True)
     total = 0
     for compiled in list(spec.variants or ())[:MAX_VARIANTS]:
         code = load_program(compiled)

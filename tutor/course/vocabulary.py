@@ -201,7 +201,7 @@ def _match(mine: tuple[str, list[str]], ours: tuple[str, list[str]], names: Mapp
 def batch_sizes(pack: Pack, trees: Iterable[ast.Module], lesson: set[str],
                 data: set[str]) -> dict[str, str]:
     """{learner's constant: "n"} for a number of their own that is the batch's size
-    (`BATCH_SIZE = 32`, never given anything else): it stands for `n`, so that
+    (`BATCH_SIZE = 32`, `B = Xb.shape[0]`, never given anything else): it stands for `n`, so that
     code using it is right on the fresh batch too, as it was right in their notebook."""
     size = pack.lesson.get("batch_size")
     if not isinstance(size, int):
@@ -215,13 +215,20 @@ def batch_sizes(pack: Pack, trees: Iterable[ast.Module], lesson: set[str],
             names = written_names(node)
             if (isinstance(node, ast.Assign) and len(node.targets) == 1
                     and isinstance(node.targets[0], ast.Name)
-                    and isinstance(node.value, ast.Constant) and type(node.value.value) is int
-                    and node.value.value == size):
+                    and (isinstance(node.value, ast.Constant) and type(node.value.value) is int
+                         and node.value.value == size or _is_batch_length(node.value))):
                 constant |= names
             else:
                 other |= names
     return {name: "n" for name in sorted(constant - other)
             if name not in lesson and name not in data}
+
+
+def _is_batch_length(value: ast.expr) -> bool:
+    """`Xb.shape[0]`, `Yb.shape[0]`, `Xb.size(0)`, `len(Xb)`: the batch's size, as computed."""
+    text = ast.unparse(value).replace(" ", "")
+    return text in {f"{b}.shape[0]" for b in ("Xb", "Yb")} | {f"{b}.size(0)" for b in (
+        "Xb", "Yb")} | {f"len({b})" for b in ("Xb", "Yb")}
 
 
 def written_names(node: ast.stmt) -> set[str]:

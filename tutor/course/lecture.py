@@ -155,8 +155,11 @@ def translated(pack: Pack, cells: list[str]) -> tuple[list[str], dict[str, str]]
     gradients) turned into the tutor's (tutor/course/vocabulary.py), and those names."""
     trees = _trees(cells)
     lesson = lesson_names(pack)
-    forward = forward_names(pack, trees, lesson)
-    ours = {**forward, **batch_sizes(pack, trees, lesson, _DATA)}
+    try:
+        forward = forward_names(pack, trees, lesson)
+        ours = {**forward, **batch_sizes(pack, trees, lesson, _DATA)}
+    except (RecursionError, MemoryError):
+        return cells, {}  # an expression too deep to compare: the names stay the learner's
     if not ours:
         return cells, {}
     names = {**gradient_names(forward), **ours}

@@ -56,6 +56,11 @@ class Program:
     def lines(self) -> list[Line]:
         return [line for cell in self.cells for line in cell]
 
+    @property
+    def written(self) -> set[str]:
+        """Every name the program writes."""
+        return set().union(*(line.writes for line in self.lines))
+
     def text(self) -> str:
         """The program for the tutor's namespace, each cell in a `try` as a kernel runs it; a
         compared gradient ends as its value where it was last compared."""

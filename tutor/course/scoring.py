@@ -188,6 +188,10 @@ def _graded(lesson: Lesson, sub: Submission, step: Step, prior: dict[str, str],
     program = sub.programs.get(step.exercise)
     answer = program.answer(lesson.pack, step, tensors) if program else None
     cut = sub.code.get(step.id)
+    grads = {f"d{t}" for t in step.checks}
+    if sub.form == "lecture" and program is not None and not grads <= program.written and (
+            cut is None or not grads <= code_facts.of(cut).bound):
+        return None, _missing(step), None  # the notebook never writes this step's gradients
     if sub.form != "lecture" and cut is not None:
         # The tutor's own forms name each cell's step: the learner said what answers it, and
         # only where that fails is the program asked.

@@ -135,10 +135,6 @@ def _no_answer(node: ast.stmt) -> bool:
     return False
 
 
-def _is_cmp(node: ast.stmt, tensors: set[str], helpers: set[str]) -> bool:
-    return is_comparison(node, tensors, helpers)
-
-
 def _trees(cells: Iterable[str]) -> list[ast.Module]:
     """The cells that parse, parsed (a cell that does not is left to whoever reads it)."""
     out = []
@@ -395,7 +391,7 @@ def read_lecture(pack: Pack, cells: list[str]) -> LectureAnswers:
             continue
         renamed = renames_from_cmp(flat, tensors, helpers)
         statements = [_statement(n, text) for n, text in nodes
-                      if not _is_cmp(n, forward, helpers) and not _no_answer(n)]
+                      if not is_comparison(n, forward, helpers) and not _no_answer(n)]
         statements = _renamed(statements, renamed)
         cutter = _Cutter(pack, steps, forward)
         typos = _typo_renames(statements, cutter.grads, cutter.grads | forward)
@@ -469,7 +465,7 @@ def _training_answer(pack: Pack, cells: list[str], renames: dict[str, str], forw
         answers.notes.append(f"the training loop's code is not Python (line {exc.lineno}: "
                              f"{exc.msg})")
         return "\n".join(_without_magics(c) for c in cells) if cells else None
-    statements = [_statement(n, text) for n, text in nodes if not _is_cmp(n, forward, helpers)
+    statements = [_statement(n, text) for n, text in nodes if not is_comparison(n, forward, helpers)
                   and not _no_answer(n)]
     statements = _renamed(statements, {**renames, **TRAINING_ALIASES})
     wanted = {f"d{t}" for t in step.checks}

@@ -192,35 +192,30 @@ def _graded(lesson: Lesson, sub: Submission, step: Step, prior: dict[str, str],
     if sub.form == "lecture" and program is not None and not grads <= program.written and (
             cut is None or not grads <= code_facts.of(cut).bound):
         return None, _missing(step), None  # the notebook never writes this step's gradients
-    if sub.form != "lecture" and cut is not None:
-        # The tutor's own forms name each cell's step: the learner said what answers it, and
-        # only where that fails is the program asked.
-        mark, result = _check(lesson, step, cut, prior, rules)
-        if mark.status not in (Outcome.MISSING, Outcome.FAILED) or not answer \
-                or answer.strip() == cut.strip():
+    # The tutor's own forms name each cell's step: the learner said what answers it, and only
+    # where that fails is the program asked. A notebook is read as its program first.
+    tried: dict[str, tuple[StepGrade, CheckResult | None]] = {}
+    for code in ((cut, answer) if sub.form != "lecture" else (answer, cut)):
+        if not code or code.strip() in tried:
+            continue
+        mark, result = tried[code.strip()] = _check(lesson, step, code, prior, rules)
+        if code is answer:
+            if result is not None and (result.passed or result.error is None):
+                settled.add(step.id)
+                if cut is None or answer.strip() != cut.strip():
+                    mark.feedback = (f"graded on the statements of your submission that "
+                                     f"compute {', '.join(step.graded_names)}, as it runs:\n"
+                                     + textwrap.indent(clean(answer, MAX_FEEDBACK // 2), "    ")
+                                     + "\n\n" + mark.feedback)
+                return answer, mark, result
+        elif mark.status not in (Outcome.MISSING, Outcome.FAILED) or not answer \
+                or answer.strip() == code.strip():
             if answer and result is not None and result.error is None:
                 settled.add(step.id)
-            return cut, mark, result
-        cut_graded: tuple[str | None, StepGrade, CheckResult | None] | None = (
-            cut, mark, result)
-    else:
-        cut_graded = None
-    if answer:
-        mark, result = _check(lesson, step, answer, prior, rules)
-        if result is not None and (result.passed or result.error is None):
-            settled.add(step.id)
-            if cut is None or answer.strip() != cut.strip():
-                mark.feedback = (f"graded on the statements of your submission that compute "
-                                 f"{', '.join(step.graded_names)}, as it runs:\n"
-                                 + textwrap.indent(clean(answer, MAX_FEEDBACK // 2), "    ")
-                                 + "\n\n" + mark.feedback)
-            return answer, mark, result
-    if cut_graded is not None:
-        return cut_graded
-    if cut is None:
-        return None, _missing(step), None
-    mark, result = _check(lesson, step, cut, prior, rules)
-    return cut, mark, result
+            return code, mark, result
+    if cut is not None and cut.strip() in tried:
+        return (cut, *tried[cut.strip()])
+    return None, _missing(step), None
 
 
 def _check(lesson: Lesson, step: Step, code: str, prior: dict[str, str], rules: GradingRules

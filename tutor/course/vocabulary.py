@@ -23,6 +23,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterable, Mapping
 
+from tutor.code_facts import read
 from tutor.pack.model import Pack
 
 # Names that are never a tensor of the lesson's, whatever shape they sit in.
@@ -99,7 +100,7 @@ def _by_data_flow(pack: Pack, trees: Iterable[ast.AST], lesson: set[str], names:
     reads_of = {line.target: set(line.operands) & tensors for line in pack.forward_lines}
     cells = [tree for tree in trees if any(
         isinstance(n, ast.Attribute) and n.attr == "backward" for n in ast.walk(tree))]
-    statements = [(node.targets[0].id, read_names(node.value)) for tree in cells
+    statements = [(node.targets[0].id, read(node.value)) for tree in cells
                   for node in ast.walk(tree) if isinstance(node, ast.Assign)
                   and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)]
     for _ in range(len(statements)):
@@ -116,11 +117,6 @@ def _by_data_flow(pack: Pack, trees: Iterable[ast.AST], lesson: set[str], names:
                 names[target] = lines[0]
         if len(names) == before:
             break
-
-
-def read_names(node: ast.AST) -> set[str]:
-    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)
-            and isinstance(n.ctx, ast.Load)}
 
 
 def _parameter_names(pack: Pack, trees: Iterable[ast.AST], lesson: set[str]) -> dict[str, str]:

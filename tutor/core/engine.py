@@ -23,14 +23,16 @@ import torch
 from tutor import code_facts, devices
 from tutor.config import Settings
 from tutor.core.candidate import CodeError, program, timeout_error
-from tutor.core.execution import CheckSpec, FunctionCheckSpec, run_spec
+from tutor.core.execution import BatchPlan, CheckSpec, FunctionCheckSpec, run_spec
 from tutor.core.functions import Case
 from tutor.core.kinds import Checks, NotChecked, Unreadable
 from tutor.core.kinds.function import FunctionCheck
 from tutor.core.kinds.records import ChildAnswer, clean_error
 from tutor.core.network import DeviceError, Network, resolve_device
+from tutor.core.trace import Wanted, written_out
 from tutor.pack.model import Pack, Step, find_pack, load_pack
 from tutor.process import forkserver, isolate, spawn
+from tutor.process.isolate import decode_tensor
 from tutor.sandbox.clean import MAX_MESSAGE, clean
 from tutor.sandbox.confine import prepare
 from tutor.values.results import CheckError, CheckResult, Defined, ScratchResult
@@ -123,6 +125,10 @@ class Engine:
 
     def _in_child(self, request: dict, _send: Callable, _cancel: threading.Event) -> dict:
         """The child's whole life: plan from the lesson, forget the answers, run the code."""
+        if request.get("trace") is not None:
+            spec = self._trace_spec([(bool(o), str(c)) for o, c in request["trace"]])
+            self._scrub()
+            return run_spec(spec, False)
         spec = self._spec(self.pack.step(request["step"]), request["code"], request["prior"],
                           request.get("compiled"))
         if request.get("variants") is not None:
@@ -266,6 +272,64 @@ class Engine:
             Defined(clean(d.get("name", ""), 60), clean(d.get("what", ""), 200))
             for d in (outcome.get("defined") or [])[:100] if isinstance(d, dict)]
         return result
+
+    # -- a whole program, traced ---------------------------------------------------------------
+    def _trace_spec(self, cells: list[tuple[bool, str]]) -> CheckSpec:
+        """The child's work for a trace: both batches' tensors, nothing replayed, no answers."""
+        plans = [BatchPlan(name, batch.namespace(), []) for name, batch in
+                 (("main", self.network.main), ("heldout", self.network.heldout))]
+        # Both batches, and the recording's own cost, on the learner's limit.
+        return CheckSpec("trace", "", (), plans, self.settings.timeout * 3,
+                         trace_cells=tuple(cells))
+
+    def trace(self, cells: list[tuple[bool, str]], step_ids: list[str]
+              ) -> dict[str, list[str]]:
+        """Each step's gradients as a program computes them (tutor/core/trace.py): its cells
+        in order (each with whether it is the exercise's own), run traced in a confined child
+        on both batches; for each of `step_ids` whose gradients the exercise's own cells
+        compute, code that computes them from the step's inputs (best first), for an ordinary
+        check. Steps not found are left out."""
+        limit = self.settings.backstop * 3 + KILL_GRACE
+        with self._lock:
+            if self.isolation == "spawn":
+                outcome = self._execute_spawned(self._trace_spec(cells), False, limit)
+            else:
+                outcome = _answer(self._fork().run({"trace": [list(c) for c in cells]},
+                                                   timeout=limit))
+        traces = outcome.get("traces") if isinstance(outcome, dict) else None
+        if not isinstance(traces, list) or len(traces) != 2:
+            return {}
+        for t in traces:
+            t["values"] = {k: decode_tensor(v) for k, v in t["values"].items()}
+        main, fresh = self.network.main, self.network.heldout
+        found = {}
+        for step_id in step_ids:
+            step = self.pack.step(step_id)
+            if not step.kind.of_forward_tensors or step.kind.trained:
+                continue
+            codes = written_out(traces[0], traces[1], self._wanted(step, main),
+                                self._wanted(step, fresh), (main.n, fresh.n))
+            if codes:
+                found[step_id] = codes
+        return found
+
+    def _wanted(self, step: Step, batch) -> Wanted:
+        """What the step answers (its checks; a first branch it starts only where the program
+        writes it) and what it is given, by autograd, on `batch`."""
+        answers = {t: batch.reference[(step.id, t)] for t in step.checks
+                   if (step.id, t) in batch.reference}
+        given = {t: batch.gradients[t] for t in step.lines if t in batch.gradients}
+        given |= {g: batch.given[(step.id, g)] for g in step.given
+                  if (step.id, g) in batch.given}
+        at = self.pack.index(step.id)
+        for earlier in self.pack.steps[:at]:
+            if earlier.exercise == step.exercise:
+                for t in earlier.partials:
+                    if t in step.checks and (earlier.id, t) in batch.reference:
+                        given[t] = batch.reference[(earlier.id, t)]
+        partials = {t: batch.reference[(step.id, t)] for t in step.partials
+                    if (step.id, t) in batch.reference}
+        return Wanted(answers, given, partials)
 
     def _check(self, step_id: str, code: str, prior: dict[str, str]) -> CheckResult:
         """One pipeline for every kind of step (docs/architecture.md, the path of one check):

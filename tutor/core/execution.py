@@ -7,6 +7,7 @@ the candidate; autograd's gradients stay with the engine, which grades the plain
 
 from __future__ import annotations
 
+import ast
 import marshal
 import types
 from dataclasses import dataclass, field
@@ -30,6 +31,7 @@ from tutor.core.candidate import (
 )
 from tutor.core.clock import Budget, CheckTimeout, Phase, TutorTimeout, watching
 from tutor.core.probe import ProbeSpec, cotangents
+from tutor.core.trace import Recorder, traced
 from tutor.process.isolate import (
     MAX_KEPT,
     MAX_MESSAGE,
@@ -95,6 +97,9 @@ class CheckSpec:
     variant_seconds: float = 0.25  # CPU seconds they may take together (the replay aside)
     # The tutor's own wall-clock budget for what follows the first batch (`run_check`).
     tutor_seconds: float = DEFAULT_TUTOR_SECONDS
+    # When set, the child traces a whole program instead of checking (`run_trace`): its cells
+    # in order, each with whether it is the exercise's own.
+    trace_cells: tuple[tuple[bool, str], ...] | None = None
 
 
 # -- values as plain data --------------------------------------------------------------------
@@ -898,6 +903,63 @@ def run_spec(spec: CheckSpec | FunctionCheckSpec, scratch: bool) -> dict:
     child runs it."""
     if spec.variants is not None:
         return run_variants(spec)
+    if isinstance(spec, CheckSpec) and spec.trace_cells is not None:
+        return run_trace(spec)
     if isinstance(spec, FunctionCheckSpec):
         return run_function_scratch(spec) if scratch else run_function_check(spec)
     return run_scratch(spec) if scratch else run_check(spec)
+
+
+# -- a whole program, traced (tutor/core/trace.py) -------------------------------------------
+def run_trace(spec: CheckSpec) -> dict:
+    """The program run once on each batch, as a kernel runs it (a part that fails stops there),
+    every torch call it makes recorded: the traces, as plain data, for the engine to read."""
+    with watching():
+        budget = Budget(spec.timeout, kill=True)
+        try:
+            return {"timeout": False, "traces": [_traced(spec, plan, budget)
+                                                 for plan in spec.batches[:2]]}
+        except CheckTimeout:
+            return {"timeout": True}
+        except TooLarge as exc:
+            return {"timeout": False, "traces": [], "error": str(exc)}
+
+
+def _traced(spec: CheckSpec, plan: BatchPlan, budget: Budget) -> dict:
+    base, _ = _replay(plan, budget)
+    ns = copy_namespace(base)
+    names = {id(v): k for k, v in ns.items() if isinstance(v, Tensor)}
+    shapes = {tuple(v.shape) for v in ns.values()
+              if isinstance(v, Tensor) and v.is_floating_point()}
+    recorder = Recorder(names, shapes)
+    for own, code in spec.trace_cells or ():
+        recorder.own = own
+        for compiled in _runnable(code):
+            try:
+                with recorder:
+                    execute(compiled, ns, Output(), budget)
+            except CheckTimeout:
+                raise
+            except Exception:  # noqa: BLE001 - as in a kernel: what ran before the error stands
+                break
+    return traced(recorder, encode_tensor)
+
+
+def _runnable(code: str) -> list[types.CodeType]:
+    """A cell compiled behind the policy: whole, or, where the sandbox refuses part of it (a
+    comparison through `globals()`, say), each top-level statement it allows."""
+    try:
+        return [cached_compile(code)]
+    except CodeError:
+        pass
+    try:
+        body = ast.parse(code).body
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return []
+    out = []
+    for node in body:
+        try:
+            out.append(cached_compile(ast.get_source_segment(code, node) or ""))
+        except CodeError:
+            continue
+    return out

@@ -651,6 +651,7 @@ def notebook_program(pack: Pack, cells: list[str], exercise: int) -> Program | N
     parsed = _inlined(parsed, {f"d{t}" for t in lesson})
     names = renames_from_cmp([n for cell in parsed for n, _ in cell], lesson, helpers)
     out: list[list[Line]] = []
+    owned: list[bool] = []
     written_here: set[str] = set()
     for cell, is_here in zip(parsed, here, strict=True):
         lines = []
@@ -667,9 +668,10 @@ def notebook_program(pack: Pack, cells: list[str], exercise: int) -> Program | N
                 lines.append(line)
         if lines:
             out.append(lines)
+            owned.append(is_here)
             if is_here:
                 written_here |= set().union(*(line.writes for line in lines))
-    return Program(out, written_here) if out else None
+    return Program(out, written_here, owned) if out else None
 
 
 def _inlined(cells: list[list[tuple[ast.stmt, str]]], grads: set[str]

@@ -51,6 +51,20 @@ class Program:
     # What the exercise's own cells write (not the exercises before it): a step graded by the
     # whole program's values must be answered there, not by an earlier exercise's code.
     written_here: set[str] = field(default_factory=set)
+    # Whether each cell is the exercise's own (not an earlier exercise's): what a trace may
+    # take a step's answer from (tutor/core/trace.py). Empty: every cell is.
+    own: list[bool] = field(default_factory=list)
+
+    def traced_cells(self) -> list[tuple[bool, str]]:
+        """The cells as a trace runs them: each one's code (comparisons left out: they run
+        nothing in the program) and whether it is the exercise's own."""
+        own = self.own or [True] * len(self.cells)
+        out = []
+        for cell, mine in zip(self.cells, own, strict=False):
+            text = "\n".join(line.source for line in cell if line.source.strip())
+            if text.strip():
+                out.append((mine, text + "\n"))
+        return out
 
     @property
     def lines(self) -> list[Line]:

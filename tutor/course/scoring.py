@@ -153,6 +153,7 @@ def grade(lesson: Lesson, sub: Submission, rules: GradingRules = DEFAULT_RULES,
     codes: dict[str, str] = {}
     settled: set[str] = set()  # steps whose verdict is on their own statements
     tensors = lesson_names(pack)
+    traces: dict[int, dict[str, list[str]]] = {}
     for step in pack.steps:
         if progress:
             progress(step.id)
@@ -164,6 +165,12 @@ def grade(lesson: Lesson, sub: Submission, rules: GradingRules = DEFAULT_RULES,
                                        deadline, rules.train_loss))
             continue
         code, mark, result = _graded(lesson, sub, step, prior, rules, tensors, settled)
+        if step.id not in settled and not (mark.status is Outcome.PASSED
+                                           and mark.rule is not Rule.SKIPPED):
+            traced = _by_trace(lesson, sub, step, prior, rules, traces)
+            if traced is not None:
+                code, mark, result = traced
+                settled.add(step.id)
         if result is not None:
             results[step.id] = result
             if result.passed:
@@ -216,6 +223,39 @@ def _graded(lesson: Lesson, sub: Submission, step: Step, prior: dict[str, str],
     if cut is not None and cut.strip() in tried:
         return (cut, *tried[cut.strip()])
     return None, _missing(step), None
+
+
+def _by_trace(lesson: Lesson, sub: Submission, step: Step, prior: dict[str, str],
+              rules: GradingRules, traces: dict[int, dict[str, list[str]]]
+              ) -> tuple[str, StepGrade, CheckResult] | None:
+    """A step that its names could not grade by its rule (no code found, or found only by
+    values), graded on what the exercise's own code computes for it wherever it keeps it: the
+    program run traced (tutor/core/trace.py, once per exercise), the computation of each value
+    equal to the step's gradients written out from the step's inputs and checked as any answer
+    is, rule probe and fresh batch included. Only a pass by the rule is taken."""
+    program = sub.programs.get(step.exercise)
+    if program is None or step.kind.trained:
+        return None
+    found = traces.get(step.exercise)
+    if found is None:
+        steps = [s.id for s in lesson.pack.steps if s.exercise == step.exercise]
+        try:
+            found = lesson.traced(program.traced_cells(), steps)
+        except EvaluatorError:
+            raise
+        except Exception:  # noqa: BLE001 - a trace that cannot be made grades nothing
+            found = {}
+        traces[step.exercise] = found
+    for code in found.get(step.id, []):
+        mark, result = _check(lesson, step, code, prior, rules)
+        if result is not None and result.passed and result.rule is not Rule.SKIPPED:
+            mark.feedback = (f"graded on what your submission computes for "
+                             f"{', '.join(step.graded_names)}, traced as it ran and written "
+                             "out from this step's inputs:\n"
+                             + textwrap.indent(clean(code, MAX_FEEDBACK // 2), "    ")
+                             + "\n\n" + mark.feedback)
+            return code, mark, result
+    return None
 
 
 def _check(lesson: Lesson, step: Step, code: str, prior: dict[str, str], rules: GradingRules

@@ -167,10 +167,11 @@ def _programs(pack: Pack, cells: list[tuple[str | None, str]]) -> dict[int, Prog
             blocks.append((exercise, [line_of(node, code) for node in tree.body]))
     out = {}
     for e in sorted({e.number for e in pack.exercises if not e.kind.trained}):
-        chosen = [lines for at, lines in blocks if at <= e]
+        chosen = [(at, lines) for at, lines in blocks if at <= e]
         if chosen:
-            out[e] = Program(chosen, {w for at, lines in blocks if at == e for line in lines
-                                      for w in line.writes})
+            out[e] = Program([lines for _, lines in chosen],
+                             {w for at, lines in blocks if at == e for line in lines
+                              for w in line.writes}, [at == e for at, _ in chosen])
     return out
 
 

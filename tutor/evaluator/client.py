@@ -258,6 +258,17 @@ class Evaluator:
                               limit)
         return ScratchResult.from_dict({"step": step_id, **result})
 
+    def trace(self, cells: list[tuple[bool, str]], steps: list[str]) -> dict[str, list[str]]:
+        """Each step's gradients as a whole program computes them, written out as code for an
+        ordinary check (Engine.trace); {} where the trace could not be made."""
+        limit = self.settings.backstop * 3 + HARD_KILL_GRACE
+        result = self.request("trace", {"cells": [list(c) for c in cells], "steps": steps},
+                              limit)
+        found = result.get("found") if isinstance(result, dict) else None
+        if not isinstance(found, dict):
+            return {}
+        return {str(k): [str(c) for c in v] for k, v in found.items() if isinstance(v, list)}
+
     def train(self, code: str, steps: int | None, *, gradcheck_steps: int | None = None,
               compile: bool = False, reference: bool = False,
               progress: Callable[[RunProgress], None] | None = None) -> TrainingRun:

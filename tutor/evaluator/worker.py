@@ -129,6 +129,9 @@ class Worker:
         if op == "scratch":
             return self.engine.scratch(request["step"], request["code"],
                                        request.get("prior")).to_dict()
+        if op == "trace":
+            return {"found": self.engine.trace([(bool(o), str(c)) for o, c in request["cells"]],
+                                               request["steps"])}
         if op == "info":
             return self.engine.info()
         if op == "train":

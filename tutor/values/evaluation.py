@@ -24,3 +24,7 @@ class Evaluator(Protocol):
                 ) -> ScratchResult:
         """Run `code` against the lesson without grading it."""
         ...
+
+    def trace(self, cells: list[tuple[bool, str]], steps: list[str]) -> dict[str, list[str]]:
+        """What a program computes for each step, as code a check can run (best first)."""
+        ...

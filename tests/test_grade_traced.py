@@ -1,0 +1,141 @@
+"""A gradient is graded by what the notebook computes, wherever the notebook keeps it.
+
+One right notebook and one with three wrong steps, each rewritten into structural styles that
+keep no gradient under the lecture's name (a dict, a list, functions that return tuples or a
+dict, a closure, lambdas, `torch.no_grad()` blocks, a running variable copied into the
+lecture's names): every style must score every step as its base does, by the line's rule (no
+↷), so also under `--strict-rule`. The grader finds these answers by tracing the program
+(tutor/core/trace.py), not by reading names."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import lecture_notebooks as L
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+WRONG = {
+    "probs": "dprobs = dlogprobs * probs",
+    "bnvar": "dbnvar = 0.5 * (bnvar + 1e-5) ** -1.5 * dbnvar_inv",
+    "emb": "demb = dembcat.view(emb.shape).flip(0)",
+}
+WRONG_STEPS = {"atomic/probs", "atomic/bnvar", "atomic/emb"}
+_GRAD = re.compile(r"\bd(" + "|".join(sorted(L.CMP_ORDER, key=len, reverse=True)) + r")\b")
+
+
+def _lines(wrong: bool) -> list[tuple[str, str]]:
+    return [(t, WRONG.get(t, code) if wrong else code) for t, code in L.EX1_LINES]
+
+
+def _in(store: str, code: str) -> str:
+    """Every gradient of `code` kept in `store` under its tensor's name."""
+    return _GRAD.sub(lambda m: f"{store}['{m.group(1)}']", code)
+
+
+def _indent(code: str, by: str = "    ") -> str:
+    return "\n".join(by + line for line in code.split("\n"))
+
+
+def dict_style(lines):
+    cells = [L.EX1_HEAD, "grads = {}", *(_in("grads", c) for _, c in lines),
+             "for name in ['probs', 'logits', 'hprebn']:\n"
+             "    cmp(name, grads[name], globals()[name])"]
+    return cells, _in("grads", L.EX2_BACKWARD), _in("grads", L.EX3_BACKWARD)
+
+
+def list_style(lines):
+    # Each gradient appended where it is made; a dict of positions names them for comparison.
+    names = list(dict.fromkeys(m for _, c in lines for m in _GRAD.findall(c)))
+    at = {t: i for i, t in enumerate(names)}
+    body = "\n".join(_GRAD.sub(lambda m: f"G[{at[m.group(1)]}]", c) for _, c in lines)
+    return [L.EX1_HEAD, f"G = [None] * {len(names)}\n" + body], L.EX2_BACKWARD, L.EX3_BACKWARD
+
+
+def tuple_function(lines):
+    body = _indent("\n".join(c for _, c in lines))
+    ret = ", ".join(f"d{t}" for t in L.CMP_ORDER)
+    return [L.EX1_HEAD, f"def manual_backward(logprobs, probs):\n{body}\n    return {ret}\n",
+            f"results = manual_backward(logprobs, probs)\n"
+            f"for name, g in zip({L.CMP_ORDER!r}, results):\n"
+            "    cmp(name, g, globals()[name])"], L.EX2_BACKWARD, L.EX3_BACKWARD
+
+
+def dict_function(lines):
+    body = _indent("\n".join(_in("out", c) for _, c in lines))
+    ex2 = ("def ce_backward(logits, Yb):\n    g = F.softmax(logits, 1)\n"
+           "    g[range(n), Yb] -= 1\n    return g / n\n\nmine = ce_backward(logits, Yb)")
+    return [L.EX1_HEAD, f"def backward_all():\n    out = {{}}\n{body}\n    return out\n",
+            "got = backward_all()"], ex2, _in("grads", "grads = {}\n" + L.EX3_BACKWARD)
+
+
+def closure(lines):
+    body = _indent(_indent("\n".join(_in("store", c) for _, c in lines)))
+    return [L.EX1_HEAD, "def make():\n    store = {}\n    def run():\n" + body
+            + "\n        return store\n    return run\n\nfound = make()()"], \
+        L.EX2_BACKWARD, L.EX3_BACKWARD
+
+
+def lambdas(lines):
+    swap = {"hpreact": "dhpreact = tanh_back(h, dh)",
+            "counts_sum": "dcounts_sum = power_back(counts_sum, -1, "
+                                         "dcounts_sum_inv)"}
+    out = [L.EX1_HEAD, "tanh_back = lambda out, g: (1 - out**2) * g\n"
+                       "power_back = lambda x, p, g: p * x**(p - 1) * g"]
+    for t, code in lines:
+        out.append(swap.get(t) or code)
+    return out, L.EX2_BACKWARD, L.EX3_BACKWARD
+
+
+def no_grad(lines):
+    return [L.EX1_HEAD, *("with torch.no_grad():\n" + _indent(c) for _, c in lines)], \
+        "with torch.no_grad():\n" + _indent(L.EX2_BACKWARD), L.EX3_BACKWARD
+
+
+def running_variable(lines):
+    """Each line's gradient built in one scratch variable `g`, then copied into the
+    lecture's name."""
+    cells = [L.EX1_HEAD]
+    for _, code in lines:
+        out = []
+        for stmt in code.split("\n"):
+            m = re.match(r"(d\w+) (\+?=) (.+)$", stmt)
+            if m and "for " not in code:
+                out += [f"g = {m.group(3)}", f"{m.group(1)} {m.group(2)} g"]
+            else:
+                out.append(stmt)
+        cells.append("\n".join(out))
+    return cells, L.EX2_BACKWARD, L.EX3_BACKWARD
+
+
+STYLES = {f.__name__: f for f in (dict_style, list_style, tuple_function, dict_function,
+                                  closure, lambdas, no_grad, running_variable)}
+
+
+def _grade(path: Path, wrong: bool, style: str) -> dict:
+    cells, ex2, ex3 = STYLES[style](_lines(wrong))
+    L.write(path, L.notebook(cells, ex2, ex3))
+    done = subprocess.run([sys.executable, "-m", "tutor", "--device", "cpu", "grade", "--json",
+                           "--train-steps", "5", str(path)], capture_output=True, text=True,
+                          timeout=900, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    return {s["id"]: s for s in json.loads(done.stdout)["steps"] if s["id"] != "train/loop"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("wrong", [False, True], ids=["right", "three-wrong"])
+@pytest.mark.parametrize("style", list(STYLES))
+def test_every_style_is_graded_as_its_base(tmp_path, style, wrong):
+    steps = _grade(tmp_path / f"{style}.ipynb", wrong, style)
+    expected_wrong = WRONG_STEPS if wrong else set()
+    failed = {sid for sid, s in steps.items() if s["score"] == 0}
+    assert failed == expected_wrong, {sid: steps[sid]["message"] for sid in
+                                      failed ^ expected_wrong}
+    # By the line's rule: the same points under --strict-rule.
+    skipped = {sid for sid, s in steps.items() if s["rule"] == "skipped"}
+    assert not skipped, {sid: steps[sid]["message"] for sid in skipped}

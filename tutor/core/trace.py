@@ -1,0 +1,555 @@
+"""What a submission computes, traced: every tensor operation its code performs, recorded as it
+runs, so that a gradient is found by its value wherever the code keeps it (a dict, an attribute,
+a closure, a running variable) and its computation can be written out again as plain code.
+
+Two halves. `Recorder` runs in the confined child, around the learner's program: each top-level
+torch call becomes an `op` of plain data (which call, its arguments with tensors as `(object,
+version)` references, what it made or changed) and the values of the tensors that could be a
+gradient (the shape of a forward tensor) are kept. `written_out` runs in the engine, where
+autograd's gradients are: the versions whose value is a step's gradient, the computation that
+made them (back to the lesson's tensors and the gradients the step is given), written out as
+straight-line code that the step's ordinary check then runs, rule probe and fresh batch included.
+The literals that differ between the two batches' traces (a batch size read off a shape) are
+written as the batch size (`n`), so the code holds on the fresh batch as the learner's did.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
+
+Tensor = torch.Tensor
+
+# Operators torch hands over as dunder methods, written back as operators.
+_BINARY = {"__add__": "+", "__sub__": "-", "__mul__": "*", "__truediv__": "/",
+           "__matmul__": "@", "__pow__": "**", "__floordiv__": "//", "__mod__": "%",
+           "__eq__": "==", "__ne__": "!=", "__lt__": "<", "__le__": "<=", "__gt__": ">",
+           "__ge__": ">=", "__and__": "&", "__or__": "|", "__xor__": "^"}
+_REFLECTED = {"__radd__": "+", "__rsub__": "-", "__rmul__": "*", "__rtruediv__": "/",
+              "__rdiv__": "/", "__rmatmul__": "@", "__rpow__": "**", "__rfloordiv__": "//"}
+_INPLACE = {"__iadd__": "+=", "__isub__": "-=", "__imul__": "*=", "__itruediv__": "/=",
+            "__idiv__": "/=", "__ipow__": "**="}
+_UNARY = {"__neg__": "-", "__pos__": "+", "__invert__": "~", "__abs__": "abs"}
+# Attributes read as properties that may be written back; `.grad` never is (autograd's answer).
+_PROPERTIES = {"T", "mT", "H", "mH", "data", "real"}
+# Calls whose result depends on more than their arguments: never written back.
+_REFUSED = {"grad", "backward", "autograd", "manual_seed", "seed", "set_rng_state"}
+# Past this many bytes of kept values (a long program on a large lesson), no more are kept.
+MAX_KEPT_BYTES = 256 * 1024 * 1024
+
+
+class Unrecordable(Exception):
+    """An argument or call that cannot be written back as code."""
+
+
+def _call_of(func: Callable) -> tuple:
+    """How a torch call is written: ("method", name), ("func", "torch.x"), an operator, or a
+    property read. Raises Unrecordable for anything else."""
+    name = getattr(func, "__name__", "")
+    if name == "__get__":
+        prop = getattr(getattr(func, "__self__", None), "__name__", "")
+        if prop in _PROPERTIES:
+            return ("prop", prop)
+        raise Unrecordable(f".{prop}")
+    if name in _REFUSED:
+        raise Unrecordable(name)
+    for table, kind in ((_BINARY, "bin"), (_REFLECTED, "rbin"), (_INPLACE, "iop"),
+                        (_UNARY, "unary")):
+        if name in table:
+            return (kind, table[name])
+    if name in ("__getitem__", "__setitem__"):
+        return (name.strip("_"),)
+    qual = getattr(func, "__qualname__", "")
+    if qual.startswith(("TensorBase.", "Tensor.")) and not name.startswith("_"):
+        return ("method", name)
+    for prefix, module in (("torch.", torch), ("F.", F), ("torch.linalg.", torch.linalg),
+                           ("torch.special.", torch.special)):
+        if not name.startswith("_") and getattr(module, name, None) is func:
+            return ("func", prefix + name)
+    raise Unrecordable(qual or name or repr(func))
+
+
+def _mutates(call: tuple) -> bool:
+    return call[0] in ("iop", "setitem") or (
+        call[0] == "method" and call[1].endswith("_") and not call[1].startswith("_"))
+
+
+@dataclass
+class Recorder(TorchFunctionMode):
+    """Records every top-level torch call of the code run under it (see the module's
+    docstring). `names`: id of each tensor the namespace gave the code -> its name there.
+    `shapes`: the shapes whose float values are kept (a gradient has its tensor's shape)."""
+
+    names: dict[int, str]
+    shapes: set[tuple[int, ...]]
+    ops: list[dict] = field(default_factory=list)
+    leaves: dict[int, str | None] = field(default_factory=dict)  # object -> name, None: foreign
+    values: dict[tuple[int, int], Tensor] = field(default_factory=dict)
+    own: bool = False  # set once the exercise's own cells start
+    _objects: dict[int, int] = field(default_factory=dict)  # id(tensor) -> object
+    _alive: list[Tensor] = field(default_factory=list)  # keeps ids from being reused
+    _versions: list[int] = field(default_factory=list)
+    _storage: list[int] = field(default_factory=list)
+    _kept: int = 0
+
+    def __post_init__(self) -> None:
+        super().__init__()
+        # A gradient written without its axes of one (`[64]` for `[1, 64]`) is kept too.
+        self.shapes = self.shapes | {tuple(d for d in s if d != 1) for s in self.shapes}
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        try:
+            self._record(func, args, kwargs, out)
+        except Exception as exc:  # noqa: BLE001 - an op that cannot be written back is marked
+            self.ops.append({"bad": f"{type(exc).__name__}: {exc}"[:200],
+                             "outs": self._fresh(out), "own": self.own, "reads": [],
+                             "bumps": []})
+        return out
+
+    # -- objects and versions ----------------------------------------------------------------
+    def _object(self, t: Tensor) -> int:
+        o = self._objects.get(id(t))
+        if o is None:
+            o = self._new(t)
+            self.leaves[o] = self.names.get(id(t))
+        return o
+
+    def _new(self, t: Tensor) -> int:
+        o = len(self._versions)
+        self._objects[id(t)] = o
+        self._alive.append(t)
+        self._versions.append(0)
+        try:
+            self._storage.append(t.untyped_storage().data_ptr())
+        except Exception:  # noqa: BLE001 - a tensor without storage aliases nothing
+            self._storage.append(-1 - o)
+        return o
+
+    def _ref(self, t: Tensor) -> tuple:
+        o = self._object(t)
+        return ("t", o, self._versions[o])
+
+    def _fresh(self, out: Any) -> list:
+        """The objects an op made: a tensor, or a tuple's tensors (None for other members)."""
+        if isinstance(out, Tensor):
+            return [self._new(out)] if id(out) not in self._objects else []
+        if isinstance(out, (tuple, list)):
+            return [self._new(x) if isinstance(x, Tensor) and id(x) not in self._objects
+                    else None for x in out]
+        return []
+
+    # -- arguments as plain data -------------------------------------------------------------
+    def _arg(self, x: Any, depth: int = 0) -> tuple:
+        if depth > 6:
+            raise Unrecordable("nesting")
+        if isinstance(x, Tensor):
+            return self._ref(x)
+        if x is Ellipsis:
+            return ("raw", "...")
+        if x is None or isinstance(x, (bool, int, float, str)):
+            if isinstance(x, float) and not math.isfinite(x):
+                return ("raw", f"float('{x}')")
+            return ("lit", x)
+        if isinstance(x, torch.dtype):
+            return ("raw", str(x))
+        if isinstance(x, torch.device):
+            return ("lit", str(x))
+        if isinstance(x, slice):
+            return ("slice", self._arg(x.start, depth + 1), self._arg(x.stop, depth + 1),
+                    self._arg(x.step, depth + 1))
+        if isinstance(x, range):
+            return ("range", ("lit", x.start), ("lit", x.stop), ("lit", x.step))
+        if isinstance(x, (list, tuple)) and len(x) <= 64:
+            kind = "list" if isinstance(x, list) else "tuple"
+            return (kind, [self._arg(y, depth + 1) for y in x])
+        raise Unrecordable(type(x).__name__)
+
+    def _record(self, func: Callable, args: tuple, kwargs: dict, out: Any) -> None:
+        call = _call_of(func)
+        if "out" in kwargs:
+            raise Unrecordable("out=")
+        enc_args = [self._arg(a) for a in args]
+        enc_kwargs = {k: self._arg(v) for k, v in kwargs.items()}
+        reads = _refs(enc_args) + _refs(list(enc_kwargs.values()))
+        op: dict = {"call": call, "args": enc_args, "kwargs": enc_kwargs, "reads": reads,
+                    "own": self.own, "bumps": [], "outs": [], "mut": None}
+        if _mutates(call) and args and isinstance(args[0], Tensor):
+            target = self._object(args[0])
+            op["mut"] = target
+            ptr = self._storage[target]
+            # Every view of the changed memory changes with it.
+            for o, p in enumerate(self._storage):
+                if p == ptr:
+                    self._versions[o] += 1
+                    op["bumps"].append((o, self._versions[o]))
+            self._keep([(o, v) for o, v in op["bumps"]])
+        elif isinstance(out, Tensor) and id(out) in self._objects:
+            return  # the op gave back a tensor it was handed (`.to()` of the same dtype)
+        else:
+            op["outs"] = self._fresh(out)
+            op["many"] = not isinstance(out, Tensor)
+            self._keep([(o, 0) for o in op["outs"] if o is not None])
+        self.ops.append(op)
+
+    def _keep(self, versions: list[tuple[int, int]]) -> None:
+        for o, v in versions:
+            t = self._alive[o]
+            if (t.is_floating_point() and tuple(t.shape) in self.shapes
+                    and self._kept < MAX_KEPT_BYTES and t.layout == torch.strided):
+                value = t.detach().to("cpu", copy=True)
+                self._kept += value.numel() * value.element_size()
+                self.values[(o, v)] = value
+
+
+def _refs(encoded: list) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    for e in encoded:
+        if e[0] == "t":
+            out.append((e[1], e[2]))
+        elif e[0] in ("list", "tuple"):
+            out += _refs(e[1])
+        elif e[0] in ("slice", "range"):
+            out += _refs(list(e[1:]))
+    return out
+
+
+def traced(recorder: Recorder, encode: Callable[[Tensor], tuple]) -> dict:
+    """A recorder's trace as plain data for the engine (tensors as `encode` writes them)."""
+    return {"ops": recorder.ops, "leaves": recorder.leaves,
+            "values": {f"{o}:{v}": encode(t) for (o, v), t in recorder.values.items()}}
+
+
+# -- the engine's half: a gradient found by value, written out ------------------------------
+@dataclass
+class Wanted:
+    """What one step needs: the gradients it answers (name -> autograd's value on the first
+    batch) and those it is given (name -> value), which the written code reads by name."""
+
+    answers: dict[str, Tensor]
+    given: dict[str, Tensor]
+    # First branches the step starts: written out where the program computes them, else left
+    # to the check (which lets autograd's branch stand in and says so).
+    partials: dict[str, Tensor] = field(default_factory=dict)
+
+
+def _close(a: Tensor, b: Tensor, floor: float = 0.0) -> bool:
+    """Whether `a` is `b` up to float32 rounding; `floor` is an absolute tolerance from the
+    step's scale (a gradient that is all but zero, as a bias before batchnorm gets, is compared
+    on the step's scale). A shape that differs only by axes of one (`[64]` for `[1, 64]`) is
+    the same gradient, as the check takes it."""
+    if a.shape != b.shape:
+        if a.numel() != b.numel() or [d for d in a.shape if d != 1] != [
+                d for d in b.shape if d != 1]:
+            return False
+        a = a.reshape(b.shape)
+    a, b = a.double(), b.double()
+    scale = float(b.abs().max()) if b.numel() else 0.0
+    if not math.isfinite(scale):
+        return False
+    return bool(((a - b).abs() <= 1e-4 * scale + 1e-3 * b.abs() + floor).all())
+
+
+def _floor(wanted: Wanted) -> float:
+    refs = [*wanted.answers.values(), *wanted.given.values(), *wanted.partials.values()]
+    return 1e-6 * max((float(r.abs().max()) for r in refs if r.numel()), default=0.0)
+
+
+class _Literals:
+    """Each literal of the first batch's trace, with the same literal of the fresh batch's
+    (the same op, the same place), to tell the batch size from a constant."""
+
+    def __init__(self, n: tuple[int, int]):
+        self.n = n
+
+    def write(self, a: Any, b: Any) -> str:
+        if a == b or b is _MISSING or type(a) is not type(b) or isinstance(a, bool):
+            return repr(a)
+        na, nb = self.n
+        if isinstance(a, int):
+            c, k = divmod(a - b, na - nb) if na != nb else (0, 1)
+            if k == 0 and c != 0:
+                k = a - c * na  # a = c * n + k on both batches
+                scaled = "n" if c == 1 else f"n * {c}"
+                return scaled if k == 0 else f"({scaled} {'+' if k > 0 else '-'} {abs(k)})"
+        if isinstance(a, float):
+            if math.isclose(a * na, b * nb, rel_tol=1e-6):
+                return f"({a * na!r} / n)"
+            if math.isclose(a / na, b / nb, rel_tol=1e-6):
+                return f"({a / na!r} * n)"
+            if a != b and a and b:
+                # a = c / (n + k), as in 1 / (n - 1): k from the two batches, a small integer.
+                k = (b * nb - a * na) / (a - b)
+                if abs(k - round(k)) < 1e-6 and abs(k) <= 8:
+                    k = round(k)
+                    c = a * (na + k)
+                    return f"({c!r} / (n {'+' if k >= 0 else '-'} {abs(k)}))"
+        raise Unrecordable(f"a literal that changes with the batch ({a!r} / {b!r})")
+
+
+_MISSING = object()
+
+
+def _expr(e: tuple, other: Any, names: Callable[[int], str], lits: _Literals) -> str:
+    kind = e[0]
+    o = other if isinstance(other, tuple) and other and other[0] == kind else None
+    if kind == "t":
+        return names(e[1])
+    if kind == "lit":
+        return lits.write(e[1], o[1] if o else _MISSING)
+    if kind == "raw":
+        return e[1]
+    if kind == "slice":
+        parts = [_expr(x, o[i + 1] if o else None, names, lits) for i, x in enumerate(e[1:])]
+        parts = ["" if p == "None" else p for p in parts]
+        return ":".join(parts[:2]) + (f":{parts[2]}" if parts[2] else "")
+    if kind == "range":
+        parts = [_expr(x, o[i + 1] if o else None, names, lits) for i, x in enumerate(e[1:])]
+        return f"range({', '.join(parts)})"
+    if kind in ("list", "tuple"):
+        items = e[1]
+        others = o[1] if o and len(o[1]) == len(items) else [None] * len(items)
+        inner = ", ".join(_expr(x, y, names, lits) for x, y in zip(items, others, strict=True))
+        if kind == "list":
+            return f"[{inner}]"
+        return f"({inner},)" if len(items) == 1 else f"({inner})"
+    raise Unrecordable(kind)
+
+
+def _index(e: tuple, other: Any, names: Callable[[int], str], lits: _Literals) -> str:
+    """A subscript as written between brackets: slices stay slices."""
+    if e[0] == "tuple" and e[1]:
+        others = other[1] if isinstance(other, tuple) and other and other[0] == "tuple" \
+            and len(other[1]) == len(e[1]) else [None] * len(e[1])
+        return ", ".join(_expr(x, y, names, lits) for x, y in zip(e[1], others, strict=True))
+    return _expr(e, other, names, lits)
+
+
+def _statement(op: dict, other: dict | None, names: Callable[[int], str], lits: _Literals,
+               outs: str) -> str:
+    call, args, kwargs = op["call"], op["args"], op["kwargs"]
+    oargs = other["args"] if other and len(other["args"]) == len(args) else [None] * len(args)
+    okw = other["kwargs"] if other else {}
+
+    def a(i: int) -> str:
+        return _expr(args[i], oargs[i], names, lits)
+
+    # Keywords torch passes itself (`_stacklevel`) are its defaults: left out.
+    rest = [a(i) for i in range(1, len(args))] + [
+        f"{k}={_expr(v, okw.get(k), names, lits)}" for k, v in kwargs.items()
+        if not k.startswith("_")]
+    kind = call[0]
+    if kind == "bin":
+        expr = f"({a(0)} {call[1]} {a(1)})"
+    elif kind == "rbin":
+        expr = f"({a(1)} {call[1]} {a(0)})"
+    elif kind == "unary":
+        expr = f"abs({a(0)})" if call[1] == "abs" else f"({call[1]}{a(0)})"
+    elif kind == "prop":
+        expr = f"{a(0)}.{call[1]}"
+    elif kind == "getitem":
+        expr = f"{a(0)}[{_index(args[1], oargs[1], names, lits)}]"
+    elif kind == "setitem":
+        return f"{a(0)}[{_index(args[1], oargs[1], names, lits)}] = {a(2)}"
+    elif kind == "iop":
+        return f"{a(0)} {call[1]} {a(1)}"
+    elif kind == "method":
+        expr = f"{a(0)}.{call[1]}({', '.join(rest)})"
+    else:
+        every = [a(i) for i in range(len(args))] + rest[max(len(args) - 1, 0):]
+        expr = f"{call[1]}({', '.join(every)})"
+    if op["mut"] is not None:
+        return expr
+    return f"{outs} = {expr}"
+
+
+@dataclass
+class _Graph:
+    """A trace read for writing out: who made each version, and each version's value."""
+
+    trace: dict
+    maker: dict[tuple[int, int], int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for i, op in enumerate(self.trace["ops"]):
+            for o in op.get("outs") or []:
+                if o is not None:
+                    self.maker[(o, 0)] = i
+            for o, v in op.get("bumps") or []:
+                self.maker[(o, v)] = i
+
+
+ALTERNATIVES = 3
+
+
+def written_out(trace: dict, fresh: dict, wanted: Wanted, wanted_fresh: Wanted,
+                n: tuple[int, int]) -> list[str]:
+    """The code that computes, as the trace did, every gradient in `wanted.answers` from the
+    lesson's tensors and the gradients the step is given: the exercise's own latest value of
+    each first, then earlier ones (a value can equal the gradient by accident, as `dnorm_logits`
+    equals `dlogits` where the max's branch is near zero: the check's rule probe tells them
+    apart). Empty when the trace holds no value of one of them made by the exercise's own code,
+    or when what made it cannot be written back (see the module's docstring).
+
+    `fresh` is the fresh batch's trace of the same program, with `wanted_fresh` its gradients.
+    Its ops are aligned with the first trace's where they agree; a literal that differs between
+    the two is written as the batch size where it is one (`n`, `n - 1`, `1.0 / n`). Where the
+    two took different paths (a loop over the batch), each batch's own computation is written
+    out and the code picks by the batch size: on either batch it is the program's own work."""
+    try:
+        out: list[str] = []
+        first = _versions(trace, wanted)
+        if first is None:
+            return []
+        pairs = _aligned(trace["ops"], fresh["ops"])
+        second = _versions(fresh, wanted_fresh)
+        for k in range(ALTERNATIVES):
+            chosen = {name: ovs[min(k, len(ovs) - 1)] for name, ovs in first.items()}
+            code = _code_for(trace, wanted, chosen, _Literals(n), fresh["ops"], pairs)
+            if code is None and second is not None:
+                other = {name: ovs[min(k, len(ovs) - 1)] for name, ovs in second.items()}
+                mine = _code_for(trace, wanted, chosen, _Literals(n), None, {})
+                theirs = _code_for(fresh, wanted_fresh, other, _Literals(n), None, {})
+                if mine is not None and theirs is not None:
+                    code = (f"if n == {n[0]}:\n" + _indented(mine) + "else:\n"
+                            + _indented(theirs))
+            if code is not None and code not in out:
+                out.append(code)
+        return out
+    except (Unrecordable, KeyError, IndexError, TypeError, ValueError, AttributeError):
+        return []  # a trace that cannot be read (or a child that sent nonsense) answers nothing
+
+
+def _indented(code: str) -> str:
+    return "".join(f"    {line}\n" for line in code.splitlines())
+
+
+def _versions(trace: dict, wanted: Wanted) -> dict[str, list[tuple[int, int]]] | None:
+    """Each wanted gradient's candidate versions, latest first (None where an answer has
+    none; a first branch without one is left to the check)."""
+    graph = _Graph(trace)
+    trace["maker"] = graph.maker
+    ops = trace["ops"]
+    found: dict[str, list[tuple[int, int]]] = {}
+    floor = _floor(wanted)
+    for name, ref in {**wanted.answers, **wanted.partials}.items():
+        matches = []
+        for key, value in trace["values"].items():
+            o, v = (int(x) for x in key.split(":"))
+            i = graph.maker.get((o, v))
+            if i is not None and ops[i]["own"] and _close(value, ref, floor):
+                matches.append((i, (o, v)))
+        if not matches and name not in wanted.partials:
+            return None
+        if matches:
+            found[name] = [ov for _, ov in sorted(matches, reverse=True)]
+    return found
+
+
+def _signature(op: dict) -> str:
+    return repr((op.get("call"), len(op.get("args") or ()), sorted(op.get("kwargs") or {})))
+
+
+def _aligned(a: list[dict], b: list[dict]) -> dict[int, int]:
+    """Op i of one trace -> the same op of the other, where the two runs agree."""
+    matcher = difflib.SequenceMatcher(None, [_signature(o) for o in a],
+                                      [_signature(o) for o in b], autojunk=False)
+    pairs = {}
+    for block in matcher.get_matching_blocks():
+        for k in range(block.size):
+            pairs[block.a + k] = block.b + k
+    return pairs
+
+
+def _code_for(trace: dict, wanted: Wanted, chosen: dict[str, tuple[int, int]],
+              lits: _Literals, others: list[dict] | None, pairs: dict[int, int]) -> str | None:
+    """The code for one choice of versions, or None where it cannot be written back. With
+    `others` (the fresh batch's ops, paired by `pairs`), literals that differ are written as
+    the batch size; an op without a pair that holds an integer literal makes it None."""
+    maker = trace["maker"]
+    ops = trace["ops"]
+    values = trace["values"]
+    cuts: dict[tuple[int, int], str] = {}
+    floor = _floor(wanted)
+    for key, value in values.items():
+        o, v = (int(x) for x in key.split(":"))
+        for name, ref in wanted.given.items():
+            if (o, v) not in chosen.values() and _close(value, ref, floor):
+                cuts.setdefault((o, v), name)
+    needed: set[int] = set()
+    bound: dict[int, str] = {}  # object -> the given gradient it starts from
+    stack = list(chosen.values())
+    seen: set[tuple[int, int]] = set()
+    while stack:
+        ov = stack.pop()
+        if ov in seen:
+            continue
+        seen.add(ov)
+        if ov in cuts:
+            if ov[0] in bound and bound[ov[0]] != cuts[ov]:
+                return None
+            bound[ov[0]] = cuts[ov]
+            continue
+        i = maker.get(ov)
+        if i is None:
+            if ov[1] == 0 and trace["leaves"].get(ov[0]):
+                continue  # one of the lesson's tensors, by its name
+            return None  # something the code did not make here (or autograd's own answer)
+        if "bad" in ops[i]:
+            return None
+        needed.add(i)
+        stack += [tuple(r) for r in ops[i]["reads"]]
+    for o in bound:
+        # A given gradient is read from where it starts; what came before is not this step's.
+        needed -= {i for i in needed if o in (ops[i].get("outs") or [])}
+    for i in needed:
+        if ops[i]["mut"] is not None and trace["leaves"].get(ops[i]["mut"]):
+            return None  # the code changes one of the lesson's tensors: not written back
+
+    def name_of(o: int) -> str:
+        leaf = trace["leaves"].get(o)
+        return leaf if leaf and o not in bound else f"t{o}"
+
+    lines = [f"t{o} = d{name}.clone()" for o, name in sorted(bound.items())]
+    done = {ov: name for name, ov in chosen.items()}
+    try:
+        for i in sorted(needed):
+            op = ops[i]
+            other = None
+            if others is not None:
+                if i in pairs:
+                    other = others[pairs[i]]
+                elif _has_int_literal(op):
+                    return None  # the fresh batch took another path here
+            outs = op.get("outs") or []
+            target = ", ".join(f"t{o}" if o is not None else "_" for o in outs)
+            if op.get("many") and len(outs) == 1:
+                target += ","
+            lines.append(_statement(op, other, name_of, lits, target))
+            for o, v in ([(o, 0) for o in outs if o is not None] + [tuple(b) for b in op["bumps"]]):
+                if (o, v) in done:
+                    lines.append(f"d{done[(o, v)]} = t{o}.clone()")
+    except Unrecordable:
+        return None
+    return "\n".join(lines) + "\n"
+
+
+def _has_int_literal(op: dict) -> bool:
+    def walk(e: Any) -> bool:
+        if isinstance(e, tuple) and e:
+            if e[0] == "lit":
+                return isinstance(e[1], int) and not isinstance(e[1], bool)
+            if e[0] in ("list", "tuple"):
+                return any(walk(x) for x in e[1])
+            if e[0] in ("slice", "range"):
+                return any(walk(x) for x in e[1:])
+        return False
+    return any(walk(a) for a in op["args"]) or any(walk(v) for v in op["kwargs"].values())

@@ -31,7 +31,7 @@ from tutor.core.candidate import (
 )
 from tutor.core.clock import Budget, CheckTimeout, Phase, TutorTimeout, watching
 from tutor.core.probe import ProbeSpec, cotangents
-from tutor.core.trace import Recorder, traced
+from tutor.core.trace import Recorder, note_names, traced
 from tutor.process.isolate import (
     MAX_KEPT,
     MAX_MESSAGE,
@@ -942,6 +942,7 @@ def _traced(spec: CheckSpec, plan: BatchPlan, budget: Budget) -> dict:
                 raise
             except Exception:  # noqa: BLE001 - as in a kernel: what ran before the error stands
                 break
+        note_names(recorder, ns)
     return traced(recorder, encode_tensor)
 
 

@@ -93,6 +93,10 @@ class Recorder(TorchFunctionMode):
     leaves: dict[int, str | None] = field(default_factory=dict)  # object -> name, None: foreign
     values: dict[tuple[int, int], Tensor] = field(default_factory=dict)
     own: bool = False  # set once the exercise's own cells start
+    # object -> the names the program kept it under after a cell (a global, a dict's key):
+    # hints only, for a gradient whose value is wrong because an earlier one of the
+    # learner's was (its value finds nothing then).
+    hints: dict[int, list[str]] = field(default_factory=dict)
     _objects: dict[int, int] = field(default_factory=dict)  # id(tensor) -> object
     _alive: list[Tensor] = field(default_factory=list)  # keeps ids from being reused
     _versions: list[int] = field(default_factory=list)
@@ -210,6 +214,23 @@ class Recorder(TorchFunctionMode):
                 self.values[(o, v)] = value
 
 
+def note_names(recorder: Recorder, ns: dict) -> None:
+    """After a cell: the names the program keeps its tensors under, one level into dicts and
+    objects' lists (never the lesson's own tensors)."""
+    def hint(t: Any, name: Any) -> None:
+        o = recorder._objects.get(id(t)) if isinstance(t, Tensor) else None
+        if o is not None and isinstance(name, str) and not recorder.leaves.get(o):
+            names = recorder.hints.setdefault(o, [])
+            if name not in names and len(names) < 8:
+                names.append(name)
+
+    for name, value in list(ns.items())[:10_000]:
+        hint(value, name)
+        if isinstance(value, dict):
+            for key, item in list(value.items())[:1000]:
+                hint(item, key)
+
+
 def _refs(encoded: list) -> list[tuple[int, int]]:
     out: list[tuple[int, int]] = []
     for e in encoded:
@@ -224,7 +245,7 @@ def _refs(encoded: list) -> list[tuple[int, int]]:
 
 def traced(recorder: Recorder, encode: Callable[[Tensor], tuple]) -> dict:
     """A recorder's trace as plain data for the engine (tensors as `encode` writes them)."""
-    return {"ops": recorder.ops, "leaves": recorder.leaves,
+    return {"ops": recorder.ops, "leaves": recorder.leaves, "hints": recorder.hints,
             "values": {f"{o}:{v}": encode(t) for (o, v), t in recorder.values.items()}}
 
 
@@ -447,11 +468,38 @@ def _versions(trace: dict, wanted: Wanted) -> dict[str, list[tuple[int, int]]] |
             i = graph.maker.get((o, v))
             if i is not None and ops[i]["own"] and _close(value, ref, floor):
                 matches.append((i, (o, v)))
-        if not matches and name not in wanted.partials:
-            return None
-        if matches:
-            found[name] = [ov for _, ov in sorted(matches, reverse=True)]
+        if not matches:
+            hinted = [(i, ov) for ov, i in graph.maker.items()
+                      if ops[i]["own"] and _hinted(trace, ov[0], name)]
+            if not hinted:
+                if name in wanted.partials:
+                    continue
+                return None
+            if name not in wanted.partials:
+                # Only the last value it took: its own work on a wrong upstream gradient, which
+                # the check replaces with the right one.
+                matches = [max(hinted)]
+            else:
+                # A first branch: the value it had next to the step's own answers.
+                near = max((graph.maker[ovs[0]] for ovs in found.values()), default=0)
+                matches = [min(hinted, key=lambda m: abs(m[0] - near))]
+        found[name] = [ov for _, ov in sorted(matches, reverse=True)]
     return found
+
+
+def _hinted(trace: dict, o: int, tensor: str) -> bool:
+    """Whether the program kept object `o` under a name for `tensor`'s gradient."""
+    return any(_gradient_of(h) == tensor for h in trace.get("hints", {}).get(o, ()))
+
+
+def _gradient_of(name: str) -> str:
+    for prefix in ("grad_", "d_", "d"):
+        if name.startswith(prefix) and len(name) > len(prefix):
+            return name[len(prefix):]
+    for suffix in ("_grad", ".grad"):
+        if name.endswith(suffix):
+            return name[:-len(suffix)]
+    return name
 
 
 def _signature(op: dict) -> str:
@@ -484,6 +532,12 @@ def _code_for(trace: dict, wanted: Wanted, chosen: dict[str, tuple[int, int]],
         for name, ref in wanted.given.items():
             if (o, v) not in chosen.values() and _close(value, ref, floor):
                 cuts.setdefault((o, v), name)
+    for ov in maker:
+        # The learner's own (perhaps wrong) gradient that the step is given, by its name:
+        # the check stands the right one in for it.
+        for name in wanted.given:
+            if ov not in chosen.values() and ov not in cuts and _hinted(trace, ov[0], name):
+                cuts[ov] = name
     needed: set[int] = set()
     bound: dict[int, str] = {}  # object -> the given gradient it starts from
     stack = list(chosen.values())

@@ -713,7 +713,8 @@ def _runs_in_program(node: ast.stmt, text: str, lesson: set[str], helpers: set[s
         return False  # a comparison helper: comparisons mark values, they run nothing
     if is_comparison(node, lesson, helpers):
         return False
-    writes = written(node)
+    # What a function's body assigns stays inside it (a local `g` is not the generator).
+    writes = {node.name} if isinstance(node, ast.FunctionDef) else written(node)
     if writes & (lesson | _DATA) and not any(n.startswith("d") for n in writes - lesson):
         return False  # the notebook's setup or forward pass: the tutor's stands in
     if _SIDE.search(_source(node, text)):

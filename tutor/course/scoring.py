@@ -165,9 +165,10 @@ def grade(lesson: Lesson, sub: Submission, rules: GradingRules = DEFAULT_RULES,
                                        deadline, rules.train_loss))
             continue
         code, mark, result = _graded(lesson, sub, step, prior, rules, tensors, settled)
-        if step.id not in settled and not (mark.status is Outcome.PASSED
-                                           and mark.rule is not Rule.SKIPPED):
-            traced = _by_trace(lesson, sub, step, prior, rules, traces)
+        if not (mark.status is Outcome.PASSED and mark.rule is not Rule.SKIPPED) and (
+                step.id not in settled or _right_as_run(lesson, sub, step, mark)):
+            traced = _by_trace(lesson, sub, step, prior, rules, traces,
+                               mark.status is Outcome.MISSING)
             if traced is not None:
                 code, mark, result = traced
                 settled.add(step.id)
@@ -225,14 +226,32 @@ def _graded(lesson: Lesson, sub: Submission, step: Step, prior: dict[str, str],
     return None, _missing(step), None
 
 
+def _right_as_run(lesson: Lesson, sub: Submission, step: Step, mark: StepGrade) -> bool:
+    """Whether a step its own statements failed is right as the whole program runs (the value
+    the learner last compared): then those statements were not the whole story (a running
+    variable reused, say), and the trace may say what computed it."""
+    program = sub.programs.get(step.exercise)
+    if mark.status is not Outcome.FAILED or program is None or not (
+            {f"d{t}" for t in step.checks} <= program.written_here):
+        return False
+    try:
+        result = lesson.evaluate(step.id, program.text(), {})
+    except EvaluatorError:
+        raise
+    except Exception:  # noqa: BLE001 - a program that cannot run changes nothing
+        return False
+    return result.passed
+
+
 def _by_trace(lesson: Lesson, sub: Submission, step: Step, prior: dict[str, str],
-              rules: GradingRules, traces: dict[int, dict[str, list[str]]]
-              ) -> tuple[str, StepGrade, CheckResult] | None:
+              rules: GradingRules, traces: dict[int, dict[str, list[str]]],
+              missing: bool = False) -> tuple[str, StepGrade, CheckResult] | None:
     """A step that its names could not grade by its rule (no code found, or found only by
     values), graded on what the exercise's own code computes for it wherever it keeps it: the
     program run traced (tutor/core/trace.py, once per exercise), the computation of each value
     equal to the step's gradients written out from the step's inputs and checked as any answer
-    is, rule probe and fresh batch included. Only a pass by the rule is taken."""
+    is, rule probe and fresh batch included. A pass by the rule is taken; a failure only where
+    the names found no code (`missing`)."""
     program = sub.programs.get(step.exercise)
     if program is None or step.kind.trained:
         return None
@@ -246,16 +265,21 @@ def _by_trace(lesson: Lesson, sub: Submission, step: Step, prior: dict[str, str]
         except Exception:  # noqa: BLE001 - a trace that cannot be made grades nothing
             found = {}
         traces[step.exercise] = found
+    failed = None
     for code in found.get(step.id, []):
         mark, result = _check(lesson, step, code, prior, rules)
+        mark.feedback = (f"graded on what your submission computes for "
+                         f"{', '.join(step.graded_names)}, traced as it ran and written "
+                         "out from this step's inputs:\n"
+                         + textwrap.indent(clean(code, MAX_FEEDBACK // 2), "    ")
+                         + "\n\n" + mark.feedback)
         if result is not None and result.passed and result.rule is not Rule.SKIPPED:
-            mark.feedback = (f"graded on what your submission computes for "
-                             f"{', '.join(step.graded_names)}, traced as it ran and written "
-                             "out from this step's inputs:\n"
-                             + textwrap.indent(clean(code, MAX_FEEDBACK // 2), "    ")
-                             + "\n\n" + mark.feedback)
             return code, mark, result
-    return None
+        if failed is None and result is not None and not result.passed and result.error is None:
+            failed = code, mark, result
+    # Where the names found no code at all, what the trace found is the learner's code: its
+    # failure, with its diagnosis, says more than "no code for this step".
+    return failed if missing else None
 
 
 def _check(lesson: Lesson, step: Step, code: str, prior: dict[str, str], rules: GradingRules

@@ -167,8 +167,7 @@ def grade(lesson: Lesson, sub: Submission, rules: GradingRules = DEFAULT_RULES,
         code, mark, result = _graded(lesson, sub, step, prior, rules, tensors, settled)
         if not (mark.status is Outcome.PASSED and mark.rule is not Rule.SKIPPED) and (
                 step.id not in settled or _right_as_run(lesson, sub, step, mark)):
-            traced = _by_trace(lesson, sub, step, prior, rules, traces,
-                               mark.status is Outcome.MISSING)
+            traced = _by_trace(lesson, sub, step, prior, rules, traces)
             if traced is not None:
                 code, mark, result = traced
                 settled.add(step.id)
@@ -244,14 +243,13 @@ def _right_as_run(lesson: Lesson, sub: Submission, step: Step, mark: StepGrade) 
 
 
 def _by_trace(lesson: Lesson, sub: Submission, step: Step, prior: dict[str, str],
-              rules: GradingRules, traces: dict[int, dict[str, list[str]]],
-              missing: bool = False) -> tuple[str, StepGrade, CheckResult] | None:
+              rules: GradingRules, traces: dict[int, dict[str, list[str]]]
+              ) -> tuple[str, StepGrade, CheckResult] | None:
     """A step that its names could not grade by its rule (no code found, or found only by
     values), graded on what the exercise's own code computes for it wherever it keeps it: the
     program run traced (tutor/core/trace.py, once per exercise), the computation of each value
     equal to the step's gradients written out from the step's inputs and checked as any answer
-    is, rule probe and fresh batch included. A pass by the rule is taken; a failure only where
-    the names found no code (`missing`)."""
+    is, rule probe and fresh batch included. Only a pass by the rule is taken."""
     program = sub.programs.get(step.exercise)
     if program is None or step.kind.trained:
         return None
@@ -265,7 +263,6 @@ def _by_trace(lesson: Lesson, sub: Submission, step: Step, prior: dict[str, str]
         except Exception:  # noqa: BLE001 - a trace that cannot be made grades nothing
             found = {}
         traces[step.exercise] = found
-    failed = None
     for code in found.get(step.id, []):
         mark, result = _check(lesson, step, code, prior, rules)
         mark.feedback = (f"graded on what your submission computes for "
@@ -275,11 +272,9 @@ def _by_trace(lesson: Lesson, sub: Submission, step: Step, prior: dict[str, str]
                          + "\n\n" + mark.feedback)
         if result is not None and result.passed and result.rule is not Rule.SKIPPED:
             return code, mark, result
-        if failed is None and result is not None and not result.passed and result.error is None:
-            failed = code, mark, result
-    # Where the names found no code at all, what the trace found is the learner's code: its
-    # failure, with its diagnosis, says more than "no code for this step".
-    return failed if missing else None
+    # A failure is not taken: code found by a name alone may be another step's (the first
+    # branch an earlier step starts), and a step never written is missing, not failed.
+    return None
 
 
 def _check(lesson: Lesson, step: Step, code: str, prior: dict[str, str], rules: GradingRules

@@ -364,9 +364,8 @@ def _statement(op: dict, other: dict | None, names: Callable[[int], str], lits: 
         return _expr(args[i], oargs[i], names, lits)
 
     # Keywords torch passes itself (`_stacklevel`) are its defaults: left out.
-    rest = [a(i) for i in range(1, len(args))] + [
-        f"{k}={_expr(v, okw.get(k), names, lits)}" for k, v in kwargs.items()
-        if not k.startswith("_")]
+    keywords = [f"{k}={_expr(v, okw.get(k), names, lits)}" for k, v in kwargs.items()
+                if not k.startswith("_")]
     kind = call[0]
     if kind == "bin":
         expr = f"({a(0)} {call[1]} {a(1)})"
@@ -383,9 +382,10 @@ def _statement(op: dict, other: dict | None, names: Callable[[int], str], lits: 
     elif kind == "iop":
         return f"{a(0)} {call[1]} {a(1)}"
     elif kind == "method":
+        rest = [a(i) for i in range(1, len(args))] + keywords
         expr = f"{a(0)}.{call[1]}({', '.join(rest)})"
     else:
-        every = [a(i) for i in range(len(args))] + rest[max(len(args) - 1, 0):]
+        every = [a(i) for i in range(len(args))] + keywords
         expr = f"{call[1]}({', '.join(every)})"
     if op["mut"] is not None:
         return expr
@@ -393,19 +393,49 @@ def _statement(op: dict, other: dict | None, names: Callable[[int], str], lits: 
 
 
 @dataclass
-class _Graph:
-    """A trace read for writing out: who made each version, and each version's value."""
+class _Read:
+    """A trace as the engine reads it: who made each version, and the kept values by version."""
 
-    trace: dict
+    ops: list[dict]
+    leaves: dict[int, str | None]
+    hints: dict[int, list[str]]
+    values: dict[tuple[int, int], Tensor]
     maker: dict[tuple[int, int], int] = field(default_factory=dict)
 
-    def __post_init__(self) -> None:
-        for i, op in enumerate(self.trace["ops"]):
+    @classmethod
+    def of(cls, trace: dict) -> _Read:
+        values = {}
+        for key, value in trace["values"].items():
+            o, v = (int(x) for x in key.split(":"))
+            values[(o, v)] = value
+        read = cls(trace["ops"], trace["leaves"], trace.get("hints") or {}, values)
+        for i, op in enumerate(read.ops):
             for o in op.get("outs") or []:
                 if o is not None:
-                    self.maker[(o, 0)] = i
+                    read.maker[(o, 0)] = i
             for o, v in op.get("bumps") or []:
-                self.maker[(o, v)] = i
+                read.maker[(o, v)] = i
+        return read
+
+    def hinted(self, o: int, tensor: str) -> bool:
+        """Whether the program kept object `o` under a name for `tensor`'s gradient."""
+        return any(_gradient_of(h) == tensor for h in self.hints.get(o, ()))
+
+    def cuts(self, wanted: Wanted) -> dict[tuple[int, int], str]:
+        """The versions that are a gradient the step is given: by value, else (the learner's
+        own, perhaps wrong, upstream gradient) by the name it was kept under; the check stands
+        the right one in for either."""
+        floor = _floor(wanted)
+        cuts: dict[tuple[int, int], str] = {}
+        for ov, value in self.values.items():
+            for name, ref in wanted.given.items():
+                if _close(value, ref, floor):
+                    cuts.setdefault(ov, name)
+        for ov in self.maker:
+            for name in wanted.given:
+                if ov not in cuts and self.hinted(ov[0], name):
+                    cuts[ov] = name
+        return cuts
 
 
 ALTERNATIVES = 3
@@ -426,19 +456,21 @@ def written_out(trace: dict, fresh: dict, wanted: Wanted, wanted_fresh: Wanted,
     two took different paths (a loop over the batch), each batch's own computation is written
     out and the code picks by the batch size: on either batch it is the program's own work."""
     try:
-        out: list[str] = []
-        first = _versions(trace, wanted)
-        if first is None:
+        first, second = _Read.of(trace), _Read.of(fresh)
+        mine_found = _versions(first, wanted)
+        if mine_found is None:
             return []
-        pairs = _aligned(trace["ops"], fresh["ops"])
-        second = _versions(fresh, wanted_fresh)
+        theirs_found = _versions(second, wanted_fresh)
+        pairs = _aligned(first.ops, second.ops)
+        cuts, fresh_cuts = first.cuts(wanted), second.cuts(wanted_fresh)
+        out: list[str] = []
         for k in range(ALTERNATIVES):
-            chosen = {name: ovs[min(k, len(ovs) - 1)] for name, ovs in first.items()}
-            code = _code_for(trace, wanted, chosen, _Literals(n), fresh["ops"], pairs)
-            if code is None and second is not None:
-                other = {name: ovs[min(k, len(ovs) - 1)] for name, ovs in second.items()}
-                mine = _code_for(trace, wanted, chosen, _Literals(n), None, {})
-                theirs = _code_for(fresh, wanted_fresh, other, _Literals(n), None, {})
+            chosen = {name: ovs[min(k, len(ovs) - 1)] for name, ovs in mine_found.items()}
+            code = _code_for(first, cuts, chosen, _Literals(n), (second.ops, pairs))
+            if code is None and theirs_found is not None:
+                other = {name: ovs[min(k, len(ovs) - 1)] for name, ovs in theirs_found.items()}
+                mine = _code_for(first, cuts, chosen, _Literals(n), None)
+                theirs = _code_for(second, fresh_cuts, other, _Literals(n), None)
                 if mine is not None and theirs is not None:
                     code = (f"if n == {n[0]}:\n" + _indented(mine) + "else:\n"
                             + _indented(theirs))
@@ -453,24 +485,20 @@ def _indented(code: str) -> str:
     return "".join(f"    {line}\n" for line in code.splitlines())
 
 
-def _versions(trace: dict, wanted: Wanted) -> dict[str, list[tuple[int, int]]] | None:
+def _versions(read: _Read, wanted: Wanted) -> dict[str, list[tuple[int, int]]] | None:
     """Each wanted gradient's candidate versions, latest first (None where an answer has
     none; a first branch without one is left to the check)."""
-    graph = _Graph(trace)
-    trace["maker"] = graph.maker
-    ops = trace["ops"]
     found: dict[str, list[tuple[int, int]]] = {}
     floor = _floor(wanted)
     for name, ref in {**wanted.answers, **wanted.partials}.items():
         matches = []
-        for key, value in trace["values"].items():
-            o, v = (int(x) for x in key.split(":"))
-            i = graph.maker.get((o, v))
-            if i is not None and ops[i]["own"] and _close(value, ref, floor):
-                matches.append((i, (o, v)))
+        for ov, value in read.values.items():
+            i = read.maker.get(ov)
+            if i is not None and read.ops[i]["own"] and _close(value, ref, floor):
+                matches.append((i, ov))
         if not matches:
-            hinted = [(i, ov) for ov, i in graph.maker.items()
-                      if ops[i]["own"] and _hinted(trace, ov[0], name)]
+            hinted = [(i, ov) for ov, i in read.maker.items()
+                      if read.ops[i]["own"] and read.hinted(ov[0], name)]
             if not hinted:
                 if name in wanted.partials:
                     continue
@@ -481,15 +509,10 @@ def _versions(trace: dict, wanted: Wanted) -> dict[str, list[tuple[int, int]]] |
                 matches = [max(hinted)]
             else:
                 # A first branch: the value it had next to the step's own answers.
-                near = max((graph.maker[ovs[0]] for ovs in found.values()), default=0)
+                near = max((read.maker[ovs[0]] for ovs in found.values()), default=0)
                 matches = [min(hinted, key=lambda m: abs(m[0] - near))]
         found[name] = [ov for _, ov in sorted(matches, reverse=True)]
     return found
-
-
-def _hinted(trace: dict, o: int, tensor: str) -> bool:
-    """Whether the program kept object `o` under a name for `tensor`'s gradient."""
-    return any(_gradient_of(h) == tensor for h in trace.get("hints", {}).get(o, ()))
 
 
 def _gradient_of(name: str) -> str:
@@ -517,44 +540,32 @@ def _aligned(a: list[dict], b: list[dict]) -> dict[int, int]:
     return pairs
 
 
-def _code_for(trace: dict, wanted: Wanted, chosen: dict[str, tuple[int, int]],
-              lits: _Literals, others: list[dict] | None, pairs: dict[int, int]) -> str | None:
+def _code_for(read: _Read, cuts: dict[tuple[int, int], str],
+              chosen: dict[str, tuple[int, int]], lits: _Literals,
+              fresh: tuple[list[dict], dict[int, int]] | None) -> str | None:
     """The code for one choice of versions, or None where it cannot be written back. With
-    `others` (the fresh batch's ops, paired by `pairs`), literals that differ are written as
-    the batch size; an op without a pair that holds an integer literal makes it None."""
-    maker = trace["maker"]
-    ops = trace["ops"]
-    values = trace["values"]
-    cuts: dict[tuple[int, int], str] = {}
-    floor = _floor(wanted)
-    for key, value in values.items():
-        o, v = (int(x) for x in key.split(":"))
-        for name, ref in wanted.given.items():
-            if (o, v) not in chosen.values() and _close(value, ref, floor):
-                cuts.setdefault((o, v), name)
-    for ov in maker:
-        # The learner's own (perhaps wrong) gradient that the step is given, by its name:
-        # the check stands the right one in for it.
-        for name in wanted.given:
-            if ov not in chosen.values() and ov not in cuts and _hinted(trace, ov[0], name):
-                cuts[ov] = name
+    `fresh` (the fresh batch's ops, and which of them pairs with each of these), literals that
+    differ are written as the batch size; an op without a pair that holds an integer literal
+    makes it None."""
+    ops = read.ops
+    answers = set(chosen.values())
     needed: set[int] = set()
     bound: dict[int, str] = {}  # object -> the given gradient it starts from
-    stack = list(chosen.values())
+    stack = list(answers)
     seen: set[tuple[int, int]] = set()
     while stack:
         ov = stack.pop()
         if ov in seen:
             continue
         seen.add(ov)
-        if ov in cuts:
+        if ov in cuts and ov not in answers:
             if ov[0] in bound and bound[ov[0]] != cuts[ov]:
                 return None
             bound[ov[0]] = cuts[ov]
             continue
-        i = maker.get(ov)
+        i = read.maker.get(ov)
         if i is None:
-            if ov[1] == 0 and trace["leaves"].get(ov[0]):
+            if ov[1] == 0 and read.leaves.get(ov[0]):
                 continue  # one of the lesson's tensors, by its name
             return None  # something the code did not make here (or autograd's own answer)
         if "bad" in ops[i]:
@@ -565,11 +576,11 @@ def _code_for(trace: dict, wanted: Wanted, chosen: dict[str, tuple[int, int]],
         # A given gradient is read from where it starts; what came before is not this step's.
         needed -= {i for i in needed if o in (ops[i].get("outs") or [])}
     for i in needed:
-        if ops[i]["mut"] is not None and trace["leaves"].get(ops[i]["mut"]):
+        if ops[i]["mut"] is not None and read.leaves.get(ops[i]["mut"]):
             return None  # the code changes one of the lesson's tensors: not written back
 
     def name_of(o: int) -> str:
-        leaf = trace["leaves"].get(o)
+        leaf = read.leaves.get(o)
         return leaf if leaf and o not in bound else f"t{o}"
 
     lines = [f"t{o} = d{name}.clone()" for o, name in sorted(bound.items())]
@@ -578,9 +589,9 @@ def _code_for(trace: dict, wanted: Wanted, chosen: dict[str, tuple[int, int]],
         for i in sorted(needed):
             op = ops[i]
             other = None
-            if others is not None:
-                if i in pairs:
-                    other = others[pairs[i]]
+            if fresh is not None:
+                if i in fresh[1]:
+                    other = fresh[0][fresh[1][i]]
                 elif _has_int_literal(op):
                     return None  # the fresh batch took another path here
             outs = op.get("outs") or []

@@ -233,13 +233,18 @@ def _right_as_run(lesson: Lesson, sub: Submission, step: Step, mark: StepGrade) 
     if mark.status is not Outcome.FAILED or program is None or not (
             {f"d{t}" for t in step.checks} <= program.written_here):
         return False
+    result = _whole_program(lesson, step, program.text())
+    return result is not None and result.passed
+
+
+def _whole_program(lesson: Lesson, step: Step, program: str) -> CheckResult | None:
+    """The whole program's values for the step held to autograd; None where it cannot run."""
     try:
-        result = lesson.evaluate(step.id, program.text(), {})
+        return lesson.evaluate(step.id, program, {})
     except EvaluatorError:
         raise
     except Exception:  # noqa: BLE001 - a program that cannot run changes nothing
-        return False
-    return result.passed
+        return None
 
 
 def _by_trace(lesson: Lesson, sub: Submission, step: Step, prior: dict[str, str],
@@ -326,11 +331,8 @@ def _by_values(lesson: Lesson, step: Step, program: str, mark: StepGrade,
         # The program must write the step's gradients itself: what the check stands in
         # for earlier steps (their references, autograd's first branches) answers nothing.
         return
-    try:
-        result = lesson.evaluate(step.id, program, {})
-    except EvaluatorError:
-        raise
-    except Exception:  # noqa: BLE001 - a fallback that cannot run changes nothing
+    result = _whole_program(lesson, step, program)
+    if result is None:
         return
     if not result.passed:
         if mark.status is Outcome.MISSING:

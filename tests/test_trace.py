@@ -84,3 +84,13 @@ def test_a_value_nothing_of_the_exercise_made_answers_nothing():
         op["own"] = False  # as if an earlier exercise's cells had made it
     assert written_out(a, b, Wanted({"logits": _reference(va)}, {}),
                        Wanted({"logits": _reference(vb)}, {}), (8, 5)) == []
+
+
+def test_a_program_past_the_op_budget_stops_being_recorded_and_answers_nothing(monkeypatch):
+    import tutor.core.trace as trace
+
+    monkeypatch.setattr(trace, "MAX_OPS", 3)
+    (a, va), (b, vb) = _trace(DICT_KEPT, 8), _trace(DICT_KEPT, 5, seed=1)
+    assert len(a["ops"]) == 3
+    assert written_out(a, b, Wanted({"logits": _reference(va)}, {}),
+                       Wanted({"logits": _reference(vb)}, {}), (8, 5)) == []

@@ -41,8 +41,12 @@ _UNARY = {"__neg__": "-", "__pos__": "+", "__invert__": "~", "__abs__": "abs"}
 _PROPERTIES = {"T", "mT", "H", "mH", "data", "real"}
 # Calls whose result depends on more than their arguments: never written back.
 _REFUSED = {"grad", "backward", "autograd", "manual_seed", "seed", "set_rng_state"}
-# Past this many bytes of kept values (a long program on a large lesson), no more are kept.
-MAX_KEPT_BYTES = 256 * 1024 * 1024
+# Both batches' traces travel in one message to the engine (under protocol.MAX_MESSAGE): past
+# this many bytes of kept values, or this many ops (a training loop inside an exercise), a
+# trace records no more; what it needs from after that point is then unknown to it, and a
+# step that needs it is left to the names.
+MAX_KEPT_BYTES = 12 * 2**20
+MAX_OPS = 40_000
 
 
 class Unrecordable(Exception):
@@ -111,6 +115,8 @@ class Recorder(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
+        if len(self.ops) >= MAX_OPS:
+            return out
         try:
             self._record(func, args, kwargs, out)
         except Exception as exc:  # noqa: BLE001 - an op that cannot be written back is marked

@@ -146,3 +146,25 @@ def test_every_style_is_graded_as_its_base(tmp_path, style, wrong):
     # By the line's rule: the same points under --strict-rule.
     skipped = {sid for sid, s in steps.items() if s["rule"] == "skipped"}
     assert not skipped, {sid: steps[sid]["message"] for sid in skipped}
+
+
+@pytest.mark.slow
+def test_a_runaway_loop_keeps_what_ran_before_it_and_autograds_answer_earns_nothing(tmp_path):
+    """A cell that never ends stops the traced run there (the steps before it are still
+    found); a gradient copied from `.grad` after a `backward()` is never written back; a cell
+    that tries to leave the sandbox runs nothing."""
+    marker = tmp_path / "escaped"
+    cells = [L.EX1_HEAD, "grads = {}", f"import os\nos.system('touch {marker}')",
+             _in("grads", L.EX1_LINES[0][1]),
+             "while True:\n    x = logits * 2",
+             "lp = logits.detach().clone().requires_grad_(True)\n"
+             "F.cross_entropy(lp, Yb).backward()\ngrads['logits'] = lp.grad * 1"]
+    path = L.write(tmp_path / "hostile.ipynb", L.notebook(cells))
+    done = subprocess.run([sys.executable, "-m", "tutor", "--device", "cpu", "grade", "--json",
+                           "--train-steps", "5", str(path)], capture_output=True, text=True,
+                          timeout=900, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    steps = {s["id"]: s for s in json.loads(done.stdout)["steps"]}
+    assert steps["atomic/logprobs"]["score"] == steps["atomic/logprobs"]["max_score"]
+    assert steps["atomic/logits"]["score"] == 0
+    assert not marker.exists()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from tutor.core.trace import Recorder, Wanted, written_out
+from tutor.core.trace import Recorder, Traces, Wanted, written_out
 
 
 def _trace(code: str, n: int, seed: int = 0) -> tuple[dict, dict]:
@@ -47,8 +47,8 @@ grads['logits'] /= n
 
 def test_a_gradient_kept_in_a_dict_is_found_and_written_out_for_any_batch():
     (a, va), (b, vb) = _trace(DICT_KEPT, 8), _trace(DICT_KEPT, 5, seed=1)
-    codes = written_out(a, b, Wanted({"logits": _reference(va)}, {}),
-                        Wanted({"logits": _reference(vb)}, {}), (8, 5))
+    codes = written_out(Traces.of(a, b, (8, 5)), Wanted({"logits": _reference(va)}, {}),
+                        Wanted({"logits": _reference(vb)}, {}))
     assert codes, "the dict's gradient was not found"
     code = codes[0]
     assert "range(0, n, 1)" in code and "32" not in code and "8" not in code.replace(
@@ -66,7 +66,7 @@ def test_a_literal_that_follows_the_batch_is_written_as_the_batch_size():
         d[range(v["n"]), v["Yb"]] = -1.0 / (v["n"] - 1)
         return Wanted({"logits": d}, {})
 
-    out = written_out(a, b, want(va), want(vb), (8, 5))
+    out = written_out(Traces.of(a, b, (8, 5)), want(va), want(vb))
     assert out and "/ (n - 1)" in out[0], out
 
 
@@ -74,16 +74,16 @@ def test_what_autograd_computed_is_never_written_back():
     code = ("x = logits.clone().requires_grad_(True)\n"
             "F.cross_entropy(x, Yb).backward()\nstolen = x.grad * 1\n")
     (a, va), (b, vb) = _trace(code, 8), _trace(code, 5, seed=1)
-    assert written_out(a, b, Wanted({"logits": _reference(va)}, {}),
-                       Wanted({"logits": _reference(vb)}, {}), (8, 5)) == []
+    assert written_out(Traces.of(a, b, (8, 5)), Wanted({"logits": _reference(va)}, {}),
+                       Wanted({"logits": _reference(vb)}, {})) == []
 
 
 def test_a_value_nothing_of_the_exercise_made_answers_nothing():
     (a, va), (b, vb) = _trace(DICT_KEPT, 8), _trace(DICT_KEPT, 5, seed=1)
     for op in a["ops"]:
         op["own"] = False  # as if an earlier exercise's cells had made it
-    assert written_out(a, b, Wanted({"logits": _reference(va)}, {}),
-                       Wanted({"logits": _reference(vb)}, {}), (8, 5)) == []
+    assert written_out(Traces.of(a, b, (8, 5)), Wanted({"logits": _reference(va)}, {}),
+                       Wanted({"logits": _reference(vb)}, {})) == []
 
 
 def test_a_program_past_the_op_budget_stops_being_recorded_and_answers_nothing(monkeypatch):
@@ -92,5 +92,5 @@ def test_a_program_past_the_op_budget_stops_being_recorded_and_answers_nothing(m
     monkeypatch.setattr(trace, "MAX_OPS", 3)
     (a, va), (b, vb) = _trace(DICT_KEPT, 8), _trace(DICT_KEPT, 5, seed=1)
     assert len(a["ops"]) == 3
-    assert written_out(a, b, Wanted({"logits": _reference(va)}, {}),
-                       Wanted({"logits": _reference(vb)}, {}), (8, 5)) == []
+    assert written_out(Traces.of(a, b, (8, 5)), Wanted({"logits": _reference(va)}, {}),
+                       Wanted({"logits": _reference(vb)}, {})) == []

@@ -29,7 +29,7 @@ from tutor.core.kinds import Checks, NotChecked, Unreadable
 from tutor.core.kinds.function import FunctionCheck
 from tutor.core.kinds.records import ChildAnswer, clean_error
 from tutor.core.network import DeviceError, Network, resolve_device
-from tutor.core.trace import Wanted, written_out
+from tutor.core.trace import Traces, Wanted, written_out
 from tutor.pack.model import Pack, Step, find_pack, load_pack
 from tutor.process import forkserver, isolate, spawn
 from tutor.process.isolate import decode_tensor
@@ -278,8 +278,9 @@ class Engine:
         """The child's work for a trace: both batches' tensors, nothing replayed, no answers."""
         plans = [BatchPlan(name, batch.namespace(), []) for name, batch in
                  (("main", self.network.main), ("heldout", self.network.heldout))]
-        # Both batches, and the recording's own cost, on the learner's limit.
-        return CheckSpec("trace", "", (), plans, self.settings.timeout * 3,
+        # Both batches, with the recording's own cost, on the learner's limit (half each:
+        # execution.run_trace), so the child's CPU limit holds as for a check.
+        return CheckSpec("trace", "", (), plans, self.settings.timeout,
                          trace_cells=tuple(cells))
 
     def trace(self, cells: list[tuple[bool, str]], step_ids: list[str]
@@ -302,13 +303,15 @@ class Engine:
         for t in traces:
             t["values"] = {k: decode_tensor(v) for k, v in t["values"].items()}
         main, fresh = self.network.main, self.network.heldout
+        read = Traces.of(traces[0], traces[1], (main.n, fresh.n))
+        if read is None:
+            return {}
         found = {}
         for step_id in step_ids:
             step = self.pack.step(step_id)
             if not step.kind.of_forward_tensors or step.kind.trained:
                 continue
-            codes = written_out(traces[0], traces[1], self._wanted(step, main),
-                                self._wanted(step, fresh), (main.n, fresh.n))
+            codes = written_out(read, self._wanted(step, main), self._wanted(step, fresh))
             if codes:
                 found[step_id] = codes
         return found

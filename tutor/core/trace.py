@@ -15,7 +15,6 @@ written as the batch size (`n`), so the code holds on the fresh batch as the lea
 
 from __future__ import annotations
 
-import difflib
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,6 +23,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
+
+from tutor.core.clock import OutOfTime
 
 Tensor = torch.Tensor
 
@@ -119,6 +120,8 @@ class Recorder(TorchFunctionMode):
             return out
         try:
             self._record(func, args, kwargs, out)
+        except OutOfTime:
+            raise  # the learner's limit, arriving while this op was recorded
         except Exception as exc:  # noqa: BLE001 - an op that cannot be written back is marked
             self.ops.append({"bad": f"{type(exc).__name__}: {exc}"[:200],
                              "outs": self._fresh(out), "own": self.own, "reads": [],
@@ -407,6 +410,7 @@ class _Read:
     hints: dict[int, list[str]]
     values: dict[tuple[int, int], Tensor]
     maker: dict[tuple[int, int], int] = field(default_factory=dict)
+    sums: dict[tuple[int, int], float] | None = None  # each value's sum of magnitudes
 
     @classmethod
     def of(cls, trace: dict) -> _Read:
@@ -423,6 +427,18 @@ class _Read:
                 read.maker[(o, v)] = i
         return read
 
+    def matching(self, ref: Tensor, floor: float) -> list[tuple[int, int]]:
+        """The versions whose value is `ref` (see `_close`). A sum of magnitudes that differs
+        by more than the tolerance allows rules a version out before it is compared whole."""
+        if self.sums is None:
+            self.sums = {ov: float(v.double().abs().sum()) for ov, v in self.values.items()}
+        total = float(ref.double().abs().sum())
+        scale = float(ref.abs().max()) if ref.numel() else 0.0
+        slack = ref.numel() * (1e-4 * scale + floor) + 1e-3 * total + 1e-9
+        return [ov for ov, value in self.values.items()
+                if value.numel() == ref.numel() and abs(self.sums[ov] - total) <= slack
+                and _close(value, ref, floor)]
+
     def hinted(self, o: int, tensor: str) -> bool:
         """Whether the program kept object `o` under a name for `tensor`'s gradient."""
         return any(_gradient_of(h) == tensor for h in self.hints.get(o, ()))
@@ -433,10 +449,9 @@ class _Read:
         the right one in for either."""
         floor = _floor(wanted)
         cuts: dict[tuple[int, int], str] = {}
-        for ov, value in self.values.items():
-            for name, ref in wanted.given.items():
-                if _close(value, ref, floor):
-                    cuts.setdefault(ov, name)
+        for name, ref in wanted.given.items():
+            for ov in self.matching(ref, floor):
+                cuts.setdefault(ov, name)
         for ov in self.maker:
             for name in wanted.given:
                 if ov not in cuts and self.hinted(ov[0], name):
@@ -447,8 +462,26 @@ class _Read:
 ALTERNATIVES = 3
 
 
-def written_out(trace: dict, fresh: dict, wanted: Wanted, wanted_fresh: Wanted,
-                n: tuple[int, int]) -> list[str]:
+@dataclass
+class Traces:
+    """Both batches' traces of one program, read once for all of its steps: each op of the
+    first paired with the same op of the fresh batch's where the two runs agree."""
+
+    first: _Read
+    second: _Read
+    pairs: dict[int, int]
+    n: tuple[int, int]  # the two batches' sizes
+
+    @classmethod
+    def of(cls, trace: dict, fresh: dict, n: tuple[int, int]) -> Traces | None:
+        try:
+            first, second = _Read.of(trace), _Read.of(fresh)
+            return cls(first, second, _aligned(first.ops, second.ops), n)
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError):
+            return None  # a child that sent nonsense traced nothing
+
+
+def written_out(traces: Traces, wanted: Wanted, wanted_fresh: Wanted) -> list[str]:
     """The code that computes, as the trace did, every gradient in `wanted.answers` from the
     lesson's tensors and the gradients the step is given: the exercise's own latest value of
     each first, then earlier ones (a value can equal the gradient by accident, as `dnorm_logits`
@@ -456,23 +489,22 @@ def written_out(trace: dict, fresh: dict, wanted: Wanted, wanted_fresh: Wanted,
     apart). Empty when the trace holds no value of one of them made by the exercise's own code,
     or when what made it cannot be written back (see the module's docstring).
 
-    `fresh` is the fresh batch's trace of the same program, with `wanted_fresh` its gradients.
-    Its ops are aligned with the first trace's where they agree; a literal that differs between
-    the two is written as the batch size where it is one (`n`, `n - 1`, `1.0 / n`). Where the
-    two took different paths (a loop over the batch), each batch's own computation is written
-    out and the code picks by the batch size: on either batch it is the program's own work."""
+    `wanted_fresh` is the step's gradients on the fresh batch. A literal that differs between
+    the two batches' paired ops is written as the batch size where it is one (`n`, `n - 1`,
+    `1.0 / n`). Where the two took different paths (a loop over the batch), each batch's own
+    computation is written out and the code picks by the batch size: on either batch it is the
+    program's own work."""
+    first, second, n = traces.first, traces.second, traces.n
     try:
-        first, second = _Read.of(trace), _Read.of(fresh)
         mine_found = _versions(first, wanted)
         if mine_found is None:
             return []
         theirs_found = _versions(second, wanted_fresh)
-        pairs = _aligned(first.ops, second.ops)
         cuts, fresh_cuts = first.cuts(wanted), second.cuts(wanted_fresh)
         out: list[str] = []
         for k in range(ALTERNATIVES):
             chosen = {name: ovs[min(k, len(ovs) - 1)] for name, ovs in mine_found.items()}
-            code = _code_for(first, cuts, chosen, _Literals(n), (second.ops, pairs))
+            code = _code_for(first, cuts, chosen, _Literals(n), (second.ops, traces.pairs))
             if code is None and theirs_found is not None:
                 other = {name: ovs[min(k, len(ovs) - 1)] for name, ovs in theirs_found.items()}
                 mine = _code_for(first, cuts, chosen, _Literals(n), None)
@@ -497,11 +529,8 @@ def _versions(read: _Read, wanted: Wanted) -> dict[str, list[tuple[int, int]]] |
     found: dict[str, list[tuple[int, int]]] = {}
     floor = _floor(wanted)
     for name, ref in {**wanted.answers, **wanted.partials}.items():
-        matches = []
-        for ov, value in read.values.items():
-            i = read.maker.get(ov)
-            if i is not None and read.ops[i]["own"] and _close(value, ref, floor):
-                matches.append((i, ov))
+        matches = [(read.maker[ov], ov) for ov in read.matching(ref, floor)
+                   if ov in read.maker and read.ops[read.maker[ov]]["own"]]
         if not matches:
             hinted = [(i, ov) for ov, i in read.maker.items()
                       if read.ops[i]["own"] and read.hinted(ov[0], name)]
@@ -531,18 +560,24 @@ def _gradient_of(name: str) -> str:
     return name
 
 
-def _signature(op: dict) -> str:
-    return repr((op.get("call"), len(op.get("args") or ()), sorted(op.get("kwargs") or {})))
+def _signature(op: dict) -> tuple:
+    return (op.get("call"), len(op.get("args") or ()), tuple(sorted(op.get("kwargs") or {})))
 
 
 def _aligned(a: list[dict], b: list[dict]) -> dict[int, int]:
-    """Op i of one trace -> the same op of the other, where the two runs agree."""
-    matcher = difflib.SequenceMatcher(None, [_signature(o) for o in a],
-                                      [_signature(o) for o in b], autojunk=False)
+    """Op i of one trace -> the same op of the other, where the two runs agree: the ops before
+    the first place they differ and those after the last (a loop over the batch between them
+    pairs nothing). Linear in the traces' length, whatever a program repeats."""
+    sa, sb = [_signature(o) for o in a], [_signature(o) for o in b]
     pairs = {}
-    for block in matcher.get_matching_blocks():
-        for k in range(block.size):
-            pairs[block.a + k] = block.b + k
+    head = 0
+    while head < min(len(sa), len(sb)) and sa[head] == sb[head]:
+        pairs[head] = head
+        head += 1
+    tail = 1
+    while tail <= min(len(sa), len(sb)) - head and sa[-tail] == sb[-tail]:
+        pairs[len(sa) - tail] = len(sb) - tail
+        tail += 1
     return pairs
 
 

@@ -168,3 +168,35 @@ def test_a_runaway_loop_keeps_what_ran_before_it_and_autograds_answer_earns_noth
     assert steps["atomic/logprobs"]["score"] == steps["atomic/logprobs"]["max_score"]
     assert steps["atomic/logits"]["score"] == 0
     assert not marker.exists()
+
+
+def _as_script(document: dict, titled: bool) -> str:
+    """A notebook saved as jupytext or VS Code save it: `# %%` cells, the exercise's comment
+    as the cell's title where `titled`, markdown cells commented out."""
+    out = ["# ---\n# jupyter:\n#   kernelspec:\n#     name: python3\n# ---\n"]
+    for cell in document["cells"]:
+        source = "".join(cell["source"])
+        if cell["cell_type"] == "markdown":
+            out.append("# %% [markdown]\n" + "\n".join(f"# {x}" for x in source.splitlines()))
+        elif titled and source.startswith("# Exercise"):
+            first, _, rest = source.partition("\n")
+            out.append(f"# %% {first[2:]}\n{rest}")
+        else:
+            out.append("# %%\n" + source)
+    return "\n\n".join(out) + "\n"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("titled", [False, True], ids=["jupytext", "vscode-titles"])
+@pytest.mark.parametrize("wrong", [False, True], ids=["right", "three-wrong"])
+def test_a_notebook_saved_as_a_script_is_graded_as_the_notebook(tmp_path, titled, wrong):
+    cells, ex2, ex3 = dict_style(_lines(wrong))
+    path = tmp_path / "hw.py"
+    path.write_text(_as_script(L.notebook(cells, ex2, ex3), titled))
+    done = subprocess.run([sys.executable, "-m", "tutor", "--device", "cpu", "grade", "--json",
+                           "--train-steps", "5", str(path)], capture_output=True, text=True,
+                          timeout=900, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    steps = {s["id"]: s for s in json.loads(done.stdout)["steps"] if s["id"] != "train/loop"}
+    failed = {sid for sid, s in steps.items() if s["score"] == 0}
+    assert failed == (WRONG_STEPS if wrong else set()), failed

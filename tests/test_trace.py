@@ -94,3 +94,11 @@ def test_a_program_past_the_op_budget_stops_being_recorded_and_answers_nothing(m
     assert len(a["ops"]) == 3
     assert written_out(Traces.of(a, b, (8, 5)), Wanted({"logits": _reference(va)}, {}),
                        Wanted({"logits": _reference(vb)}, {})) == []
+
+
+def test_a_script_s_cells_keep_their_titles_and_leave_markdown_out():
+    from tutor.course.submission import script_cells
+
+    text = ("# %% [markdown]\n# # A title\n\n# %% Exercise 2\nx = 1\n\n# In[3]:\ny = 2\n"
+            "# %%\n\n")
+    assert script_cells(text) == ["# Exercise 2\nx = 1\n\n", "y = 2\n"]

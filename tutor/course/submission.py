@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -93,8 +94,35 @@ def _step_of(pack: Pack, given: str) -> str | None:
         return None
 
 
+# A cell's start in a notebook saved as a script: jupytext's and VS Code's `# %%` (with an
+# optional title, `# %% Exercise 1`, or a cell type, `# %% [markdown]`), nbconvert's `# In[3]:`.
+_SCRIPT_CELL = re.compile(r"^#\s*(?:%%(?P<title>.*)|In\[[ 0-9]*\]:\s*)$")
+
+
+def script_cells(text: str) -> list[str]:
+    """A notebook saved as a `.py` script, as its code cells: a cell's title stays as a comment
+    at its top (so `# %% Exercise 2` marks the exercise as the comment would), markdown cells
+    are left out."""
+    cells: list[list[str]] = [[]]
+    for line in text.splitlines():
+        match = _SCRIPT_CELL.match(line)
+        if match is None:
+            cells[-1].append(line)
+            continue
+        title = (match["title"] or "").strip()
+        cells.append(["# markdown"] if title.startswith("[markdown]") else
+                     [f"# {title}"] if title and not title.startswith("[") else [])
+    return ["\n".join(c) + "\n" for c in cells
+            if c[:1] != ["# markdown"] and "\n".join(c).strip()]
+
+
 def _percent(name: str, text: str, pack: Pack) -> Submission:
     cells = parse_cells(text)
+    if not any(_step_of(pack, c.step) for c in cells):
+        # No cell names a step: a notebook saved as a script (jupytext, VS Code, nbconvert).
+        notebook = script_cells(text)
+        if is_lecture_notebook(notebook):
+            return _lecture(name, notebook, pack)
     if not cells:
         raise Unreadable(f"{name} has no `# %% STEP_ID` cells")
     sub = Submission(name, "percent")

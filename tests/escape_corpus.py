@@ -334,8 +334,29 @@ ATTEMPTS: list[Attempt] = [
         """, REFUSED, ("__reduce_ex__", "save")),
     _a("frames-class-body", "frames", """
         class A:
+            def f(self):
+                return self.__class__.__init__.__globals__
+        A().f()["torch"].save(probs, TARGET)
+        """, REFUSED, ("__class__", "save"), worker=True),
+    _a("frames-class-on-a-builtin", "frames", """
+        class A(int):
             pass
-        """, REFUSED, ("class",), worker=True),
+        """, REFUSED, ("class",)),
+    _a("frames-class-on-an-exception", "frames", """
+        B = ValueError
+        class A(B):
+            pass
+        """, REFUSED, ("class",)),
+    _a("frames-class-attribute-on-a-tensor", "frames", """
+        probs.data = torch.zeros_like(probs)
+        """, REFUSED, ("data", "assign")),
+    _a("frames-class-attribute-dunder-via-setter", "frames", """
+        class A:
+            pass
+        a = A()
+        a.x = 1
+        A.x = print
+        """, REFUSED, ("assign", "x")),
     _a("frames-class-getattr-hook", "frames", """
         class A:
             def __getattr__(self, name):

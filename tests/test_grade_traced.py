@@ -1,8 +1,8 @@
 """A gradient is graded by what the notebook computes, wherever the notebook keeps it.
 
 One right notebook and one with three wrong steps, each rewritten into structural styles that
-keep no gradient under the lecture's name (a dict, a list, functions that return tuples or a
-dict, a closure, lambdas, `torch.no_grad()` blocks, a running variable copied into the
+keep no gradient under the lecture's name (a class, a dict, a list, functions that return
+tuples or a dict, a closure, lambdas, `torch.no_grad()` blocks, a running variable copied into the
 lecture's names): every style must score every step as its base does, by the line's rule (no
 ↷), so also under `--strict-rule`. The grader finds these answers by tracing the program
 (tutor/core/trace.py), not by reading names."""
@@ -113,8 +113,22 @@ def running_variable(lines):
     return cells, L.EX2_BACKWARD, L.EX3_BACKWARD
 
 
-STYLES = {f.__name__: f for f in (dict_style, list_style, tuple_function, dict_function,
-                                  closure, lambdas, no_grad, running_variable)}
+def class_style(lines):
+    """A `Backward` class with one method per line storing `self.dX`, exercises 2 and 3 as a
+    subclass, the exercise's code calling its methods."""
+    methods = "\n".join(f"    def line_{i}(self):\n" + _indent(_GRAD.sub(
+        lambda m: f"self.d{m.group(1)}", code), "        ") for i, (_, code) in enumerate(lines))
+    calls = "\n".join(f"bw.line_{i}()" for i in range(len(lines)))
+    fused = ("class Fused(Backward):\n    def cross_entropy(self):\n"
+             "        self.dlogits = F.softmax(logits, 1)\n"
+             "        self.dlogits[range(n), Yb] -= 1\n        self.dlogits /= n\n")
+    return [L.EX1_HEAD, "class Backward:\n    def __init__(self):\n        self.done = 0\n\n"
+            + methods, "bw = Backward()\n" + calls], \
+        fused + "\nfb = Fused()\nfb.cross_entropy()", L.EX3_BACKWARD
+
+
+STYLES = {f.__name__: f for f in (class_style, dict_style, list_style, tuple_function,
+                                  dict_function, closure, lambdas, no_grad, running_variable)}
 # Styles whose wrong gradients the grader cannot yet tell by name when an earlier one of the
 # learner's is wrong (no name keeps them: a list, a tuple a function returns), and the running
 # variable, which the program's reading still loses: the right notebook only, for now.

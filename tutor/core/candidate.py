@@ -26,6 +26,7 @@ import torch
 
 from tutor import devices
 from tutor.core.clock import Budget, CheckTimeout
+from tutor.sandbox import objects
 from tutor.sandbox.classes import TypeOf
 from tutor.sandbox.clean import MAX_MESSAGE, MAX_TEXT, Capped, clean, cut_note
 from tutor.sandbox.guard import GUARD_NAME, Refused, rewrite
@@ -145,7 +146,9 @@ def sandbox_globals(out: Output) -> dict:
 
 def _builtins(print_: Callable, cmp: Callable) -> dict:
     return {**SAFE_BUILTINS, "print": print_, "type": _type, "format": _format,
-            "__import__": _loaded_import, GUARD_NAME: GUARD, "cmp": cmp}
+            "__import__": _loaded_import, GUARD_NAME: GUARD, "cmp": cmp,
+            "__build_class__": objects.build_class, objects.SET_NAME: objects.set_attribute,
+            objects.AUGMENT_NAME: objects.augment_attribute}
 
 
 class _Listening(threading.local):

@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
 from tutor.core.clock import OutOfTime
+from tutor.sandbox.objects import instance_attributes
 
 Tensor = torch.Tensor
 
@@ -225,7 +226,7 @@ class Recorder(TorchFunctionMode):
 
 def note_names(recorder: Recorder, ns: dict) -> None:
     """After a cell: the names the program keeps its tensors under, one level into dicts and
-    objects' lists (never the lesson's own tensors)."""
+    the learner's own objects (never the lesson's own tensors)."""
     def hint(t: Any, name: Any) -> None:
         o = recorder._objects.get(id(t)) if isinstance(t, Tensor) else None
         if o is not None and isinstance(name, str) and not recorder.leaves.get(o):
@@ -235,9 +236,9 @@ def note_names(recorder: Recorder, ns: dict) -> None:
 
     for name, value in list(ns.items())[:10_000]:
         hint(value, name)
-        if isinstance(value, dict):
-            for key, item in list(value.items())[:1000]:
-                hint(item, key)
+        fields = value if isinstance(value, dict) else instance_attributes(value)
+        for key, item in list(fields.items())[:1000]:
+            hint(item, key)
 
 
 def _refs(encoded: list) -> list[tuple[int, int]]:

@@ -44,9 +44,39 @@ class _Rewrite(ast.NodeTransformer):
         return ast.copy_location(call, node)
 
 
+_AUG_OPS = {ast.Add: "+=", ast.Sub: "-=", ast.Mult: "*=", ast.Div: "/=", ast.FloorDiv: "//=",
+            ast.Mod: "%=", ast.Pow: "**=", ast.MatMult: "@=", ast.BitAnd: "&=", ast.BitOr: "|=",
+            ast.BitXor: "^="}
+
+
+class _Stores(ast.NodeTransformer):
+    """`obj.name = v` and `obj.name += v` (which the policy allows only so) become calls of the
+    sandbox's setters (objects.py), which assign only on the learner's own objects."""
+
+    def visit_Assign(self, node: ast.Assign) -> ast.AST:
+        self.generic_visit(node)
+        target = node.targets[0]
+        if len(node.targets) != 1 or not isinstance(target, ast.Attribute):
+            return node
+        call = ast.Call(ast.Name("__tutor_setattr__", ast.Load()),
+                        [target.value, ast.Constant(target.attr), node.value], [])
+        return ast.copy_location(ast.Expr(call), node)
+
+    def visit_AugAssign(self, node: ast.AugAssign) -> ast.AST:
+        self.generic_visit(node)
+        target = node.target
+        if not isinstance(target, ast.Attribute):
+            return node
+        call = ast.Call(ast.Name("__tutor_augattr__", ast.Load()),
+                        [target.value, ast.Constant(target.attr),
+                         ast.Constant(_AUG_OPS[type(node.op)]), node.value], [])
+        return ast.copy_location(ast.Expr(call), node)
+
+
 def rewrite(tree: ast.Module) -> ast.Module:
-    """The same program with every attribute read going through the guard."""
-    return ast.fix_missing_locations(_Rewrite().visit(tree))
+    """The same program with every attribute read going through the guard, and every
+    attribute assigned through the sandbox's setters."""
+    return ast.fix_missing_locations(_Rewrite().visit(_Stores().visit(tree)))
 
 
 def _refuse(obj: Any, name: str, why: str) -> Refused:

@@ -89,8 +89,41 @@ def _refusal(node: ast.AST, construct: str, why: str) -> Refusal:
     return Refusal(construct, why, getattr(node, "lineno", 1), getattr(node, "col_offset", 0) + 1)
 
 
+def _class_refusal(node: ast.ClassDef) -> Refusal | None:
+    """A class of the learner's is a record of methods and attributes (sandbox/objects.py)."""
+    if node.decorator_list or node.keywords:
+        return _refusal(node, "class", "a class of yours takes no decorators or keywords")
+    if not all(isinstance(b, ast.Name) for b in node.bases):
+        return _refusal(node, "class", "a class of yours builds only on your own classes, "
+                                       "named plainly")
+    for stmt in node.body:
+        if not isinstance(stmt, (ast.FunctionDef, ast.Assign, ast.Expr, ast.Pass)) or (
+                isinstance(stmt, ast.FunctionDef) and stmt.decorator_list):
+            return _refusal(stmt, "this statement in a class",
+                            "a class of yours holds methods and plain attributes only")
+    return None
+
+
+def _allowed_places(tree: ast.AST) -> tuple[set[int], set[int]]:
+    """The `__init__` methods directly in a class, and the attribute targets the guard turns
+    into the sandbox's setters (a lone `obj.name = ...`, or `obj.name += ...`)."""
+    inits: set[int] = set()
+    stores: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef):
+            inits |= {id(s) for s in node.body
+                      if isinstance(s, ast.FunctionDef) and s.name == "__init__"}
+        elif isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(
+                node.targets[0], ast.Attribute):
+            stores.add(id(node.targets[0]))
+        elif isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Attribute):
+            stores.add(id(node.target))
+    return inits, stores
+
+
 def inspect(tree: ast.AST) -> Refusal | None:
     """The first construct the sandbox refuses, or None when the code may run."""
+    inits, stores = _allowed_places(tree)
     for node in ast.walk(tree):
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             return _refusal(
@@ -103,10 +136,11 @@ def inspect(tree: ast.AST) -> Refusal | None:
                 node, "match", "its class patterns read attributes of any object; use if/elif"
             )
         if isinstance(node, ast.ClassDef):
-            return _refusal(
-                node, "class", "a backward pass needs no classes of its own; write functions"
-            )
-        if isinstance(node, ast.FunctionDef) and node.name.startswith("_"):
+            refusal = _class_refusal(node)
+            if refusal:
+                return refusal
+        if isinstance(node, ast.FunctionDef) and node.name.startswith("_") \
+                and id(node) not in inits:
             return _refusal(
                 node, f"the name {node.name}",
                 "names starting with an underscore reach into Python's internals",
@@ -117,11 +151,12 @@ def inspect(tree: ast.AST) -> Refusal | None:
             return _refusal(node, f"the keyword {node.arg}", "underscore names are closed")
         if isinstance(node, (ast.Global, ast.Nonlocal)):
             return _refusal(node, "global/nonlocal", "the step's variables are already shared")
-        if isinstance(node, ast.Attribute) and isinstance(node.ctx, (ast.Store, ast.Del)):
+        if isinstance(node, ast.Attribute) and isinstance(node.ctx, (ast.Store, ast.Del)) \
+                and id(node) not in stores:
             return _refusal(
                 node, f"assigning to .{node.attr}",
-                "changing an attribute could change torch itself, or every tensor, for all later "
-                "checks; assign to a plain name instead",
+                "an attribute is set on its own line (`self.dW = ...`), and only on objects of "
+                "your own classes; changing torch or a tensor would leak into later checks",
             )
         if isinstance(node, ast.Attribute):
             if node.attr.split("_", 1)[0] in _INTROSPECTION_PREFIXES and "_" in node.attr:

@@ -1,0 +1,91 @@
+"""The learner's own classes: plain records of attributes and methods, nothing more.
+
+A backward pass written as a class (`class Backward:` with a method per layer storing
+`self.dprobs`) is an ordinary way to organise the exercise, so the sandbox lets learner code
+define classes, within these bounds:
+
+- a class builds only on the learner's own classes (or on nothing): never on a tensor, a module's
+  class or a builtin type, whose behaviour would reach below the sandbox;
+- its body defines methods and plain attributes; the only double-underscore method it may have
+  is `__init__` (the policy refuses the rest by name, and the builder checks again what the class
+  ended up holding);
+- an attribute is assigned only on an instance of such a class (`self.dW = ...`, `self.dC +=
+  ...`), through `set_attribute` and `augment_attribute`, which the guard's rewrite puts where
+  the code assigns; torch, modules and tensors stay as they are.
+
+Reads go through the guard as every read does (guard.py).
+"""
+
+from __future__ import annotations
+
+import builtins
+import operator
+import weakref
+from typing import Any
+
+from tutor.sandbox.guard import Refused
+
+SET_NAME = "__tutor_setattr__"
+AUGMENT_NAME = "__tutor_augattr__"
+
+# What `class` statements leave in a class's namespace besides the learner's own names.
+_MADE_BY_PYTHON = {"__module__", "__qualname__", "__doc__", "__init__", "__dict__",
+                   "__weakref__", "__firstlineno__", "__static_attributes__"}
+_IN_PLACE = {"+=": operator.iadd, "-=": operator.isub, "*=": operator.imul,
+             "/=": operator.itruediv, "//=": operator.ifloordiv, "%=": operator.imod,
+             "**=": operator.ipow, "@=": operator.imatmul, "&=": operator.iand,
+             "|=": operator.ior, "^=": operator.ixor}
+
+
+class LearnerObject:
+    """What every class of the learner's builds on."""
+
+
+_classes: weakref.WeakSet[type] = weakref.WeakSet()
+
+
+def build_class(body: Any, name: str, *bases: Any, **keywords: Any) -> type:
+    """Python's `__build_class__` for the sandbox: a `class` statement of the learner's."""
+    if keywords:
+        raise Refused(f"class {name}: a class of yours takes no keywords (no metaclass)")
+    for base in bases:
+        if base not in _classes:
+            what = getattr(base, "__name__", type(base).__name__)
+            raise Refused(f"class {name} cannot build on {what}: a class of yours may build "
+                          "only on your own classes")
+    # A class body records the module it was made in, read from its globals (the namespace).
+    body.__globals__.setdefault("__name__", "__learner__")
+    cls = builtins.__build_class__(body, name, *(bases or (LearnerObject,)))
+    odd = sorted(k for k in vars(cls) if k.startswith("_") and k not in _MADE_BY_PYTHON)
+    if odd or type(cls) is not type:
+        raise Refused(f"class {name}: {', '.join(odd) or 'its metaclass'} is not allowed here")
+    _classes.add(cls)
+    return cls
+
+
+def _assignable(obj: Any, name: str) -> None:
+    if type(obj) not in _classes:
+        raise Refused(f"assigning to .{name} of a {type(obj).__name__}: attributes can be set "
+                      "only on objects of your own classes; assign to a plain name instead")
+    if not isinstance(name, str) or name.startswith("_"):
+        raise Refused(f"the attribute .{name} is closed: names starting with an underscore "
+                      "reach into Python's internals")
+
+
+def set_attribute(obj: Any, name: str, value: Any) -> None:
+    """`obj.name = value`, for an object of the learner's own classes."""
+    _assignable(obj, name)
+    setattr(obj, name, value)
+
+
+def augment_attribute(obj: Any, name: str, op: str, value: Any) -> None:
+    """`obj.name += value` (or another augmented operator), in place where the value allows,
+    as Python does it."""
+    _assignable(obj, name)
+    setattr(obj, name, _IN_PLACE[op](getattr(obj, name), value))
+
+
+def instance_attributes(obj: Any) -> dict[str, Any]:
+    """An object's attributes, where it is one of the learner's (for the tutor's own reading of
+    what a program kept, never for learner code)."""
+    return dict(vars(obj)) if type(obj) in _classes else {}

@@ -6,9 +6,9 @@ define classes, within these bounds:
 
 - a class builds only on the learner's own classes (or on nothing): never on a tensor, a module's
   class or a builtin type, whose behaviour would reach below the sandbox;
-- its body defines methods and plain attributes; the only double-underscore method it may have
-  is `__init__` (the policy refuses the rest by name, and the builder checks again what the class
-  ended up holding);
+- its body defines methods and plain attributes; of the double-underscore methods it may have
+  only those in `METHODS` (`__init__`, `__call__`, indexing, length, iteration: the policy
+  refuses the rest by name, and the builder checks again what the class ended up holding);
 - an attribute is assigned only on an instance of such a class (`self.dW = ...`, `self.dC +=
   ...`), through `set_attribute` and `augment_attribute`, which the guard's rewrite puts where
   the code assigns; torch, modules and tensors stay as they are.
@@ -24,13 +24,18 @@ import weakref
 from typing import Any
 
 from tutor.sandbox.guard import Refused
+from tutor.sandbox.policy import CLASS_METHODS
 
 SET_NAME = "__tutor_setattr__"
 AUGMENT_NAME = "__tutor_augattr__"
 
+# The double-underscore methods a class of the learner's may define: building an object,
+# calling it, indexing it, its length, iterating it. Nothing the tutor's own code calls on a
+# value it is handed (printing, comparing, hashing, attribute hooks, torch's dispatch).
+METHODS = CLASS_METHODS
 # What `class` statements leave in a class's namespace besides the learner's own names.
-_MADE_BY_PYTHON = {"__module__", "__qualname__", "__doc__", "__init__", "__dict__",
-                   "__weakref__", "__firstlineno__", "__static_attributes__"}
+_MADE_BY_PYTHON = METHODS | {"__module__", "__qualname__", "__doc__", "__dict__",
+                             "__weakref__", "__firstlineno__", "__static_attributes__"}
 _IN_PLACE = {"+=": operator.iadd, "-=": operator.isub, "*=": operator.imul,
              "/=": operator.itruediv, "//=": operator.ifloordiv, "%=": operator.imod,
              "**=": operator.ipow, "@=": operator.imatmul, "&=": operator.iand,

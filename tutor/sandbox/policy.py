@@ -12,6 +12,10 @@ from dataclasses import dataclass
 
 from tutor.sandbox.allowlist import READABLE_DUNDERS
 
+# The double-underscore methods a class of the learner's may define (sandbox/objects.py).
+CLASS_METHODS = frozenset({"__init__", "__call__", "__getitem__", "__setitem__", "__len__",
+                           "__iter__", "__contains__"})
+
 # Attributes that would hand the answer over (autograd) or reach outside the exercise.
 _AUTOGRAD_WHY = "the point is to compute the gradient yourself, so autograd's machinery is closed"
 REFUSED_ATTRIBUTES = {
@@ -105,14 +109,15 @@ def _class_refusal(node: ast.ClassDef) -> Refusal | None:
 
 
 def _allowed_places(tree: ast.AST) -> tuple[set[int], set[int]]:
-    """The `__init__` methods directly in a class, and the attribute targets the guard turns
+    """The double-underscore methods a class may define (`CLASS_METHODS`), directly in its
+    body, and the attribute targets the guard turns
     into the sandbox's setters (a lone `obj.name = ...`, or `obj.name += ...`)."""
     inits: set[int] = set()
     stores: set[int] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.ClassDef):
             inits |= {id(s) for s in node.body
-                      if isinstance(s, ast.FunctionDef) and s.name == "__init__"}
+                      if isinstance(s, ast.FunctionDef) and s.name in CLASS_METHODS}
         elif isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(
                 node.targets[0], ast.Attribute):
             stores.add(id(node.targets[0]))

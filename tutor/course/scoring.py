@@ -167,7 +167,7 @@ def grade(lesson: Lesson, sub: Submission, rules: GradingRules = DEFAULT_RULES,
         code, mark, result = _graded(lesson, sub, step, prior, rules, tensors, settled)
         if not (mark.status is Outcome.PASSED and mark.rule is not Rule.SKIPPED) and (
                 step.id not in settled or _right_as_run(lesson, sub, step, mark)):
-            traced = _by_trace(lesson, sub, step, prior, rules, traces)
+            traced = _by_trace(lesson, sub, step, rules, traces)
             if traced is not None:
                 code, mark, result = traced
                 settled.add(step.id)
@@ -247,8 +247,8 @@ def _whole_program(lesson: Lesson, step: Step, program: str) -> CheckResult | No
         return None
 
 
-def _by_trace(lesson: Lesson, sub: Submission, step: Step, prior: dict[str, str],
-              rules: GradingRules, traces: dict[int, dict[str, list[str]]]
+def _by_trace(lesson: Lesson, sub: Submission, step: Step, rules: GradingRules,
+              traces: dict[int, dict[str, list[str]]]
               ) -> tuple[str, StepGrade, CheckResult] | None:
     """A step that its names could not grade by its rule (no code found, or found only by
     values), graded on what the exercise's own code computes for it wherever it keeps it: the
@@ -269,7 +269,10 @@ def _by_trace(lesson: Lesson, sub: Submission, step: Step, prior: dict[str, str]
             found = {}
         traces[step.exercise] = found
     for code in found.get(step.id, []):
-        mark, result = _check(lesson, step, code, prior, rules)
+        # From autograd's gradients for the steps before: the written-out code reads only what
+        # the step is given, and the learner's earlier code, replayed, may have left other
+        # values under those names.
+        mark, result = _check(lesson, step, code, {}, rules)
         mark.feedback = (f"graded on what your submission computes for "
                          f"{', '.join(step.graded_names)}, traced as it ran and written "
                          "out from this step's inputs:\n"

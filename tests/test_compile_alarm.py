@@ -16,6 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # a one-second limit: timed, so it runs alone after the parallel part
 def test_compiling_after_a_checked_step_outlasts_its_limit_without_an_error(tmp_path):
     done = subprocess.run([sys.executable, "-m", "tutor", "--device", "cpu", "--home",
                            str(tmp_path), "--timeout", "1", "train", "--reference", "--steps",

@@ -46,7 +46,7 @@ def test_a_learner_who_finished_everything_exports_full_marks(home, tmp_path):
     script = tmp_path / "backward.py"
     done = cli(home, "export", "--out", str(script))
     assert done.returncode == 0, done.stderr
-    assert "exercise 4's training step (passed" in done.stderr
+    assert "exercise 4's training step (passed" in done.stderr  # makemore's is exercise 4
     text = script.read_text()
     assert f"\n# %% {STEP.id}\n" in text
 
@@ -84,4 +84,15 @@ def test_a_draft_is_exported_when_nothing_was_trained(home):
     out = cli(home, "export")
     assert out.returncode == 0, out.stderr
     cell = out.stdout.split(f"\n# %% {STEP.id}\n", 1)[1]
-    assert "your exercise-4 draft" in cell and "# my own note" in cell
+    assert "your training-screen draft" in cell and "# my own note" in cell
+
+
+def test_each_lesson_names_its_own_training_exercise(home):
+    from tutor.pack.model import find_pack
+
+    gpt = load_pack(find_pack("gpt"))
+    step = training_step(gpt)
+    out = cli(home, "--pack", "gpt", "export")
+    assert out.returncode == 0, out.stderr
+    assert f"Exercise {step.exercise} ({step.id}) is not here yet" in out.stdout
+    assert step.exercise != 4 and "Exercise 4" not in out.stdout

@@ -21,6 +21,8 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from tutor.pack.flow import gradient
+
 
 class Unsupported(Exception):
     """No rule here differentiates this; the message says what, in a few words."""
@@ -337,7 +339,7 @@ class Deriver:
             self.out.ideas.append(IDEAS[key])
 
     def temp(self, hint: str, value: ast.expr) -> ast.Name:
-        base = f"d{hint}"
+        base = gradient(hint)
         name, k = base, 2
         while name in self.taken:
             name, k = f"{base}{k}", k + 1
@@ -1513,7 +1515,7 @@ def derive(target: str, expr: ast.expr, fact: Callable[[ast.AST], Fact], namer: 
     if f.shape is None:
         raise Unsupported(f"`{target}` is not a tensor")
     return Deriver(target, expr, fact, namer, taken, style).run(
-        Up(_name(f"d{target}"), f.shape, f.held or f.shape))
+        Up(_name(gradient(target)), f.shape, f.held or f.shape))
 
 
 def derive_loss(target: str, expr: ast.expr, fact: Callable[[ast.AST], Fact], namer: Namer,

@@ -18,6 +18,7 @@ import copy
 from dataclasses import dataclass, field
 
 from tutor.authoring.derivative import LineBackward, Part, scatter_statement
+from tutor.pack.flow import gradient, tensor_of
 
 
 @dataclass(frozen=True)
@@ -128,7 +129,7 @@ def _is_view(expr: ast.expr) -> bool:
 def statements(x: str, parts: list[Part], mode: str, fresh: bool) -> list[str]:
     """The statements that put one line's contributions into `d{x}`. `fresh`: `d{x}` will be
     added to later, so it must own its memory."""
-    grad = f"d{x}"
+    grad = gradient(x)
     exprs = [p.expr for p in parts if p.expr is not None]
     scatters = [p.scatter for p in parts if p.scatter is not None]
     out: list[str] = []
@@ -192,16 +193,16 @@ def template(step: StepPlan, sources: dict[str, str], operands: dict[str, tuple[
         for x in operands[target]:
             mode = step.modes[(target, x)]
             if x in step.partials and mode == "first":
-                code, note = f"d{x} = ...", f"first branch of {x}; the rest arrives later"
+                code, note = f"{gradient(x)} = ...", f"first branch of {x}; the rest arrives later"
             elif x in step.checks and mode == "add":
-                code, note = f"d{x} += ...", "add this line's branch"
+                code, note = f"{gradient(x)} += ...", "add this line's branch"
             elif mode == "add":
-                code, note = f"d{x} += ...", (f"another branch of {x}; graded in full at "
+                code, note = f"{gradient(x)} += ...", (f"another branch of {x}; graded in full at "
                                               f"{graded_at.get(x, 'a later step')}")
             elif x in step.middles:
-                code, note = f"d{x} = ...", f"first branch of {x}; graded in full later"
+                code, note = f"{gradient(x)} = ...", f"first branch of {x}; graded in full later"
             else:
-                code, note = f"d{x} = ...", ""
+                code, note = f"{gradient(x)} = ...", ""
             for text in (note, note.split(";")[0]):
                 if text and len(f"{code}  # {text}") <= TEMPLATE_WIDTH:
                     code = f"{code}  # {text}"
@@ -224,9 +225,10 @@ def hints(step: StepPlan, backward: dict[str, LineBackward], shapes: dict[str, l
     idea = " ".join(ideas[:2]) or "Apply the chain rule to the line: local derivative times " \
                                   "the gradient arriving at its output."
     arriving = [t for t in step.lines if shapes.get(t) and t not in step.checks]
-    parts = [f"The gradient arriving, `d{t}`, is {_shape(shapes[t])}." for t in arriving[:1]]
+    parts = [f"The gradient arriving, `{gradient(t)}`, is "
+             f"{_shape(shapes[t])}." for t in arriving[:1]]
     named = step.checks + step.partials
-    parts.append(" ".join(f"`d{x}` is {_shape(shapes[x])}, like `{x}`." for x in named
+    parts.append(" ".join(f"`{gradient(x)}` is {_shape(shapes[x])}, like `{x}`." for x in named
                           if x in shapes))
     for target in step.lines:
         for x, dims in backward[target].sums.items():
@@ -260,7 +262,7 @@ def nearly(solution_text: str) -> str:
 
 
 def _reads_gradient(node: ast.AST) -> bool:
-    return any(isinstance(n, ast.Name) and n.id.startswith("d") and len(n.id) > 1
+    return any(isinstance(n, ast.Name) and tensor_of(n.id) is not None
                for n in ast.walk(node))
 
 
@@ -336,7 +338,7 @@ def summary(step: StepPlan, sources: dict[str, str], backward: dict[str, LineBac
 
 
 def title(step: StepPlan) -> str:
-    return ", ".join(f"d{x}" for x in step.checks)
+    return ", ".join(gradient(x) for x in step.checks)
 
 
 # -- slips that come from the derivative's own structure --------------------------------------
@@ -344,7 +346,7 @@ def structural_slips(solution_text: str, tensor: str, shapes: dict[str, list[int
                      line_shape: list[int]) -> list[tuple[str, str, str]]:
     """(code, kind, message) for the slips the derivative has a place for: the sum that undoes
     a broadcast left out, a matrix product's operands in the wrong order."""
-    grad = f"d{tensor}"
+    grad = gradient(tensor)
     tree = ast.parse(solution_text)
     out = []
     for k, stmt in enumerate(tree.body):

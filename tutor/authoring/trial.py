@@ -51,6 +51,7 @@ from tutor.core.candidate import (
 )
 from tutor.core.diagnosis import close
 from tutor.core.grading import grade
+from tutor.pack.flow import gradient
 from tutor.pack.kinds import LineGradient
 from tutor.pack.model import Exercise, Pack, Step
 from tutor.process import isolate
@@ -419,7 +420,7 @@ class Trial:
     def taken(self) -> set[str]:
         names = {*self.setup_values, *BATCH_NAMES, *(ln.target for ln in self.lines),
                  *self.file.constants, "n", "batch_size"}
-        return names | {f"d{k}" for k in names} | {"torch", "F", "math"}
+        return names | {gradient(k) for k in names} | {"torch", "F", "math"}
 
     def derive_all(self, live) -> tuple[dict[str, dict[Style, LineBackward]], dict[str, str]]:
         """Each line's backward pass in every style that holds against autograd, the plain one
@@ -517,7 +518,7 @@ class Trial:
             if target != self.file.loss:
                 g = torch.Generator().manual_seed(seed)
                 cot = torch.randn(ns[target].shape, generator=g, dtype=torch.float64)
-                base[f"d{target}"] = cot
+                base[gradient(target)] = cot
                 cots[target] = cot
             # every tensor the line reads whose gradient is wanted, not only those the
             # derivative sent one to: one it left out must get nothing from autograd either
@@ -537,8 +538,8 @@ class Trial:
                 if x not in lb.parts:
                     if bool(expected[x].any()):
                         return f"the derivative sends no gradient to `{x}`"
-                elif not _agrees(run.get(f"d{x}"), expected[x]):
-                    return f"the derived d{x} disagrees with autograd"
+                elif not _agrees(run.get(gradient(x)), expected[x]):
+                    return f"the derived {gradient(x)} disagrees with autograd"
         return None
 
     def assemble(self, plans: list[steps.StepPlan], backward, why, operands) -> list[dict]:
@@ -597,12 +598,13 @@ class Trial:
             return f"the derived step fails after the steps before it ({_first_line(exc)})"
         # A gradient that is (nearly) zero for this network, as makemore's b1 under batchnorm,
         # is compared at the size of the gradient that arrived, not at its own.
-        arriving = max((float(run[f"d{t}"].abs().max()) for t in plan.lines
-                        if isinstance(run.get(f"d{t}"), Tensor) and run[f"d{t}"].numel()),
+        arriving = max((float(run[gradient(t)].abs().max()) for t in plan.lines
+                        if isinstance(run.get(gradient(t)), Tensor) and run[gradient(t)].numel()),
                        default=0.0)
         for x in plan.checks:
-            if not _agrees(run.get(f"d{x}"), full[x], floor=arriving):
-                return f"the derived d{x} disagrees with autograd after the steps before it"
+            if not _agrees(run.get(gradient(x)), full[x], floor=arriving):
+                return (f"the derived {gradient(x)} disagrees with autograd after the steps "
+                        "before it")
         ns.clear()
         ns.update(run)
         return None
@@ -618,10 +620,10 @@ class Trial:
             local = self.vjp(self.values[("main", dtype)], [target],
                              list(operands[target]), {target: cot})
             for x, value in local.items():
-                if plan.modes.get((target, x)) == "add" and isinstance(ns.get(f"d{x}"), Tensor):
-                    ns[f"d{x}"] = ns[f"d{x}"] + value
+                if plan.modes.get((target, x)) == "add" and isinstance(ns.get(gradient(x)), Tensor):
+                    ns[gradient(x)] = ns[gradient(x)] + value
                 else:
-                    ns[f"d{x}"] = value.clone()
+                    ns[gradient(x)] = value.clone()
 
     def shapes(self) -> dict[str, list[int]]:
         ns = self.values[("main", torch.float32)]
@@ -685,7 +687,7 @@ class Trial:
             raise
         except Exception:  # noqa: BLE001 - a rewrite that does not run is no mistake
             return None
-        value = run.get(f"d{tensor}")
+        value = run.get(gradient(tensor))
         return value if isinstance(value, Tensor) else None
 
     def references(self, plan: steps.StepPlan) -> dict[str, tuple[Tensor, Tensor]]:
@@ -711,20 +713,21 @@ class Trial:
         solution = step["solution"]
         closing = [t for t in plan.lines if plan.modes.get((t, tensor)) == "add"]
         if tensor in plan.checks and closing:
-            replaced = solution.replace(f"d{tensor} += ", f"d{tensor} = ", 1)
+            replaced = solution.replace(f"{gradient(tensor)} += ", f"{gradient(tensor)} = ", 1)
             if replaced != solution:
                 others = [ln.source for ln in self.lines if tensor in operands.get(ln.target, ())
                           and ln.target not in plan.lines]
                 where = f" (`{others[0]}`)" if others else ""
                 yield (replaced, "partial",
                        f"This is the branch through this line alone. `{tensor}` is also used "
-                       f"in a later line{where}, and `d{tensor}` already held that branch when "
+                       f"in a later line{where}, and `{gradient(tensor)}` already held that "
+                       f"branch when "
                        f"this step began: add this one to it with `+=` instead of replacing it "
                        f"with `=`.")
         yield from steps.structural_slips(solution, tensor, self.shapes(),
                                           self.shapes().get(plan.lines[-1], []))
         for candidate in derived.candidates(pack, record, tensor, scope):
-            if candidate.target != f"d{tensor}":
+            if candidate.target != gradient(tensor):
                 continue
             kind = "partial" if candidate.kind == "partial" else "known_mistake"
             yield candidate.source, kind, candidate.message
@@ -770,7 +773,7 @@ def _agrees(value, expected: Tensor, floor: float = 0.0) -> bool:
 
 
 def _todo_hints(plan: steps.StepPlan) -> list[str]:
-    names = ", ".join(f"`d{x}`" for x in plan.checks)
+    names = ", ".join(f"`{gradient(x)}`" for x in plan.checks)
     return [f"TODO: the idea behind {names}.", "TODO: the shapes involved.",
             "TODO: nearly the answer."]
 

@@ -49,7 +49,8 @@ def run_export(args: argparse.Namespace, settings: Settings) -> int:
     # The gradient steps are counted as cells; the training step is said apart.
     cells = tally(r for r in rows if not pack.step(r["id"]).kind.trained)
     rest = ", the rest as templates" if cells.done < cells.steps else ""
-    trained = (f"; exercise 4's training step ({training.origin})" if training else
+    number = next((s.exercise for s in pack.steps if s.kind.trained), None)
+    trained = (f"; exercise {number}'s training step ({training.origin})" if training else
                "; no training step yet (train, then export again)")
     print(f"wrote {args.out}: {cells.sentence()}{rest}{trained}. Run it with "
           f"`python {args.out}`, check it with `backprop-tutor check --all {args.out}`, "
@@ -74,7 +75,7 @@ def training_cell(lesson: Lesson, pack: Pack, accepted: dict[str, str]) -> Train
                             "not passed yet: the code of your last run")
     draft = lesson.draft(step.id)
     if draft and draft.strip():
-        return TrainingCell(step.id, draft, "not trained yet: your exercise-4 draft")
+        return TrainingCell(step.id, draft, "not trained yet: your training-screen draft")
     return None
 
 

@@ -366,4 +366,5 @@ def progress_line(p: RunProgress) -> str:
 # --- the result as text ------------------------------------------------------------------------
 
 
-TRAIN = Command("train", "exercise 4: train the network on your own backward pass", _args, run)
+TRAIN = Command("train", "the training exercise: train the network on your own backward pass",
+                _args, run)

@@ -26,6 +26,7 @@ import torch
 
 from tutor import devices
 from tutor.core.clock import Budget, CheckTimeout
+from tutor.pack.flow import tensor_of
 from tutor.sandbox import objects
 from tutor.sandbox.classes import TypeOf
 from tutor.sandbox.clean import MAX_MESSAGE, MAX_TEXT, Capped, clean, cut_note
@@ -316,7 +317,7 @@ def _name_hint(exc: NameError, names: list[str], scope: str | None = None) -> st
     missing = getattr(exc, "name", None) or ""
     visible = [n for n in names if not n.startswith("_") and n != "cmp"]
     close = difflib.get_close_matches(missing, visible, n=3, cutoff=0.6) if missing else []
-    grads = sorted(n for n in visible if n.startswith("d") and n[1:] in names)
+    grads = sorted(n for n in visible if tensor_of(n) in names)
     parts = []
     if close:
         parts.append(f" Did you mean {' or '.join(close)}?")

@@ -61,6 +61,7 @@ from tutor import code_facts
 from tutor.code_facts import changed_in_place, write_targets
 from tutor.core import rewrites
 from tutor.core.diagnosis import close, diagnosis
+from tutor.pack.flow import gradient, tensor_of
 from tutor.pack.model import Pack, Step
 from tutor.values.results import Diagnosis
 
@@ -138,7 +139,7 @@ def _explain(
     code: str = "", own: Callable[[], Diagnosis | None] | None = None,
 ) -> Diagnosis | None:
     found = _values(pack, step, tensor, before, n)
-    grad = f"d{tensor}"
+    grad = gradient(tensor)
     off = _distance(value, ref)
     best: tuple[float, Candidate] | None = None
     scaled: list[tuple[float, Candidate]] = []
@@ -249,7 +250,7 @@ class _Context:
     outputs: tuple[str, ...] = ()  # a function's outputs, in the order it returns them
 
     def is_grad(self, name: str) -> bool:
-        return name.startswith("d") and name[1:] in self.scope and name in self.scope
+        return tensor_of(name) in self.scope and name in self.scope
 
     def compatible(self, a: str, b: str) -> bool:
         """Could `b` stand where `a` is written? The same shape up to size-1 dimensions, or one
@@ -475,7 +476,7 @@ def function_rewrites(solution: str, tree: ast.Module, name: str, scope: dict
 
 def _gradient_name(name: str) -> bool:
     """A function's output named as a gradient (`dxs`), as tutor.core.functions reads it."""
-    return name.startswith("d") and len(name) > 1
+    return tensor_of(name) is not None
 
 
 # (step, the case's sizes) -> the reference function's names when it returns.
@@ -566,7 +567,7 @@ def _shown_names(pack: Pack, step: Step, tree: ast.Module, scope: dict) -> dict[
         spec.arguments if spec else ())
     for line in pack.forward_lines:
         words |= {line.target, *line.operands}
-    words |= {f"d{w}" for w in list(words)}
+    words |= {gradient(w) for w in list(words)}
     return {k: v for k, v in _held(tree, scope).items() if k not in words and len(v) <= 40}
 
 
@@ -684,7 +685,7 @@ def _scaled_reference_term(step: Step, tensor: str, value: Tensor, ref: Tensor, 
         return None
     from tutor.core.smallest import number, scaled, terms
 
-    grad = f"d{tensor}"
+    grad = gradient(tensor)
     run = lambda source: _evaluate(  # noqa: E731
         Candidate("derived", "", source, grad, changed_in_place(ast.parse(source))), scope)
     v = value.detach().to("cpu", torch.float64)
@@ -750,11 +751,11 @@ def _accumulates(tree: ast.Module, grad: str) -> bool:
 def _context(pack: Pack, step: Step, tensor: str, scope: dict) -> _Context:
     lines = [pack.line_for(t) for t in step.lines]
     tensors = {k for k, v in scope.items() if isinstance(v, Tensor)}
-    grads = {k for k in tensors if k.startswith("d") and k[1:] in tensors}
+    grads = {k for k in tensors if tensor_of(k) in tensors}
     forward = [k for k in scope if k in tensors and k not in grads and scope[k].is_floating_point()]
-    upstream = {f"d{line.target}" for line in lines}
+    upstream = {gradient(line.target) for line in lines}
     if step.upstream:
-        upstream.add(f"d{step.upstream}")
+        upstream.add(gradient(step.upstream))
     on_line = [t for line in lines for t in (*line.operands, line.target)]
     neighbours = []
     for line in pack.forward_lines:
@@ -766,7 +767,7 @@ def _context(pack: Pack, step: Step, tensor: str, scope: dict) -> _Context:
         inputs = [t for t in line.operands if t in tensors]
         if len(inputs) == 1:
             unary[line.target] = _substitute_name(_expr(line.source), inputs[0], line.target)
-    return _Context(f"d{tensor}", scope, upstream & tensors, related, forward, unary,
+    return _Context(gradient(tensor), scope, upstream & tensors, related, forward, unary,
                     tuple(pack.forward_lines))
 
 
@@ -899,10 +900,11 @@ def _upstream_rewrites(tree: ast.Module, ctx: _Context):
                 f"gradient that reached the output, `{up}`.",
                 (up,),
             )
-        if ctx.is_grad(node.id) and ctx.compatible(node.id, node.id[1:]):
-            yield _renamed(tree, i, node.id[1:],
+        if ctx.is_grad(node.id) and ctx.compatible(node.id, tensor_of(node.id)):
+            yield _renamed(tree, i, tensor_of(node.id),
                            f"Your {grad} is what the formula gives with the tensor "
-                           f"`{node.id[1:]}` where its gradient `{node.id}` belongs. Check each "
+                           f"`{tensor_of(node.id)}` where its gradient `{node.id}` belongs. "
+                           f"Check each "
                            "name: a gradient and its tensor differ only by the `d`.")
         others = [g for g in ctx.scope if ctx.is_grad(g) and g != ctx.grad]
         for other in others if ctx.is_grad(node.id) else []:
@@ -977,7 +979,7 @@ def _swaps(tree: ast.Module, ctx: _Context, pool: list[str], with_grads: bool):
                                  f"Your {ctx.grad} is what the formula gives if `{other}` stands "
                                  f"where `{read}` should. Check which tensor each part of the "
                                  "local derivative is written in."), (), (other,))
-        grad = f"d{read}"
+        grad = gradient(read)
         if with_grads and grad != ctx.grad and ctx.compatible(read, grad):
             yield _renamed(tree, i, grad,
                            f"Your {ctx.grad} is what the formula gives with the gradient "
@@ -1817,7 +1819,7 @@ def _counted_factor(factor: Tensor, scope: dict) -> str:
     live = f != 0
     for name, t in sorted(scope.items()):
         if not isinstance(t, Tensor) or t.dim() < 2 or t.shape[0] != f.numel() \
-                or name.startswith("d") or not bool(((t == 0) | (t == 1)).all()):
+                or tensor_of(name) is not None or not bool(((t == 0) | (t == 1)).all()):
             continue
         counts = t.detach().reshape(t.shape[0], -1).double().cpu().sum(1)
         if not bool((counts[live] > 0).all()):
@@ -1839,7 +1841,7 @@ def _named_factor(factor: Tensor, scope: dict) -> str:
     for name, t in scope.items():
         if not (isinstance(t, Tensor) and t.is_floating_point()) or t.numel() != flat.numel():
             continue
-        if t.dim() > 2 or name.startswith("d"):
+        if t.dim() > 2 or tensor_of(name) is not None:
             continue
         tt = t.detach().double().cpu().flatten()
         if close(flat, tt):

@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 import torch
 
+from tutor.pack.flow import gradient
 from tutor.pack.model import Mistake
 from tutor.values.results import Diagnosis
 
@@ -74,7 +75,7 @@ def wrong_axis(name: str, got: list[int], want: list[int], sources: list[tuple])
         ran, needed = _reductions(shape, tuple(got)), _reductions(shape, tuple(want))
         if len(ran) != 1 or len(needed) != 1 or ran == needed:
             continue
-        return (f"d{name} has shape {_shape(got)}, but {name} has shape {_shape(want)}: "
+        return (f"{gradient(name)} has shape {_shape(got)}, but {name} has shape {_shape(want)}: "
                 f"{_shape(got)} is what a sum of the {_shape(shape)} gradient over "
                 f"{_dims(shape, ran[0])} gives, and those are dimensions {name} has its own "
                 f"entries along. {name} was broadcast along {_dims(shape, needed[0])} in the "
@@ -86,13 +87,14 @@ def explain_shape(name: str, got: list[int], want: list[int], sources: list[tupl
                   ) -> str:
     """A sentence about how a gradient of the wrong shape came about and what shape is needed.
     `sources` are the shapes of the gradients in reach, for a sum over the wrong dims."""
-    head = f"d{name} has shape {_shape(got)}, but {name} has shape {_shape(want)}"
+    head = f"{gradient(name)} has shape {_shape(got)}, but {name} has shape {_shape(want)}"
     squeezed_got = [d for d in got if d != 1]
     squeezed_want = [d for d in want if d != 1]
     if squeezed_got == squeezed_want and len(got) > len(want):
         return (
             f"{head}. There is an extra dimension of size 1. The notebook's cmp would let this "
-            f"broadcast, but an update like `{name} -= lr * d{name}` would then turn {name} into "
+            f"broadcast, but an update like `{name} -= lr * {gradient(name)}` would then turn "
+            f"{name} into "
             f"a {_shape(got)} tensor (or fail when done in place). Sum without keepdim, or "
             f"reshape to {name}.shape."
         )
@@ -116,7 +118,7 @@ def explain_shape(name: str, got: list[int], want: list[int], sources: list[tupl
         return (
             f"{head}. {name} was broadcast over every leading dimension of the tensor it was "
             f"added to (the batch, and time where there is one) in the forward pass, and your "
-            f"d{name} still has {_shape(lead)} of {which} left: sum over every dimension "
+            f"{gradient(name)} still has {_shape(lead)} of {which} left: sum over every dimension "
             f"{name} was broadcast along, to get one gradient per entry of {name}."
         )
     if sorted(got) == sorted(want) and len(got) == 2:
@@ -132,7 +134,8 @@ def shape_diagnosis(name: str, value: Tensor, ref: Tensor, sources: list[tuple] 
     if value.dim() == 2 and value.shape == ref.shape[::-1] and close(value.T, ref):
         return diagnosis(
             "transpose",
-            f"d{name} holds the right numbers, transposed: {_shape(value.shape)} instead of "
+            f"{gradient(name)} holds the right numbers, transposed: {_shape(value.shape)} "
+            f"instead of "
             f"{_shape(ref.shape)}. Swap and transpose the operands of the matmul so the result "
             f"has {name}'s shape.",
         )
@@ -156,7 +159,7 @@ def _scale_message(name: str, c: float, n: int, source: str = "") -> str:
                "contribution was counted twice (or halved)")
     else:
         why = "check the constant factors of the local derivative"
-    return f"d{name} is {c:.4g} times autograd's gradient, everywhere: {why}."
+    return f"{gradient(name)} is {c:.4g} times autograd's gradient, everywhere: {why}."
 
 
 def _same(value: Tensor, produced: Tensor) -> bool:
@@ -214,25 +217,30 @@ def value_diagnosis(
         bad = int((~torch.isfinite(value)).sum())
         return diagnosis(
             "nan",
-            f"d{name} has {bad} entries that are NaN or infinite. Look for a division by zero, "
+            f"{gradient(name)} has {bad} entries that are NaN or infinite. Look for a division "
+            f"by zero, "
             "a log of zero or a power of a negative number.",
         )
     if value.numel() and not bool(value.any()) and bool(ref.any()):
         return diagnosis("scale", _zero_message(name, source, code))
     if close(value, -ref):
-        return diagnosis("sign", f"d{name} has the right size but the wrong sign everywhere.")
+        return diagnosis("sign", f"{gradient(name)} has the right size but the wrong sign "
+                                 f"everywhere.")
     if prior is not None and not close(prior, torch.zeros_like(prior)):
         if close(value, ref - prior):
             return diagnosis(
                 "partial",
-                f"d{name} holds only the new branch: {name} is used in two places, and the "
-                f"gradient from the first one (already in d{name}) was overwritten. Add to it "
+                f"{gradient(name)} holds only the new branch: {name} is used in two places, and "
+                f"the "
+                f"gradient from the first one (already in {gradient(name)}) was overwritten. Add "
+                f"to it "
                 "with += instead of assigning with =.",
             )
         if close(value, prior):
             return diagnosis(
                 "partial",
-                f"d{name} still holds only the first branch: add this line's contribution.",
+                f"{gradient(name)} still holds only the first branch: add this line's "
+                f"contribution.",
             )
     v, r = value.detach().double().flatten(), ref.detach().double().flatten()
     denom = float(r @ r)
@@ -240,10 +248,10 @@ def value_diagnosis(
         c = float(v @ r) / denom
         if abs(c - 1) > 1e-3 and close(value, c * ref):
             if abs(c + 1) <= 1e-3:
-                return diagnosis("sign", f"d{name} has the right size but the wrong sign.")
+                return diagnosis("sign", f"{gradient(name)} has the right size but the wrong sign.")
             return diagnosis("scale", _scale_message(name, c, n, source))
     if value.dim() == 2 and value.shape[0] == value.shape[1] and close(value.T, ref):
-        return diagnosis("transpose", f"d{name} is the transpose of the right answer.")
+        return diagnosis("transpose", f"{gradient(name)} is the transpose of the right answer.")
     return None
 
 
@@ -255,7 +263,7 @@ def _zero_message(name: str, source: str, code: str | None) -> str:
     of a buffer that nothing reaches only for code that makes a buffer and writes into it."""
     import ast
 
-    grad = f"d{name}"
+    grad = gradient(name)
     buffer = writes = False
     try:
         tree = ast.parse(code) if code else None

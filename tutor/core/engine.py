@@ -30,6 +30,7 @@ from tutor.core.kinds.function import FunctionCheck
 from tutor.core.kinds.records import ChildAnswer, clean_error
 from tutor.core.network import DeviceError, Network, resolve_device
 from tutor.core.trace import Traces, Wanted, written_out
+from tutor.pack.flow import tensor_of
 from tutor.pack.model import Pack, Step, find_pack, load_pack
 from tutor.process import forkserver, isolate, spawn
 from tutor.process.isolate import decode_tensor
@@ -324,12 +325,11 @@ class Engine:
         given = {t: batch.gradients[t] for t in step.lines if t in batch.gradients}
         given |= {g: batch.given[(step.id, g)] for g in step.given
                   if (step.id, g) in batch.given}
-        at = self.pack.index(step.id)
-        for earlier in self.pack.steps[:at]:
-            if earlier.exercise == step.exercise:
-                for t in earlier.partials:
-                    if t in step.checks and (earlier.id, t) in batch.reference:
-                        given[t] = batch.reference[(earlier.id, t)]
+        flow = self.pack.flow
+        for name in flow.adds(step):  # the first branch an earlier step started
+            key = (flow.starter(name, step.exercise), tensor_of(name))
+            if key in batch.reference:
+                given[key[1]] = batch.reference[key]
         partials = {t: batch.reference[(step.id, t)] for t in step.partials
                     if (step.id, t) in batch.reference}
         return Wanted(answers, given, partials)

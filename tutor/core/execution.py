@@ -32,6 +32,7 @@ from tutor.core.candidate import (
 from tutor.core.clock import Budget, CheckTimeout, Phase, TutorTimeout, watching
 from tutor.core.probe import ProbeSpec, cotangents
 from tutor.core.trace import Recorder, note_names, traced
+from tutor.pack.flow import gradient, tensor_of
 from tutor.process.isolate import (
     MAX_KEPT,
     MAX_MESSAGE,
@@ -69,7 +70,7 @@ class Replay:
     def stand_in_for_solution(self, ns: dict) -> None:
         """What the step's reference leaves, without it: autograd's gradients of its tensors."""
         for name, value in {**self.answers, **self.stand_ins}.items():
-            ns[f"d{name}"] = value.clone()
+            ns[gradient(name)] = value.clone()
 
 
 @dataclass
@@ -191,11 +192,12 @@ def _stand_in(r: Replay, ns: dict, mention: tuple[str, ...]) -> list[str]:
     step that completes that gradient (`mention`), not in every step after."""
     notes = []
     for name, value in r.stand_ins.items():
-        if not isinstance(ns.get(f"d{name}"), Tensor):
-            ns[f"d{name}"] = value.clone()
+        if not isinstance(ns.get(gradient(name)), Tensor):
+            ns[gradient(name)] = value.clone()
             if name not in mention:
                 continue
-            notes.append(f"your code for {r.step_id} does not start d{name}, the first branch of "
+            notes.append(f"your code for {r.step_id} does not start {gradient(name)}, the first "
+                         f"branch of "
                          f"{name}; autograd's first branch stands in for it")
     return notes
 
@@ -238,7 +240,7 @@ def overlaps(a: Tensor, b: Tensor) -> bool:
 def _mutations(before: dict, after: dict, graded: tuple[str, ...]) -> dict:
     """Which earlier tensors the candidate changed, which of its gradients share memory, and
     which are views of a tensor that was there before it (`dh = dhs[:, t]`)."""
-    grads = [f"d{t}" for t in graded]
+    grads = [gradient(t) for t in graded]
     changed = []
     for name, old in before.items():
         if not isinstance(old, Tensor) or name in grads:
@@ -258,7 +260,7 @@ def _mutations(before: dict, after: dict, graded: tuple[str, ...]) -> dict:
         value = after.get(g)
         if not isinstance(value, Tensor):
             continue
-        other = next((n for n, o in after.items() if n != g and n.startswith("d")
+        other = next((n for n, o in after.items() if n != g and tensor_of(n) is not None
                       and isinstance(o, Tensor) and o.shape == value.shape
                       and overlaps(value, o)), None)
         if other:
@@ -270,7 +272,7 @@ def _mutations(before: dict, after: dict, graded: tuple[str, ...]) -> dict:
             continue
         # An earlier gradient first (dhs, dstate), else any tensor that was there before.
         earlier = sorted((n for n in before if n != g and n not in grads),
-                         key=lambda n: not n.startswith("d"))
+                         key=lambda n: tensor_of(n) is None)
         base = next((n for n in earlier if isinstance(after.get(n), Tensor)
                      and overlaps(value, after[n])), None)
         if base:
@@ -362,7 +364,7 @@ def run_batch(spec: CheckSpec, plan: BatchPlan, budget: Budget,
             record["cacheable"] = cacheable and complete
     except TooLarge as exc:
         return {**_without_values(record), "error": CodeError("memory", str(exc)).payload}
-    record["after"] = encode_namespace(after, {f"d{t}" for t in spec.graded})
+    record["after"] = encode_namespace(after, {gradient(t) for t in spec.graded})
     record["mutations"] = _mutations(base, after, spec.graded)
     return record
 
@@ -481,7 +483,7 @@ def run_probe(spec: CheckSpec, probe: ProbeSpec, base: dict, budget: Budget) -> 
 
     Each probe's values, or None with what happened instead in `why`: a probe run that raises or
     runs out of time is an answer to "is it the line's rule?" (no), never a silence."""
-    names = {f"d{t}" for t in spec.graded}
+    names = {gradient(t) for t in spec.graded}
     ns = copy_namespace(base)
     ns.update(cotangents(base, probe.upstream, probe.seed, spec.graded))
     out: dict = {"line": None, "fork": None, "why": {}}
@@ -494,7 +496,7 @@ def run_probe(spec: CheckSpec, probe: ProbeSpec, base: dict, budget: Budget) -> 
             for code in (r.code, r.solution):
                 # What the steps in between compute is computed again, from the new gradients.
                 for name in _names_or_none(code):
-                    if name.startswith("d") and name not in cots:
+                    if tensor_of(name) is not None and name not in cots:
                         ns.pop(name, None)
         ns.update(cots)
         try:
@@ -891,7 +893,7 @@ def _variant(spec: CheckSpec | FunctionCheckSpec, code: types.CodeType, base: di
             return encode_namespace(values, set(spec.graded))
         ns = copy_namespace(base)
         execute(code, ns, Output(), budget)
-        return encode_namespace(ns, {f"d{t}" for t in spec.graded})
+        return encode_namespace(ns, {gradient(t) for t in spec.graded})
     except CheckTimeout:
         raise
     except Exception:  # noqa: BLE001 - a change that cannot run matches nothing

@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from tutor.core.network import Batch
 from tutor.core.timesteps import Series, series
 from tutor.devices import judged
+from tutor.pack.flow import tensor_of
 from tutor.pack.model import FunctionSpec, PackError, Step
 
 Tensor = torch.Tensor
@@ -244,8 +245,8 @@ def carried_series(step: Step, case: str, inputs: dict[str, Any],
 def output_label(name: str) -> str:
     """The tensor an output is the gradient of (`dinp` -> `inp`); other outputs stand for
     themselves (`param`, updated in place)."""
-    return name[1:] if is_gradient(name) else name
+    return tensor_of(name) if is_gradient(name) else name
 
 
 def is_gradient(name: str) -> bool:
-    return name.startswith("d") and len(name) > 1
+    return tensor_of(name) is not None

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import torch
 
+from tutor.pack.flow import gradient
 from tutor.values.results import TensorCheck, Verdict
 
 Tensor = torch.Tensor
@@ -50,7 +51,7 @@ def grade(
     than the exact one can stand. `label` is the name the learner's code gives the value, when
     it is not `d<tensor>` (a function step's outputs).
     """
-    g = TensorCheck(tensor, label or f"d{tensor}", list(ref32.shape), partial=partial)
+    g = TensorCheck(tensor, label or gradient(tensor), list(ref32.shape), partial=partial)
     if value is None:
         g.message = f"your code does not define {g.grad}"
         return g
@@ -133,12 +134,13 @@ def _shape(dims) -> str:
 
 def shape_note(tensor: str, got: list[int], want: list[int], parameter: bool) -> str:
     """Why an answer of another shape counts, and what keepdim would change."""
-    head = f"d{tensor} is {_shape(got)} where {tensor} is {_shape(want)}"
-    update = f"`{tensor} -= lr * d{tensor}`"
+    head = f"{gradient(tensor)} is {_shape(got)} where {tensor} is {_shape(want)}"
+    update = f"`{tensor} -= lr * {gradient(tensor)}`"
     if int(torch.Size(got).numel()) != int(torch.Size(want).numel()):
         return (
             f"{head}. The right gradient is the same along the dimensions you left at size 1, "
-            f"so your values, broadcast, are exactly it, and later lines that read d{tensor} "
+            f"so your values, broadcast, are exactly it, and later lines that read "
+            f"{gradient(tensor)} "
             f"work the same. keepdim plays no part here; a gradient normally has its tensor's "
             f"full shape, which a broadcast such as `torch.ones_like({tensor}) * ...` would give."
         )
@@ -173,7 +175,8 @@ def closing_grade(g: TensorCheck, value, full32: Tensor, full64: Tensor, closing
         return g
     full.reference_step = closing
     full.note = (
-        f"this is already the complete d{g.tensor}, both branches: it matches the gradient "
+        f"this is already the complete {gradient(g.tensor)}, both branches: it matches the "
+        f"gradient "
         f"that {closing} checks, not just this line's first branch. At {closing} there is then "
         f"nothing left to add; adding that branch again would count it twice."
     )

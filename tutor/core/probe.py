@@ -34,6 +34,7 @@ import torch
 from tutor import code_facts
 from tutor.core.grading import PROBE_HEADROOM, as_graded, grade
 from tutor.devices import judged
+from tutor.pack.flow import gradient
 from tutor.pack.model import Pack, Step
 from tutor.values.results import Diagnosis, Rule, Verdict
 
@@ -68,9 +69,9 @@ def arriving(step: Step) -> list[tuple[str, str]]:
     """(gradient name in the namespace, forward tensor it is the gradient of) for every gradient
     arriving at the step's lines from above."""
     # The scalar the gradients are of has no gradient arriving: there is nothing to vary.
-    pairs = [(f"d{t}", t) for t in step.lines if t not in step.checks and t != step.target]
+    pairs = [(gradient(t), t) for t in step.lines if t not in step.checks and t != step.target]
     if step.upstream:
-        pairs.append((f"d{step.upstream}", step.target or step.upstream))
+        pairs.append((gradient(step.upstream), step.target or step.upstream))
     return pairs
 
 
@@ -90,14 +91,15 @@ def spec_for(pack: Pack, step: Step, earlier: list[Step], seed: int, replay=None
         return None
     base = seed * 1_000_003 + pack.index(step.id) * 7919
     starts: list[tuple[int, list[tuple[str, str]]]] = []
-    started = [s for s in earlier if set(s.partials) & set(step.checks)]
+    starters = {pack.flow.starter(g, step.exercise) for g in pack.flow.adds(step)}
+    started = [s for s in earlier if s.id in starters]
     if started:
         starts.append((earlier.index(started[0]), arriving(started[0])))
     reads = code_facts.of(code).names
     for i, s in enumerate(earlier):
         for t in s.checks:
-            if f"d{t}" in reads and f"d{t}" not in upstream and t not in step.checks:
-                starts.append((i + 1, [(f"d{t}", t)]))
+            if gradient(t) in reads and gradient(t) not in upstream and t not in step.checks:
+                starts.append((i + 1, [(gradient(t), t)]))
     fork = None
     if starts:
         at = min(i for i, _ in starts)
@@ -116,9 +118,9 @@ def cotangents(namespace: dict, names: tuple[str, ...], seed: int,
     present = [(n, namespace[n]) for n in names
                if isinstance(namespace.get(n), Tensor) and namespace[n].is_floating_point()]
     sizes = [_rms(t) for _, t in present]
-    sizes += [_rms(namespace[f"d{g}"]) for g in graded
-              if isinstance(namespace.get(f"d{g}"), Tensor)
-              and namespace[f"d{g}"].is_floating_point()]
+    sizes += [_rms(namespace[gradient(g)]) for g in graded
+              if isinstance(namespace.get(gradient(g)), Tensor)
+              and namespace[gradient(g)].is_floating_point()]
     scale = max([s for s in sizes if math.isfinite(s)] or [1.0]) or 1.0
     g = torch.Generator().manual_seed(seed)
     out = {}
@@ -240,7 +242,7 @@ def judge(pack: Pack, step: Step, graph: Graph, before: dict, real: dict, probe:
     be run or judged, for whatever reason, is an Outcome that did not pass, with `failed`
     saying why: a step with a probe follows the line's rule or does not, never neither.
     """
-    grad = f"d{tensor}"
+    grad = gradient(tensor)
     ours_real = real.get(grad)
     if not isinstance(ours_real, Tensor):
         return Outcome(tensor, False, failed=f"its `{grad}` was not a tensor")
@@ -342,7 +344,7 @@ def _explained(pack: Pack, step: Step, tensor: str, value: Tensor, expected: Ten
             execute(compile_candidate(m.code), ns, Output())  # our code, on plain tensors
         except Exception:  # noqa: BLE001 - a mistake that cannot run matches nothing
             continue
-        produced = ns.get(f"d{tensor}")
+        produced = ns.get(gradient(tensor))
         if isinstance(produced, Tensor) and produced.shape == value.shape and close(value,
                                                                                      produced):
             return Diagnosis(m.kind, m.message.strip())

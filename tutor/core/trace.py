@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
 from tutor.core.clock import OutOfTime
+from tutor.pack.flow import gradient
 from tutor.sandbox.objects import instance_attributes
 
 Tensor = torch.Tensor
@@ -625,7 +626,7 @@ def _code_for(read: _Read, cuts: dict[tuple[int, int], str],
         leaf = read.leaves.get(o)
         return leaf if leaf and o not in bound else f"t{o}"
 
-    lines = [f"t{o} = d{name}.clone()" for o, name in sorted(bound.items())]
+    lines = [f"t{o} = {gradient(name)}.clone()" for o, name in sorted(bound.items())]
     done = {ov: name for name, ov in chosen.items()}
     try:
         for i in sorted(needed):
@@ -643,7 +644,7 @@ def _code_for(read: _Read, cuts: dict[tuple[int, int], str],
             lines.append(_statement(op, other, name_of, lits, target))
             for o, v in ([(o, 0) for o in outs if o is not None] + [tuple(b) for b in op["bumps"]]):
                 if (o, v) in done:
-                    lines.append(f"d{done[(o, v)]} = t{o}.clone()")
+                    lines.append(f"{gradient(done[(o, v)])} = t{o}.clone()")
     except Unrecordable:
         return None
     return "\n".join(lines) + "\n"

@@ -44,15 +44,13 @@ from tutor.course.vocabulary import (
     gradient_names,
     is_comparison,
 )
+from tutor.pack.flow import Flow, gradient, gradients, tensor_of
 from tutor.pack.model import Pack, Step
 from tutor.sandbox.clean import whole_characters
 from tutor.sandbox.policy import inspect
 
 EXERCISE_MARK = re.compile(r"^\s*#\s*exercise\s*(\d+)\b", re.IGNORECASE | re.MULTILINE)
 _MAGIC = re.compile(r"^\s*[%!]")
-
-# Names the lecture's training loop uses for tensors the tutor's forward pass calls otherwise.
-TRAINING_ALIASES = {"bnmean": "bnmeani"}
 
 
 class NotebookError(ValueError):
@@ -81,9 +79,25 @@ class LectureAnswers:
     notes: list[str] = field(default_factory=list)
 
 
-def is_lecture_notebook(cells: list[str]) -> bool:
-    """Whether code cells look like the lecture's notebook (its exercise markers or its `cmp`)."""
-    return any(EXERCISE_MARK.search(c) or "cmp(" in c for c in cells)
+def is_lesson_notebook(pack: Pack, cells: list[str]) -> bool:
+    """Whether code cells are a learner's notebook of the lesson: its exercise markers, a call of
+    a comparison helper (the lesson's, or one of theirs that reads `.grad`), a gradient of one
+    of the lesson's tensors assigned, or one of the lesson's functions defined."""
+    if any(EXERCISE_MARK.search(c) for c in cells):
+        return True
+    trees = _trees(cells)
+    helpers = comparers(trees, pack.notebook.compare)
+    wanted = pack.flow.all | {s.function.name for s in pack.steps if s.function is not None}
+    for tree in trees:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+                    and node.func.id in helpers:
+                return True
+            if isinstance(node, ast.FunctionDef) and node.name in wanted:
+                return True
+            if isinstance(node, ast.stmt) and written(node) & wanted:
+                return True
+    return False
 
 
 def code_cells(document: dict) -> list[str]:
@@ -153,7 +167,7 @@ def translated(pack: Pack, cells: list[str]) -> tuple[list[str], dict[str, str]]
     lesson = lesson_names(pack)
     try:
         forward = forward_names(pack, trees, lesson)
-        ours = {**forward, **batch_sizes(pack, trees, lesson, _DATA)}
+        ours = {**forward, **batch_sizes(pack, trees, lesson, setup_names(pack))}
     except (RecursionError, MemoryError):
         return cells, {}  # an expression too deep to compare: the names stay the learner's
     if not ours:
@@ -190,8 +204,8 @@ def renames_from_cmp(nodes: Iterable[ast.stmt], tensors: set[str], helpers: set[
     out: dict[str, str] = {}
     for node in nodes:
         for grad, tensor in comparisons(node, tensors, helpers):
-            if tensor in tensors and grad != f"d{tensor}" and grad not in tensors:
-                out[grad] = f"d{tensor}"
+            if tensor in tensors and grad != gradient(tensor) and grad not in tensors:
+                out[grad] = gradient(tensor)
     return out
 
 
@@ -251,7 +265,7 @@ def _region_statements(cells: list[str], tensors: set[str], loop: bool
 def _loop_body(nodes: list[tuple[ast.stmt, str]], tensors: set[str]
                ) -> list[tuple[ast.stmt, str]]:
     """The statements of the innermost loop that writes gradients (inside `with` blocks too)."""
-    grads = {f"d{t}" for t in tensors}
+    grads = set(gradients(tensors))
     best: list[tuple[ast.stmt, str]] = []
     for node, text in nodes:
         for sub in ast.walk(node):
@@ -268,7 +282,7 @@ def _typo_renames(statements: list[Statement], wanted: set[str], known: set[str]
     are one slip away from them (`dlogits_maxes` for `dlogit_maxes`)."""
     written_names = set().union(*(s.writes for s in statements)) if statements else set()
     missing = sorted(wanted - written_names)
-    strays = sorted(n for n in written_names - known if n.startswith("d"))
+    strays = sorted(n for n in written_names - known if tensor_of(n) is not None)
     out: dict[str, str] = {}
     for name in missing:
         close = difflib.get_close_matches(name, [s for s in strays if s not in out], 1, 0.85)
@@ -285,15 +299,17 @@ class _Cutter:
         self.steps = steps
         self.order = {s.id: i for i, s in enumerate(steps)}
         self.forward = forward
-        self.grads = {f"d{t}" for s in steps for t in (*s.checks, *s.partials)}
+        flow = Flow(steps)  # these steps alone: an exercise's, or the whole training step
+        self.grads = set(flow.all)
+        self.checked = {s.id: flow.completes(s) for s in steps}
+        # Where each gradient is first written (started or completed) and where it is complete.
         self.first: dict[str, str] = {}
-        self.checked = {s.id: {f"d{t}" for t in s.checks} for s in steps}
         self.final: dict[str, str] = {}
         for s in steps:
-            for t in (*s.partials, *s.checks):
-                self.first.setdefault(f"d{t}", s.id)
-            for t in s.checks:
-                self.final[f"d{t}"] = s.id
+            for name in sorted(flow.touched(s)):
+                self.first.setdefault(name, s.id)
+            for name in flow.completes(s):
+                self.final[name] = s.id
 
     def latest(self, ids: Iterable[str]) -> str | None:
         ids = [i for i in ids if i is not None]
@@ -360,7 +376,8 @@ def lesson_names(pack: Pack) -> set[str]:
     batch; a learner's statement that only writes these is the notebook's own, not an answer."""
     names = {line.target for line in pack.forward_lines} | {"Xb", "Yb", "n", "loss"}
     for step in pack.steps:
-        names |= set(step.checks)
+        if step.kind.of_forward_tensors or step.kind.trained:  # not a function's own outputs
+            names |= set(step.checks)
     return names
 
 
@@ -371,20 +388,28 @@ def read_lecture(pack: Pack, cells: list[str]) -> LectureAnswers:
     answers = LectureAnswers()
     forward = lesson_names(pack)
     by_region = regions(cells)
-    helpers = comparers(_trees(cells))
+    helpers = comparers(_trees(cells), pack.notebook.compare)
     renames_all: dict[str, str] = {}
     for exercise in pack.exercises:
         region = by_region.get(exercise.number, [])
         if exercise.kind.trained:
             continue
         steps = list(exercise.steps)
+        for step in steps:
+            if step.function is not None:
+                code = _function_answer(step.function.name, cells)
+                if code is not None:
+                    answers.code[step.id] = code
+        steps = [s for s in steps if s.function is None]
+        if not steps:
+            continue
         tensors = {t for s in steps for t in (*s.checks, *s.partials, *s.given)}
         try:
             flat, nodes = _region_statements(region, tensors, loop=False)
         except SyntaxError as exc:
             broken = next((c for c in region if _syntax_error(c)), "")
             for step in steps:
-                if any(re.search(rf"\bd{t}\b", broken) for t in step.checks):
+                if any(re.search(rf"\b{gradient(t)}\b", broken) for t in step.checks):
                     answers.code[step.id] = _without_magics(broken)
             answers.notes.append(f"exercise {exercise.number}'s code is not Python "
                                  f"(line {exc.lineno}: {exc.msg})")
@@ -413,7 +438,7 @@ def _training_cells(pack: Pack, cells: list[str]) -> list[str]:
     """Without an `# Exercise 4` comment: the cells holding a loop that writes most of the
     trained parameters' gradients (exercise 1's `dC` loop writes one)."""
     step = next(s for s in pack.steps if s.kind.trained)
-    wanted = {f"d{t}" for t in step.checks}
+    wanted = pack.flow.completes(step)
     out = []
     for cell, tree in ((c, t) for c in cells for t in _trees([c])):
         for node in ast.walk(tree):
@@ -458,7 +483,7 @@ def _training_answer(pack: Pack, cells: list[str], renames: dict[str, str], forw
     settings = TrainingSettings.from_pack(pack)
     step = next(s for s in pack.steps if s.kind.trained)
     tensors = {t for s in pack.steps for t in (*s.checks, *s.partials)}
-    grads = {f"d{t}" for t in tensors}
+    grads = set(gradients(tensors))
     try:
         _flat, nodes = _region_statements(cells, tensors, loop=True)
     except SyntaxError as exc:
@@ -467,8 +492,8 @@ def _training_answer(pack: Pack, cells: list[str], renames: dict[str, str], forw
         return "\n".join(_without_magics(c) for c in cells) if cells else None
     statements = [_statement(n, text) for n, text in nodes if not is_comparison(n, forward, helpers)
                   and not _no_answer(n)]
-    statements = _renamed(statements, {**renames, **TRAINING_ALIASES})
-    wanted = {f"d{t}" for t in step.checks}
+    statements = _renamed(statements, {**renames, **pack.notebook.aliases})
+    wanted = pack.flow.completes(step)
     typos = _typo_renames(statements, wanted, grads | forward)
     statements = _renamed(statements, typos)
     cutter = _Cutter(pack, [_whole_step(step, tensors)], forward)
@@ -477,17 +502,16 @@ def _training_answer(pack: Pack, cells: list[str], renames: dict[str, str], forw
     if not backward.strip():
         return None
     lines = forward_for(pack, backward, settings.loss_line)
-    applied = _applied(cells, set(step.checks), {**renames, **TRAINING_ALIASES, **typos})
+    applied = _applied(cells, set(step.checks), {**renames, **pack.notebook.aliases, **typos})
     backward = _with_functions(everything, backward)
     return "\n".join(["# forward pass (the tutor's)", *lines, settings.loss_line, "",
                       "# backward pass (yours, from the training loop)", backward,
                       *applied]) + "\n"
 
 
-def _with_functions(cells: list[str], code: str) -> str:
-    """`code` after the definitions of the learner's own functions it calls (`ce_backward`,
-    `tanh_backward`), wherever in the notebook they were defined, last definition first found
-    from the end, and those those call in turn."""
+def _definitions(cells: list[str]) -> dict[str, str]:
+    """The source of each function the notebook defines at the top of a cell, by name, the last
+    definition of a name kept."""
     defs: dict[str, str] = {}
     for cell in cells:
         try:
@@ -497,6 +521,22 @@ def _with_functions(cells: list[str], code: str) -> str:
         for node in body:
             if isinstance(node, ast.FunctionDef):
                 defs[node.name] = _source(node, text)
+    return defs
+
+
+def _function_answer(name: str, cells: list[str]) -> str | None:
+    """A function step's answer: the learner's last definition of the function the step calls,
+    wherever in the notebook it is, after the definitions of their own helpers it calls; None
+    when they never defined it."""
+    defined = _definitions(cells).get(name)
+    return _with_functions(cells, defined, itself=name) + "\n" if defined else None
+
+
+def _with_functions(cells: list[str], code: str, itself: str | None = None) -> str:
+    """`code` after the definitions of the learner's own functions it calls (`ce_backward`,
+    `tanh_backward`), wherever in the notebook they were defined, last definition first found
+    from the end, and those those call in turn."""
+    defs = _definitions(cells)
     wanted: list[str] = []
     todo = [code]
     while todo:
@@ -506,7 +546,7 @@ def _with_functions(cells: list[str], code: str) -> str:
             continue
         for n in ast.walk(tree):
             if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in defs \
-                    and n.func.id not in wanted:
+                    and n.func.id not in wanted and n.func.id != itself:
                 wanted.append(n.func.id)
                 todo.append(defs[n.func.id])
     if not wanted:
@@ -547,14 +587,15 @@ def _applied(cells: list[str], parameters: set[str], names: Mapping[str, str]) -
     # zip stops at the shorter list: a parameter past the end of the gradients never moves.
     moved = {param: grad for param, grad in zip(params, grads)}  # noqa: B905
     still = [param for param in params if param not in moved]
-    if sign and not still and all(grad == f"d{param}" for param, grad in moved.items()):
+    if sign and not still and all(grad == gradient(param) for param, grad in moved.items()):
         return []
     minus = "" if sign else "-"
-    targets = ", ".join(f"d{param}" for param in moved)
+    targets = ", ".join(gradient(param) for param in moved)
     values = ", ".join(f"{minus}{grad}" for grad in moved.values())
     return ["", "# what your update applies to each parameter (your lists, in their order)",
             f"{targets} = {values}",
-            *(f"d{param} = torch.zeros_like({param})  # past the end of your list" for param
+            *(f"{gradient(param)} = torch.zeros_like({param})  # past the end of your "
+              f"list" for param
               in still)]
 
 
@@ -612,11 +653,29 @@ def _whole_step(step: Step, tensors: set[str]) -> Step:
 
 # Calls that touch files, plot, reseed or run the notebook's own autograd: the tutor's forward
 # pass and its references stand in for all of it, and no gradient the learner writes depends on it.
-_SIDE = re.compile(r"\b(open|plt|display|random|manual_seed|backward|retain_grad|"
-                   r"requires_grad|zero_grad|savefig|imshow|hist|plot)\b")
-_DATA = {"words", "chars", "stoi", "itos", "block_size", "vocab_size", "Xtr", "Ytr", "Xdev",
-         "Ydev", "Xte", "Yte", "g", "parameters", "ix", "n1", "n2", "n_embd", "n_hidden",
-         "batch_size", "emb_dim"}
+_SIDE = frozenset({"open", "plt", "display", "random", "manual_seed", "backward", "retain_grad",
+                   "requires_grad", "zero_grad", "savefig", "imshow", "hist", "plot"})
+
+
+def _has_side_effects(node: ast.stmt) -> bool:
+    """Whether a statement's code (not its comments or strings) names one of `_SIDE`."""
+    return any(isinstance(n, ast.Name) and n.id in _SIDE
+               or isinstance(n, ast.Attribute) and n.attr in _SIDE for n in ast.walk(node))
+def setup_names(pack: Pack) -> frozenset[str]:
+    """Names a learner's notebook of the lesson gives its own data and setup, for which the
+    tutor's stand in: the lesson's sizes, what the pack's setup code defines at its top level,
+    the parameters its training step trains, the list that holds them, and what the pack's
+    [notebook] table adds (a names.txt notebook's `words`, `stoi`, `Xtr`, ...)."""
+    names = set(pack.lesson) | set(pack.notebook.setup) | {"parameters"}
+    try:
+        tree = ast.parse(pack.setup_code)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        tree = ast.Module([], [])
+    for node in tree.body:  # its constants and tables, not its functions' or loops' names
+        if isinstance(node, (ast.Assign, ast.AnnAssign)):
+            names |= written(node)
+    names |= {t for s in pack.steps if s.kind.trained for t in s.checks}
+    return frozenset(names)
 
 
 def notebook_program(pack: Pack, cells: list[str], exercise: int) -> Program | None:
@@ -638,7 +697,8 @@ def notebook_program(pack: Pack, cells: list[str], exercise: int) -> Program | N
     if not any(r in trained for r in by_region):
         loops = _training_cells(pack, cells)  # the training loop is no exercise's answer
         chosen = [c for c in chosen if c not in loops]
-    helpers = comparers(_trees(cells))
+    helpers = comparers(_trees(cells), pack.notebook.compare)
+    setup = setup_names(pack)
     parsed: list[list[tuple[ast.stmt, str]]] = []
     here: list[bool] = []
     for cell in chosen:
@@ -648,7 +708,7 @@ def notebook_program(pack: Pack, cells: list[str], exercise: int) -> Program | N
             continue  # a cell that is not Python ran nothing in the kernel either
         parsed.append([(n, text) for n in body])
         here.append(id(cell) in own)
-    parsed = _inlined(parsed, {f"d{t}" for t in lesson})
+    parsed = _inlined(parsed, set(gradients(lesson)))
     names = renames_from_cmp([n for cell in parsed for n, _ in cell], lesson, helpers)
     out: list[list[Line]] = []
     owned: list[bool] = []
@@ -657,10 +717,10 @@ def notebook_program(pack: Pack, cells: list[str], exercise: int) -> Program | N
         lines = []
         for node, text in cell:
             compared = {names.get(g, g) for g, t in comparisons(node, lesson, helpers)
-                        if names.get(g, g) == f"d{t}"}
+                        if names.get(g, g) == gradient(t)}
             if compared:
                 lines.append(Line("", set(), set(), False, compared))
-            elif _runs_in_program(node, text, lesson, helpers):
+            elif _runs_in_program(node, text, lesson, helpers, setup):
                 line = line_of(node, text)
                 if names:
                     line = Line(rename(line.source, names), {names.get(w, w) for w in line.writes},
@@ -706,7 +766,8 @@ def _source(node: ast.stmt, text: str) -> str:
     return textwrap.dedent("\n".join(lines[node.lineno - 1:node.end_lineno]))
 
 
-def _runs_in_program(node: ast.stmt, text: str, lesson: set[str], helpers: set[str]) -> bool:
+def _runs_in_program(node: ast.stmt, text: str, lesson: set[str], helpers: set[str],
+                     setup: frozenset[str]) -> bool:
     if isinstance(node, (ast.Import, ast.ImportFrom)) or _no_answer(node):
         return False
     if isinstance(node, ast.FunctionDef) and node.name in helpers:
@@ -715,8 +776,8 @@ def _runs_in_program(node: ast.stmt, text: str, lesson: set[str], helpers: set[s
         return False
     # What a function's body assigns stays inside it (a local `g` is not the generator).
     writes = {node.name} if isinstance(node, ast.FunctionDef) else written(node)
-    if writes & (lesson | _DATA) and not any(n.startswith("d") for n in writes - lesson):
+    if writes & (lesson | setup) and not any(tensor_of(n) is not None for n in writes - lesson):
         return False  # the notebook's setup or forward pass: the tutor's stands in
-    if _SIDE.search(_source(node, text)):
+    if _has_side_effects(node):
         return False
     return inspect(node) is None

@@ -24,6 +24,7 @@ import textwrap
 from dataclasses import dataclass, field
 
 from tutor.code_facts import bound, read, written
+from tutor.pack.flow import gradients
 from tutor.pack.model import Pack, Step
 
 # Names the tutor's namespace or Python itself gives: a read of one is never followed.
@@ -101,17 +102,16 @@ class Program:
         """The statement that starts gradient `name` as the step of `step`'s exercise that
         starts it asks (its share, written fresh where that step's gradients stand), or None."""
         lines = self.lines
-        starter = next((s for s in pack.steps if name[1:] in s.partials
-                        and s.exercise == step.exercise), None)
+        flow = pack.flow
+        starter = flow.starter(name, step.exercise)
         if starter is None:
             return None
-        stand = max(_stand(lines, f"d{t}") for t in starter.checks)
+        own = flow.completes(starter)
+        stand = max(_stand(lines, g) for g in own)
         j = next((j for j in range(stand - 1, -1, -1) if name in lines[j].writes), None)
-        at = pack.index(starter.id)
-        later = {f"d{t}" for s in pack.steps[at + 1:] for t in s.checks}
-        own = {f"d{t}" for t in starter.checks}
-        if j is None or lines[j].augmented or name in lines[j].reads or lines[j].reads & later \
-                or lines[j].reads & own or not lines[j].reads & {f"d{t}" for t in starter.lines}:
+        if j is None or lines[j].augmented or name in lines[j].reads \
+                or lines[j].reads & (flow.later(starter) | own) \
+                or not lines[j].reads & gradients(pack.step(starter).lines):
             return None  # not its share: that is built from what the starting line is given
         return j
 
@@ -120,17 +120,14 @@ class Program:
         need, in the program's order, from where the learner last compared them back to the
         gradients it is given. None when the program never writes one of them."""
         lines = self.lines
+        flow = pack.flow
         order = {s.id: i for i, s in enumerate(pack.steps)}
-        at = order[step.id]
-        grads = {f"d{t}" for s in pack.steps for t in (*s.checks, *s.partials)}
-        own = {f"d{t}" for t in step.checks}
-        started_before = {f"d{t}" for s in pack.steps[:at] if s.exercise == step.exercise
-                          for t in s.partials} & own
-        later = {f"d{t}" for s in pack.steps[at + 1:] for t in s.checks} - own
-        inputs = grads - own - {f"d{t}" for t in step.partials}
-        stops = inputs | lesson | _BUILTINS
-        upstream = ({f"d{t}" for t in (*step.lines, *step.given)} & grads) | started_before
-        owner = {f"d{t}": s.id for s in pack.steps for t in s.checks}
+        grads = flow.all
+        own = flow.completes(step)
+        started_before = flow.adds(step)
+        later = flow.later(step)
+        stops = (grads - own - flow.starts(step)) | lesson | _BUILTINS
+        upstream = flow.given(step)
         taken: set[int] = set()
         touched: set[str] = set()
         claimed = {name: self._first_branch(pack, step, name) for name in started_before}
@@ -171,7 +168,8 @@ class Program:
                     continue  # only the first branch an earlier step started: not this step's
                 # Else the one built from the gradients nearest this step (exercise 1's
                 # dhprebn from dbndiff2, not exercise 3's from dhpreact).
-                near = max((order[owner[g]] for g in touched & grads if g in owner), default=-1)
+                near = max((order[flow.completer(g)] for g in touched & grads
+                            if flow.completer(g) is not None), default=-1)
                 score = (2, 0) if (not given or touched & given) else (
                     int(bool(touched & started_before)), near)
                 if score > best:
@@ -182,8 +180,7 @@ class Program:
                 return None
             stand = max(stand, chosen[0])
             taken |= chosen[1]
-        for t in step.partials:
-            name = f"d{t}"
+        for name in sorted(flow.starts(step)):
             j = last_def(name, stand)
             if j is None or lines[j].augmented or name in lines[j].reads \
                     or lines[j].reads & later:

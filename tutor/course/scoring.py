@@ -30,6 +30,7 @@ from tutor import code_facts
 from tutor.course.lecture import lesson_names
 from tutor.course.submission import Submission
 from tutor.evaluator.client import EvaluatorError
+from tutor.pack.flow import gradient, gradients
 from tutor.pack.model import Pack, Step
 from tutor.sandbox.clean import MAX_MESSAGE, clean
 from tutor.session.controller import Lesson
@@ -195,7 +196,8 @@ def _graded(lesson: Lesson, sub: Submission, step: Step, prior: dict[str, str],
     program = sub.programs.get(step.exercise)
     answer = program.answer(lesson.pack, step, tensors) if program else None
     cut = sub.code.get(step.id)
-    grads = {f"d{t}" for t in step.checks}
+    # What the step's code must write: its gradients, or the function it defines.
+    grads = {step.function.name} if step.function is not None else gradients(step.checks)
     if sub.form == "lecture" and program is not None and not grads <= program.written and (
             cut is None or not grads <= code_facts.of(cut).bound):
         return None, _missing(step), None  # the notebook never writes this step's gradients
@@ -231,7 +233,7 @@ def _right_as_run(lesson: Lesson, sub: Submission, step: Step, mark: StepGrade) 
     variable reused, say), and the trace may say what computed it."""
     program = sub.programs.get(step.exercise)
     if mark.status is not Outcome.FAILED or program is None or not (
-            {f"d{t}" for t in step.checks} <= program.written_here):
+            gradients(step.checks) <= program.written_here):
         return False
     result = _whole_program(lesson, step, program.text())
     return result is not None and result.passed
@@ -323,14 +325,14 @@ def _as_computed(lesson: Lesson, sub: Submission, out: Grade, rules: GradingRule
             continue
         if deadline is not None and time.monotonic() >= deadline:
             return
-        if {f"d{t}" for t in step.checks} <= program.written_here:
+        if gradients(step.checks) <= program.written_here:
             _by_values(lesson, step, program.text(), mark, rules)
 
 
 def _by_values(lesson: Lesson, step: Step, program: str, mark: StepGrade,
                rules: GradingRules) -> None:
     """The whole program held to autograd (see `_as_computed`)."""
-    if not {f"d{t}" for t in step.checks} <= code_facts.of(program).bound:
+    if not gradients(step.checks) <= code_facts.of(program).bound:
         # The program must write the step's gradients itself: what the check stands in
         # for earlier steps (their references, autograd's first branches) answers nothing.
         return
@@ -371,18 +373,19 @@ def _unwritten_branches(pack: Pack, codes: dict[str, str], results: dict[str, Ch
             done = results.get(closing.id) if closing else None
             if closing is not None and code is None:
                 continue  # nothing completes it, so nothing leans on the branch that stood in
-            share = {f"d{t}" for t in step.lines} & code_facts.of(code or "").read
-            if code and not _adds_to(code, f"d{tensor}") and (
+            share = gradients(step.lines) & code_facts.of(code or "").read
+            if code and not _adds_to(code, gradient(tensor)) and (
                     share or (done is not None and done.passed)):
                 # The whole gradient written at the closing step: both branches are the
                 # learner's (built from what this step's share is built from), and whether the
                 # line is right is the closing step's point.
                 continue
             where = (f"your code at {closing.id} adds to it" if code and _adds_to(
-                code, f"d{tensor}") else f"your code at {closing.id} writes it without this "
+                code, gradient(tensor)) else f"your code at {closing.id} writes it without this "
                 "line's share" if code else "no later step completes it")
             mark.status, mark.score, mark.rule = Outcome.FAILED, 0, None
-            mark.message = (f"the first branch of d{tensor} (this line's share) is not written "
+            mark.message = (f"the first branch of {gradient(tensor)} (this line's share) is not "
+                            f"written "
                             f"here, and {where}: autograd's branch stood in for yours")
             mark.feedback = mark.message + "\n\n" + mark.feedback
 

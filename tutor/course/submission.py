@@ -17,7 +17,7 @@ from tutor import source
 from tutor.course.lecture import (
     NotebookError,
     code_cells,
-    is_lecture_notebook,
+    is_lesson_notebook,
     notebook_program,
     read_lecture,
     translated,
@@ -81,10 +81,12 @@ def read_submission(path: Path, pack: Pack) -> Submission:
     checks = [c for c in cells if c.lstrip().startswith("%%check")]
     if checks:
         return _workbook(path.name, checks, pack)
-    if is_lecture_notebook(cells):
+    if is_lesson_notebook(pack, cells):
         return _lecture(path.name, cells, pack)
-    raise Unreadable(f"{path.name} has neither `%%check STEP_ID` cells nor the lecture's "
-                     "exercises (`# Exercise 1` ... with cmp calls)")
+    example = next(iter(sorted(pack.flow.all)), "dlogits")
+    raise Unreadable(f"{path.name} has neither `%%check STEP_ID` cells nor code for this "
+                     f"lesson ({pack.id}): no `# Exercise N` marks, no comparison with "
+                     f"autograd, no gradient such as `{example}` and none of its functions")
 
 
 def _step_of(pack: Pack, given: str) -> str | None:
@@ -121,7 +123,7 @@ def _percent(name: str, text: str, pack: Pack) -> Submission:
     if not any(_step_of(pack, c.step) for c in cells):
         # No cell names a step: a notebook saved as a script (jupytext, VS Code, nbconvert).
         notebook = script_cells(text)
-        if is_lecture_notebook(notebook):
+        if is_lesson_notebook(pack, notebook):
             return _lecture(name, notebook, pack)
     if not cells:
         raise Unreadable(f"{name} has no `# %% STEP_ID` cells")

@@ -24,6 +24,7 @@ import ast
 from collections.abc import Iterable, Mapping
 
 from tutor.code_facts import read
+from tutor.pack.flow import gradient
 from tutor.pack.model import Pack
 
 # Names that are never a tensor of the lesson's, whatever shape they sit in.
@@ -243,14 +244,15 @@ def gradient_names(forward: Mapping[str, str]) -> dict[str, str]:
     `log_probs_grad`, `grad_log_probs`), as the tutor's."""
     out = {}
     for mine, ours in forward.items():
-        for spelling in (f"d{mine}", f"d_{mine}", f"{mine}_grad", f"grad_{mine}"):
-            out[spelling] = f"d{ours}"
+        for spelling in (gradient(mine), f"d_{mine}", f"{mine}_grad", f"grad_{mine}"):
+            out[spelling] = gradient(ours)
     return out
 
 
-def comparers(trees: Iterable[ast.AST]) -> set[str]:
-    """The learner's own comparison helpers: functions they defined that read `.grad`."""
-    out = {"cmp"}
+def comparers(trees: Iterable[ast.AST], named: Iterable[str] = ("cmp",)) -> set[str]:
+    """The notebook's comparison helpers: those the lesson names (`named`, pack.toml
+    [notebook] compare) and functions of the learner's that read `.grad`."""
+    out = set(named)
     for tree in trees:
         for node in ast.walk(tree):
             if isinstance(node, ast.FunctionDef) and any(
@@ -308,7 +310,7 @@ def _loop_comparisons(node: ast.For, tensors: set[str], helpers: set[str]
     for entry in node.iter.elts:
         if isinstance(entry, ast.Constant) and isinstance(entry.value, str) \
                 and entry.value in tensors:
-            out.append((f"d{entry.value}", entry.value))
+            out.append((gradient(entry.value), entry.value))
         elif isinstance(entry, (ast.Tuple, ast.List)):
             plain = [e.id for e in entry.elts if isinstance(e, ast.Name)]
             tensor = [a for a in plain if a in tensors]

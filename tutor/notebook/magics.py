@@ -176,7 +176,7 @@ class NotebookTutor:
             session = Lesson(self.pack, store, None, problem)
             if options["break"] is None:
                 source = session.training_source(options["steps"])
-                too_big = size_problem(source.code, "your exercise-4 draft")
+                too_big = size_problem(source.code, "your training draft")
                 if too_big:
                     raise UsageError(too_big)
                 session.evaluator = self.evaluator()

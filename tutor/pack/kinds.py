@@ -16,6 +16,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar, Protocol
 
+from tutor.pack.flow import gradient
 from tutor.pack.schema import Field
 
 
@@ -116,7 +117,7 @@ class LineGradient(StepKind):
     name = "gradient"
 
     def graded_name(self, tensor: str) -> str:
-        return f"d{tensor}"
+        return gradient(tensor)
 
     def replays_earlier(self, step: Step) -> bool:
         return step.replay

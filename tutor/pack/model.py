@@ -18,6 +18,7 @@ from pathlib import Path
 from tutor.pack import cache as packcache
 from tutor.pack import kinds as stepkinds
 from tutor.pack import schema
+from tutor.pack.flow import Flow
 from tutor.pack.kinds import LineGradient, StepKind
 from tutor.values.records import FrozenRecord
 
@@ -163,6 +164,18 @@ class Exercise(FrozenRecord):
 
 
 @dataclass(repr=False, eq=False)
+class NotebookReading(FrozenRecord):
+    """How a learner's own notebook of the lesson reads, as far as the pack's code does not say
+    it (pack.toml [notebook], docs/packs.md): the names of the notebook's own data and setup,
+    which the tutor's stand in for; names notebooks commonly give the lesson's tensors; and the
+    comparison helpers they call."""
+
+    setup: frozenset[str] = frozenset()
+    aliases: dict = field(default_factory=dict)
+    compare: tuple[str, ...] = ("cmp",)
+
+
+@dataclass(repr=False, eq=False)
 class Pack(FrozenRecord):
     id: str
     title: str
@@ -174,10 +187,16 @@ class Pack(FrozenRecord):
     loss: str
     exercises: tuple[Exercise, ...]
     description: str = ""  # what the learner will do, for the welcome page (Markdown)
+    notebook: NotebookReading = field(default_factory=NotebookReading)
 
     @cached_property  # made once: every lookup of a step goes through it
     def steps(self) -> tuple[Step, ...]:
         return tuple(s for ex in self.exercises for s in ex.steps)
+
+    @cached_property  # made once: cutting, checking and training all ask it
+    def flow(self) -> Flow:
+        """Who starts, adds to and completes each gradient, step by step (tutor/pack/flow.py)."""
+        return Flow(self.steps)
 
     @property
     def sizes(self) -> dict[str, int | float]:
@@ -506,6 +525,12 @@ def _time_axis(raw: dict, outputs: tuple[str, ...], where: str) -> tuple[str, in
     return node.value.id, ts[0]
 
 
+def _notebook(raw: dict) -> NotebookReading:
+    return NotebookReading(setup=frozenset(raw.get("setup", ())),
+                           aliases=dict(raw.get("aliases", {})),
+                           compare=tuple(raw.get("compare", ("cmp",))))
+
+
 def _validate(pack: Pack) -> None:
     targets = {line.target for line in pack.forward_lines}
     seen: set[str] = set()
@@ -606,6 +631,7 @@ def load_pack(root: Path | None = None) -> Pack:
         loss=meta.get("forward", {}).get("loss", "loss"),
         exercises=tuple(exercises),
         description=unwrap(_text(head, "description", "pack.toml [pack]", "")),
+        notebook=_notebook(meta.get("notebook", {})),
     )
     _validate(pack)
     return pack

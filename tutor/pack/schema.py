@@ -51,6 +51,8 @@ TYPES = {
     "list of integers": lambda v: isinstance(v, list) and all(_is_int(x) for x in v),
     "table of numbers": lambda v: isinstance(v, dict) and all(_is_number(x) for x in v.values()),
     "table": lambda v: isinstance(v, dict),
+    "table of strings": lambda v: isinstance(v, dict) and all(isinstance(x, str)
+                                                              for x in v.values()),
     "list of tables": lambda v: isinstance(v, list) and all(isinstance(x, dict) for x in v),
 }
 
@@ -70,6 +72,16 @@ PACK_TOML: dict[str, tuple[Field, ...]] = {
     "forward": (
         Field("code", "string", "the forward pass, one assignment a line", required=True),
         Field("loss", "string", "the scalar every gradient is of (default `loss`)"),
+    ),
+    # How a learner's own notebook of the lesson reads (`grade` on a free-form notebook): only
+    # what the pack itself does not already say (its setup's names, its parameters, its sizes).
+    "notebook": (
+        Field("setup", "list of strings", "names a learner's notebook gives its own data and "
+              "setup (`words`, `stoi`, `Xtr`), for which the tutor's stand in"),
+        Field("aliases", "table of strings", "names a notebook commonly uses for the lesson's "
+              "tensors, as `theirs = \"ours\"`"),
+        Field("compare", "list of strings", "the comparison helpers a notebook calls, besides "
+              "any function of the learner's that reads `.grad` (default `cmp`)"),
     ),
 }
 

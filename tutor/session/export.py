@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from tutor.config import Settings
+from tutor.pack.flow import gradient
 from tutor.pack.model import Pack
 
 # How an exported cell's code came about, by the step's status.
@@ -125,9 +126,9 @@ def export_script(pack: Pack, settings: Settings, accepted: dict[str, str],
         state = _STATE.get(statuses.get(step.id, ""), "done") if step.id in accepted \
             else "not done yet: the template"
         given = "".join(
-            f"d{name} = {name}.grad.clone()  # given\n" for name in step.given
+            f"{gradient(name)} = {name}.grad.clone()  # given\n" for name in step.given
         )
-        checks = "\n".join(f"cmp({t!r}, d{t}, {t})" for t in step.checks)
+        checks = "\n".join(f"cmp({t!r}, {gradient(t)}, {t})" for t in step.checks)
         if step.function:
             checks = (f"# The tutor calls it as `{step.function.call}`, on the lesson's "
                       "tensors and at fresh sizes.")
@@ -145,9 +146,9 @@ def _training_cell(pack: Pack, training: TrainingCell | None) -> str:
     if step is None:
         return ""
     if training is None:
-        return (f"\n# Exercise 4 ({step.id}) is not here yet: train on your backward pass with "
-                "`backprop-tutor train`\n# (or on the tutor's exercise-4 screen), then export "
-                "again.\n")
+        return (f"\n# Exercise {step.exercise} ({step.id}) is not here yet: train on your "
+                "backward pass with `backprop-tutor train`\n# (or on the tutor's training "
+                "screen), then export again.\n")
     # A plain run stops before the training step: its code reads the training run's own sizes
     # and state (a GPT's layers, say), which only `train` and `grade` set up.
     stop = (f"\n# %% [stop] {training.step_id}\n"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 
 from tutor.config import Settings
+from tutor.pack.flow import gradient
 from tutor.pack.model import Pack, Step, unwrap
 from tutor.version import __version__
 
@@ -94,8 +95,9 @@ def question(step: Step, shapes: dict[str, dict]) -> str:
     wanted = []
     for tensor in step.checks:
         shape = shapes.get(tensor, {}).get("shape")
-        wanted.append(f"`d{tensor}`" + (f" (shape `{list(shape)}`)" if shape is not None else ""))
-    given = (f" Given: {', '.join(f'`d{g}`' for g in step.given)}." if step.given else "")
+        shown = f" (shape `{list(shape)}`)" if shape is not None else ""
+        wanted.append(f"`{gradient(tensor)}`{shown}")
+    given = (f" Given: {', '.join(f'`{gradient(g)}`' for g in step.given)}." if step.given else "")
     return (f"**Write {_listed(wanted)}**, the gradient of `{step.target}` with respect to "
             f"{_listed([f'`{t}`' for t in step.checks])}.{given}")
 

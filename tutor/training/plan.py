@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 
 from tutor.code_facts import carried, read, written
 from tutor.config import DEFAULT_SEED
+from tutor.pack.flow import gradient, tensor_of
 from tutor.pack.model import Exercise, Pack, Step
 from tutor.values.durations import spaced
 
@@ -171,7 +172,7 @@ class TrainingSettings:
 
     @property
     def grad_names(self) -> tuple[str, ...]:
-        return tuple(f"d{p}" for p in self.parameters)
+        return tuple(gradient(p) for p in self.parameters)
 
     @property
     def history_every(self) -> int:
@@ -359,7 +360,7 @@ def python_loops(code: str) -> list[dict]:
         return []
     return [
         {"line": loop.lineno, "kind": "for" if isinstance(loop, ast.For) else "while",
-         "gradients": sorted(n for n in written(loop) if n.startswith("d") and len(n) > 1),
+         "gradients": sorted(n for n in written(loop) if tensor_of(n) is not None),
          "carried": sorted(carried(loop))}
         for loop in _loops(tree.body)
     ]

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from tutor import code_facts
 from tutor.config import DEFAULT_SEED
+from tutor.pack.flow import gradient, tensor_of
 from tutor.pack.model import Pack
 from tutor.sandbox.clean import clean
 from tutor.values.results import CheckError, ErrorKind, TensorCheck
@@ -296,8 +297,8 @@ class Gradients:
                     and isinstance(stmt.value.func, ast.Name) and stmt.value.func.id in defined:
                 for name in code_facts.written(stmt):
                     g.made_by.setdefault(name, stmt.value.func.id)
-            written = {n for n in code_facts.written(stmt) if n.startswith("d") and len(n) > 1}
-            read = {n for n in code_facts.read(stmt) if n.startswith("d")}
+            written = {n for n in code_facts.written(stmt) if tensor_of(n) is not None}
+            read = {n for n in code_facts.read(stmt) if tensor_of(n) is not None}
             for name in sorted(written):
                 g.line.setdefault(name, stmt.lineno)
                 if stmt.lineno not in g.lines.setdefault(name, []):
@@ -594,7 +595,7 @@ class Trainer:
         if self.s.assembled:
             return list(self.s.parameters)  # the n-layer pass has its own names per layer
         targets = {line.target for line in self.pack.forward_lines}
-        inner = [g[1:] for g in self.gradients.line if g[1:] in targets]
+        inner = [tensor_of(g) for g in self.gradients.line if tensor_of(g) in targets]
         return list(self.s.parameters) + [t for t in inner if t not in self.s.parameters]
 
     def _gradcheck(self) -> RunStatus | None:
@@ -607,7 +608,7 @@ class Trainer:
             return None
         started = time.monotonic()
         names = self._checked()
-        tallies = self.tallies = {p: ParameterCheck(p, f"d{p}") for p in self.s.parameters}
+        tallies = self.tallies = {p: ParameterCheck(p, gradient(p)) for p in self.s.parameters}
         step = self._guarded(self._run_code)
         cpu = torch.device("cpu")
         report_at = 0.0
@@ -620,7 +621,7 @@ class Trainer:
             ref32 = self._autograd(Xb, Yb, torch.float32, self.device, names)
             ref64 = self._autograd(Xb, Yb, torch.float64, cpu, names)
             loss, _ = step(Xb, Yb)
-            grades = {k: grade(k, self.ns.get(f"d{k}"), ref32[k], ref64[k],
+            grades = {k: grade(k, self.ns.get(gradient(k)), ref32[k], ref64[k],
                                parameter=k in self.s.parameters) for k in ref32}
             for p in self.s.parameters:
                 tallies[p].add(grades[p])
@@ -664,7 +665,7 @@ class Trainer:
             ref64 = self._autograd(Xa, Ya, torch.float64, cpu, params)
         loss, grads = step(Xb, Yb)
         values = dict(zip(self.s.grad_names, grads, strict=True))
-        grades = {p: grade(p, values[f"d{p}"], ref32[p], ref64[p], parameter=True)
+        grades = {p: grade(p, values[gradient(p)], ref32[p], ref64[p], parameter=True)
                   for p in params}
         for p in params:
             self.tallies[p].add(grades[p])
@@ -687,16 +688,16 @@ class Trainer:
         from tutor.core import diagnosis as dx
 
         line = self.gradients.line
-        wrong.sort(key=lambda p: line.get(f"d{p}", 10**9))  # in backward-pass order
+        wrong.sort(key=lambda p: line.get(gradient(p), 10**9))  # in backward-pass order
         first = wrong[0]
         g = grades[first]
-        bad = {f"d{k}" for k, gr in grades.items() if not gr.accepted}
-        cause = self.gradients.first_cause(f"d{first}", bad)[1:]
-        value, ref = (self.ns if values is None else values).get(f"d{cause}"), ref32[cause]
+        bad = {gradient(k) for k, gr in grades.items() if not gr.accepted}
+        cause = tensor_of(self.gradients.first_cause(gradient(first), bad)) or first
+        value, ref = (self.ns if values is None else values).get(gradient(cause)), ref32[cause]
         c = grades[cause]
         diag = None
         together = self._scaled_together(wrong, grades, ref32, values)
-        at = line.get(f"d{cause}")
+        at = line.get(gradient(cause))
         if together is not None:
             # No one gradient is the cause: something after them all.
             (diag, at), cause = together, first
@@ -705,26 +706,27 @@ class Trainer:
         elif c.verdict == "wrong":
             diag = dx.value_diagnosis(cause, value, ref, self.s.batch_size, None, [])
         size = float(ref32[first].abs().max())
-        listed = ", ".join(f"d{p}" for p in wrong)
+        listed = ", ".join(gradient(p) for p in wrong)
         if g.verdict == "missing":
             how = g.message
         elif g.verdict == "shape":
-            how = f"d{first} has shape {g.shape}, but {first} has shape {g.expected_shape}"
+            how = f"{gradient(first)} has shape {g.shape}, but {first} has shape {g.expected_shape}"
         else:
-            how = (f"d{first} is off by up to {g.maxdiff:.3g}"
+            how = (f"{gradient(first)} is off by up to {g.maxdiff:.3g}"
                    + (f" ({g.maxdiff / size:.0%} of its largest entry)" if size > 0 else ""))
         where = (f"At step {i}, one of the steps drawn at random after the first "
                  f"{self.s.gradcheck_steps} to be checked again," if at_random else f"At step {i},")
         message = f"{where} {listed} {'differs' if len(wrong) == 1 else 'differ'} " \
                   f"from autograd: {how}."
         if cause != first:
-            message += (f" It comes from d{cause} ({self.gradients.where(f'd{cause}')}), the "
+            message += (f" It comes from {gradient(cause)} "
+                        f"({self.gradients.where(gradient(cause))}), the "
                         "first gradient along the backward pass that differs; those it is "
                         "computed from match autograd.")
-        maker = self.gradients.made_by.get(f"d{cause}")
+        maker = self.gradients.made_by.get(gradient(cause))
         if maker and together is None:
-            message += (f" d{cause} is what your `{maker}` returns "
-                        f"({self.gradients.where(f'd{cause}')}), from gradients that match "
+            message += (f" {gradient(cause)} is what your `{maker}` returns "
+                        f"({self.gradients.where(gradient(cause))}), from gradients that match "
                         f"autograd: look inside `{maker}`.")
         if diag:
             message += f" {diag.message}"
@@ -734,8 +736,8 @@ class Trainer:
                         "Training stopped there; the run does not count.")
         else:
             message += " Training stopped before a wrong gradient could change the network."
-        return GradcheckFailure(i, first, f"d{first}", [f"d{p}" for p in wrong], g.maxdiff,
-                                g.verdict, f"d{cause}", at, diag, message)
+        return GradcheckFailure(i, first, gradient(first), [gradient(p) for p in wrong], g.maxdiff,
+                                g.verdict, gradient(cause), at, diag, message)
 
     def _scaled_together(self, wrong: list[str], grades: dict[str, TensorCheck],
                          ref32: dict, values: dict | None) -> Any:
@@ -753,7 +755,7 @@ class Trainer:
         source = self.ns if values is None else values
         factors = []
         for p in params:
-            v, r = source.get(f"d{p}"), ref32[p]
+            v, r = source.get(gradient(p)), ref32[p]
             if not isinstance(v, torch.Tensor) or v.shape != r.shape:
                 return None
             v64, r64 = v.detach().double().cpu().flatten(), r.detach().double().cpu().flatten()
@@ -767,7 +769,7 @@ class Trainer:
         low, high = min(factors), max(factors)
         if abs(high - low) > 1e-3 * max(abs(high), 1e-12) or abs(high - 1) < 1e-3:
             return None
-        common = set.intersection(*(set(self.gradients.lines.get(f"d{p}", []))
+        common = set.intersection(*(set(self.gradients.lines.get(gradient(p), []))
                                     for p in params))
         at = f", at line {max(common)}, the last line that writes them all" if common else ""
         clip = (" The run clips the gradients itself, after they are checked: leave that to it."

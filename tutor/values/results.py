@@ -227,7 +227,7 @@ class TensorCheck(Record):
                  "partial", "note", "heatmap")
         known = {k: d[k] for k in plain if k in d}
         tensor = str(d.get("tensor", ""))
-        return cls(tensor=tensor, grad=str(d.get("grad", f"d{tensor}")), **known,
+        return cls(tensor=tensor, grad=str(d.get("grad", "")), **known,
                    verdict=Verdict(d.get("verdict", "missing")),
                    rule=Rule.named(d.get("rule")),
                    diagnosis=Diagnosis.from_dict(d.get("diagnosis")),

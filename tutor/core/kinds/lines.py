@@ -35,6 +35,7 @@ from tutor.core.kinds.records import (
     unusable,
 )
 from tutor.core.network import Batch
+from tutor.pack.flow import gradient, tensor_of
 from tutor.pack.model import Step
 from tutor.process import isolate
 from tutor.sandbox.clean import MAX_MESSAGE, clean
@@ -115,7 +116,7 @@ class LineCheck(StepCheck):
         # An earlier step that is replayed reads what it was given, as this step does.
         for s in [*self.earlier(step), step]:
             for given in s.given:
-                ns[f"d{given}"] = batch.given[(s.id, given)].clone()
+                ns[gradient(given)] = batch.given[(s.id, given)].clone()
         replays = [
             Replay(s.id, prior.get(s.id), s.solution,
                    {p: batch.reference[(s.id, p)] for p in s.partials},
@@ -190,7 +191,7 @@ class LineCheck(StepCheck):
         grades = []
         names = [(t, False) for t in step.checks] + [(t, True) for t in step.partials]
         for tensor, partial in names:
-            value = run.namespace.get(f"d{tensor}")
+            value = run.namespace.get(gradient(tensor))
             if partial and not isinstance(value, Tensor):
                 # Starting a first branch early is the notebook's way, not a requirement: the
                 # tensor is graded in full where its last branch arrives.
@@ -214,7 +215,7 @@ class LineCheck(StepCheck):
             if isinstance(value, Tensor):
                 self._diagnose(g, step, value, ref32, run, batch, prior)
             elif not g.message:
-                g.message = f"d{tensor} is missing"
+                g.message = f"{gradient(tensor)} is missing"
             grades.append(g)
         return grades
 
@@ -238,7 +239,7 @@ class LineCheck(StepCheck):
                 # own code, else a sum over the wrong dims of a gradient in reach.
                 found = self._own_change(step, g.tensor, value, ref, run, prior, [])()
                 sources = [tuple(v.shape) for k, v in run.before.items()
-                           if k.startswith("d") and isinstance(v, Tensor)]
+                           if tensor_of(k) is not None and isinstance(v, Tensor)]
                 known = (dx.diagnosis("shape", found.message) if found else
                          dx.shape_diagnosis(g.tensor, value, ref, sources))
             g.diagnosis = known
@@ -251,7 +252,7 @@ class LineCheck(StepCheck):
         from tutor.core.grading import as_graded
 
         value = as_graded(value, ref)  # a shape that fits is diagnosed on what it broadcasts to
-        earlier = run.before.get(f"d{g.tensor}")
+        earlier = run.before.get(gradient(g.tensor))
         g.diagnosis = dx.value_diagnosis(
             g.tensor,
             value,
@@ -266,13 +267,14 @@ class LineCheck(StepCheck):
             # Nobody catalogued this one: compare with wrong answers derived from the step.
             lines = [self.pack.line_for(t) for t in step.lines]
             related = [t for line in lines for t in (*line.operands, line.target)]
-            related += [f"d{t}" for t in related]
+            related += [gradient(t) for t in related]
             g.diagnosis = derived.explain(
                 self.pack, step, g.tensor, value, ref, run.before, batch.n, run.code,
                 self._own_change(step, g.tensor, value, ref, run, prior, related),
             )
         pattern = dx.where_wrong(value, ref) if torch.isfinite(value).all() else ""
-        g.message = (g.diagnosis.message if g.diagnosis else f"d{g.tensor} is wrong{role}") + (
+        g.message = (g.diagnosis.message if g.diagnosis else f"{gradient(g.tensor)} is "
+                                                             f"wrong{role}") + (
             f" ({pattern})" if pattern else ""
         )
         if torch.isfinite(value).all():
@@ -288,7 +290,7 @@ class LineCheck(StepCheck):
         def search() -> Any:
             if not run.code or self.run_variants is None:
                 return None
-            grad = f"d{tensor}"
+            grad = gradient(tensor)
             refs = [ref]
             fresh = self.network.heldout.reference.get((step.id, tensor))
             if fresh is not None:
@@ -340,7 +342,7 @@ class LineCheck(StepCheck):
                 ns = copy_namespace(self.namespace_before(step, batch, prior))
                 try:
                     execute(compile_candidate(m.code), ns, Output())
-                    value = ns.get(f"d{tensor}")
+                    value = ns.get(gradient(tensor))
                 except Exception:  # noqa: BLE001 - a mistake that cannot run matches nothing
                     value = None
                 self._mistake_values[key] = value if isinstance(value, Tensor) else None
@@ -394,7 +396,7 @@ class LineCheck(StepCheck):
             if change.get("deleted"):
                 notes.append(f"your code deleted {name}; it is back for the next check")
                 continue
-            if not name.startswith("d"):
+            if tensor_of(name) is None:
                 notes.append(
                     f"your code changed the forward tensor {name} in place; it was restored "
                     "before any later check, but gradients computed from it may be off"
@@ -420,7 +422,7 @@ class LineCheck(StepCheck):
                        f"like `{culprit.grad} = {name}` copies no data), so the in-place update "
                        f"reached both. Start {culprit.grad} from {name}.clone(), or update it "
                        f"out of place (`{culprit.grad} = {culprit.grad} + ...`).")
-            gave = next((s.id for s in self.earlier(step) if name[1:] in s.given), None)
+            gave = next((s.id for s in self.earlier(step) if tensor_of(name) in s.given), None)
             whose = (f"which autograd gave {gave}" if gave else
                      "which an earlier step already checked")
             culprit.diagnosis = dx.diagnosis(
@@ -435,12 +437,13 @@ class LineCheck(StepCheck):
 
     def _partial_notes(self, step: Step, run: Run, notes: list[str]) -> None:
         for name in step.partials:
-            if not isinstance(run.namespace.get(f"d{name}"), Tensor):
+            if not isinstance(run.namespace.get(gradient(name)), Tensor):
                 closing = next(
                     (s.id for s in self.pack.gradient_steps[self.pack.index(step.id) + 1:]
                      if name in s.checks), "a later step")
                 notes.append(
-                    f"{name} is used twice; its gradient d{name} can be started here with the "
+                    f"{name} is used twice; its gradient {gradient(name)} can be started here "
+                    f"with the "
                     f"branch from this line (it is graded in full at {closing}). Until you do, "
                     "autograd's first branch stands in for it."
                 )
@@ -580,9 +583,9 @@ class LineCheck(StepCheck):
         if not step.figure or not passed:  # a solved step's gradient, worth looking at
             return None
         run: Run = graded.state
-        value = run.namespace[f"d{step.figure}"].detach().to("cpu", torch.float32)
+        value = run.namespace[gradient(step.figure)].detach().to("cpu", torch.float32)
         return {
-            "title": f"d{step.figure}",
+            "title": gradient(step.figure),
             "values": [[float(x) for x in row] for row in value],
             "row_sums_max_abs": float(value.sum(1).abs().max()),
             "targets": [int(y) for y in self.network.main.values["Yb"].cpu()],

@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from tutor.core import diagnosis as dx
+from tutor.pack.flow import gradient
 from tutor.process import isolate
 from tutor.sandbox.clean import MAX_MESSAGE, clean
 from tutor.values.results import CheckError, ErrorKind, Heldout, TensorCheck, Verdict
@@ -62,7 +63,7 @@ def decode_namespace(encoded: Any) -> dict:
 def unusable(tensor: str, value: OddTensor | Foreign, ref: Tensor, partial: bool,
              label: str | None = None) -> TensorCheck:
     """A verdict for a value that cannot be compared with autograd's at all."""
-    g = TensorCheck(tensor, label or f"d{tensor}", list(ref.shape), partial=partial)
+    g = TensorCheck(tensor, label or gradient(tensor), list(ref.shape), partial=partial)
     if isinstance(value, OddTensor):
         g.verdict = Verdict.WRONG
         g.message = f"{g.grad} is {value.why}."

@@ -29,6 +29,7 @@ from textual.widget import Widget
 from textual.widgets import OptionList, TextArea
 from textual.widgets.text_area import Selection
 
+from tutor.pack.flow import gradient
 from tutor.pack.model import Exercise, Step
 from tutor.session.controller import (
     Celebration,
@@ -708,7 +709,7 @@ class LessonScreen(Screen[None]):
             shapes.setdefault(check.tensor, check.expected_shape)
         if not self.step.kind.of_forward_tensors:
             return {}  # its arguments' shapes change from case to case
-        return {f"d{t}": shapes[t] for t in self.step.checks if shapes.get(t) is not None}
+        return {gradient(t): shapes[t] for t in self.step.checks if shapes.get(t) is not None}
 
     def action_reset_step(self) -> None:
         """The step's template back in the editor, as one edit that ctrl+z takes back."""

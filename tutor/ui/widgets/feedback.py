@@ -12,6 +12,7 @@ from rich.text import Text
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
+from tutor.pack.flow import gradient
 from tutor.session.report import explained_below
 from tutor.ui.highlight import python_text
 from tutor.ui.palette import (
@@ -128,7 +129,7 @@ def checks_table(checks: list[TensorCheck], passed: bool = True) -> Table:
 
 
 def _grad(check: TensorCheck) -> str:
-    return check.grad or f"d{check.tensor or '?'}"
+    return check.grad or gradient(check.tensor or '?')
 
 
 def _only_rounding(check: TensorCheck) -> bool:

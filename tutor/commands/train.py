@@ -53,9 +53,9 @@ def _args(p: argparse.ArgumentParser) -> None:
                    "your progress (start from --print-code)")
     p.add_argument("--from-exercises", action="store_true",
                    help="run the training step assembled from your solved steps, even when the "
-                   "tutor's exercise-4 screen saved a draft of it")
+                   "tutor's training screen saved a draft of it")
     p.add_argument("--print-code", action="store_true",
-                   help="print the training step that would run (your exercise-4 draft, if "
+                   help="print the training step that would run (your training-screen draft, if "
                    "there is one), and exit")
     p.add_argument("--compile", action="store_true",
                    help="run the training phase through torch.compile (eager if it cannot)")
@@ -205,12 +205,12 @@ def _training_code(args: argparse.Namespace, pack: Pack,
             return chosen.code, None
         return chosen.code, ("not solved yet, so their reference solutions are used: "
                              + ", ".join(chosen.missing))
-    too_big = size_problem(chosen.code, "your exercise-4 draft")  # the limit of any code
+    too_big = size_problem(chosen.code, "your training-screen draft")  # the limit of any code
     if too_big:
         raise UsageError(too_big)
     # The screen's key for "Reset code" is the UI's to choose; its footer shows it.
     return chosen.code, (
-        "this is your exercise-4 draft, as the tutor's training screen saved it"
+        "this is your draft, as the tutor's training screen saved it"
         + (", which differs from the code assembled from your solved steps"
            if chosen.differs else "")
         + ". `backprop-tutor train --from-exercises` runs the assembled code instead; "

@@ -1,0 +1,92 @@
+"""Every lesson's free-form notebook is graded: a learner's own copy of the forward pass, their
+backward code in plain cells with no `# Exercise` marks, their own comparison helper, a function
+step as their definition of the function. Built here from each pack's own references, laid out
+as a learner's notebook; one copy with a slip in one step, which only that step loses."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tutor.pack.model import find_pack, load_pack
+
+ROOT = Path(__file__).resolve().parent.parent
+
+CHECK = ("def check(label, mine, t):\n"
+         "    print(label, torch.allclose(mine, t.grad, atol=1e-5))\n")
+
+
+def _cell(source: str) -> dict:
+    return {"cell_type": "code", "source": source, "metadata": {}, "outputs": [],
+            "execution_count": None}
+
+
+def _notebook(lesson: str, slip: str | None = None) -> dict:
+    """The lesson as a learner's notebook: data loading, the forward pass, every gradient step's
+    code in order with a comparison after it, every function step's definition; `slip` names a
+    step whose first gradient is negated."""
+    pack = load_pack(find_pack(lesson))
+    cells = ["import torch\nimport torch.nn.functional as F\n"
+             "words = open('names.txt').read().splitlines()\n", CHECK,
+             "# my copy of the forward pass\n" + pack.forward_code.strip() + "\n"]
+    for step in pack.steps:
+        if not step.kind.checked:
+            continue
+        code = step.solution.strip()
+        if step.id == slip:
+            grad = step.graded_names[0]
+            code += f"\n{grad} = -{grad}"
+        cells.append(code + "\n")
+        if step.function is None:
+            cells.append("".join(f"check('{t}', d{t}, {t})\n" for t in step.checks))
+    return {"cells": [_cell(c) for c in cells], "metadata": {}, "nbformat": 4,
+            "nbformat_minor": 5}
+
+
+def _grade(tmp_path: Path, lesson: str, document: dict) -> dict[str, dict]:
+    path = tmp_path / f"{lesson}.ipynb"
+    path.write_text(json.dumps(document))
+    done = subprocess.run([sys.executable, "-m", "tutor", "--home", str(tmp_path / "home"),
+                           "--device", "cpu", "--pack", lesson, "grade", "--json",
+                           "--strict-rule", str(path)],
+                          capture_output=True, text=True, timeout=900, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    return {s["id"]: s for s in json.loads(done.stdout)["steps"]}
+
+
+@pytest.mark.parametrize("lesson", ["gpt", "lstm", "conv"])
+def test_a_right_notebook_of_the_lesson_earns_every_step(tmp_path, lesson):
+    pack = load_pack(find_pack(lesson))
+    steps = _grade(tmp_path, lesson, _notebook(lesson))
+    for step in pack.gradient_steps:
+        assert steps[step.id]["status"] == "passed", (step.id, steps[step.id]["message"])
+        assert steps[step.id]["score"] == steps[step.id]["max_score"]
+
+
+@pytest.mark.parametrize(("lesson", "slip"), [("gpt", "block/att"), ("lstm", "step/c"),
+                                              ("conv", "conv/h2pre")])
+def test_a_slip_costs_its_own_step_only(tmp_path, lesson, slip):
+    pack = load_pack(find_pack(lesson))
+    steps = _grade(tmp_path, lesson, _notebook(lesson, slip))
+    assert steps[slip]["status"] == "failed", steps[slip]
+    for step in pack.gradient_steps:
+        if step.id != slip:
+            assert steps[step.id]["status"] == "passed", (step.id, steps[step.id]["message"])
+
+
+def test_a_notebook_of_another_lesson_is_refused_naming_this_one(tmp_path):
+    document = {"cells": [_cell("import torch\nx = torch.ones(3)\nprint(x.sum())\n")],
+                "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    path = tmp_path / "other.ipynb"
+    path.write_text(json.dumps(document))
+    done = subprocess.run([sys.executable, "-m", "tutor", "--home", str(tmp_path / "home"),
+                           "--pack", "conv", "grade", str(path)],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert done.returncode == 2
+    assert "code for this lesson (conv)" in done.stderr
+    assert textwrap.dedent(done.stderr).count("\n") <= 2

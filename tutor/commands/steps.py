@@ -88,7 +88,8 @@ def run_show(args: argparse.Namespace, settings: Settings) -> int:
     if step.kind.trained:  # its template is the training step, which depends on your progress
         print()
         print("\n".join(wrap("Its code: `backprop-tutor train --print-code` prints the training "
-                             "step that `train` runs (your training-screen draft, if there is one).",
+                             "step that `train` runs (your training-screen draft, if there is "
+                             "one).",
                              "", "", width)))
     else:
         if how := step.kind.how_checked(step):

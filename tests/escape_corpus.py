@@ -357,6 +357,25 @@ ATTEMPTS: list[Attempt] = [
         a.x = 1
         A.x = print
         """, REFUSED, ("assign", "x")),
+    _a("answer-backward-through-a-class-method", "answers", """
+        class M:
+            def backward(self, t):
+                return t.backward()
+        p = torch.tensor(probs.tolist(), requires_grad=True)
+        M().backward((p.log() * dlogprobs).sum())
+        """, REFUSED, ("backward",)),
+    _a("answer-backward-as-a-class-attribute", "answers", """
+        class M:
+            backward = torch.Tensor.backward
+        M.backward((probs.log() * dlogprobs).sum())
+        """, REFUSED, ("backward",)),
+    _a("answer-backward-from-a-tensor-into-a-class", "answers", """
+        class M:
+            pass
+        m = M()
+        m.backward = (probs.log() * dlogprobs).sum().backward
+        m.backward()
+        """, REFUSED, ("backward",)),
     _a("frames-class-getattr-hook", "frames", """
         class A:
             def __getattr__(self, name):
@@ -1084,6 +1103,9 @@ CONTROLS = [
     ("lambda-and-comprehension", "f = lambda t: t * 2\nprint([f(i) for i in range(3)])\n",
      "[0, 2, 4]\n"),
     ("correct-answer", "dprobs = (1.0 / probs) * dlogprobs\n", ""),
+    ("a-model-class-with-its-own-backward",
+     "class M:\n    def backward(self, d):\n        return d / probs\n"
+     "dprobs = M().backward(dlogprobs)\nprint(dprobs.shape[1])\n", "27\n"),
     ("type-of-a-tensor", "print(type(probs), type(probs) is torch.Tensor)\n",
      "<class 'torch.Tensor'> True\n"),
     ("type-name-and-isinstance",

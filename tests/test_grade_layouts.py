@@ -82,3 +82,16 @@ def test_a_wrong_answer_stays_wrong_by_the_notebooks_values(tmp_path):
     grade = _grade(tmp_path, L.notebook([L.EX1_HEAD, wrong.replace(L.EX1_HEAD, "")]))
     probs = next(s for s in grade["steps"] if s["id"] == "atomic/probs")
     assert probs["score"] == 0 and probs["status"] == "failed", probs
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("per_line", [False, True], ids=["one-cell", "cell-per-line"])
+def test_an_equals_for_plus_equals_costs_the_closing_step_only(tmp_path, per_line):
+    """`dcounts = ...` where `dcounts += ...` belonged overwrites the first branch an earlier
+    step wrote: the slip is the closing step's, and only it loses its point."""
+    lines = [(t, c.replace("dcounts += dcounts_sum", "dcounts = dcounts_sum"))
+             for t, c in L.EX1_LINES]
+    cells = L.ex1_cell_per_line(lines) if per_line else [L.ex1_one_cell(lines)]
+    grade = _grade(tmp_path, L.notebook(cells))
+    lost = {s["id"] for s in grade["steps"] if s["id"].startswith("atomic/") and s["score"] == 0}
+    assert lost == {"atomic/counts"}, lost

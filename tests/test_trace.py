@@ -6,10 +6,10 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from tutor.core.trace import Recorder, Traces, Wanted, written_out
+from tutor.core.trace import Recorder, Traces, Wanted, learner_upstream, note_names, written_out
 
 
-def _trace(code: str, n: int, seed: int = 0) -> tuple[dict, dict]:
+def _trace(code: str, n: int, seed: int = 0, names: bool = False) -> tuple[dict, dict]:
     g = torch.Generator().manual_seed(seed)
     logits = torch.randn(n, 5, generator=g)
     Yb = torch.randint(0, 5, (n,), generator=g)
@@ -19,7 +19,9 @@ def _trace(code: str, n: int, seed: int = 0) -> tuple[dict, dict]:
     rec.own = True
     with rec:
         exec(code, ns)  # the test's own code, not a learner's: no sandbox needed
-    trace = {"ops": rec.ops, "leaves": rec.leaves, "hints": rec.hints,
+    if names:  # what the program holds after its cell, as the child notes it
+        note_names(rec, ns)
+    trace = {"ops": rec.ops, "leaves": rec.leaves, "hints": rec.hints, "held": sorted(rec.held),
              "values": {f"{o}:{v}": t for (o, v), t in rec.values.items()}}
     return trace, {"logits": logits, "Yb": Yb, "n": n}
 
@@ -102,3 +104,46 @@ def test_a_script_s_cells_keep_their_titles_and_leave_markdown_out():
     text = ("# %% [markdown]\n# # A title\n\n# %% Exercise 2\nx = 1\n\n# In[3]:\ny = 2\n"
             "# %%\n\n")
     assert script_cells(text) == ["# Exercise 2\nx = 1\n\n", "y = 2\n"]
+
+
+def test_a_value_the_code_went_on_to_change_is_not_its_answer():
+    # The product equals the gradient for a moment, but what the program keeps is flipped.
+    code = "kept = [(logits * 2).flip(0)]\n"
+    (a, va), (b, vb) = _trace(code, 8, names=True), _trace(code, 5, seed=1, names=True)
+    assert not written_out(Traces.of(a, b, (8, 5)), Wanted({"logits": 2 * va["logits"]}, {}),
+                           Wanted({"logits": 2 * vb["logits"]}, {}))
+    kept = "kept = [logits * 2]\n"
+    (a, va), (b, vb) = _trace(kept, 8, names=True), _trace(kept, 5, seed=1, names=True)
+    assert written_out(Traces.of(a, b, (8, 5)), Wanted({"logits": 2 * va["logits"]}, {}),
+                       Wanted({"logits": 2 * vb["logits"]}, {}))
+
+
+# A step given `dup` (whose right value is `3 * logits`) answers `dx = 2 * dup`. The learner's
+# own `dup` was wrong, nothing names it, and their `dx` is right for that `dup`.
+CASCADE = "store = [logits * 0.5]\nstore.append(store[0] * 2)\n"
+
+
+def test_a_step_built_on_a_wrong_upstream_of_the_learner_is_found_from_it():
+    (a, va), (b, vb) = _trace(CASCADE, 8, names=True), _trace(CASCADE, 5, seed=1, names=True)
+    read = Traces.of(a, b, (8, 5))
+    wanted = [Wanted({"x": 6 * v["logits"]}, {"dup": 3 * v["logits"]}) for v in (va, vb)]
+    for w, side in zip(wanted, (read.first, read.second), strict=True):
+        def rule(shift, w=w):
+            return {"x": w.answers["x"] + 2 * shift["dup"]}
+        w.theirs = learner_upstream(side, w, rule)
+        assert w.theirs is not None
+        torch.testing.assert_close(w.theirs["x"], w.answers["x"] / 6)
+    codes = written_out(read, *wanted)
+    assert codes and codes[0].startswith("t"), codes
+    ns = {"ddup": 3 * va["logits"], "torch": torch}
+    exec(codes[0], ns)  # from the right upstream, their code gives the right answer
+    torch.testing.assert_close(ns["dx"], 6 * va["logits"])
+
+
+def test_a_wrong_step_on_a_wrong_upstream_is_not_found():
+    code = "store = [logits * 0.5]\nstore.append(store[0] * 3)\n"
+    (a, va), (b, _) = _trace(code, 8), _trace(code, 5, seed=1)
+    read = Traces.of(a, b, (8, 5))
+    w = Wanted({"x": 6 * va["logits"]}, {"dup": 3 * va["logits"]})
+    assert learner_upstream(read.first, w,
+                            lambda shift: {"x": w.answers["x"] + 2 * shift["dup"]}) is None

@@ -19,9 +19,11 @@ import threading
 from collections.abc import Callable
 
 import torch
+from torch import Tensor
 
 from tutor import code_facts, devices
 from tutor.config import Settings
+from tutor.core import probe
 from tutor.core.candidate import CodeError, program, timeout_error
 from tutor.core.execution import BatchPlan, CheckSpec, FunctionCheckSpec, run_spec
 from tutor.core.functions import Case
@@ -29,7 +31,7 @@ from tutor.core.kinds import Checks, NotChecked, Unreadable
 from tutor.core.kinds.function import FunctionCheck
 from tutor.core.kinds.records import ChildAnswer, clean_error
 from tutor.core.network import DeviceError, Network, resolve_device
-from tutor.core.trace import Traces, Wanted, written_out
+from tutor.core.trace import Traces, Wanted, learner_upstream, written_out
 from tutor.pack.flow import tensor_of
 from tutor.pack.model import Pack, Step, find_pack, load_pack
 from tutor.process import forkserver, isolate, spawn
@@ -308,14 +310,50 @@ class Engine:
         if read is None:
             return {}
         found = {}
-        for step_id in step_ids:
-            step = self.pack.step(step_id)
-            if not step.kind.of_forward_tensors or step.kind.trained:
+        graphs = (probe.Graph.of(self.network, main), probe.Graph.of(self.network, fresh))
+        # Every step of the exercises asked about, in order: where the learner's own upstream
+        # gradient was wrong, a step is found from what an earlier step took for it.
+        exercises = {self.pack.step(sid).exercise for sid in step_ids}
+        for step in self.pack.steps:
+            if step.exercise not in exercises or not step.kind.of_forward_tensors \
+                    or step.kind.trained:
                 continue
-            codes = written_out(read, self._wanted(step, main), self._wanted(step, fresh))
-            if codes:
-                found[step_id] = codes
+            wanted = []
+            for batch, graph, side in ((main, graphs[0], read.first),
+                                       (fresh, graphs[1], read.second)):
+                w = self._wanted(step, batch)
+                w.theirs = learner_upstream(side, w, self._rule(step, w, graph))
+                wanted.append(w)
+            codes = written_out(read, *wanted)
+            if codes and step.id in step_ids:
+                found[step.id] = codes
         return found
+
+    def _rule(self, step: Step, wanted: Wanted, graph: probe.Graph
+              ) -> Callable[[dict[str, Tensor]], dict[str, Tensor] | None]:
+        """The step's answers (and first branches) by its lines' rule when each gradient it is
+        given arrives changed by `shift[name]`: autograd's values plus the VJP of the change
+        through the step's lines, and the change itself for a first branch it adds to."""
+        sources = {line.target: line.source for line in self.pack.forward_lines}
+        arriving = [t for _, t in probe.arriving(step)]
+
+        def rule(shift: dict[str, Tensor]) -> dict[str, Tensor] | None:
+            through = [t for t in arriving if t in shift]
+            out = {}
+            for name, right in {**wanted.answers, **wanted.partials}.items():
+                value = right.detach().float().cpu()
+                if through:
+                    delta = graph.vjp(through, [shift[t] for t in through], name,
+                                      torch.float32, name in wanted.partials, sources)
+                    if delta is None or delta.shape != value.shape:
+                        return None
+                    value = value + delta.detach().float().cpu()
+                if name in shift and name not in wanted.partials:
+                    value = value + shift[name]  # the first branch it adds to was off too
+                out[name] = value
+            return out
+
+        return rule
 
     def _wanted(self, step: Step, batch) -> Wanted:
         """What the step answers (its checks; a first branch it starts only where the program

@@ -104,6 +104,9 @@ class Recorder(TorchFunctionMode):
     # hints only, for a gradient whose value is wrong because an earlier one of the
     # learner's was (its value finds nothing then).
     hints: dict[int, list[str]] = field(default_factory=dict)
+    # The versions the program held after a cell (under a name, in a dict, a list, a tuple or
+    # an object of its own), as opposed to the passing values inside an expression.
+    held: set[tuple[int, int]] = field(default_factory=set)
     _objects: dict[int, int] = field(default_factory=dict)  # id(tensor) -> object
     _alive: list[Tensor] = field(default_factory=list)  # keeps ids from being reused
     _versions: list[int] = field(default_factory=list)
@@ -235,11 +238,21 @@ def note_names(recorder: Recorder, ns: dict) -> None:
             if name not in names and len(names) < 8:
                 names.append(name)
 
+    def hold(t: Any) -> None:
+        o = recorder._objects.get(id(t)) if isinstance(t, Tensor) else None
+        if o is not None and len(recorder.held) < MAX_OPS:
+            recorder.held.add((o, recorder._versions[o]))
+
     for name, value in list(ns.items())[:10_000]:
         hint(value, name)
+        hold(value)
         fields = value if isinstance(value, dict) else instance_attributes(value)
         for key, item in list(fields.items())[:1000]:
             hint(item, key)
+            hold(item)
+        if isinstance(value, (list, tuple)):
+            for item in value[:1000]:
+                hold(item)
 
 
 def _refs(encoded: list) -> list[tuple[int, int]]:
@@ -257,6 +270,7 @@ def _refs(encoded: list) -> list[tuple[int, int]]:
 def traced(recorder: Recorder, encode: Callable[[Tensor], tuple]) -> dict:
     """A recorder's trace as plain data for the engine (tensors as `encode` writes them)."""
     return {"ops": recorder.ops, "leaves": recorder.leaves, "hints": recorder.hints,
+            "held": sorted(recorder.held),
             "values": {f"{o}:{v}": encode(t) for (o, v), t in recorder.values.items()}}
 
 
@@ -271,6 +285,10 @@ class Wanted:
     # First branches the step starts: written out where the program computes them, else left
     # to the check (which lets autograd's branch stand in and says so).
     partials: dict[str, Tensor] = field(default_factory=dict)
+    # Where the learner's own upstream gradient was wrong: the step's answers and first branches
+    # as its rule gives them from that upstream (`learner_upstream`). Their code for this step,
+    # right, made these values; the check then runs it from the right upstream.
+    theirs: dict[str, Tensor] | None = None
 
 
 def _close(a: Tensor, b: Tensor, floor: float = 0.0) -> bool:
@@ -413,6 +431,12 @@ class _Read:
     values: dict[tuple[int, int], Tensor]
     maker: dict[tuple[int, int], int] = field(default_factory=dict)
     sums: dict[tuple[int, int], float] | None = None  # each value's sum of magnitudes
+    # The version an earlier step of the exercise took for each gradient (by value, name or
+    # place): where a later step is given that gradient and the learner's own value of it was
+    # wrong, the later step's code starts from there.
+    took: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
+    held: set[tuple[int, int]] = field(default_factory=set)
+    readers: dict[tuple[int, int], list[int]] | None = None  # version -> ops that read it
 
     @classmethod
     def of(cls, trace: dict) -> _Read:
@@ -421,6 +445,7 @@ class _Read:
             o, v = (int(x) for x in key.split(":"))
             values[(o, v)] = value
         read = cls(trace["ops"], trace["leaves"], trace.get("hints") or {}, values)
+        read.held = {(int(o), int(v)) for o, v in trace.get("held") or []}
         for i, op in enumerate(read.ops):
             for o in op.get("outs") or []:
                 if o is not None:
@@ -441,6 +466,58 @@ class _Read:
                 if value.numel() == ref.numel() and abs(self.sums[ov] - total) <= slack
                 and _close(value, ref, floor)]
 
+    def descendants(self, start: set[tuple[int, int]]) -> list[tuple[int, int]]:
+        """The versions the exercise's own ops made from `start`, directly or through others,
+        in the order they were made."""
+        if self.readers is None:
+            self.readers = {}
+            for i, op in enumerate(self.ops):
+                for r in op["reads"]:
+                    self.readers.setdefault(tuple(r), []).append(i)
+        seen, stack, out = set(start), list(start), []
+        while stack:
+            for i in self.readers.get(stack.pop(), ()):
+                op = self.ops[i]
+                made = [(o, 0) for o in op.get("outs") or [] if o is not None] + [
+                    tuple(b) for b in op.get("bumps") or []]
+                for ov in made:
+                    if ov not in seen:
+                        seen.add(ov)
+                        stack.append(ov)
+                        if op["own"]:
+                            out.append((i, ov))
+        return [ov for _, ov in sorted(out)]
+
+    def own_matching(self, ref: Tensor, floor: float) -> list[tuple[int, tuple[int, int]]]:
+        """(op, version) of each version the exercise's own code made whose value is `ref`,
+        less a passing value the code went on to change into what it kept
+        (`demb = dembcat.view(emb.shape).flip(0)`: the view was never the learner's answer)."""
+        return [(self.maker[ov], ov) for ov in self.matching(ref, floor)
+                if ov in self.maker and self.ops[self.maker[ov]]["own"]
+                and not self.changed_before_kept(ov)]
+
+    def changed_before_kept(self, ov: tuple[int, int]) -> bool:
+        """Whether `ov` was never held, and an op of the exercise's own read it alone (no
+        other tensor) into a value of its shape, held, that is not `ov`'s value."""
+        if ov in self.held or ov not in self.values:
+            return False
+        if self.readers is None:
+            self.descendants(set())  # builds the readers
+        assert self.readers is not None
+        value = self.values[ov]
+        for i in self.readers.get(ov, ()):
+            op = self.ops[i]
+            if not op["own"] or len({tuple(r) for r in op["reads"]}) != 1:
+                continue
+            made = [(o, 0) for o in op.get("outs") or [] if o is not None] + [
+                tuple(b) for b in op.get("bumps") or []]
+            for w in made:
+                other = self.values.get(w)
+                if w in self.held and other is not None and other.shape == value.shape \
+                        and not _close(other, value):
+                    return True
+        return False
+
     def hinted(self, o: int, tensor: str) -> bool:
         """Whether the program kept object `o` under a name for `tensor`'s gradient."""
         return any(_gradient_of(h) == tensor for h in self.hints.get(o, ()))
@@ -458,6 +535,11 @@ class _Read:
             for name in wanted.given:
                 if ov not in cuts and self.hinted(ov[0], name):
                     cuts[ov] = name
+        for name in wanted.given:
+            if name in cuts.values():
+                continue
+            for ov in self.took.get(_took_key(name, wanted), ()):
+                cuts.setdefault(ov, name)  # where the step that made it took it
         return cuts
 
 
@@ -481,6 +563,91 @@ class Traces:
             return cls(first, second, _aligned(first.ops, second.ops), n)
         except (KeyError, IndexError, TypeError, ValueError, AttributeError):
             return None  # a child that sent nonsense traced nothing
+
+
+#: How many of the exercise's own versions are tried as the learner's (wrong) upstream gradient
+#: when no earlier step found it.
+MAX_UPSTREAM_TRIES = 64
+
+StepRule = Callable[[dict[str, Tensor]], "dict[str, Tensor] | None"]
+
+
+def learner_upstream(read: _Read, wanted: Wanted, rule: StepRule) -> dict[str, Tensor] | None:
+    """The step's answers as its rule gives them from the learner's own upstream gradients,
+    where those differ from autograd's (a mistake earlier in the learner's backward pass): None
+    where every gradient the step is given is right, or where nothing the exercise made is what
+    the rule gives from the learner's upstream.
+
+    The learner's upstream gradient is the version an earlier step took for it
+    (`_Read.took`); where none did (that step was wrong, and nothing names its value), each of
+    the exercise's own versions of its shape is tried, latest first, and the one from which the
+    rule gives values the exercise also made is taken. `rule(shift)` is the step's answers
+    (and first branches) when each given gradient `name` arrives changed by `shift[name]`
+    (linear: a backward pass is linear in the gradient it is handed), or None."""
+    floor = _floor(wanted)
+    shift: dict[str, Tensor] = {}
+    upstream: set[tuple[int, int]] = set()
+    unknown: list[str] = []
+    for name, right in wanted.given.items():
+        if read.matching(right, floor):
+            continue
+        took = read.took.get(_took_key(name, wanted), [])
+        value = _as(read.values.get(took[0]), right) if took else None
+        if value is not None:
+            shift[name] = value - right.detach().float().cpu()
+            upstream |= set(took)
+        else:
+            unknown.append(name)
+    scale = max((float(r.abs().max()) for r in (*wanted.answers.values(),
+                                                 *wanted.partials.values()) if r.numel()),
+                default=0.0)
+
+    def made(change: dict[str, Tensor], start: set[tuple[int, int]]) -> dict[str, Tensor] | None:
+        # Each answer as the rule gives it must be a value the exercise's own code made from
+        # the learner's upstream version (not one that only happens to be equal). One that
+        # comes out all but zero (a max's branch) tells nothing, and is not asked for.
+        expected = rule(change)
+        if not expected:
+            return None
+        after = start | set(read.descendants(start))  # a copy may be the very version
+        told = False
+        for a, value in expected.items():
+            size = float(value.abs().max()) if value.numel() else 0.0
+            if not size > 1e-4 * scale:
+                continue
+            # Tolerances at the scale of these values, not of autograd's: a learner's slip can
+            # make them far smaller, and then almost anything small would match.
+            hits = [ov for _, ov in read.own_matching(value, 1e-6 * size)]
+            if not after.intersection(hits):
+                if a in wanted.partials:
+                    continue  # a first branch is looked for, not required
+                return None
+            told = True
+        return expected if told else None
+
+    if not unknown:
+        return made(shift, upstream) if shift else None
+    name, right = unknown[0], wanted.given[unknown[0]]
+    tries = sorted((ov for ov, v in read.values.items() if v.numel() == right.numel()
+                    and ov in read.maker and read.ops[read.maker[ov]]["own"]),
+                   key=read.maker.__getitem__, reverse=True)[:MAX_UPSTREAM_TRIES]
+    base = right.detach().float().cpu()
+    for ov in tries:
+        value = _as(read.values[ov], right)
+        if value is None:
+            continue
+        expected = made({**shift, name: value - base}, upstream | {ov})
+        if expected is not None:
+            read.took[_took_key(name, wanted)] = [ov]
+            return expected
+    return None
+
+
+def _as(value: Tensor | None, like: Tensor) -> Tensor | None:
+    """`value` in `like`'s shape where it differs by axes of one (`[64]` for `[1, 64]`)."""
+    if value is None or value.numel() != like.numel():
+        return None
+    return value.float().reshape(like.shape)
 
 
 def written_out(traces: Traces, wanted: Wanted, wanted_fresh: Wanted) -> list[str]:
@@ -527,12 +694,30 @@ def _indented(code: str) -> str:
 
 def _versions(read: _Read, wanted: Wanted) -> dict[str, list[tuple[int, int]]] | None:
     """Each wanted gradient's candidate versions, latest first (None where an answer has
-    none; a first branch without one is left to the check)."""
+    none; a first branch without one is left to the check). Each answer's first candidate is
+    what a later step given that gradient starts from (`_Read.took`)."""
+    found = _candidates(read, wanted)
+    if found is not None:
+        for name, ovs in found.items():
+            # Every candidate: equal values (a copy, a branch of nearly nothing added) are all
+            # what later steps may have read of it.
+            read.took[f"{name}/first" if name in wanted.partials else name] = list(ovs)
+    return found
+
+
+def _took_key(name: str, wanted: Wanted) -> str:
+    """Where `_Read.took` keeps a gradient the step is given: a first branch it completes (it is
+    also one of its answers) under its own key, apart from the complete gradient."""
+    return f"{name}/first" if name in wanted.answers else name
+
+
+def _candidates(read: _Read, wanted: Wanted) -> dict[str, list[tuple[int, int]]] | None:
     found: dict[str, list[tuple[int, int]]] = {}
     floor = _floor(wanted)
     for name, ref in {**wanted.answers, **wanted.partials}.items():
-        matches = [(read.maker[ov], ov) for ov in read.matching(ref, floor)
-                   if ov in read.maker and read.ops[read.maker[ov]]["own"]]
+        matches = read.own_matching(ref, floor)
+        if not matches and wanted.theirs is not None and name in wanted.theirs:
+            matches = read.own_matching(wanted.theirs[name], floor)
         if not matches:
             hinted = [(i, ov) for ov, i in read.maker.items()
                       if read.ops[i]["own"] and read.hinted(ov[0], name)]

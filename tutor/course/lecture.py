@@ -657,10 +657,25 @@ _SIDE = frozenset({"open", "plt", "display", "random", "manual_seed", "backward"
                    "requires_grad", "zero_grad", "savefig", "imshow", "hist", "plot"})
 
 
-def _has_side_effects(node: ast.stmt) -> bool:
-    """Whether a statement's code (not its comments or strings) names one of `_SIDE`."""
-    return any(isinstance(n, ast.Name) and n.id in _SIDE
-               or isinstance(n, ast.Attribute) and n.attr in _SIDE for n in ast.walk(node))
+def _has_side_effects(node: ast.stmt, lesson: set[str], methods: frozenset[str]) -> bool:
+    """Whether a statement's code (not its comments or strings) names one of `_SIDE`; a method
+    of the learner's own classes (`model.backward()`) is theirs, unless called on one of the
+    lesson's tensors (`loss.backward()`)."""
+    for n in ast.walk(node):
+        if isinstance(n, ast.Name) and n.id in _SIDE:
+            return True
+        if isinstance(n, ast.Attribute) and n.attr in _SIDE and not (
+                n.attr in methods and not (isinstance(n.value, ast.Name)
+                                           and n.value.id in lesson)):
+            return True
+    return False
+
+
+def _methods(trees: Iterable[ast.AST]) -> frozenset[str]:
+    """The names of the methods the notebook's own classes define."""
+    return frozenset(f.name for tree in trees for c in ast.walk(tree)
+                     if isinstance(c, ast.ClassDef) for f in c.body
+                     if isinstance(f, ast.FunctionDef))
 def setup_names(pack: Pack) -> frozenset[str]:
     """Names a learner's notebook of the lesson gives its own data and setup, for which the
     tutor's stand in: the lesson's sizes, what the pack's setup code defines at its top level,
@@ -699,6 +714,7 @@ def notebook_program(pack: Pack, cells: list[str], exercise: int) -> Program | N
         chosen = [c for c in chosen if c not in loops]
     helpers = comparers(_trees(cells), pack.notebook.compare)
     setup = setup_names(pack)
+    methods = _methods(_trees(cells))
     parsed: list[list[tuple[ast.stmt, str]]] = []
     here: list[bool] = []
     for cell in chosen:
@@ -720,7 +736,7 @@ def notebook_program(pack: Pack, cells: list[str], exercise: int) -> Program | N
                         if names.get(g, g) == gradient(t)}
             if compared:
                 lines.append(Line("", set(), set(), False, compared))
-            elif _runs_in_program(node, text, lesson, helpers, setup):
+            elif _runs_in_program(node, lesson, helpers, setup, methods):
                 line = line_of(node, text)
                 if names:
                     line = Line(rename(line.source, names), {names.get(w, w) for w in line.writes},
@@ -766,8 +782,8 @@ def _source(node: ast.stmt, text: str) -> str:
     return textwrap.dedent("\n".join(lines[node.lineno - 1:node.end_lineno]))
 
 
-def _runs_in_program(node: ast.stmt, text: str, lesson: set[str], helpers: set[str],
-                     setup: frozenset[str]) -> bool:
+def _runs_in_program(node: ast.stmt, lesson: set[str], helpers: set[str],
+                     setup: frozenset[str], methods: frozenset[str]) -> bool:
     if isinstance(node, (ast.Import, ast.ImportFrom)) or _no_answer(node):
         return False
     if isinstance(node, ast.FunctionDef) and node.name in helpers:
@@ -775,9 +791,9 @@ def _runs_in_program(node: ast.stmt, text: str, lesson: set[str], helpers: set[s
     if is_comparison(node, lesson, helpers):
         return False
     # What a function's body assigns stays inside it (a local `g` is not the generator).
-    writes = {node.name} if isinstance(node, ast.FunctionDef) else written(node)
+    writes = {node.name} if isinstance(node, (ast.FunctionDef, ast.ClassDef)) else written(node)
     if writes & (lesson | setup) and not any(tensor_of(n) is not None for n in writes - lesson):
         return False  # the notebook's setup or forward pass: the tutor's stands in
-    if _has_side_effects(node):
+    if _has_side_effects(node, lesson, methods):
         return False
     return inspect(node) is None

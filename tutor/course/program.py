@@ -181,7 +181,13 @@ class Program:
             stand = max(stand, chosen[0])
             taken |= chosen[1]
         for name in sorted(flow.starts(step)):
+            # The latest statement that starts it fresh from this step's own share: a later one
+            # that writes it from a later step's gradient (`dcounts = dcounts_sum...`, an `=`
+            # where `+=` belonged) is that step's slip, not a missing first branch here.
             j = last_def(name, stand)
+            while j is not None and not lines[j].augmented and name not in lines[j].reads \
+                    and lines[j].reads & later:
+                j = last_def(name, j)
             if j is None or lines[j].augmented or name in lines[j].reads \
                     or lines[j].reads & later:
                 continue  # no first branch of its own here: the closing step writes it whole

@@ -24,7 +24,7 @@ import ast
 from collections.abc import Iterable, Mapping
 
 from tutor.code_facts import read
-from tutor.pack.flow import gradient
+from tutor.pack.flow import gradient, tensor_of
 from tutor.pack.model import Pack
 
 # Names that are never a tensor of the lesson's, whatever shape they sit in.
@@ -50,9 +50,16 @@ def forward_names(pack: Pack, trees: Iterable[ast.AST], lesson: set[str]) -> dic
               if isinstance(node, ast.Assign) and len(node.targets) == 1
               and isinstance(node.targets[0], ast.Name)]
     assigned = {target for target, _ in theirs}
-    # A gradient (`dbnraw`, `dlog_probs`) is never a forward tensor, however alike the code.
-    theirs = [(t, v) for t, v in theirs if not (t[:1] == "d" and (
-        t[1:] in assigned | lesson or t[2:] in assigned and t[1] == "_"))]
+    known = assigned | lesson
+
+    def gradient_of_theirs(name: str) -> bool:  # `dbnraw`, `dlog_probs`, `d_log_probs`
+        t = tensor_of(name)
+        return t is not None and (t in known or t[:1] == "_" and t[1:] in assigned)
+
+    # A gradient is never a forward tensor, however alike the code; nor is what is computed
+    # from one (`acc = dprobs * counts_sum_inv` is backward code shaped like a forward line).
+    theirs = [(t, v) for t, v in theirs if not gradient_of_theirs(t) and not any(
+        isinstance(n, ast.Name) and gradient_of_theirs(n.id) for n in ast.walk(v))]
     # A lesson name the learner's own backward code reads is theirs too: nothing of theirs
     # stands for it.
     kept = {n.id for tree in trees for node in ast.walk(tree) if isinstance(node, ast.Assign)
@@ -107,8 +114,8 @@ def _by_data_flow(pack: Pack, trees: Iterable[ast.AST], lesson: set[str], names:
     for _ in range(len(statements)):
         before = len(names)
         for target, reads in statements:
-            if target in names or target in lesson:
-                continue
+            if target in names or target in lesson or tensor_of(target) in tensors:
+                continue  # known already, or a gradient (`dlogits = F.softmax(logits, 1)`)
             mapped = {names.get(r, r) for r in reads}
             if mapped - tensors - plain or not mapped & tensors:
                 continue
@@ -203,6 +210,9 @@ def batch_sizes(pack: Pack, trees: Iterable[ast.Module], lesson: set[str],
     size = pack.lesson.get("batch_size")
     if not isinstance(size, int):
         return {}
+    # A number that is also one of the network's sizes (the GPT's `n_head = 4` beside a batch of
+    # 4) says nothing about which it is: only a length read off the batch does then.
+    plain = size not in pack.sizes.values()
     other: set[str] = set()  # names also given something else than the batch's size
     constant: set[str] = set()
     for tree in trees:
@@ -212,8 +222,9 @@ def batch_sizes(pack: Pack, trees: Iterable[ast.Module], lesson: set[str],
             names = written_names(node)
             if (isinstance(node, ast.Assign) and len(node.targets) == 1
                     and isinstance(node.targets[0], ast.Name)
-                    and (isinstance(node.value, ast.Constant) and type(node.value.value) is int
-                         and node.value.value == size or _is_batch_length(node.value))):
+                    and (plain and isinstance(node.value, ast.Constant)
+                         and type(node.value.value) is int and node.value.value == size
+                         or _is_batch_length(node.value))):
                 constant |= names
             else:
                 other |= names

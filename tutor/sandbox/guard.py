@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 import types
+import weakref
 from typing import Any
 
 from tutor.sandbox import allowlist
@@ -84,6 +85,18 @@ def _refuse(obj: Any, name: str, why: str) -> Refused:
     if isinstance(obj, type):
         what = obj.__name__
     return Refused(f"{what}.{name} is not available in the sandbox: {why}")
+
+
+#: The classes learner code made (`class` statements, through tutor/sandbox/objects.py): a method
+#: a learner's class defines is theirs to call, whatever its name (a model's own `backward`).
+LEARNER_CLASSES: weakref.WeakSet[type] = weakref.WeakSet()
+
+
+def _learner_method(obj: Any, name: str) -> bool:
+    """Whether `name` is defined by the learner's own class of `obj` (or a learner base)."""
+    cls = type(obj)
+    return cls in LEARNER_CLASSES and any(
+        k in LEARNER_CLASSES and name in vars(k) for k in cls.__mro__)
 
 
 class Guard:
@@ -156,6 +169,6 @@ class Guard:
             return getattr(obj, name)
         if isinstance(obj, types.ModuleType):
             raise _refuse(obj, name, "only the sandbox's own torch, F and math are open")
-        if name in allowlist.REASONS:
+        if name in allowlist.REASONS and not _learner_method(obj, name):
             raise _refuse(obj, name, allowlist.REASONS[name])
         return getattr(obj, name)

@@ -20,7 +20,8 @@ CLASS_METHODS = frozenset({"__init__", "__call__", "__getitem__", "__setitem__",
 _AUTOGRAD_WHY = "the point is to compute the gradient yourself, so autograd's machinery is closed"
 REFUSED_ATTRIBUTES = {
     "grad": "reading .grad would give the answer away",
-    "backward": ".backward() would let autograd do the work you are here to do",
+    # `.backward` is refused when the code runs (tutor/sandbox/guard.py), on everything but a
+    # method of the learner's own class (a model's `backward`): which it is, only the run knows.
     "grad_fn": _AUTOGRAD_WHY,
     "retain_grad": _AUTOGRAD_WHY,
     "retains_grad": _AUTOGRAD_WHY,

@@ -376,6 +376,21 @@ ATTEMPTS: list[Attempt] = [
         m.backward = (probs.log() * dlogprobs).sum().backward
         m.backward()
         """, REFUSED, ("backward",)),
+    _a("frames-super-of-a-builtin", "frames", """
+        f = super(type, int).__call__
+        print(f.__self__)
+        """, REFUSED, ("__self__",)),
+    _a("frames-property-on-a-builtin", "frames", """
+        class A:
+            p = property(print)
+        A().p.__globals__
+        """, REFUSED, ("__globals__",)),
+    _a("frames-super-to-reach-globals", "frames", """
+        class A:
+            def f(self):
+                return super().__init__.__globals__
+        A().f()
+        """, REFUSED, ("__globals__",)),
     _a("frames-class-getattr-hook", "frames", """
         class A:
             def __getattr__(self, name):
@@ -1103,6 +1118,13 @@ CONTROLS = [
     ("lambda-and-comprehension", "f = lambda t: t * 2\nprint([f(i) for i in range(3)])\n",
      "[0, 2, 4]\n"),
     ("correct-answer", "dprobs = (1.0 / probs) * dlogprobs\n", ""),
+    ("a-class-with-static-and-class-methods-and-super",
+     "class A:\n    def __init__(self, k):\n        self.k = k\n"
+     "    @staticmethod\n    def twice(x):\n        return 2 * x\n"
+     "    @classmethod\n    def make(cls):\n        return cls(3)\n"
+     "    @property\n    def kk(self):\n        return self.k * self.k\n"
+     "class B(A):\n    def __init__(self):\n        super().__init__(5)\n"
+     "print(A.twice(4), A.make().k, B().kk)\n", "8 3 25\n"),
     ("a-model-class-with-its-own-backward",
      "class M:\n    def backward(self, d):\n        return d / probs\n"
      "dprobs = M().backward(dlogprobs)\nprint(dprobs.shape[1])\n", "27\n"),

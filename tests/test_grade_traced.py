@@ -235,3 +235,66 @@ def test_a_notebook_saved_as_a_script_is_graded_as_the_notebook(tmp_path, titled
     steps = {s["id"]: s for s in json.loads(done.stdout)["steps"] if s["id"] != "train/loop"}
     failed = {sid for sid, s in steps.items() if s["score"] == 0}
     assert failed == (WRONG_STEPS if wrong else set()), failed
+
+
+FUNCTION_RETURNING_A_DICT = """\
+def train_backward(logits, h, bnraw, bnvar_inv, embcat, Xb, Yb):
+    out = {}
+    d = F.softmax(logits, 1)
+    d[range(n), Yb] -= 1
+    d = d / n
+    out['W2'], out['b2'] = h.T @ d, d.sum(0)
+    dhpre = (1.0 - h**2) * (d @ W2.T)
+    out['bngain'] = (bnraw * dhpre).sum(0, keepdim=True)
+    out['bnbias'] = dhpre.sum(0, keepdim=True)
+    dpre = bngain*bnvar_inv/n * (n*dhpre - dhpre.sum(0) - n/(n-1)*bnraw*(dhpre*bnraw).sum(0))
+    out['W1'], out['b1'] = embcat.T @ dpre, dpre.sum(0)
+    out['C'] = torch.zeros_like(C).index_add_(0, Xb.view(-1), (dpre @ W1.T).view(-1, 10))
+    return out
+"""
+ORDER = "['C', 'W1', 'b1', 'W2', 'b2', 'bngain', 'bnbias']"
+TRAINING_LOOPS = {
+    "a function returning a dict": (
+        FUNCTION_RETURNING_A_DICT,
+        "    got = train_backward(logits, h, bnraw, bnvar_inv, embcat, Xb, Yb)\n"
+        f"    grads = [got[k] for k in {ORDER}]\n"),
+    "a class whose method fills a dict": (
+        "class Grads:\n    def __init__(self):\n        self.g = {}\n\n"
+        "    def run(self, logits, h, bnraw, bnvar_inv, embcat, Xb, Yb):\n"
+        "        self.g = train_backward(logits, h, bnraw, bnvar_inv, embcat, Xb, Yb)\n\n"
+        "    def __getitem__(self, k):\n        return self.g[k]\n\n"
+        + FUNCTION_RETURNING_A_DICT,
+        "    G = Grads()\n    G.run(logits, h, bnraw, bnvar_inv, embcat, Xb, Yb)\n"
+        f"    grads = [G[k] for k in {ORDER}]\n"),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("loop", list(TRAINING_LOOPS))
+def test_a_training_loop_whose_gradients_reach_the_update_through_an_expression(tmp_path,
+                                                                                   loop):
+    defs, backward = TRAINING_LOOPS[loop]
+    path = tmp_path / "loop.ipynb"
+    document = L.notebook([L.ex1_one_cell(), defs], backward=backward)
+    L.write(path, document)
+    done = subprocess.run([sys.executable, "-m", "tutor", "--device", "cpu", "grade", "--json",
+                           "--train-steps", "50", str(path)], capture_output=True, text=True,
+                          timeout=900, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    train = next(s for s in json.loads(done.stdout)["steps"] if s["id"] == "train/loop")
+    assert train["status"] == "passed", train["message"]
+
+
+@pytest.mark.slow
+def test_a_wrong_gradient_returned_in_a_dict_fails_the_training_loop(tmp_path):
+    defs, backward = TRAINING_LOOPS["a function returning a dict"]
+    defs = defs.replace("out['bngain'] = (bnraw * dhpre)", "out['bngain'] = -(bnraw * dhpre)")
+    path = tmp_path / "loop.ipynb"
+    L.write(path, L.notebook([L.ex1_one_cell(), defs], backward=backward))
+    done = subprocess.run([sys.executable, "-m", "tutor", "--device", "cpu", "grade", "--json",
+                           "--train-steps", "50", str(path)], capture_output=True, text=True,
+                          timeout=900, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    train = next(s for s in json.loads(done.stdout)["steps"] if s["id"] == "train/loop")
+    assert train["score"] == 0, train
+    assert "differed from autograd" in train["message"], train["message"]

@@ -67,7 +67,8 @@ SAFE_BUILTINS = {
     for name in (
         "abs all any bool callable dict divmod enumerate filter float frozenset int isinstance "
         "issubclass iter len list map max min next pow range repr reversed round set slice "
-        "sorted str sum tuple zip Ellipsis True False None ArithmeticError AssertionError "
+        "sorted str sum tuple zip staticmethod classmethod property super "
+        "Ellipsis True False None ArithmeticError AssertionError "
         "AttributeError Exception IndexError KeyError LookupError NameError NotImplementedError "
         "RuntimeError StopIteration TypeError ValueError ZeroDivisionError"
     ).split()

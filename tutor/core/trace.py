@@ -670,14 +670,20 @@ def written_out(traces: Traces, wanted: Wanted, wanted_fresh: Wanted) -> list[st
             return []
         theirs_found = _versions(second, wanted_fresh)
         cuts, fresh_cuts = first.cuts(wanted), second.cuts(wanted_fresh)
+        shapes = {k: tuple(v.shape) for k, v in wanted.given.items()}
+        fresh_shapes = {k: tuple(v.shape) for k, v in wanted_fresh.given.items()}
         out: list[str] = []
-        for k in range(ALTERNATIVES):
+        for k, copies in [(k, c) for c in (False, True) for k in range(ALTERNATIVES)]:
             chosen = {name: ovs[min(k, len(ovs) - 1)] for name, ovs in mine_found.items()}
-            code = _code_for(first, cuts, chosen, _Literals(n), (second.ops, traces.pairs))
+            if copies and not any(ov in cuts for ov in chosen.values()):
+                continue
+            code = _code_for(first, cuts, chosen, _Literals(n), (second.ops, traces.pairs),
+                             copies, shapes)
             if code is None and theirs_found is not None:
                 other = {name: ovs[min(k, len(ovs) - 1)] for name, ovs in theirs_found.items()}
-                mine = _code_for(first, cuts, chosen, _Literals(n), None)
-                theirs = _code_for(second, fresh_cuts, other, _Literals(n), None)
+                mine = _code_for(first, cuts, chosen, _Literals(n), None, copies, shapes)
+                theirs = _code_for(second, fresh_cuts, other, _Literals(n), None, copies,
+                                   fresh_shapes)
                 if mine is not None and theirs is not None:
                     code = (f"if n == {n[0]}:\n" + _indented(mine) + "else:\n"
                             + _indented(theirs))
@@ -770,15 +776,20 @@ def _aligned(a: list[dict], b: list[dict]) -> dict[int, int]:
 
 def _code_for(read: _Read, cuts: dict[tuple[int, int], str],
               chosen: dict[str, tuple[int, int]], lits: _Literals,
-              fresh: tuple[list[dict], dict[int, int]] | None) -> str | None:
+              fresh: tuple[list[dict], dict[int, int]] | None, copies: bool = False,
+              shapes: dict[str, tuple[int, ...]] | None = None) -> str | None:
     """The code for one choice of versions, or None where it cannot be written back. With
     `fresh` (the fresh batch's ops, and which of them pairs with each of these), literals that
     differ are written as the batch size; an op without a pair that holds an integer literal
-    makes it None."""
+    makes it None. With `copies`, an answer that is itself a version the step is given (a
+    first branch that is the upstream gradient as it arrives) is written as a copy of it;
+    without, it is followed back through what made it."""
     ops = read.ops
+    shapes = shapes or {}
     answers = set(chosen.values())
     needed: set[int] = set()
     bound: dict[int, str] = {}  # object -> the given gradient it starts from
+    squeezed: set[int] = set()  # objects the learner held without the gradient's axes of one
     stack = list(answers)
     seen: set[tuple[int, int]] = set()
     while stack:
@@ -786,10 +797,13 @@ def _code_for(read: _Read, cuts: dict[tuple[int, int], str],
         if ov in seen:
             continue
         seen.add(ov)
-        if ov in cuts and ov not in answers:
+        if ov in cuts and (copies or ov not in answers):
             if ov[0] in bound and bound[ov[0]] != cuts[ov]:
                 return None
             bound[ov[0]] = cuts[ov]
+            value = read.values.get(ov)
+            if value is not None and value.dim() < len(shapes.get(cuts[ov], ())):
+                squeezed.add(ov[0])
             continue
         i = read.maker.get(ov)
         if i is None:
@@ -811,8 +825,13 @@ def _code_for(read: _Read, cuts: dict[tuple[int, int], str],
         leaf = read.leaves.get(o)
         return leaf if leaf and o not in bound else f"t{o}"
 
-    lines = [f"t{o} = {gradient(name)}.clone()" for o, name in sorted(bound.items())]
+    lines = [f"t{o} = {gradient(name)}.clone()" + (
+        f".reshape([s for s in {gradient(name)}.shape if s != 1])" if o in squeezed else "")
+        for o, name in sorted(bound.items())]
     done = {ov: name for name, ov in chosen.items()}
+    if copies:
+        lines += [f"{gradient(name)} = t{ov[0]}.clone()" for ov, name in done.items()
+                  if ov in cuts]
     try:
         for i in sorted(needed):
             op = ops[i]

@@ -34,7 +34,7 @@ import tokenize
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from tutor.code_facts import written
+from tutor.code_facts import read, written
 from tutor.course.program import Line, Program, line_of
 from tutor.course.vocabulary import (
     batch_sizes,
@@ -299,6 +299,7 @@ class _Cutter:
         self.steps = steps
         self.order = {s.id: i for i, s in enumerate(steps)}
         self.forward = forward
+        self.setup = setup_names(pack)
         flow = Flow(steps)  # these steps alone: an exercise's, or the whole training step
         self.grads = set(flow.all)
         self.checked = {s.id: flow.completes(s) for s in steps}
@@ -359,7 +360,9 @@ class _Cutter:
         for i in range(len(statements) - 1, -1, -1):
             if i in kept_ids:
                 continue
-            own = statements[i].writes - self.grads - self.forward
+            # Not the lesson's tensors, nor the notebook's own data and setup (`vocab_size` from
+            # `words = open(...)`): the tutor's stand in for those.
+            own = statements[i].writes - self.grads - self.forward - self.setup
             if not own:
                 continue
             needs = set()
@@ -499,10 +502,19 @@ def _training_answer(pack: Pack, cells: list[str], renames: dict[str, str], forw
     cutter = _Cutter(pack, [_whole_step(step, tensors)], forward)
     cut = cutter.cut(statements)
     backward = "\n".join(cut.get(step.id, []))
+    names = {**renames, **pack.notebook.aliases, **typos}
+    trees = _trees(cells)
+    update = _update(trees, set(step.checks), names)
+    if update is not None and update.listed is None:
+        # The update reads its gradients through an expression (a dict's values, a list of an
+        # object's attributes, what a function returned): the statements it needs, as run.
+        backward = _needed_by(update, trees, forward | setup_names(pack), names)
+        applied = update.applied()
+    else:
+        applied = update.applied() if update is not None else []
     if not backward.strip():
         return None
     lines = forward_for(pack, backward, settings.loss_line)
-    applied = _applied(cells, set(step.checks), {**renames, **pack.notebook.aliases, **typos})
     backward = _with_functions(everything, backward)
     return "\n".join(["# forward pass (the tutor's)", *lines, settings.loss_line, "",
                       "# backward pass (yours, from the training loop)", backward,
@@ -510,8 +522,9 @@ def _training_answer(pack: Pack, cells: list[str], renames: dict[str, str], forw
 
 
 def _definitions(cells: list[str]) -> dict[str, str]:
-    """The source of each function the notebook defines at the top of a cell, by name, the last
-    definition of a name kept."""
+    """The source of each function, class, lambda (`onehot = lambda y: ...`) and list of
+    constants (`order = ['C', 'W1', ...]`) the notebook defines at the top of a cell, by name,
+    the last definition of a name kept."""
     defs: dict[str, str] = {}
     for cell in cells:
         try:
@@ -519,9 +532,24 @@ def _definitions(cells: list[str]) -> dict[str, str]:
         except SyntaxError:
             continue
         for node in body:
-            if isinstance(node, ast.FunctionDef):
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
                 defs[node.name] = _source(node, text)
+            elif isinstance(node, ast.Assign) and len(node.targets) == 1 \
+                    and isinstance(node.targets[0], ast.Name) and (
+                        isinstance(node.value, ast.Lambda) or _constants(node.value)):
+                defs[node.targets[0].id] = _source(node, text)
     return defs
+
+
+def _constants(value: ast.expr) -> bool:
+    """Whether `value` is a list, tuple or dict written out of constants only."""
+    if not isinstance(value, (ast.List, ast.Tuple, ast.Dict)):
+        return False
+    try:
+        ast.literal_eval(value)
+    except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
+        return False
+    return True
 
 
 def _function_answer(name: str, cells: list[str]) -> str | None:
@@ -533,9 +561,9 @@ def _function_answer(name: str, cells: list[str]) -> str | None:
 
 
 def _with_functions(cells: list[str], code: str, itself: str | None = None) -> str:
-    """`code` after the definitions of the learner's own functions it calls (`ce_backward`,
-    `tanh_backward`), wherever in the notebook they were defined, last definition first found
-    from the end, and those those call in turn."""
+    """`code` after the definitions of the learner's own functions, classes, lambdas and lists
+    of constants it uses (`ce_backward`, `Grads`, `onehot`), wherever in the notebook they were
+    defined, last definition first found from the end, and those those use in turn."""
     defs = _definitions(cells)
     wanted: list[str] = []
     todo = [code]
@@ -544,59 +572,113 @@ def _with_functions(cells: list[str], code: str, itself: str | None = None) -> s
             tree = ast.parse(todo.pop())
         except (SyntaxError, ValueError, RecursionError, MemoryError):
             continue
+        bound = {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef,
+                                                                 ast.ClassDef))}
         for n in ast.walk(tree):
-            if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in defs \
-                    and n.func.id not in wanted and n.func.id != itself:
-                wanted.append(n.func.id)
-                todo.append(defs[n.func.id])
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id in defs \
+                    and n.id not in wanted and n.id != itself and n.id not in bound:
+                wanted.append(n.id)
+                todo.append(defs[n.id])
     if not wanted:
         return code
     return "\n\n".join([*(defs[name] for name in reversed(wanted)), code])
 
 
-def _applied(cells: list[str], parameters: set[str], names: Mapping[str, str]) -> list[str]:
-    """What the learner's own update applies to each parameter, as the tutor's gradients: their
-    loop `for p, grad in zip(parameters, grads): p.data += -lr * grad` moves `parameters[i]` by
-    `grads[i]`, in the order of their two lists and with the update's sign. Two entries swapped,
-    or an update that climbs, is what their notebook trains with, so it is what is graded.
-    Nothing when the loop is not of that form, or moves every parameter by its own gradient."""
+@dataclass
+class _Update:
+    """The learner's update loop, `for p, grad in zip(parameters, grads): p.data += -lr * grad`:
+    which parameter it moves by which gradient, and in which direction."""
+
+    node: ast.For
+    params: list[str]  # the parameters, in the learner's list's order
+    source: ast.expr  # what the loop pairs them with
+    listed: list[str] | None  # the gradients' names, where `source` is a list of names
+    descends: bool
+
+    def applied(self) -> list[str]:
+        """The update as the tutor's gradients: each `d<param>` is what the learner's loop
+        moves that parameter by. Two entries swapped, or an update that climbs, is what their
+        notebook trains with, so it is what is graded. Nothing where it moves every parameter
+        by its own gradient."""
+        minus = "" if self.descends else "-"
+        if self.listed is None:
+            source = ast.unparse(self.source)
+            picks = [f"{minus}grads_applied[{i}]" for i in range(len(self.params))]
+            return ["", "# what your update applies to each parameter (your list, in its order)",
+                    f"grads_applied = {source}",
+                    "grads_applied = list(grads_applied.values() if isinstance(grads_applied, "
+                    "dict) else grads_applied)",
+                    f"{', '.join(gradient(p) for p in self.params)} = {', '.join(picks)}"]
+        # zip stops at the shorter list: a parameter past the end of the gradients never moves.
+        moved = {param: grad for param, grad in zip(self.params, self.listed)}  # noqa: B905
+        still = [param for param in self.params if param not in moved]
+        if self.descends and not still and all(grad == gradient(param)
+                                               for param, grad in moved.items()):
+            return []
+        targets = ", ".join(gradient(param) for param in moved)
+        values = ", ".join(f"{minus}{grad}" for grad in moved.values())
+        return ["", "# what your update applies to each parameter (your lists, in their order)",
+                f"{targets} = {values}",
+                *(f"{gradient(param)} = torch.zeros_like({param})  # past the end of your "
+                  "list" for param in still)]
+
+
+def _update(trees: list[ast.Module], parameters: set[str], names: Mapping[str, str]
+            ) -> _Update | None:
+    """The loop that moves the parameters (`for p, grad in zip(parameters, grads)` or the pair
+    the other way round, whose body steps `p` along `grad`), or None."""
     lists: dict[str, list[str]] = {}
-    update = None
-    for tree in _trees(cells):
+    found = None
+    for tree in trees:
         for node in ast.walk(tree):
             if (isinstance(node, ast.Assign) and len(node.targets) == 1
                     and isinstance(node.targets[0], ast.Name)
                     and isinstance(node.value, (ast.List, ast.Tuple))
                     and all(isinstance(e, ast.Name) for e in node.value.elts)):
                 lists[node.targets[0].id] = [names.get(e.id, e.id) for e in node.value.elts]
-            if (isinstance(node, ast.For) and isinstance(node.iter, ast.Call)
+            if not (isinstance(node, ast.For) and isinstance(node.iter, ast.Call)
                     and isinstance(node.iter.func, ast.Name) and node.iter.func.id == "zip"
-                    and len(node.iter.args) == 2
-                    and all(isinstance(a, ast.Name) for a in node.iter.args)
-                    and isinstance(node.target, ast.Tuple) and len(node.target.elts) == 2
+                    and len(node.iter.args) == 2 and isinstance(node.target, ast.Tuple)
+                    and len(node.target.elts) == 2
                     and all(isinstance(e, ast.Name) for e in node.target.elts)):
-                update = node
-    if update is None:
-        return []
-    held, given = (a.id for a in update.iter.args)  # type: ignore[attr-defined]
-    p, g = (e.id for e in update.target.elts)  # type: ignore[attr-defined]
-    params, grads = lists.get(held), lists.get(given)
-    sign = _descends(update.body, p, g)
-    if params is None or grads is None or sign is None or not set(params) <= parameters:
-        return []
-    # zip stops at the shorter list: a parameter past the end of the gradients never moves.
-    moved = {param: grad for param, grad in zip(params, grads)}  # noqa: B905
-    still = [param for param in params if param not in moved]
-    if sign and not still and all(grad == gradient(param) for param, grad in moved.items()):
-        return []
-    minus = "" if sign else "-"
-    targets = ", ".join(gradient(param) for param in moved)
-    values = ", ".join(f"{minus}{grad}" for grad in moved.values())
-    return ["", "# what your update applies to each parameter (your lists, in their order)",
-            f"{targets} = {values}",
-            *(f"{gradient(param)} = torch.zeros_like({param})  # past the end of your "
-              f"list" for param
-              in still)]
+                continue
+            a, b = node.iter.args
+            p, g = (e.id for e in node.target.elts)  # type: ignore[attr-defined]
+            for held, given, pv, gv in ((a, b, p, g), (b, a, g, p)):
+                params = lists.get(held.id) if isinstance(held, ast.Name) else None
+                if params is None or not set(params) <= parameters:
+                    continue
+                sign = _descends(node.body, pv, gv)
+                if sign is None:
+                    continue
+                listed = lists.get(given.id) if isinstance(given, ast.Name) else None
+                found = _Update(node, params, given, listed, sign)
+    return found
+
+
+def _needed_by(update: _Update, trees: list[ast.Module], theirs: set[str],
+               names: Mapping[str, str]) -> str:
+    """The statements of the training loop's body that what the update reads needs, in order:
+    those that assign it, and calls on it (`G.linear(...)` fills `G`), back through what they
+    read; not the notebook's forward pass or setup (the tutor's stands in), nor its checks."""
+    loops = [n for tree in trees for n in ast.walk(tree)
+             if isinstance(n, (ast.For, ast.While)) and n is not update.node
+             and any(sub is update.node for sub in ast.walk(n))]
+    if not loops:
+        return ""
+    loop = max(loops, key=lambda n: n.lineno)
+    body = [n for n in loop.body if not any(sub is update.node for sub in ast.walk(n))]
+    needed = read(update.source)
+    kept: list[ast.stmt] = []
+    for node in reversed(body):
+        writes = written(node)
+        mutates = isinstance(node, ast.Expr) and bool(read(node) & needed)
+        if not (writes & needed or mutates) or _has_side_effects(node, theirs, frozenset()):
+            continue
+        kept.append(node)
+        needed |= read(node) - theirs
+    sources = [ast.unparse(n) for n in reversed(kept)]
+    return rename("\n".join(sources), names) + "\n" if sources else ""
 
 
 def _descends(body: list[ast.stmt], p: str, g: str) -> bool | None:
@@ -792,8 +874,13 @@ def _runs_in_program(node: ast.stmt, lesson: set[str], helpers: set[str],
         return False
     # What a function's body assigns stays inside it (a local `g` is not the generator).
     writes = {node.name} if isinstance(node, (ast.FunctionDef, ast.ClassDef)) else written(node)
-    if writes & (lesson | setup) and not any(tensor_of(n) is not None for n in writes - lesson):
-        return False  # the notebook's setup or forward pass: the tutor's stands in
+    gradient_writes = any(tensor_of(n) is not None for n in writes - lesson)
+    if writes & lesson and not gradient_writes:
+        return False  # the notebook's forward pass or parameters: the tutor's stand in
+    if writes & setup and not gradient_writes and not (read(node) & lesson - setup):
+        # The notebook's data and setup: the tutor's stand in. A setup name given the lesson's
+        # tensors (`g = F.softmax(logits, 1)`, a running gradient called `g`) is backward code.
+        return False
     if _has_side_effects(node, lesson, methods):
         return False
     return inspect(node) is None

@@ -58,8 +58,13 @@ def forward_names(pack: Pack, trees: Iterable[ast.AST], lesson: set[str]) -> dic
 
     # A gradient is never a forward tensor, however alike the code; nor is what is computed
     # from one (`acc = dprobs * counts_sum_inv` is backward code shaped like a forward line).
-    theirs = [(t, v) for t, v in theirs if not gradient_of_theirs(t) and not any(
-        isinstance(n, ast.Name) and gradient_of_theirs(n.id) for n in ast.walk(v))]
+    # Nor is a name that is assigned from itself (`g = g / probs`: a running gradient); the
+    # forward pass gives each of its tensors one value.
+    running = {t for t, v in theirs if any(isinstance(n, ast.Name) and n.id == t
+                                           for n in ast.walk(v))}
+    theirs = [(t, v) for t, v in theirs if not gradient_of_theirs(t) and t not in running
+              and not any(isinstance(n, ast.Name) and gradient_of_theirs(n.id)
+                          for n in ast.walk(v))]
     # A lesson name the learner's own backward code reads is theirs too: nothing of theirs
     # stands for it.
     kept = {n.id for tree in trees for node in ast.walk(tree) if isinstance(node, ast.Assign)

@@ -150,6 +150,11 @@ def tensor_allows(name: str) -> bool:
 # Underscore names that answer only a string (the guard checks): `type(x).__name__` in a print.
 READABLE_DUNDERS = frozenset({"__name__"})
 
+# The double-underscore methods a class of the learner's may define (sandbox/objects.py), and
+# call on its base through `super()` (`super().__init__()`).
+CLASS_METHODS = frozenset({"__init__", "__call__", "__getitem__", "__setitem__", "__len__",
+                           "__iter__", "__contains__"})
+
 
 # -- why the likely others are closed ------------------------------------------------------------
 _AUTOGRAD = "the point is to compute the gradient yourself, so autograd's machinery is closed"

@@ -142,6 +142,10 @@ class Guard:
         return method
 
     def _slow(self, obj: Any, name: str) -> Any:
+        if type(obj) is super and name in allowlist.CLASS_METHODS:
+            # `super().__init__()` in a class of the learner's, whose bases are theirs too
+            # (objects.py): their own method, or the do-nothing one every class has.
+            return getattr(obj, name)
         if name in allowlist.READABLE_DUNDERS:
             value = getattr(obj, name)
             if type(value) is str:

@@ -22,8 +22,8 @@ import builtins
 import operator
 from typing import Any
 
+from tutor.sandbox.allowlist import CLASS_METHODS
 from tutor.sandbox.guard import LEARNER_CLASSES, Refused
-from tutor.sandbox.policy import CLASS_METHODS
 
 SET_NAME = "__tutor_setattr__"
 AUGMENT_NAME = "__tutor_augattr__"

@@ -10,11 +10,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from tutor.sandbox.allowlist import READABLE_DUNDERS
-
-# The double-underscore methods a class of the learner's may define (sandbox/objects.py).
-CLASS_METHODS = frozenset({"__init__", "__call__", "__getitem__", "__setitem__", "__len__",
-                           "__iter__", "__contains__"})
+from tutor.sandbox.allowlist import CLASS_METHODS, READABLE_DUNDERS
 
 # Attributes that would hand the answer over (autograd) or reach outside the exercise.
 _AUTOGRAD_WHY = "the point is to compute the gradient yourself, so autograd's machinery is closed"
@@ -102,11 +98,18 @@ def _class_refusal(node: ast.ClassDef) -> Refusal | None:
         return _refusal(node, "class", "a class of yours builds only on your own classes, "
                                        "named plainly")
     for stmt in node.body:
-        if not isinstance(stmt, (ast.FunctionDef, ast.Assign, ast.Expr, ast.Pass)) or (
-                isinstance(stmt, ast.FunctionDef) and stmt.decorator_list):
+        # A method may be decorated (`@staticmethod`, `@torch.no_grad()`): a decorator is an
+        # expression like any other, read through the guard.
+        if not isinstance(stmt, (ast.FunctionDef, ast.Assign, ast.Expr, ast.Pass)):
             return _refusal(stmt, "this statement in a class",
                             "a class of yours holds methods and plain attributes only")
     return None
+
+
+def _calls_on_super(node: ast.Attribute) -> bool:
+    """`super().__init__`: a method of the learner's own base class, through `super()`."""
+    return node.attr in CLASS_METHODS and isinstance(node.value, ast.Call) \
+        and isinstance(node.value.func, ast.Name) and node.value.func.id == "super"
 
 
 def _allowed_places(tree: ast.AST) -> tuple[set[int], set[int]]:
@@ -170,7 +173,8 @@ def inspect(tree: ast.AST) -> Refusal | None:
                     node, f"the attribute .{node.attr}",
                     "frames, code objects and tracebacks lead outside the sandbox",
                 )
-            if node.attr.startswith("_") and node.attr not in READABLE_DUNDERS:
+            if node.attr.startswith("_") and node.attr not in READABLE_DUNDERS \
+                    and not _calls_on_super(node):
                 return _refusal(
                     node, f"the attribute .{node.attr}",
                     "names starting with an underscore reach into Python's internals",

@@ -376,6 +376,12 @@ ATTEMPTS: list[Attempt] = [
         m.backward = (probs.log() * dlogprobs).sum().backward
         m.backward()
         """, REFUSED, ("backward",)),
+    _a("frames-tuple-assignment-onto-torch", "frames", """
+        torch.save, x = print, 1
+        """, REFUSED, ("assign", "save")),
+    _a("frames-tuple-assignment-onto-a-tensor", "frames", """
+        probs.data, x = torch.zeros_like(probs), 1
+        """, REFUSED, ("assign", "data")),
     _a("frames-super-of-a-builtin", "frames", """
         f = super(type, int).__call__
         print(f.__self__)
@@ -1125,6 +1131,9 @@ CONTROLS = [
      "    @property\n    def kk(self):\n        return self.k * self.k\n"
      "class B(A):\n    def __init__(self):\n        super().__init__(5)\n"
      "print(A.twice(4), A.make().k, B().kk)\n", "8 3 25\n"),
+    ("attributes-assigned-from-a-tuple",
+     "class A:\n    pass\na = A()\na.x, (b, a.y) = 1, (2, 3)\nprint(a.x, b, a.y)\n",
+     "1 2 3\n"),
     ("a-model-class-with-its-own-backward",
      "class M:\n    def backward(self, d):\n        return d / probs\n"
      "dprobs = M().backward(dlogprobs)\nprint(dprobs.shape[1])\n", "27\n"),

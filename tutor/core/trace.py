@@ -26,6 +26,7 @@ from torch.overrides import TorchFunctionMode
 
 from tutor.core.clock import OutOfTime
 from tutor.pack.flow import gradient
+from tutor.sandbox import allowlist
 from tutor.sandbox.objects import instance_attributes
 
 Tensor = torch.Tensor
@@ -76,6 +77,15 @@ def _call_of(func: Callable) -> tuple:
     qual = getattr(func, "__qualname__", "")
     if qual.startswith(("TensorBase.", "Tensor.")) and not name.startswith("_"):
         return ("method", name)
+    # The same function may be torch's and F's (`torch.conv_transpose1d` is
+    # `F.conv_transpose1d`): written as the sandbox offers it, so the check can run it.
+    for prefix, module, offered in (
+            ("torch.", torch, allowlist.MODULES["torch"]),
+            ("F.", F, allowlist.MODULES["torch.nn.functional"]),
+            ("torch.linalg.", torch.linalg, allowlist.MODULES["torch.linalg"]),
+            ("torch.special.", torch.special, allowlist.MODULES["torch.special"])):
+        if name in offered and getattr(module, name, None) is func:
+            return ("func", prefix + name)
     for prefix, module in (("torch.", torch), ("F.", F), ("torch.linalg.", torch.linalg),
                            ("torch.special.", torch.special)):
         if not name.startswith("_") and getattr(module, name, None) is func:
@@ -139,6 +149,10 @@ class Recorder(TorchFunctionMode):
         if o is None:
             o = self._new(t)
             self.leaves[o] = self.names.get(id(t))
+            if self.leaves[o] is None:
+                # Made where the trace cannot see (autograd's `.grad`): its value may still be
+                # a gradient a step is given, which the written code then starts from.
+                self._keep([(o, 0)])
         return o
 
     def _new(self, t: Tensor) -> int:

@@ -442,11 +442,15 @@ def _training_cells(pack: Pack, cells: list[str]) -> list[str]:
     trained parameters' gradients (exercise 1's `dC` loop writes one)."""
     step = next(s for s in pack.steps if s.kind.trained)
     wanted = pack.flow.completes(step)
+    parsed = [(c, t) for c in cells for t in _trees([c])]
+    # Or the cell whose loop moves the parameters (`for k in P: P[k] -= lr * grads[k]`).
+    update = _update([t for _, t in parsed], set(step.checks), {})
     out = []
-    for cell, tree in ((c, t) for c in cells for t in _trees([c])):
+    for cell, tree in parsed:
         for node in ast.walk(tree):
-            if isinstance(node, (ast.For, ast.While)) and len(
-                    set().union(*(written(s) for s in node.body)) & wanted) > len(wanted) // 2:
+            if node is (update.node if update else None) or isinstance(
+                    node, (ast.For, ast.While)) and len(set().union(
+                        *(written(s) for s in node.body)) & wanted) > len(wanted) // 2:
                 out.append(cell)
                 break
     return out
@@ -508,7 +512,10 @@ def _training_answer(pack: Pack, cells: list[str], renames: dict[str, str], forw
     if update is not None and update.listed is None:
         # The update reads its gradients through an expression (a dict's values, a list of an
         # object's attributes, what a function returned): the statements it needs, as run.
-        backward = _needed_by(update, trees, forward | setup_names(pack), names)
+        backward = _needed_by(update, trees, forward | setup_names(pack), names,
+                              _methods(_trees(everything)))
+        if backward.strip():
+            backward = "\n".join([*update.prelude(), backward])
         applied = update.applied()
     else:
         applied = update.applied() if update is not None else []
@@ -542,14 +549,21 @@ def _definitions(cells: list[str]) -> dict[str, str]:
 
 
 def _constants(value: ast.expr) -> bool:
-    """Whether `value` is a list, tuple or dict written out of constants only."""
-    if not isinstance(value, (ast.List, ast.Tuple, ast.Dict)):
-        return False
-    try:
-        ast.literal_eval(value)
-    except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
-        return False
-    return True
+    """Whether `value` is a list, tuple or dict written out of constants only, or a number
+    computed from numbers and `math` (`GELU_C = math.sqrt(2 / math.pi)`)."""
+    if isinstance(value, (ast.List, ast.Tuple, ast.Dict)):
+        try:
+            ast.literal_eval(value)
+        except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
+            return False
+        return True
+    if isinstance(value, ast.Constant):
+        return False  # a plain number may be one of the lesson's sizes, which the tutor sets
+    return all(isinstance(n, (ast.Constant, ast.BinOp, ast.UnaryOp, ast.operator,
+                              ast.unaryop, ast.Call, ast.Load))
+               or isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)
+               and n.value.id == "math"
+               or isinstance(n, ast.Name) and n.id == "math" for n in ast.walk(value))
 
 
 def _function_answer(name: str, cells: list[str]) -> str | None:
@@ -594,6 +608,17 @@ class _Update:
     source: ast.expr  # what the loop pairs them with
     listed: list[str] | None  # the gradients' names, where `source` is a list of names
     descends: bool
+    # `for k in P: P[k] -= lr * grads[k]`: the dict of parameters by the lesson's names (`P`);
+    # `source` is then the dict of gradients by the same names.
+    keyed: str | None = None
+
+    def prelude(self) -> list[str]:
+        """What the learner's code reads of the parameters under their own name: their dict
+        of them, here the tutor's, by the lesson's names."""
+        if self.keyed is None:
+            return []
+        held = ", ".join(f"{p!r}: {p}" for p in self.params)
+        return [f"{self.keyed} = {{{held}}}  # your parameters by name: the tutor's"]
 
     def applied(self) -> list[str]:
         """The update as the tutor's gradients: each `d<param>` is what the learner's loop
@@ -601,6 +626,12 @@ class _Update:
         notebook trains with, so it is what is graded. Nothing where it moves every parameter
         by its own gradient."""
         minus = "" if self.descends else "-"
+        if self.keyed is not None:
+            source = ast.unparse(self.source)
+            picks = [f"{minus}grads_applied[{p!r}]" for p in self.params]
+            return ["", "# what your update applies to each parameter (your dict, by name)",
+                    f"grads_applied = {source}",
+                    f"{', '.join(gradient(p) for p in self.params)} = {', '.join(picks)}"]
         if self.listed is None:
             source = ast.unparse(self.source)
             picks = [f"{minus}grads_applied[{i}]" for i in range(len(self.params))]
@@ -636,6 +667,10 @@ def _update(trees: list[ast.Module], parameters: set[str], names: Mapping[str, s
                     and isinstance(node.value, (ast.List, ast.Tuple))
                     and all(isinstance(e, ast.Name) for e in node.value.elts)):
                 lists[node.targets[0].id] = [names.get(e.id, e.id) for e in node.value.elts]
+            keyed = _keyed_update(node, parameters) if isinstance(node, ast.For) else None
+            if keyed is not None:
+                found = keyed
+                continue
             if not (isinstance(node, ast.For) and isinstance(node.iter, ast.Call)
                     and isinstance(node.iter.func, ast.Name) and node.iter.func.id == "zip"
                     and len(node.iter.args) == 2 and isinstance(node.target, ast.Tuple)
@@ -656,11 +691,49 @@ def _update(trees: list[ast.Module], parameters: set[str], names: Mapping[str, s
     return found
 
 
+def _keyed_update(node: ast.For, parameters: set[str]) -> _Update | None:
+    """`for k in P: P[k] -= lr * grads[k]` (or `for k, p in P.items(): p -= lr * grads[k]`):
+    the parameters in a dict by the lesson's names, moved by a dict of gradients by the same."""
+    it = node.iter
+    if isinstance(it, ast.Call) and isinstance(it.func, ast.Attribute) \
+            and it.func.attr in ("items", "keys") and not it.args:
+        it = it.func.value
+    if not isinstance(it, ast.Name):
+        return None
+    target = node.target
+    key = target.id if isinstance(target, ast.Name) else (
+        target.elts[0].id if isinstance(target, ast.Tuple) and len(target.elts) == 2
+        and all(isinstance(e, ast.Name) for e in target.elts) else None)  # type: ignore[attr-defined]
+    item = target.elts[1].id if isinstance(target, ast.Tuple) and key else None  # type: ignore[attr-defined]
+    for stmt in node.body:
+        if not isinstance(stmt, ast.AugAssign) or not isinstance(stmt.op, (ast.Add, ast.Sub)):
+            continue
+        moved = stmt.target.value if isinstance(stmt.target, ast.Attribute) else stmt.target
+        on_param = (isinstance(moved, ast.Subscript) and isinstance(moved.value, ast.Name)
+                    and moved.value.id == it.id and isinstance(moved.slice, ast.Name)
+                    and moved.slice.id == key) or (isinstance(moved, ast.Name)
+                                                   and moved.id == item)
+        grads = [n for n in ast.walk(stmt.value) if isinstance(n, ast.Subscript)
+                 and isinstance(n.slice, ast.Name) and n.slice.id == key]
+        if not on_param or len(grads) != 1:
+            continue
+        marked = ast.parse(ast.unparse(stmt.value).replace(ast.unparse(grads[0]), "grad_of_k"),
+                           mode="eval").body
+        step = _sign_of(marked, "grad_of_k")
+        if step is None:
+            return None
+        descends = step < 0 if isinstance(stmt.op, ast.Add) else step > 0
+        order = sorted(parameters, key=lambda p: p)  # any order: each is taken by its name
+        return _Update(node, order, grads[0].value, None, descends, keyed=it.id)
+    return None
+
+
 def _needed_by(update: _Update, trees: list[ast.Module], theirs: set[str],
-               names: Mapping[str, str]) -> str:
+               names: Mapping[str, str], own: frozenset[str]) -> str:
     """The statements of the training loop's body that what the update reads needs, in order:
     those that assign it, and calls on it (`G.linear(...)` fills `G`), back through what they
-    read; not the notebook's forward pass or setup (the tutor's stands in), nor its checks."""
+    read; not the notebook's forward pass or setup (the tutor's stands in), nor its checks.
+    `own`: the functions the notebook defines (a `backward` of theirs is no autograd call)."""
     loops = [n for tree in trees for n in ast.walk(tree)
              if isinstance(n, (ast.For, ast.While)) and n is not update.node
              and any(sub is update.node for sub in ast.walk(n))]
@@ -673,7 +746,7 @@ def _needed_by(update: _Update, trees: list[ast.Module], theirs: set[str],
     for node in reversed(body):
         writes = written(node)
         mutates = isinstance(node, ast.Expr) and bool(read(node) & needed)
-        if not (writes & needed or mutates) or _has_side_effects(node, theirs, frozenset()):
+        if not (writes & needed or mutates) or _has_side_effects(node, theirs, own):
             continue
         kept.append(node)
         needed |= read(node) - theirs
@@ -744,7 +817,7 @@ def _has_side_effects(node: ast.stmt, lesson: set[str], methods: frozenset[str])
     of the learner's own classes (`model.backward()`) is theirs, unless called on one of the
     lesson's tensors (`loss.backward()`)."""
     for n in ast.walk(node):
-        if isinstance(n, ast.Name) and n.id in _SIDE:
+        if isinstance(n, ast.Name) and n.id in _SIDE and n.id not in methods:
             return True
         if isinstance(n, ast.Attribute) and n.attr in _SIDE and not (
                 n.attr in methods and not (isinstance(n.value, ast.Name)
@@ -754,9 +827,9 @@ def _has_side_effects(node: ast.stmt, lesson: set[str], methods: frozenset[str])
 
 
 def _methods(trees: Iterable[ast.AST]) -> frozenset[str]:
-    """The names of the methods the notebook's own classes define."""
-    return frozenset(f.name for tree in trees for c in ast.walk(tree)
-                     if isinstance(c, ast.ClassDef) for f in c.body
+    """The names of the functions the notebook defines, its classes' methods included (a
+    `backward` of theirs is theirs to call)."""
+    return frozenset(f.name for tree in trees for f in ast.walk(tree)
                      if isinstance(f, ast.FunctionDef))
 def setup_names(pack: Pack) -> frozenset[str]:
     """Names a learner's notebook of the lesson gives its own data and setup, for which the
@@ -789,8 +862,10 @@ def notebook_program(pack: Pack, cells: list[str], exercise: int) -> Program | N
     chosen = [c for r, cs in sorted(by_region.items()) if r <= exercise and r not in trained
               for c in cs]
     first = min(e.number for e in pack.exercises)
-    own = {id(c) for r, cs in by_region.items() if r == exercise or (
-        exercise == first and r < exercise) for c in cs}  # cells above the first mark too
+    marked = any(EXERCISE_MARK.search(c) for c in cells)
+    own = {id(c) for r, cs in by_region.items() if r == exercise or not marked or (
+        exercise == first and r < exercise) for c in cs}  # cells above the first mark too;
+    # every cell, where no cell says which exercise it is
     if not any(r in trained for r in by_region):
         loops = _training_cells(pack, cells)  # the training loop is no exercise's answer
         chosen = [c for c in chosen if c not in loops]

@@ -46,7 +46,10 @@ def forward_names(pack: Pack, trees: Iterable[ast.AST], lesson: set[str]) -> dic
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(
                 node.targets[0], ast.Name):
             lines.append((node.targets[0].id, node.value))
-    theirs = [(node.targets[0].id, node.value) for tree in trees for node in ast.walk(tree)
+    # The notebook's own statements, not a function's locals (`lg = ft @ P['W']` inside a
+    # training function is no name of the notebook's).
+    theirs = [(node.targets[0].id, node.value) for tree in trees
+              for node in _outside_functions(tree)
               if isinstance(node, ast.Assign) and len(node.targets) == 1
               and isinstance(node.targets[0], ast.Name)]
     assigned = {target for target, _ in theirs}
@@ -67,8 +70,9 @@ def forward_names(pack: Pack, trees: Iterable[ast.AST], lesson: set[str]) -> dic
                           for n in ast.walk(v))]
     # A lesson name the learner's own backward code reads is theirs too: nothing of theirs
     # stands for it.
-    kept = {n.id for tree in trees for node in ast.walk(tree) if isinstance(node, ast.Assign)
-            and any(w[:1] == "d" for t in node.targets for w in _names(t))
+    kept = {n.id for tree in trees for node in _outside_functions(tree)
+            if isinstance(node, ast.Assign)
+            and any(tensor_of(w) is not None for t in node.targets for w in _names(t))
             for n in ast.walk(node.value) if isinstance(n, ast.Name)} & lesson
     skeletons = {id(value): _skeleton(value) for _, value in [*lines, *theirs]}
     losses = {s.target for s in pack.steps}
@@ -97,6 +101,19 @@ def forward_names(pack: Pack, trees: Iterable[ast.AST], lesson: set[str]) -> dic
             break
     _by_data_flow(pack, trees, lesson, names, kept)
     return names
+
+
+def _outside_functions(tree: ast.AST) -> list[ast.AST]:
+    """Every node of `tree` but those inside a function, lambda or class body."""
+    out: list[ast.AST] = []
+    todo = [tree]
+    while todo:
+        node = todo.pop()
+        out.append(node)
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda,
+                                 ast.ClassDef)):
+            todo.extend(ast.iter_child_nodes(node))
+    return out
 
 
 def _by_data_flow(pack: Pack, trees: Iterable[ast.AST], lesson: set[str], names: dict[str, str],

@@ -54,14 +54,41 @@ class _Stores(ast.NodeTransformer):
     """`obj.name = v` and `obj.name += v` (which the policy allows only so) become calls of the
     sandbox's setters (objects.py), which assign only on the learner's own objects."""
 
-    def visit_Assign(self, node: ast.Assign) -> ast.AST:
+    def __init__(self) -> None:
+        self.made = 0  # temporaries for `obj.x, obj.y = ...`, numbered in the program
+
+    def visit_Assign(self, node: ast.Assign) -> ast.AST | list[ast.stmt]:
         self.generic_visit(node)
         target = node.targets[0]
-        if len(node.targets) != 1 or not isinstance(target, ast.Attribute):
+        if len(node.targets) != 1:
             return node
-        call = ast.Call(ast.Name("__tutor_setattr__", ast.Load()),
-                        [target.value, ast.Constant(target.attr), node.value], [])
-        return ast.copy_location(ast.Expr(call), node)
+        if isinstance(target, ast.Attribute):
+            return ast.copy_location(ast.Expr(self._set(target, node.value)), node)
+        if not isinstance(target, (ast.Tuple, ast.List)) or not any(
+                isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store)
+                for n in ast.walk(target)):
+            return node
+        # `obj.x, y = v`: unpacked into temporaries (names learner code cannot write), then each
+        # attribute set through the setter, left to right as Python assigns them.
+        sets: list[ast.stmt] = []
+
+        def plain(t: ast.expr) -> ast.expr:
+            if isinstance(t, (ast.Tuple, ast.List)):
+                return type(t)([plain(e) for e in t.elts], ast.Store())
+            if not isinstance(t, ast.Attribute):
+                return t
+            self.made += 1
+            name = f"__tutor_unpacked_{self.made}"
+            sets.append(ast.Expr(self._set(t, ast.Name(name, ast.Load()))))
+            return ast.Name(name, ast.Store())
+
+        first = ast.Assign([plain(target)], node.value)
+        return [ast.copy_location(s, node) for s in (first, *sets)]
+
+    @staticmethod
+    def _set(target: ast.Attribute, value: ast.expr) -> ast.Call:
+        return ast.Call(ast.Name("__tutor_setattr__", ast.Load()),
+                        [target.value, ast.Constant(target.attr), value], [])
 
     def visit_AugAssign(self, node: ast.AugAssign) -> ast.AST:
         self.generic_visit(node)

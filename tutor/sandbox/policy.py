@@ -112,6 +112,13 @@ def _calls_on_super(node: ast.Attribute) -> bool:
         and isinstance(node.value.func, ast.Name) and node.value.func.id == "super"
 
 
+def _unpacked(target: ast.expr) -> list[ast.expr]:
+    """The targets an assignment binds, through tuples and lists (not starred ones)."""
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return [t for e in target.elts for t in _unpacked(e)]
+    return [target]
+
+
 def _allowed_places(tree: ast.AST) -> tuple[set[int], set[int]]:
     """The double-underscore methods a class may define (`CLASS_METHODS`), directly in its
     body, and the attribute targets the guard turns
@@ -122,9 +129,10 @@ def _allowed_places(tree: ast.AST) -> tuple[set[int], set[int]]:
         if isinstance(node, ast.ClassDef):
             inits |= {id(s) for s in node.body
                       if isinstance(s, ast.FunctionDef) and s.name in CLASS_METHODS}
-        elif isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(
-                node.targets[0], ast.Attribute):
-            stores.add(id(node.targets[0]))
+        elif isinstance(node, ast.Assign) and len(node.targets) == 1:
+            # `obj.x = v`, and `obj.x, obj.y = f()` (a tuple of names and attributes)
+            stores |= {id(t) for t in _unpacked(node.targets[0])
+                       if isinstance(t, ast.Attribute)}
         elif isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Attribute):
             stores.add(id(node.target))
     return inits, stores

@@ -120,7 +120,11 @@ def script_cells(text: str) -> list[str]:
 
 def _percent(name: str, text: str, pack: Pack) -> Submission:
     cells = parse_cells(text)
-    if not any(_step_of(pack, c.step) for c in cells):
+    # A header that holds a step's id among other characters (escapes hiding it) was meant as a
+    # step's cell: that file is read as cells, to say what the header hides.
+    meant = any(_step_of(pack, c.step) for c in cells) or any(
+        s.id in c.step for c in cells for s in pack.steps)
+    if not meant:
         # No cell names a step: a notebook saved as a script (jupytext, VS Code, nbconvert).
         notebook = script_cells(text)
         if is_lesson_notebook(pack, notebook):

@@ -8,8 +8,9 @@ that cuts a learner's code into steps, checks a step, writes a template or train
 learner's gradients asks a `Flow` (built once per pack: `Pack.flow`), rather than working the
 same facts out again from those fields.
 
-The learner's name for the gradient of a tensor is spelled here and nowhere else
-(`gradient`; `tests/test_flow.py` keeps other modules from spelling it by hand).
+The learner's name for the gradient of a tensor is spelled in one place, `gradient` (kept with
+the values, `tutor/values/gradnames.py`, and handed on here); `tests/test_flow.py` keeps other
+modules from spelling it by hand.
 
 No torch here: the UI loads packs, and with them this module.
 """
@@ -19,25 +20,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Protocol
 
-#: What the learner's name for a tensor's gradient starts with: `dlogits` for `logits`.
-PREFIX = "d"
+from tutor.values.gradnames import PREFIX, gradient, gradients, tensor_of
 
-
-def gradient(tensor: str) -> str:
-    """The learner's name for the gradient of `tensor` (`logits` -> `dlogits`)."""
-    return PREFIX + tensor
-
-
-def gradients(tensors: Iterable[str]) -> frozenset[str]:
-    """The learner's names for the gradients of `tensors`."""
-    return frozenset(PREFIX + t for t in tensors)
-
-
-def tensor_of(name: str) -> str | None:
-    """The tensor whose gradient `name` spells (`dlogits` -> `logits`), or None for a name that
-    spells no gradient."""
-    return name[len(PREFIX):] if name.startswith(PREFIX) and len(name) > len(PREFIX) else None
-
+__all__ = ["PREFIX", "Flow", "gradient", "gradients", "tensor_of"]
 
 class _Step(Protocol):
     id: str

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from typing_extensions import Self
 
+from tutor.values.gradnames import gradient
 from tutor.values.records import Record
 
 
@@ -227,7 +228,7 @@ class TensorCheck(Record):
                  "partial", "note", "heatmap")
         known = {k: d[k] for k in plain if k in d}
         tensor = str(d.get("tensor", ""))
-        return cls(tensor=tensor, grad=str(d.get("grad", "")), **known,
+        return cls(tensor=tensor, grad=str(d.get("grad", gradient(tensor))), **known,
                    verdict=Verdict(d.get("verdict", "missing")),
                    rule=Rule.named(d.get("rule")),
                    diagnosis=Diagnosis.from_dict(d.get("diagnosis")),

@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass, field
 from enum import Enum
 
+from tutor.values.gradnames import gradient
 from tutor.values.records import Record
 from tutor.values.results import CheckError, Diagnosis, TensorCheck, Verdict
 
@@ -114,7 +115,7 @@ class ParameterCheck(TensorCheck):
         tensor = str(d.get("tensor", ""))
         steps = _whole(d.get("steps")) or 0
         approximate = bool(d.get("approximate"))
-        return cls(tensor=tensor, grad=str(d.get("grad", "")), shape=d.get("shape"),
+        return cls(tensor=tensor, grad=str(d.get("grad", gradient(tensor))), shape=d.get("shape"),
                    expected_shape=d.get("expected_shape"), exact=bool(d.get("exact")),
                    approximate=approximate, maxdiff=_number(d.get("maxdiff")),
                    verdict=_verdict(d.get("verdict"), Verdict.MISSING), steps=steps,
@@ -151,10 +152,10 @@ class GradcheckFailure(Record):
             return None
         tensor = str(d.get("tensor", ""))
         return cls(step=_whole(d.get("step")) or 0, tensor=tensor,
-                   grad=str(d.get("grad", "")), wrong=list(d.get("wrong") or []),
+                   grad=str(d.get("grad", gradient(tensor))), wrong=list(d.get("wrong") or []),
                    maxdiff=_number(d.get("maxdiff")),
                    verdict=_verdict(d.get("verdict"), Verdict.WRONG),
-                   cause=str(d.get("cause", "")), line=_whole(d.get("line")),
+                   cause=str(d.get("cause", gradient(tensor))), line=_whole(d.get("line")),
                    diagnosis=Diagnosis.from_dict(d.get("diagnosis")),
                    message=str(d.get("message", "")))
 

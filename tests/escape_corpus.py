@@ -382,6 +382,18 @@ ATTEMPTS: list[Attempt] = [
     _a("frames-tuple-assignment-onto-a-tensor", "frames", """
         probs.data, x = torch.zeros_like(probs), 1
         """, REFUSED, ("assign", "data")),
+    _a("frames-private-name-of-a-tensor", "frames", """
+        print(probs._version, probs._base)
+        """, REFUSED, ("_version", "_base")),
+    _a("frames-private-name-of-torch", "frames", """
+        torch._C._get_tracing_state()
+        """, REFUSED, ("_C",)),
+    _a("frames-private-name-of-a-function", "frames", """
+        def f():
+            pass
+        f._x = 1
+        print(f._x)
+        """, REFUSED, ("_x", "assign")),
     _a("frames-super-of-a-builtin", "frames", """
         f = super(type, int).__call__
         print(f.__self__)
@@ -1134,6 +1146,11 @@ CONTROLS = [
     ("attributes-assigned-from-a-tuple",
      "class A:\n    pass\na = A()\na.x, (b, a.y) = 1, (2, 3)\nprint(a.x, b, a.y)\n",
      "1 2 3\n"),
+    ("a-class-with-private-names-repr-and-getattr",
+     "class A:\n    def __init__(self):\n        self._g = {'x': 1}\n"
+     "    def __repr__(self):\n        return 'A'\n"
+     "a = A()\na._y = 2\nprint(a, a._g['x'], a._y)\n",
+     "A 1 2\n"),
     ("a-model-class-with-its-own-backward",
      "class M:\n    def backward(self, d):\n        return d / probs\n"
      "dprobs = M().backward(dlogprobs)\nprint(dprobs.shape[1])\n", "27\n"),

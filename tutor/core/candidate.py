@@ -148,6 +148,7 @@ def sandbox_globals(out: Output) -> dict:
 
 def _builtins(print_: Callable, cmp: Callable) -> dict:
     return {**SAFE_BUILTINS, "print": print_, "type": _type, "format": _format,
+
             "__import__": _loaded_import, GUARD_NAME: GUARD, "cmp": cmp,
             "__build_class__": objects.build_class, objects.SET_NAME: objects.set_attribute,
             objects.AUGMENT_NAME: objects.augment_attribute}

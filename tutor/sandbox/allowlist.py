@@ -153,7 +153,13 @@ READABLE_DUNDERS = frozenset({"__name__"})
 # The double-underscore methods a class of the learner's may define (sandbox/objects.py), and
 # call on its base through `super()` (`super().__init__()`).
 CLASS_METHODS = frozenset({"__init__", "__call__", "__getitem__", "__setitem__", "__len__",
-                           "__iter__", "__contains__"})
+                           "__iter__", "__contains__", "__repr__", "__str__"})
+
+
+def private(name: str) -> bool:
+    """`_cache`: a name a class of the learner's keeps to itself (one underscore, not Python's
+    own double-underscore names), open on the learner's own objects only (the guard checks)."""
+    return name.startswith("_") and not name.startswith("__") and len(name) > 1
 
 
 # -- why the likely others are closed ------------------------------------------------------------

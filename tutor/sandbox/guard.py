@@ -178,6 +178,8 @@ class Guard:
             if type(value) is str:
                 return value
             raise _refuse(obj, name, "only a name given as a string can be read")
+        if allowlist.private(name) and type(obj) in LEARNER_CLASSES:
+            return getattr(obj, name)  # a learner's object keeps `_cache` for itself
         if name.startswith("_"):
             raise _refuse(obj, name, "names starting with an underscore reach into Python's "
                                      "internals")

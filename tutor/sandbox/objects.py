@@ -22,7 +22,7 @@ import builtins
 import operator
 from typing import Any
 
-from tutor.sandbox.allowlist import CLASS_METHODS
+from tutor.sandbox.allowlist import CLASS_METHODS, private
 from tutor.sandbox.guard import LEARNER_CLASSES, Refused
 
 SET_NAME = "__tutor_setattr__"
@@ -71,7 +71,7 @@ def _assignable(obj: Any, name: str) -> None:
     if type(obj) not in _classes:
         raise Refused(f"assigning to .{name} of a {type(obj).__name__}: attributes can be set "
                       "only on objects of your own classes; assign to a plain name instead")
-    if not isinstance(name, str) or name.startswith("_"):
+    if not isinstance(name, str) or name.startswith("_") and not private(name):
         raise Refused(f"the attribute .{name} is closed: names starting with an underscore "
                       "reach into Python's internals")
 

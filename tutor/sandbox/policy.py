@@ -10,7 +10,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from tutor.sandbox.allowlist import CLASS_METHODS, READABLE_DUNDERS
+from tutor.sandbox.allowlist import CLASS_METHODS, READABLE_DUNDERS, private
 
 # Attributes that would hand the answer over (autograd) or reach outside the exercise.
 _AUTOGRAD_WHY = "the point is to compute the gradient yourself, so autograd's machinery is closed"
@@ -182,7 +182,7 @@ def inspect(tree: ast.AST) -> Refusal | None:
                     "frames, code objects and tracebacks lead outside the sandbox",
                 )
             if node.attr.startswith("_") and node.attr not in READABLE_DUNDERS \
-                    and not _calls_on_super(node):
+                    and not _calls_on_super(node) and not private(node.attr):
                 return _refusal(
                     node, f"the attribute .{node.attr}",
                     "names starting with an underscore reach into Python's internals",

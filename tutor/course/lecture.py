@@ -393,6 +393,7 @@ def read_lecture(pack: Pack, cells: list[str]) -> LectureAnswers:
     by_region = regions(cells)
     helpers = comparers(_trees(cells), pack.notebook.compare)
     renames_all: dict[str, str] = {}
+    defs: dict[str, str] | None = None
     for exercise in pack.exercises:
         region = by_region.get(exercise.number, [])
         if exercise.kind.trained:
@@ -400,7 +401,8 @@ def read_lecture(pack: Pack, cells: list[str]) -> LectureAnswers:
         steps = list(exercise.steps)
         for step in steps:
             if step.function is not None:
-                code = _function_answer(step.function.name, cells)
+                defs = _definitions(cells) if defs is None else defs  # read once
+                code = _function_answer(step.function.name, defs)
                 if code is not None:
                     answers.code[step.id] = code
         steps = [s for s in steps if s.function is None]
@@ -566,19 +568,20 @@ def _constants(value: ast.expr) -> bool:
                or isinstance(n, ast.Name) and n.id == "math" for n in ast.walk(value))
 
 
-def _function_answer(name: str, cells: list[str]) -> str | None:
+def _function_answer(name: str, defs: dict[str, str]) -> str | None:
     """A function step's answer: the learner's last definition of the function the step calls,
     wherever in the notebook it is, after the definitions of their own helpers it calls; None
     when they never defined it."""
-    defined = _definitions(cells).get(name)
-    return _with_functions(cells, defined, itself=name) + "\n" if defined else None
+    defined = defs.get(name)
+    return _with_functions(defs, defined, itself=name) + "\n" if defined else None
 
 
-def _with_functions(cells: list[str], code: str, itself: str | None = None) -> str:
+def _with_functions(cells: list[str] | dict[str, str], code: str, itself: str | None = None
+                    ) -> str:
     """`code` after the definitions of the learner's own functions, classes, lambdas and lists
     of constants it uses (`ce_backward`, `Grads`, `onehot`), wherever in the notebook they were
     defined, last definition first found from the end, and those those use in turn."""
-    defs = _definitions(cells)
+    defs = cells if isinstance(cells, dict) else _definitions(cells)  # or already read
     wanted: list[str] = []
     todo = [code]
     while todo:

@@ -38,6 +38,9 @@ TRAINING_WALL_SECONDS = 3 * 3600
 # run the tutor's code only, and take longer on a slow machine.
 STEP_GRACE = 2.0
 COMPILE_SECONDS = 900.0
+# Before the first step: the child reads the pack, builds the network and loads the batches.
+# That is not a step, and a loaded machine can take many seconds over it.
+SETUP_SECONDS = 300.0
 RESULTS_SECONDS = 900.0
 
 
@@ -151,9 +154,9 @@ class Worker:
         # drawn here, for this run only, whatever the request says.
         request = {**request, "check_seed": secrets.randbits(64)}
         timeout = engine.settings.timeout
-        windows = {"step": timeout + STEP_GRACE, "compile": COMPILE_SECONDS,
-                   "results": RESULTS_SECONDS}
-        now = {"window": "step", "step": 0}
+        windows = {"setup": SETUP_SECONDS, "step": timeout + STEP_GRACE,
+                   "compile": COMPILE_SECONDS, "results": RESULTS_SECONDS}
+        now = {"window": "setup", "step": 0}
 
         def message(payload: dict) -> None:
             if not isinstance(payload, dict):
@@ -221,6 +224,8 @@ def stopped(outcome, window: str, step: int, timeout: float) -> dict:
             "step": f"a training step ran past the time limit of {timeout:g} s and did not "
                     "stop when asked, so the run was stopped from outside. Is there a loop "
                     "that never ends, perhaps inside a try/except that catches the stop?",
+            "setup": f"setting the run up took more than {SETUP_SECONDS:g} s, so the run was "
+                     "stopped",
             "compile": f"compiling the training step took more than {COMPILE_SECONDS:g} s, so "
                        "the run was stopped. Run without --compile.",
             "results": f"the results phase took more than {RESULTS_SECONDS:g} s, so the run "

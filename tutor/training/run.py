@@ -865,6 +865,7 @@ class Trainer:
         # Setting torch.compile up (importing its compiler, tracing) takes far longer than one
         # step may: the last checked step's alarm is off before any of it starts.
         self._disarm()
+        self.window("compile")  # before torch.compile is first named: naming it imports it
         # torch.compile's own guards look builtins up by name in the function's globals; the
         # learner's code still cannot name getattr (the syntax check refuses it).
         ns = {**self.ns, "__builtins__": {**self.ns["__builtins__"], "getattr": getattr}}
@@ -874,7 +875,6 @@ class Trainer:
             compiled = torch.compile(fn, dynamic=False, options=COMPILE_OPTIONS)
             Xb = self.batches.X[: self.s.batch_size].to(self.device)
             Yb = self.batches.Y[: self.s.batch_size].to(self.device)
-            self.window("compile")
             started = time.monotonic()
             with devices.learner():
                 compiled(*params, Xb, Yb)  # a pure function of its inputs: nothing changes here

@@ -48,7 +48,7 @@ WRONG = {
     # a constant inside one term or branch
     "mm-second-branch-over-27": (
         "makemore", "atomic/counts", "counts",
-        "dcounts += torch.ones_like(counts) * dcounts_sum / 27", ["27 where 1 is needed"]),
+        "dcounts += torch.ones_like(counts) * dcounts_sum / 27", ["27", "is a sum"]),
     "mm-cross-entropy-minus-two": (
         "makemore", "fused/cross_entropy", "logits",
         "p = F.softmax(logits, 1)\np[range(n), Yb] -= 2\ndlogits = p / n",

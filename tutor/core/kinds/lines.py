@@ -18,7 +18,7 @@ import torch
 
 from tutor import code_facts
 from tutor.core import diagnosis as dx
-from tutor.core import probe
+from tutor.core import probe, slips
 from tutor.core.candidate import Output, compile_candidate, copy_namespace, execute
 from tutor.core.execution import BatchPlan, CheckSpec, Replay
 from tutor.core.grading import APPROXIMATE_WHY, grade, heatmap, rounding_note
@@ -253,7 +253,10 @@ class LineCheck(StepCheck):
 
         value = as_graded(value, ref)  # a shape that fits is diagnosed on what it broadcasts to
         earlier = run.before.get(gradient(g.tensor))
-        g.diagnosis = dx.value_diagnosis(
+        # A catalogued mistake first (it is this lesson's own word), then the slips of the
+        # line's operations (tutor/core/slips.py), which every step where they occur shares.
+        g.diagnosis = dx.matching_mistake(value, mistakes) or slips.explain(
+            self.pack, step, g.tensor, value, ref, run.before) or dx.value_diagnosis(
             g.tensor,
             value,
             ref,

@@ -1,0 +1,808 @@
+"""Slips of operations: a wrong gradient named by the operation it got wrong, on every line.
+
+A catalogue lists the mistakes of one step; a slip belongs to an operation and its rule, so it
+is found wherever that operation occurs: on every layer of a lesson, in every lesson, and in a
+lesson `pack new` made. Each slip is a change to the step's forward line that the slip amounts
+to (a convolution's taps in the other order, another dilation, the padding on the other side, a
+max-pool spread over its window, a softmax over another dim, an activation's slope taken at the
+wrong tensor), or a change to the line's local derivative. Autograd differentiates the changed
+line with the upstream gradient the learner's code was given; the learner's tensor matching
+what it gives, and not the right answer, names the slip.
+
+A changed line is compared through its difference from the unchanged one, added to autograd's
+reference for the step: a backward pass is linear in its upstream gradient and a tensor's other
+branches are the same either way, so the slip's value is right wherever the step's gradient is
+more than this one line's.
+
+Messages speak of the operation and its line, and of what the numbers show (a shift, a
+dilation, a factor), never of code the learner may not have written.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from functools import lru_cache
+
+import torch
+import torch.nn.functional as F
+
+from tutor.core.diagnosis import close, diagnosis
+from tutor.pack.flow import gradient
+from tutor.pack.model import ForwardLine, Pack, Step
+from tutor.values.results import Diagnosis
+
+Tensor = torch.Tensor
+
+# What a slip says, given the tensor's role at the operation and its gradient's name.
+Say = Callable[[str, str, dict], str | None]
+
+
+@dataclass(frozen=True)
+class Slip:
+    """One way to get a line's operation wrong, as the changed line it amounts to."""
+
+    key: str  # the slip's family, for ties and tests ("conv-taps", "pool-spread", ...)
+    say: Say
+    line: ForwardLine
+    expr: ast.expr | None = None  # the changed forward expression, or
+    local: Callable[[dict], Tensor | None] | None = None  # the changed local gradient itself
+    tensor: str | None = None  # for `local`: the tensor it is the gradient of
+
+
+# --- the operations a line holds -------------------------------------------------------------
+
+def _name(node: ast.AST) -> str:
+    """`conv1d` for `F.conv1d(...)`, `tanh` for `torch.tanh(x)` and for `x.tanh()`."""
+    f = node.func if isinstance(node, ast.Call) else None
+    if isinstance(f, ast.Attribute):
+        return f.attr
+    if isinstance(f, ast.Name):
+        return f.id
+    return ""
+
+
+def _method(node: ast.Call) -> bool:
+    """`x.tanh()` rather than `torch.tanh(x)`: the tensor is the call's receiver."""
+    f = node.func
+    return isinstance(f, ast.Attribute) and not (
+        isinstance(f.value, ast.Name) and f.value.id in ("torch", "F", "nn", "math"))
+
+
+def _subject(node: ast.Call) -> ast.expr | None:
+    """The tensor an operation works on: the receiver of a method, else the first argument."""
+    if _method(node):
+        return node.func.value
+    return node.args[0] if node.args else None
+
+
+def _arg(node: ast.Call, position: int, keyword: str) -> ast.expr | None:
+    """An argument given by position (counted after the subject for functions) or keyword."""
+    for kw in node.keywords:
+        if kw.arg == keyword:
+            return kw.value
+    args = node.args if _method(node) else node.args[1:]
+    return args[position] if len(args) > position else None
+
+
+def _with_arg(node: ast.Call, position: int, keyword: str, value: ast.expr) -> ast.Call:
+    new = _copy(node)
+    for kw in new.keywords:
+        if kw.arg == keyword:
+            kw.value = value
+            return new
+    args = new.args if _method(new) else new.args[1:]
+    if len(args) > position:
+        args[position] = value
+        new.args = args if _method(new) else [new.args[0], *args]
+        return new
+    new.keywords.append(ast.keyword(arg=keyword, value=value))
+    return new
+
+
+def _copy(node: ast.AST):
+    import copy
+
+    return copy.deepcopy(node)
+
+
+def _const(node: ast.expr | None) -> object:
+    try:
+        return ast.literal_eval(node) if node is not None else None
+    except (ValueError, SyntaxError, TypeError):
+        return None
+
+
+def _reads(node: ast.AST | None) -> set[str]:
+    if node is None:
+        return set()
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+
+
+def _text(node: ast.AST, limit: int = 60) -> str:
+    text = ast.unparse(node)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _replaced(expr: ast.expr, old: ast.AST, new: ast.expr) -> ast.expr:
+    """`expr` with the node `old` (found by identity) replaced by `new`."""
+
+    class Swap(ast.NodeTransformer):
+        def visit(self, node):
+            if node is old:
+                return new
+            return super().visit(node)
+
+    return Swap().visit(_copy_keeping(expr, old))
+
+
+def _copy_keeping(expr: ast.expr, keep: ast.AST) -> ast.expr:
+    """A copy of `expr` in which `keep` is still the same object (so it can be found)."""
+    import copy
+
+    return copy.deepcopy(expr, {id(keep): keep})
+
+
+# --- the slips of each operation --------------------------------------------------------------
+
+def _role(call: ast.Call, slots: dict[str, ast.expr | None]) -> Callable[[str], str | None]:
+    """Which argument of `call` reads a tensor: 'input', 'weight', 'bias', ... or None."""
+    reads = {role: _reads(node) for role, node in slots.items()}
+
+    def role(tensor: str) -> str | None:
+        return next((r for r, names in reads.items() if tensor in names), None)
+
+    return role
+
+
+def _conv_slips(call: ast.Call, line: ForwardLine, dilations: set[int]) -> Iterator[tuple]:
+    dims = {"conv1d": 1, "conv2d": 2, "conv3d": 3}[_name(call)]
+    x, w = _subject(call), _arg(call, 0, "weight")
+    if x is None or w is None:
+        return
+    role = _role(call, {"input": x, "weight": w, "bias": _arg(call, 1, "bias")})
+    d = _const(_arg(call, 4, "dilation"))
+    d = 1 if d is None else d
+    d = d if isinstance(d, int) else (d[0] if isinstance(d, tuple) and d else 1)
+    taps = tuple(range(-dims, 0))
+    what = f"`{_text(call)}`"
+    line_text = f"`{line.source.strip()}`"
+    apart = "next to each other" if d == 1 else f"{d} positions apart"
+
+    def taps_say(tensor: str, grad: str, ns: dict) -> str | None:
+        r = role(tensor)
+        if r == "input":
+            return (f"{grad} uses the kernel's taps in the forward order. Going back through "
+                    f"{what}, each position of `{tensor}` collects from the outputs that read "
+                    "it, and those lie on the other side of it: the gradient meets the taps in "
+                    "reverse order, so the kernel is flipped along its tap axis.")
+        if r == "weight":
+            return (f"{grad} has its taps in reverse order. Tap k of `{tensor}` multiplies the "
+                    f"input k·dilation positions into each window of {what}: its gradient "
+                    "pairs the upstream gradient with the input at that tap's own offset, "
+                    "not the other end's.")
+        return None
+
+    yield "conv-taps", taps_say, _with_arg(call, 0, "weight", _flip(w, taps))
+
+    pad = _padding(x)
+    if pad is not None:
+        inner, pads = pad
+        swapped = _swap_sides(pads)
+        if swapped != pads:
+            side = _side(pads)
+
+            def side_say(tensor: str, grad: str, ns: dict) -> str | None:
+                shift = _shift(pads)
+                r = role(tensor)
+                where = (f"the gradient of {line_text} as if its input were padded on the "
+                         f"{side[1]} instead of the {side[0]}")
+                if r == "input":
+                    return (f"{grad} is shifted by {shift} along the positions: it is {where}. "
+                            f"Which outputs read each position of `{tensor}`, and which of "
+                            "those lie past the end of the sequence?")
+                if r == "weight":
+                    return (f"{grad} pairs the upstream gradient with input windows shifted "
+                            f"by {shift}: it is {where}. Which positions did each output "
+                            "read?")
+                return None
+
+            yield "conv-side", side_say, _with_input(call, x, _padded(x, swapped))
+
+            def forward_say(tensor: str, grad: str, ns: dict) -> str | None:
+                r = role(tensor)
+                if r == "input":
+                    return (f"{grad} is the forward convolution run over the gradient: the taps "
+                            "in their forward order, looking the forward way. The gradient of "
+                            f"{what} looks the other way: each position collects from the "
+                            "outputs that read it, so the taps are reversed and what was "
+                            f"padded on the {side[0]} is padded on the {side[1]}.")
+                if r == "weight":
+                    return (f"{grad} has its taps reversed and its windows shifted by "
+                            f"{_shift(pads)}: it pairs each tap with the input of the other "
+                            f"end of the window. Which positions did each output of {what} "
+                            "read through each tap?")
+                return None
+
+            both = _with_input(_with_arg(call, 0, "weight", _flip(w, taps)), x,
+                               _padded(x, swapped))
+            yield "conv-forward", forward_say, both
+        for step in (1, -1):
+            moved = _moved(pads, step)
+            if moved is None:
+                continue
+
+            def shift_say(tensor: str, grad: str, ns: dict) -> str | None:
+                r = role(tensor)
+                if r in ("input", "weight"):
+                    return (f"{grad} is off by one position: it is the gradient of "
+                            f"{line_text} with every window moved by one. Count again which "
+                            "positions each output read.")
+                return None
+
+            yield "conv-shift", shift_say, _with_input(call, x, _padded(x, moved))
+        for other in sorted((dilations | {1}) - {d}):
+            scaled = _scaled_pads(pads, d, other)
+            if scaled is None:
+                continue
+
+            def dilation_say(tensor: str, grad: str, ns: dict, other: int = other) -> str | None:
+                if role(tensor) not in ("input", "weight"):
+                    return None
+                return (f"{grad} is what {what} would send back at dilation {other}, but this "
+                        f"convolution's taps are {apart} (dilation {d}). The gradient reads "
+                        "the same spacing as the forward pass.")
+
+            call_d = _with_arg(call, 4, "dilation", ast.Constant(other))
+            yield "conv-dilation", dilation_say, _with_input(call_d, x, _padded(x, scaled))
+
+    def channels_say(tensor: str, grad: str, ns: dict) -> str | None:
+        r = role(tensor)
+        if r == "input":
+            return (f"{grad} uses the kernel without swapping its input and output channels. "
+                    f"Going back through {what}, output channel o sends to input channel i "
+                    "through the weight that carried i to o: each tap's matrix is transposed.")
+        if r == "weight":
+            return (f"{grad} has its output and input channels swapped: `{tensor}` is "
+                    "[out, in, taps], and the gradient of each weight pairs its own output "
+                    "channel's gradient with its own input channel.")
+        return None
+
+    yield "conv-channels", channels_say, _with_arg(
+        call, 0, "weight", _method_call(w, "transpose", ast.Constant(0), ast.Constant(1)))
+    for k in range(2):  # a tap left out; kernels of two taps are the common case
+
+        def tap_say(tensor: str, grad: str, ns: dict, k: int = k) -> str | None:
+            if role(tensor) not in ("input", "weight"):
+                return None
+            return (f"{grad} leaves out what goes through one tap of the kernel (tap {k}): "
+                    f"every tap of {what} read the input, and each sends gradient back.")
+
+        yield "conv-tap-missing", tap_say, _with_arg(call, 0, "weight", _without_tap(w, k, dims))
+
+
+def _flip(w: ast.expr, dims: tuple[int, ...]) -> ast.expr:
+    return ast.Call(func=ast.Attribute(value=ast.Name("torch", ast.Load()), attr="flip",
+                                       ctx=ast.Load()),
+                    args=[_copy(w), ast.Tuple([ast.Constant(d) for d in dims], ast.Load())],
+                    keywords=[])
+
+
+def _method_call(obj: ast.expr, name: str, *args: ast.expr) -> ast.expr:
+    return ast.Call(func=ast.Attribute(value=_copy(obj), attr=name, ctx=ast.Load()),
+                    args=list(args), keywords=[])
+
+
+def _without_tap(w: ast.expr, k: int, dims: int) -> ast.expr:
+    """`w` with tap `k` of its last axis zeroed (only for the last axis of a 1-D kernel, and
+    the last axis of each row of a larger one)."""
+    return ast.parse(f"__slip_zero_tap({ast.unparse(w)}, {k})", mode="eval").body
+
+
+def _zero_tap(w: Tensor, k: int) -> Tensor:
+    if w.shape[-1] <= k:
+        raise ValueError("no such tap")
+    mask = torch.ones(w.shape[-1], dtype=w.dtype, device=w.device)
+    mask[k] = 0
+    return w * mask
+
+
+def _padding(x: ast.expr) -> tuple[ast.expr, tuple[int, ...]] | None:
+    """`F.pad(inner, (a, b, ...))` read as (inner, pads), or None."""
+    if isinstance(x, ast.Call) and _name(x) == "pad" and len(x.args) >= 2:
+        pads = _const(x.args[1])
+        if isinstance(pads, tuple) and pads and all(isinstance(p, int) for p in pads):
+            return x.args[0], pads
+    return None
+
+
+def _padded(x: ast.Call, pads: tuple[int, ...]) -> ast.expr:
+    new = _copy(x)
+    new.args[1] = ast.Tuple([ast.Constant(p) for p in pads], ast.Load())
+    return new
+
+
+def _with_input(call: ast.Call, old: ast.expr, new: ast.expr) -> ast.Call:
+    out = _copy(call)
+    if _method(out):
+        out.func.value = new
+    else:
+        out.args[0] = new
+    del old
+    return out
+
+
+def _swap_sides(pads: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(p for i in range(0, len(pads) - 1, 2) for p in (pads[i + 1], pads[i]))
+
+
+def _side(pads: tuple[int, ...]) -> tuple[str, str]:
+    before, after = pads[0], pads[1] if len(pads) > 1 else 0
+    return ("left", "right") if before > after else ("right", "left")
+
+
+def _shift(pads: tuple[int, ...]) -> str:
+    k = abs(pads[0] - (pads[1] if len(pads) > 1 else 0))
+    return f"{k} position{'s' if k != 1 else ''}"
+
+
+def _moved(pads: tuple[int, ...], step: int) -> tuple[int, ...] | None:
+    a, b = pads[0] + step, pads[1] - step
+    if a < -abs(pads[0]) - 1 or b < -abs(pads[1]) - 1:
+        return None
+    return (a, b, *pads[2:])
+
+
+def _scaled_pads(pads: tuple[int, ...], d: int, other: int) -> tuple[int, ...] | None:
+    if d <= 0 or any((p * other) % d for p in pads):
+        return None
+    return tuple(p * other // d for p in pads)
+
+
+def _pool_slips(call: ast.Call, line: ForwardLine) -> Iterator[tuple]:
+    name = _name(call)
+    dims = 2 if name.endswith("2d") else 1
+    x = _subject(call)
+    size = _const(_arg(call, 0, "kernel_size"))
+    stride = _const(_arg(call, 1, "stride"))
+    if x is None or size is None:
+        return
+    role = _role(call, {"input": x})
+    what = f"`{_text(call)}`"
+    avg = ast.Call(func=ast.Attribute(value=ast.Name("F", ast.Load()),
+                                      attr=f"avg_pool{dims}d", ctx=ast.Load()),
+                   args=[_copy(a) for a in call.args], keywords=[_copy(k) for k in call.keywords])
+    if _method(call):
+        avg.args.insert(0, _copy(x))
+
+    def spread_say(tensor: str, grad: str, ns: dict) -> str | None:
+        if role(tensor) != "input":
+            return None
+        return (f"{grad} spreads each window's gradient evenly over the window, as an average "
+                f"pool would. {what} passed on only the largest entry of each window: its "
+                "gradient goes to that entry alone, and the others get none.")
+
+    yield "pool-spread", spread_say, avg
+    count = size ** dims if isinstance(size, int) else math.prod(size)
+
+    def all_say(tensor: str, grad: str, ns: dict) -> str | None:
+        if role(tensor) != "input":
+            return None
+        return (f"{grad} gives every entry of a window the window's whole gradient. {what} "
+                "passed on only the largest entry of each window, so only that entry has a "
+                "gradient.")
+
+    yield "pool-all", all_say, ast.BinOp(avg, ast.Mult(), ast.Constant(count))
+    k = size if isinstance(size, int) else None
+    s = stride if isinstance(stride, int) else k
+    if k is not None and s == k and _arg(call, 2, "padding") is None:
+        step = ast.Slice(None, None, ast.Constant(k))
+        index = ast.Tuple([ast.Constant(...), *([step] * dims)], ast.Load())
+
+        def first_say(tensor: str, grad: str, ns: dict) -> str | None:
+            if role(tensor) != "input":
+                return None
+            return (f"{grad} sends each window's gradient to the window's first entry. {what} "
+                    "passed on the largest entry, wherever it is in the window: that is "
+                    "where the gradient goes.")
+
+        yield "pool-first", first_say, ast.Subscript(_copy(x), index, ast.Load())
+
+
+_DIMMED = {"softmax": 0, "log_softmax": 0, "sum": 0, "mean": 0, "cumsum": 0, "logsumexp": 0,
+           "var": 0, "std": 0, "amax": 0}
+
+
+def _dim_slips(call: ast.Call, line: ForwardLine, rank: Callable[[ast.expr], int | None]
+               ) -> Iterator[tuple]:
+    x = _subject(call)
+    dim_node = _arg(call, 0, "dim")
+    d = _const(dim_node)
+    r = rank(x) if x is not None else None
+    if not isinstance(d, int) or r is None:
+        return
+    here = d % r
+    what = f"`{_text(call)}`"
+    for other in range(r):
+        if other == here:
+            continue
+
+        def say(tensor: str, grad: str, ns: dict, other: int = other) -> str:
+            return (f"{grad} is the gradient of {what} taken along dim {other}, but the line "
+                    f"works along dim {here}: the entries that share a {_name(call)} are the "
+                    f"ones along dim {here}.")
+
+        yield f"{_name(call)}-dim", say, _with_arg(call, 0, "dim", ast.Constant(other))
+
+
+def _count_slips(call: ast.Call, line: ForwardLine) -> Iterator[tuple]:
+    name = _name(call)
+    what = f"`{_text(call)}`"
+    if name in ("mean", "sum"):
+        other = "sum" if name == "mean" else "mean"
+        new = _copy(call)
+        new.func.attr = other if isinstance(new.func, ast.Attribute) else other
+        if isinstance(new.func, ast.Name):
+            new.func.id = other
+
+        def say(tensor: str, grad: str, ns: dict) -> str:
+            count = _count(call, ns)
+            counted = f" ({count}, the entries it adds up)" if count else ""
+            if name == "mean":
+                return (f"{grad} leaves out the division by the count{counted}: {what} is a "
+                        "mean, so "
+                        "each entry's share of the gradient is divided by how many entries "
+                        "were averaged.")
+            return (f"{grad} divides by a count{counted}, but {what} is a sum: each entry "
+                    "receives the whole upstream gradient, undivided.")
+
+        yield "count", say, new
+    if name in ("var", "std"):
+        flag = _arg(call, 1, "unbiased")
+        biased = _const(_arg(call, 99, "correction")) == 0 or _const(flag) is False
+        new = _copy(call)
+        new.keywords = [k for k in new.keywords if k.arg not in ("unbiased", "correction")]
+        new.keywords.append(ast.keyword(arg="correction", value=ast.Constant(1 if biased else 0)))
+
+        def say_var(tensor: str, grad: str, ns: dict) -> str:
+            return (f"{grad} divides by {'n - 1' if biased else 'n'} where {what} divides by "
+                    f"{'n' if biased else 'n - 1'}: check which count the variance uses "
+                    "(Bessel's correction).")
+
+        yield "bessel", say_var, new
+
+
+def _count(call: ast.Call, ns: dict) -> int | None:
+    """How many entries the reduction `call` adds into each of its results."""
+    x, y = _subject(call), call
+    xv = _evaluate_call(x, ns) if x is not None else None
+    yv = _evaluate_call(y, ns)
+    if xv is None or yv is None or not yv.numel() or xv.numel() % yv.numel():
+        return None
+    return xv.numel() // yv.numel()
+
+
+def _mask_slips(call: ast.Call, line: ForwardLine) -> Iterator[tuple]:
+    x = _subject(call)
+    if x is None:
+        return
+    what = f"`{_text(call)}`"
+
+    def say(tensor: str, grad: str, ns: dict) -> str:
+        return (f"{grad} has gradient at the entries {what} replaced by a constant. Those "
+                "entries no longer depend on the input, so their gradient is zero.")
+
+    yield "mask-ignored", say, _copy(x)
+
+
+# Each activation's slope written with its output `v`, as people write it (`1 - h**2`).
+OUTPUT_SLOPES: dict[str, tuple[Callable[[Tensor], Tensor], str]] = {
+    "tanh": (lambda v: 1 - v ** 2, "1 - {}**2"),
+    "sigmoid": (lambda v: v * (1 - v), "{0} * (1 - {0})"),
+    "exp": (lambda v: v, "{}"),
+}
+_ELEMENTWISE = {"tanh", "sigmoid", "relu", "gelu", "silu", "exp", "log", "sqrt", "rsqrt",
+                "softplus", "elu", "leaky_relu", "sin", "cos", "abs", "square", "reciprocal"}
+
+
+def _activation_slips(call: ast.Call, line: ForwardLine, lines: list[ForwardLine]
+                      ) -> Iterator[tuple]:
+    """Slips of an elementwise function's slope, made on the local gradient itself."""
+    name = _name(call)
+    x = _subject(call)
+    if x is None or not isinstance(x, ast.Name) or call is not _line_expr(line):
+        return
+    inp, out = x.id, line.target
+    what = f"`{line.source.strip()}`"
+
+    def slope(ns: dict) -> tuple[Tensor, Tensor, Tensor] | None:
+        xv, up = ns.get(inp), ns.get(gradient(out))
+        if not isinstance(xv, Tensor) or not isinstance(up, Tensor):
+            return None
+        leaf = xv.detach().double().requires_grad_()
+        with torch.enable_grad():
+            y = _evaluate_call(call, {**ns, inp: leaf})
+            if y is None or y.shape != up.shape or not y.requires_grad:
+                return None
+            (s,) = torch.autograd.grad(y.sum(), leaf)
+        return s, y.detach(), up.double()
+
+    def local(make: Callable[[Tensor, Tensor, Tensor, Tensor], Tensor | None]):
+        def value(ns: dict) -> Tensor | None:
+            got = slope(ns)
+            if got is None:
+                return None
+            s, y, up = got
+            return make(s, y, up, ns[inp].detach().double())
+        return value
+
+    def none_say(tensor: str, grad: str, ns: dict) -> str:
+        return (f"{grad} is the upstream gradient `{gradient(out)}` passed straight through: "
+                f"{what} multiplies it by its local derivative, the slope of {name} at each "
+                "entry.")
+
+    yield "slope-missing", none_say, local(lambda s, y, up, xv: up), inp
+
+    def twice_say(tensor: str, grad: str, ns: dict) -> str:
+        return (f"{grad} has the slope of {name} twice: {what} multiplies the upstream gradient "
+                "by its slope once.")
+
+    yield "slope-twice", twice_say, local(lambda s, y, up, xv: up * s * s), inp
+    if name in OUTPUT_SLOPES:
+        fn, form = OUTPUT_SLOPES[name]
+
+        def input_say(tensor: str, grad: str, ns: dict) -> str:
+            return (f"{grad} takes {name}'s slope at `{inp}`, the line's input: the slope "
+                    f"written as `{form.format(out)}` needs the line's output, `{out}`.")
+
+        yield "slope-at-input", input_say, local(lambda s, y, up, xv: up * fn(xv)), inp
+        for other, (ofn, oform) in OUTPUT_SLOPES.items():
+            if other == name or other == "exp":
+                continue
+
+            def other_say(tensor: str, grad: str, ns: dict, other: str = other,
+                          oform: str = oform) -> str:
+                return (f"{grad} uses {other}'s slope, `{oform.format(out)}`, but {what} is a "
+                        f"{name}.")
+
+            yield f"slope-of-{other}", other_say, local(
+                lambda s, y, up, xv, ofn=ofn: up * ofn(y)), inp
+
+    def output_say(tensor: str, grad: str, ns: dict) -> str:
+        return (f"{grad} takes {name}'s slope at `{out}`, the line's output: the slope belongs "
+                f"at its input, `{inp}`.")
+
+    def at_output(s, y, up, xv):
+        leaf = y.clone().requires_grad_()
+        with torch.enable_grad():
+            z = _evaluate_call(call, {inp: leaf})
+            if z is None or not z.requires_grad:
+                return None
+            (s2,) = torch.autograd.grad(z.sum(), leaf)
+        return up * s2
+
+    if name not in OUTPUT_SLOPES:
+        yield "slope-at-output", output_say, local(at_output), inp
+
+
+def _line_expr(line: ForwardLine) -> ast.expr | None:
+    return _parsed(line.source)
+
+
+@lru_cache(maxsize=512)
+def _parsed(source: str) -> ast.expr | None:
+    try:
+        tree = ast.parse(source.strip())
+    except SyntaxError:
+        return None
+    stmt = tree.body[0] if len(tree.body) == 1 else None
+    return stmt.value if isinstance(stmt, ast.Assign) else None
+
+
+def _evaluate_call(node: ast.expr, ns: dict) -> Tensor | None:
+    try:
+        tree = ast.fix_missing_locations(ast.Expression(_copy(node)))
+        value = eval(compile(tree, "<slip>", "eval"),  # noqa: S307 - the pack's own line
+                     {"torch": torch, "F": F, "math": math, "__slip_zero_tap": _zero_tap,
+                      "__builtins__": {"float": float, "int": int, "len": len}}, ns)
+    except Exception:  # noqa: BLE001 - a change that cannot run is no slip here
+        return None
+    return value if isinstance(value, Tensor) else None
+
+
+# --- the extra factor of another line --------------------------------------------------------
+
+def _early_slope_slips(step: Step, pack: Pack, lines: list[ForwardLine]) -> Iterator[Slip]:
+    """An activation's slope multiplied in a step that is not its own: `(1 - last**2)` in the
+    step before the tanh's (or after it), at a tensor of this step's line."""
+    own = {_name(e) for e in map(_parsed, (line.source for line in lines))
+           if isinstance(e, ast.Call)}
+    at = min((line.index for line in lines), default=0)
+    seen: set[tuple[str, str]] = set()
+    # The nearest line of each activation first: the one the learner most likely borrowed from.
+    for other in sorted(pack.forward_lines, key=lambda o: (abs(o.index - at), o.index)):
+        expr = _parsed(other.source)
+        name = _name(expr) if isinstance(expr, ast.Call) else ""
+        if name not in OUTPUT_SLOPES or name in own:
+            continue  # a slope of this step's own activation is that line's slip, not this
+        fn, form = OUTPUT_SLOPES[name]
+        for line in lines:
+            for tensor in (line.target, *line.operands):
+                if (name, tensor) in seen:
+                    continue
+                seen.add((name, tensor))
+
+                def say(t: str, grad: str, ns: dict, tensor=tensor, other=other, form=form,
+                        name=name, line=line) -> str:
+                    return (f"{grad} carries an extra factor, `{form.format(tensor)}`: the slope "
+                            f"of {name}, which belongs to the step of `{other.source.strip()}`. "
+                            f"This step's line, `{line.source.strip()}`, has no {name} in it.")
+
+                def value(ns: dict, tensor=tensor, fn=fn) -> Tensor | None:
+                    v = ns.get(tensor)
+                    return fn(v.detach().double()) if isinstance(v, Tensor) else None
+
+                yield Slip(f"slope-early-{name}", say, line, local=value, tensor=f"*{tensor}")
+
+
+# --- the slips of a step ---------------------------------------------------------------------
+
+def step_slips(pack: Pack, step: Step, ranks: dict[str, int]) -> list[Slip]:
+    """Every slip the operations of the step's lines admit, in a fixed order."""
+    lines = [pack.line_for(t) for t in step.lines]
+    dilations = set()
+    for line in pack.forward_lines:
+        expr = _parsed(line.source)
+        for node in ast.walk(expr) if expr is not None else ():
+            if isinstance(node, ast.Call) and _name(node) in ("conv1d", "conv2d", "conv3d"):
+                d = _const(_arg(node, 4, "dilation"))
+                if isinstance(d, int):
+                    dilations.add(d)
+
+    def rank(node: ast.expr) -> int | None:
+        names = _reads(node) & set(ranks)
+        return ranks[next(iter(names))] if len(names) == 1 and isinstance(node, ast.Name) \
+            else None
+
+    out: list[Slip] = []
+    for line in lines:
+        expr = _parsed(line.source)
+        if expr is None:
+            continue
+        for call in [n for n in ast.walk(expr) if isinstance(n, ast.Call)]:
+            name = _name(call)
+            if name in ("conv1d", "conv2d", "conv3d"):
+                found = _conv_slips(call, line, dilations)
+            elif name in ("max_pool1d", "max_pool2d"):
+                found = _pool_slips(call, line)
+            elif name in _DIMMED:
+                found = iter([*_dim_slips(call, line, rank), *_count_slips(call, line)])
+            elif name == "masked_fill":
+                found = _mask_slips(call, line)
+            elif name in _ELEMENTWISE:
+                for key, say, local, tensor in _activation_slips(call, line, lines):
+                    out.append(Slip(key, say, line, local=local, tensor=tensor))
+                continue
+            else:
+                continue
+            for key, say, changed in found:
+                out.append(Slip(key, say, line, expr=_replaced(expr, call, changed)))
+    out += _early_slope_slips(step, pack, lines)
+    return out
+
+
+@dataclass
+class _Prepared:
+    slips: list[Slip]
+    values: dict[tuple[int, str], Tensor | None]
+    base: dict[tuple[str, str], Tensor | None]
+
+
+_CACHE: dict[tuple, _Prepared] = {}
+
+
+def explain(pack: Pack, step: Step, tensor: str, value: Tensor, ref: Tensor, before: dict
+            ) -> Diagnosis | None:
+    """The slip of an operation of the step's lines that the learner's `value` of the gradient
+    of `tensor` shows, or None."""
+    if value.shape != ref.shape or not bool(torch.isfinite(value).all()):
+        return None
+    key = (pack.id, step.id, id(before))
+    prepared = _CACHE.get(key)
+    if prepared is None:
+        if len(_CACHE) > 32:
+            _CACHE.clear()
+        ranks = {k: v.dim() for k, v in before.items() if isinstance(v, Tensor)}
+        prepared = _CACHE[key] = _Prepared(step_slips(pack, step, ranks), {}, {})
+        prepared.before = before  # type: ignore[attr-defined]  # keeps id(before) unique
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _match(prepared, tensor, value, ref, before)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _match(prepared: _Prepared, tensor: str, value: Tensor, ref: Tensor, before: dict
+           ) -> Diagnosis | None:
+    grad = gradient(tensor)
+    ref64 = ref.detach().to("cpu", torch.float64)
+    found: list[tuple[Slip, Tensor]] = []
+    for i, slip in enumerate(prepared.slips):
+        k = (i, tensor)
+        if k not in prepared.values:
+            prepared.values[k] = _slip_value(prepared, slip, tensor, ref64, before)
+        produced = prepared.values[k]
+        if produced is None or not bool(torch.isfinite(produced).all()) \
+                or close(produced, ref64) or not close(value, produced):
+            continue
+        found.append((slip, produced))
+    for slip, produced in found:
+        message = slip.say(tensor, grad, before)
+        if not message:
+            continue
+        others = sorted({s.key for s, p in found if s.key != slip.key and close(p, produced)})
+        if others:
+            message += (" (The numbers fit another slip of this line just as well: "
+                        + ", ".join(o.replace("-", " ") for o in others) + ".)")
+        return diagnosis("derived", message)
+    return None
+
+
+def _slip_value(prepared: _Prepared, slip: Slip, tensor: str, ref: Tensor, before: dict
+                ) -> Tensor | None:
+    """What the learner's gradient of `tensor` is under the slip: autograd's reference plus
+    the change the slip makes to this line's share of it."""
+    if slip.local is not None:
+        if slip.tensor and slip.tensor.startswith("*"):  # a factor on the whole gradient
+            factor = slip.local(before)
+            if factor is None or factor.shape != ref.shape:
+                return None
+            return ref * factor
+        if slip.tensor != tensor:
+            return None
+        got = slip.local(before)
+        right = _line_vjp(prepared, slip.line, _parsed(slip.line.source), tensor, before,
+                          base=True)
+        if got is None or right is None or got.shape != ref.shape:
+            return None
+        return ref + (got - right)
+    right = _line_vjp(prepared, slip.line, _parsed(slip.line.source), tensor, before, base=True)
+    changed = _line_vjp(prepared, slip.line, slip.expr, tensor, before)
+    if right is None or changed is None or changed.shape != ref.shape:
+        return None
+    return ref + (changed - right)
+
+
+def _line_vjp(prepared: _Prepared, line: ForwardLine, expr: ast.expr | None, tensor: str,
+              before: dict, base: bool = False) -> Tensor | None:
+    """The gradient of `tensor` through the one line `expr`, given the line's upstream."""
+    if expr is None or tensor not in _reads(expr):
+        return None
+    memo = (line.target, tensor)
+    if base and memo in prepared.base:
+        return prepared.base[memo]
+    up = before.get(gradient(line.target))
+    x = before.get(tensor)
+    result = None
+    if isinstance(up, Tensor) and isinstance(x, Tensor) and x.is_floating_point():
+        leaf = x.detach().to("cpu", torch.float64).requires_grad_()
+        ns = {k: (v.detach().to("cpu", torch.float64) if isinstance(v, Tensor)
+                  and v.is_floating_point() else v) for k, v in before.items()
+              if isinstance(k, str)}
+        ns[tensor] = leaf
+        with torch.enable_grad():
+            y = _evaluate_call(expr, ns)
+            if y is not None and y.shape == up.shape and y.requires_grad:
+                try:
+                    (result,) = torch.autograd.grad(y, leaf, up.detach().to("cpu", torch.float64),
+                                                    allow_unused=True)
+                except RuntimeError:
+                    result = None
+                if result is None:
+                    result = torch.zeros_like(leaf)
+    if base:
+        prepared.base[memo] = result
+    return result

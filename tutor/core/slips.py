@@ -23,7 +23,7 @@ from __future__ import annotations
 import ast
 import math
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 import torch
@@ -47,7 +47,9 @@ class Slip:
     key: str  # the slip's family, for ties and tests ("conv-taps", "pool-spread", ...)
     say: Say
     line: ForwardLine
-    expr: ast.expr | None = None  # the changed forward expression, or
+    expr: ast.expr | None = None  # the changed forward expression of `line`, or
+    changes: tuple[tuple[str, ast.expr], ...] = ()  # changed expressions of several lines, or
+    detach: tuple[str, ...] = ()  # lines whose output the slip holds constant, or
     local: Callable[[dict], Tensor | None] | None = None  # the changed local gradient itself
     tensor: str | None = None  # for `local`: the tensor it is the gradient of
 
@@ -662,9 +664,9 @@ def step_slips(pack: Pack, step: Step, ranks: dict[str, int]) -> list[Slip]:
                     dilations.add(d)
 
     def rank(node: ast.expr) -> int | None:
-        names = _reads(node) & set(ranks)
-        return ranks[next(iter(names))] if len(names) == 1 and isinstance(node, ast.Name) \
-            else None
+        # An elementwise expression has the rank of the largest tensor it reads.
+        found = [ranks[n] for n in _reads(node) if n in ranks]
+        return max(found) if found else None
 
     out: list[Slip] = []
     for line in lines:
@@ -690,7 +692,61 @@ def step_slips(pack: Pack, step: Step, ranks: dict[str, int]) -> list[Slip]:
             for key, say, changed in found:
                 out.append(Slip(key, say, line, expr=_replaced(expr, call, changed)))
     out += _early_slope_slips(step, pack, lines)
+    out += _composite_slips(lines, out)
     return out
+
+
+def _composite_slips(lines: list[ForwardLine], single: list[Slip]) -> list[Slip]:
+    """Slips of a step of several lines: a line's output held constant where it depends on the
+    tensor too (a norm's mean or spread treated as a constant), and the same change made to
+    every reduction of one kind at once (all of a norm's means over the wrong dim)."""
+    if len(lines) < 2:
+        return []
+    out: list[Slip] = []
+    inner = [line for line in lines
+             if any(line.target in _reads(_parsed(o.source)) for o in lines if o is not line)]
+    last = max(lines, key=lambda line: line.index)
+    for line in inner:
+
+        def say(tensor: str, grad: str, ns: dict, line=line) -> str | None:
+            if tensor == line.target:
+                return None
+            return (f"{grad} treats `{line.target}` as a constant. It depends on `{tensor}` "
+                    f"too (`{line.source.strip()}`), so a change of `{tensor}` also moves it: "
+                    "the path through it sends gradient back as well.")
+
+        out.append(Slip("held-constant", say, line, detach=(line.target,)))
+    from itertools import combinations
+
+    for pair in combinations([line.target for line in inner], 2):
+        names = " and ".join(f"`{t}`" for t in pair)
+
+        def say_pair(tensor: str, grad: str, ns: dict, pair=pair, names=names) -> str | None:
+            if tensor in pair:
+                return None
+            return (f"{grad} treats {names} as constants. Both depend on `{tensor}` too, so "
+                    "the paths through them send gradient back as well.")
+
+        out.append(Slip("held-constant", say_pair, last, detach=pair))
+    # The same dim slip on every line that has one: a habit, not a one-off.
+    by_key: dict[str, list[Slip]] = {}
+    for slip in single:
+        if slip.key.endswith("-dim") and slip.expr is not None:
+            by_key.setdefault(slip.key + ast.unparse(_dim_of(slip.expr)), []).append(slip)
+    for group in by_key.values():
+        if len({g.line.target for g in group}) > 1:
+            first = group[0]
+            out.append(Slip(first.key, first.say, first.line,
+                            changes=tuple((g.line.target, g.expr) for g in group)))
+    return out
+
+
+def _dim_of(expr: ast.expr) -> ast.expr:
+    """The dim a changed reduction now works along (for grouping the same change)."""
+    for node in ast.walk(expr):
+        if isinstance(node, ast.keyword) and node.arg == "dim":
+            return node.value
+    return ast.Constant(None)
 
 
 @dataclass
@@ -698,6 +754,8 @@ class _Prepared:
     slips: list[Slip]
     values: dict[tuple[int, str], Tensor | None]
     base: dict[tuple[str, str], Tensor | None]
+    lines: list[ForwardLine] = field(default_factory=list)
+    step_base: dict[str, Tensor | None] = field(default_factory=dict)
 
 
 _CACHE: dict[tuple, _Prepared] = {}
@@ -715,7 +773,8 @@ def explain(pack: Pack, step: Step, tensor: str, value: Tensor, ref: Tensor, bef
         if len(_CACHE) > 32:
             _CACHE.clear()
         ranks = {k: v.dim() for k, v in before.items() if isinstance(v, Tensor)}
-        prepared = _CACHE[key] = _Prepared(step_slips(pack, step, ranks), {}, {})
+        prepared = _CACHE[key] = _Prepared(step_slips(pack, step, ranks), {}, {},
+                                           [pack.line_for(t) for t in step.lines])
         prepared.before = before  # type: ignore[attr-defined]  # keeps id(before) unique
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -769,11 +828,66 @@ def _slip_value(prepared: _Prepared, slip: Slip, tensor: str, ref: Tensor, befor
         if got is None or right is None or got.shape != ref.shape:
             return None
         return ref + (got - right)
-    right = _line_vjp(prepared, slip.line, _parsed(slip.line.source), tensor, before, base=True)
-    changed = _line_vjp(prepared, slip.line, slip.expr, tensor, before)
+    changes = dict(slip.changes) if slip.changes else (
+        {slip.line.target: slip.expr} if slip.expr is not None else {})
+    right = _step_vjp(prepared, {}, (), tensor, before)
+    changed = _step_vjp(prepared, changes, slip.detach, tensor, before)
     if right is None or changed is None or changed.shape != ref.shape:
         return None
     return ref + (changed - right)
+
+
+def _step_vjp(prepared: _Prepared, changes: dict[str, ast.expr], detach: tuple[str, ...],
+              tensor: str, before: dict) -> Tensor | None:
+    """The gradient of `tensor` through the step's lines, run in forward order with some of
+    them changed or held constant, given the upstream gradients of the lines' outputs."""
+    base = not changes and not detach
+    if base and tensor in prepared.step_base:
+        return prepared.step_base[tensor]
+    lines = sorted(prepared.lines, key=lambda line: line.index)
+    exprs = {line.target: changes.get(line.target) or _parsed(line.source) for line in lines}
+    made = {line.target for line in lines}
+    read_later = {n for line in lines for n in _reads(exprs[line.target])}
+    x = before.get(tensor)
+    result = None
+    if isinstance(x, Tensor) and x.is_floating_point() and any(
+            tensor in _reads(e) for e in exprs.values() if e is not None):
+        ns = {k: (v.detach().to("cpu", torch.float64) if isinstance(v, Tensor)
+                  and v.is_floating_point() else v) for k, v in before.items()
+              if isinstance(k, str)}
+        with torch.enable_grad():
+            leaf = ns[tensor] = ns[tensor].clone().requires_grad_()
+            outputs, ups = [], []
+            for line in lines:
+                value = _evaluate_call(exprs[line.target], ns) if exprs[line.target] else None
+                if value is None:
+                    break
+                if line.target in detach:
+                    value = value.detach()
+                if line.target == tensor and tensor in made:
+                    leaf = value  # the gradient of a tensor the step itself makes
+                ns[line.target] = value
+                up = before.get(gradient(line.target))
+                if line.target not in read_later and isinstance(up, Tensor):
+                    if up.shape != value.shape:
+                        break
+                    outputs.append(value)
+                    ups.append(up.detach().to("cpu", torch.float64))
+            else:
+                live = [(o, u) for o, u in zip(outputs, ups, strict=True) if o.requires_grad]
+                if live and leaf.requires_grad:
+                    try:
+                        (result,) = torch.autograd.grad([o for o, _ in live], leaf,
+                                                        [u for _, u in live], allow_unused=True)
+                    except RuntimeError:
+                        result = None
+                    if result is None:
+                        result = torch.zeros_like(leaf)
+                elif outputs:
+                    result = torch.zeros_like(leaf)
+    if base:
+        prepared.step_base[tensor] = result
+    return result
 
 
 def _line_vjp(prepared: _Prepared, line: ForwardLine, expr: ast.expr | None, tensor: str,
@@ -806,3 +920,39 @@ def _line_vjp(prepared: _Prepared, line: ForwardLine, expr: ast.expr | None, ten
     if base:
         prepared.base[memo] = result
     return result
+
+
+def explain_layout(pack: Pack, step: Step, tensor: str, value: Tensor, ref: Tensor
+                   ) -> Diagnosis | None:
+    """A gradient of the wrong shape that holds the right numbers with two axes swapped, named
+    by what those axes are to the line's operation (a convolution's output and input
+    channels), else by their numbers."""
+    if value.dim() != ref.dim() or value.dim() < 2 or value.shape == ref.shape:
+        return None
+    from itertools import combinations
+
+    grad = gradient(tensor)
+    for i, j in combinations(range(value.dim()), 2):
+        swapped = value.transpose(i, j)
+        if swapped.shape != ref.shape or not close(swapped, ref):
+            continue
+        conv = _weight_of_conv(pack, step, tensor)
+        if conv is not None and {i, j} == {0, 1}:
+            return diagnosis("shape", (
+                f"{grad} holds the right numbers with its output and input channels swapped: "
+                f"`{tensor}` is [out, in, taps] in `{conv}`, and its gradient keeps that layout."))
+        return diagnosis("shape", (
+            f"{grad} holds the right numbers with axes {i} and {j} swapped: "
+            f"{list(value.shape)} where `{tensor}` is {list(ref.shape)}. A gradient is laid out "
+            "as its tensor is."))
+    return None
+
+
+def _weight_of_conv(pack: Pack, step: Step, tensor: str) -> str | None:
+    for target in step.lines:
+        expr = _parsed(pack.line_for(target).source)
+        for node in ast.walk(expr) if expr is not None else ():
+            if isinstance(node, ast.Call) and _name(node) in ("conv1d", "conv2d", "conv3d") \
+                    and tensor in _reads(_arg(node, 0, "weight")):
+                return _text(node)
+    return None

@@ -36,7 +36,7 @@ from tutor.core.kinds.records import (
 )
 from tutor.core.network import Batch
 from tutor.pack.flow import gradient, tensor_of
-from tutor.pack.model import Step
+from tutor.pack.model import Mistake, Pack, Step
 from tutor.process import isolate
 from tutor.sandbox.clean import MAX_MESSAGE, clean
 from tutor.values.results import CheckResult, Heldout, TensorCheck, Verdict
@@ -235,6 +235,8 @@ class LineCheck(StepCheck):
             known = dx.matching_mistake(value, mistakes) or dx.shape_diagnosis(
                 g.tensor, value, ref)
             if dx.guessed(known.message):
+                known = slips.explain_layout(self.pack, step, g.tensor, value, ref) or known
+            if dx.guessed(known.message):
                 # Nothing in the shapes alone says how: an axis or a keepdim of the learner's
                 # own code, else a sum over the wrong dims of a gradient in reach.
                 found = self._own_change(step, g.tensor, value, ref, run, prior, [])()
@@ -256,7 +258,8 @@ class LineCheck(StepCheck):
         # A catalogued mistake first (it is this lesson's own word), then the slips of the
         # line's operations (tutor/core/slips.py), which every step where they occur shares.
         g.diagnosis = dx.matching_mistake(value, mistakes) or slips.explain(
-            self.pack, step, g.tensor, value, ref, run.before) or dx.value_diagnosis(
+            self.pack, step, g.tensor, value, ref, run.before) or dx.matching_mistake(
+            value, self._carried_for(g.tensor, step, batch, prior)) or dx.value_diagnosis(
             g.tensor,
             value,
             ref,
@@ -332,6 +335,13 @@ class LineCheck(StepCheck):
             for m in step.mistakes
             if (m.tensor or step.checks[0]) == tensor
         ]
+
+    def _carried_for(self, tensor, step, batch, prior) -> list[tuple]:
+        """The other steps' catalogued mistakes, carried to this step where its solution is the
+        same code on other tensors (tutor/pack/transplant.py): a slip catalogued on one layer
+        is recognised on every layer, in words said of this one."""
+        return [(m, self._mistake_value(m, tensor, step, batch, prior))
+                for m in carried_mistakes(self.pack, step.id) if m.tensor == tensor]
 
     def _mistake_value(self, m, tensor, step, batch, prior) -> Callable[[], Tensor | None]:
         """Lazily evaluate a catalogued mistake on the namespace the learner's code started from.
@@ -650,3 +660,41 @@ def _answers(step: Step, batch: Batch) -> dict[str, Tensor]:
         return {}
     return {c: batch.reference[(step.id, c)] for c in step.checks
             if (step.id, c) in batch.reference}
+
+
+_CARRIED: dict[tuple[int, str], tuple[Pack, tuple[Mistake, ...]]] = {}
+
+
+def carried_mistakes(pack: Pack, step_id: str) -> tuple[Mistake, ...]:
+    """Every other step's catalogued mistake made on this step, with its message said of this
+    step; only those whose change lines up here and whose words stay true. Made once per pack
+    and step: it is text work only."""
+    key = (id(pack), step_id)
+    if key not in _CARRIED or _CARRIED[key][0] is not pack:
+        _CARRIED[key] = (pack, _carried(pack, step_id))
+    return _CARRIED[key][1]
+
+
+def _carried(pack: Pack, step_id: str) -> tuple[Mistake, ...]:
+    from tutor.pack.transplant import carried_message, counterpart, transplant
+
+    step = pack.step(step_id)
+    out: list[Mistake] = []
+    seen = {m.code.strip() for m in step.mistakes}
+    for source in pack.gradient_steps:
+        if source is step or type(source.kind) is not type(step.kind) or not source.mistakes:
+            continue
+        lines = ("\n".join(pack.line_for(t).source for t in source.lines),
+                 "\n".join(pack.line_for(t).source for t in step.lines))
+        for m in source.mistakes:
+            code = transplant(source.solution, m.code, step.solution, lines)
+            if code is None or code.strip() in seen:
+                continue
+            tensor = counterpart(source.solution, step.solution, m.tensor or source.checks[0],
+                                 lines)
+            message = carried_message(m.message, source.solution, step.solution, lines)
+            if message is None or tensor not in (*step.checks, *step.partials):
+                continue
+            seen.add(code.strip())
+            out.append(Mistake(code, message, m.kind, tensor))
+    return tuple(out)

@@ -15,7 +15,10 @@ the diagnosis's cost, the child that runs the changed programs of the learner's 
 child
 is ready.
 
-    .venv/bin/python benchmarks/diagnoses.py
+First, the slip corpora written apart from the diagnosis code (conv, and two lessons `pack new`
+makes: an attention head and a 2-D CNN with max-pool), held-out half first.
+
+    .venv/bin/python benchmarks/diagnoses.py [--slips-only] [--verbose]
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ from tutor.values.results import CheckResult  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 # Each lesson measured, by the pack its engine loads.
 LESSONS = {"makemore": "makemore", "gpt": str(ROOT / "exercises" / "gpt"),
-           "lstm": str(ROOT / "exercises" / "lstm")}
+           "lstm": str(ROOT / "exercises" / "lstm"), "conv": str(ROOT / "exercises" / "conv")}
 
 
 def wrong_answers() -> dict[str, list[tuple[str, str | None, str]]]:
@@ -127,7 +130,94 @@ def refusal_costs(path: str, items: dict[str, list[tuple[str, str]]]) -> dict[st
     return extra
 
 
+# The slip corpora written apart from the diagnosis code, per lesson: the held-out half is
+# measured and never tuned on; the generated lessons are made by `pack new` from their forward
+# files (tests/packs/forward/) each time, as a course would make them.
+SLIP_CORPORA = {"conv": ("conv_slips", str(ROOT / "exercises" / "conv")),
+                "attention (generated)": ("attention_slips", "slips_attention.py:attention_pack"),
+                "cnn2d (generated)": ("cnn2d_slips", "slips_cnn2d.py:cnn2d_pack")}
+
+
+def _slip_pack(where: str, folder: Path) -> str:
+    """The pack's folder; for `FILE.py:ID`, the lesson `pack new` makes of the forward file."""
+    if ".py:" not in where:
+        return where
+    from tutor.authoring.new import make
+
+    source, pack_id = where.split(":")
+    out = folder / pack_id
+    make(ROOT / "tests" / "packs" / "forward" / source, out, pack_id=pack_id)
+    return str(out)
+
+
+def slip_kind(result: CheckResult, tensor: str, words: tuple[str, ...]) -> str:
+    """specific (a diagnosis with one of the slip's words), other (a diagnosis without them:
+    read it, it may mislead), generic (no diagnosis: only the place), accepted or error."""
+    if result.error:
+        return "error"
+    if result.passed:
+        return "accepted"
+    row = next((c for c in result.checks if c.tensor == tensor), None)
+    if row is None or row.accepted:
+        row = next((c for c in result.checks if not c.accepted), None)
+    if row is None:
+        return "accepted"
+    if row.diagnosis is None:
+        return "generic"
+    said = row.message.lower()
+    return "specific" if any(w.lower() in said for w in words) else "other"
+
+
+def slip_corpora(verbose: bool = False) -> None:
+    """Per lesson, the held-out half first: how many of its slips are named."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        for lesson, (corpus, where) in SLIP_CORPORA.items():
+            try:
+                pack = _slip_pack(where, Path(tmp))
+            except Exception as exc:  # noqa: BLE001 - a lesson that cannot be made is a figure
+                print(f"{lesson}: the lesson could not be made: {exc}")
+                continue
+            engine = Engine(Settings(device="cpu", pack=pack))
+            try:
+                for half in ("holdout", "tune"):
+                    module = corpora.load(f"{corpus}_{half}")
+                    counts: Counter = Counter()
+                    shown = []
+                    for name, (step, tensor, code, slip, words) in module.WRONG.items():
+                        kind = slip_kind(engine.check(step, code), tensor, tuple(words))
+                        counts[kind] += 1
+                        if kind != "specific" or verbose:
+                            result = engine.check(step, code)
+                            rows = [c.message for c in result.checks if not c.accepted]
+                            said = result.error.message if result.error else (rows or [""])[0]
+                            shown.append(f"{kind}: {name} ({slip}): {said[:160]}")
+                    right = sum(engine.check(step, code).passed
+                                for step, _t, code, *_ in module.RIGHT.values())
+                    total = sum(counts.values())
+                    print(f"{lesson} {half}: {counts['specific']}/{total} slips named "
+                          f"({100 * counts['specific'] / max(total, 1):.0f} %), "
+                          f"{counts['other']} diagnosed in other words, {counts['generic']} "
+                          f"generic, {counts['accepted']} accepted, {counts['error']} errors; "
+                          f"right answers accepted {right}/{len(module.RIGHT)}")
+                    for line in shown:
+                        print("   ", line)
+            finally:
+                engine.close()
+
+
 def main() -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--slips-only", action="store_true",
+                        help="only the slip corpora written apart (held-out half first)")
+    parser.add_argument("--verbose", action="store_true")
+    args = parser.parse_args()
+    slip_corpora(args.verbose)
+    if args.slips_only:
+        return
     engines = {lesson: Engine(Settings(device="cpu", pack=pack))
                for lesson, pack in LESSONS.items()}
     refused: dict[str, list[tuple[str, str]]] = defaultdict(list)

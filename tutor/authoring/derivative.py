@@ -251,8 +251,9 @@ _DEFAULTS = {"keepdim": False, "dim": None, "unbiased": True, "approximate": "no
              "ceil_mode": False, "return_indices": False}
 
 IDEAS = {
-    "matmul": "A matrix product sends the gradient back through the other operand, transposed: "
-              "for `C = A @ B`, `dA = dC @ B.T` and `dB = A.T @ dC`.",
+    "matmul": "A matrix product sends the gradient back through the other operand: each "
+              "operand's gradient is a product of the arriving gradient with the other one, "
+              "and the shapes leave one way to order them and place the transpose.",
     "broadcast": "A tensor the line broadcasts (copies along a dimension) collects the "
                  "gradients of all its copies: sum over the dimensions it was copied along.",
     "add": "A sum passes the gradient on unchanged to each of its terms (with a minus sign to "
@@ -274,22 +275,27 @@ IDEAS = {
             "count.",
     "max": "A max passes the gradient to the entry that was the largest and nothing to the "
            "others.",
-    "var": "A variance `mean((x - mean)**2)` sends `2 * (x - mean) / count` times its gradient "
-           "back to each entry (its mean's own share adds up to zero).",
-    "softmax": "Softmax's Jacobian is more than its diagonal: `dx = s * (ds - (s * ds).sum(dim, "
-               "keepdim=True))`.",
-    "log_softmax": "For a log-softmax, `dx = dy - softmax(x) * dy.sum(dim, keepdim=True)`.",
-    "cross_entropy": "Cross-entropy after a softmax has the gradient `(softmax(logits) - "
-                     "one_hot(targets)) / N` with respect to the logits.",
+    "var": "A variance reads each entry directly and through the mean it subtracts: work out "
+           "the direct path of the square and the count it averages over, then ask what the "
+           "mean's share adds up to.",
+    "softmax": "Every output of a softmax depends on every input of its row, through the sum "
+               "that normalises them: besides each entry's own path there is one through that "
+               "sum, shared by the whole row.",
+    "log_softmax": "A log-softmax is its input minus the log of the row's normalising sum: the "
+                   "gradient passes straight through, and the sum's path gives every entry "
+                   "of the row a share.",
+    "cross_entropy": "Cross-entropy after a softmax has a famously short gradient with respect "
+                     "to the logits: it compares the predicted probabilities with the targets, "
+                     "and the loss's average over the examples divides it.",
     "index": "Indexing picks entries: the gradient goes back to the entries picked (adding up "
              "where one was picked twice) and is zero elsewhere.",
     "shape": "A view, reshape, transpose or permute only moves entries: undo it on the "
              "gradient.",
     "cat": "A concatenation's gradient is the arriving gradient cut back into the pieces.",
     "mask": "Entries a mask replaced by a constant get no gradient.",
-    "layer_norm": "Layernorm's input gradient is `rstd * (dxhat - mean(dxhat) - xhat * "
-                  "mean(dxhat * xhat))` over the normalised dimension, with `dxhat = dy * "
-                  "weight`.",
+    "layer_norm": "Layernorm's mean and spread are computed from every input of the "
+                  "normalised dimension: besides each input's direct path, its gradient has a "
+                  "share through the mean and one through the spread.",
     "conv": "A convolution's input gradient is the gradient convolved with the kernel flipped "
             "and its channels swapped; its weight gradient pairs each kernel tap with the "
             "input windows it saw, summed over the batch and the positions.",
@@ -297,8 +303,8 @@ IDEAS = {
     "pad": "Padding adds constant entries: the input's gradient is the gradient with the "
            "padding cut off.",
     "linear": "`F.linear(x, W, b)` is `x @ W.T + b`: the matrix-product and broadcast rules.",
-    "mse": "A mean squared error sends `2 * (a - b) / count` back to `a` (and its negative to "
-           "`b`).",
+    "mse": "A mean squared error is the square of a difference, averaged: the square's "
+           "derivative, the sign each side of the difference takes, and the count.",
 }
 
 

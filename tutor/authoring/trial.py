@@ -38,6 +38,7 @@ from tutor.authoring import derivative, steps
 from tutor.authoring.derivative import Fact, LineBackward, Namer, Style, Unsupported
 from tutor.authoring.forward_file import BATCH_NAMES, SEEDING, ForwardFile, Unusable, renamed
 from tutor.core import derived
+from tutor.core import slips as slip_rules
 from tutor.core.candidate import (
     CheckTimeout,
     CodeError,
@@ -641,10 +642,18 @@ class Trial:
                 found = self.mistakes_of(step, plan, operands, pack, before, n)
                 # one of each graded tensor in turn, so that each has its own
                 limit = min(MISTAKES + 2, max(MISTAKES, len(found)))
+                codes: set[str] = set()  # one code wrong in two tensors is one mistake
                 while any(found.values()) and len(step["mistakes"]) < limit:
                     for tensor in list(found):
                         if found[tensor] and len(step["mistakes"]) < limit:
-                            step["mistakes"].append(found[tensor].pop(0))
+                            mistake = found[tensor].pop(0)
+                            # the chain rule forgotten (the upstream as all ones) once a step:
+                            # it is one slip, however many tensors it could be made on
+                            kind = "ones" if "ones_like(" in mistake["code"] else \
+                                mistake["code"].strip()
+                            if kind not in codes:
+                                codes.add(kind)
+                                step["mistakes"].append(mistake)
                 execute(compile_candidate(step["solution"], "<derived>"), ns, Output())
             else:
                 self.stand_in(ns, plan, operands, torch.float32)
@@ -655,6 +664,7 @@ class Trial:
         apart from the ones before it."""
         refs = self.references(plan)
         record = pack.step(step["id"])
+        record_pack = pack
         scope = {"torch": torch, "F": F, "math": math, "n": n, **{
             k: v for k, v in before.items()
             if isinstance(v, Tensor) or (isinstance(v, int) and not isinstance(v, bool))}}
@@ -665,7 +675,7 @@ class Trial:
             found[tensor] = []
             for tried, (source, kind, message) in enumerate(
                     self.slips(plan, step, tensor, operands, pack, record, scope)):
-                if tried >= CANDIDATES or len(kept) >= MISTAKES:
+                if tried >= CANDIDATES or len(kept) >= 3 * MISTAKES:
                     break
                 value = self.value_of(source, before, tensor)
                 if value is None or not bool(torch.isfinite(value).all()):
@@ -674,9 +684,19 @@ class Trial:
                           tensor in self.params)
                 if g.accepted or any(close(value, other) for other in kept):
                     continue
+                # A slip of the line's operation is said in the words the tutor will say
+                # when a learner makes it; one written for the operation is kept only then.
+                said = slip_rules.explain(record_pack, record, tensor, value, ref32,
+                                          before) if value.shape == ref32.shape else None
+                if said is not None:
+                    kind, message = "known_mistake", said.message
+                elif message is None:
+                    continue
                 kept.append(value)
                 found[tensor].append({"code": source, "kind": kind, "message": message,
-                                      "tensor": tensor})
+                                      "tensor": tensor, "named": said is not None})
+            # The slips of the line's own operations first, then the tutor's other rewrites.
+            found[tensor] = sorted(found[tensor], key=lambda m: not m.pop("named"))[:MISTAKES]
         return found
 
     def value_of(self, source: str, before: dict, tensor: str) -> Tensor | None:
@@ -724,6 +744,10 @@ class Trial:
                        f"branch when "
                        f"this step began: add this one to it with `+=` instead of replacing it "
                        f"with `=`.")
+        # The slips of the line's own operations first (a kernel not flipped, a pool spread
+        # over its window): the mistakes learners make here, named as the tutor names them.
+        for source in slip_rules.written_slips(pack, record):
+            yield source, "known_mistake", None
         yield from steps.structural_slips(solution, tensor, self.shapes(),
                                           self.shapes().get(plan.lines[-1], []))
         for candidate in derived.candidates(pack, record, tensor, scope):

@@ -1064,8 +1064,11 @@ def _only_sizes(node: ast.AST) -> bool:
     )
 
 
+# Only where the formula itself has `n - 1` is there a variance to speak of: said of a mean's
+# `n`, Bessel's correction would send the learner to a variance the line does not have.
 _COUNTS = ("Check which count each factor comes from: the mean divides by n, the unbiased "
            "variance by n - 1.")
+_COUNT = "Count again how many entries the average runs over."
 
 
 def _constant_rewrites(tree: ast.Module, ctx: _Context):
@@ -1076,7 +1079,7 @@ def _constant_rewrites(tree: ast.Module, ctx: _Context):
             yield (
                 _replace(tree, i, lambda _n: ast.BinOp(_name("n"), ast.Sub(), ast.Constant(1))),
                 "derived",
-                f"Your {grad} matches the formula with `n - 1` where `n` belongs. {_COUNTS}",
+                f"Your {grad} matches the formula with `n - 1` where `n` belongs. {_COUNT}",
             )
         if (
             isinstance(node, ast.BinOp)

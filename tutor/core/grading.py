@@ -221,7 +221,9 @@ def heatmap(diff: Tensor, max_rows: int = 8, max_cols: int = 32) -> list[list[fl
     elif d.dim() == 1:
         d = d.view(1, -1)
     elif d.dim() > 2:
-        d = d.reshape(d.shape[0], -1)
+        # Where along the last two axes (a sequence's positions and channels, an image's rows
+        # and columns): the leading ones, the batch first, folded by their largest entry.
+        d = d.reshape(-1, d.shape[-2], d.shape[-1]).amax(0)
     rows, cols = d.shape
     out_r, out_c = min(rows, max_rows), min(cols, max_cols)
     pooled = torch.nn.functional.adaptive_max_pool2d(d[None, None], (out_r, out_c))[0, 0]

@@ -188,7 +188,34 @@ def _conv_slips(call: ast.Call, line: ForwardLine, dilations: set[int]) -> Itera
         return None
 
     yield "conv-taps", taps_say, _with_arg(call, 0, "weight", _flip(w, taps))
+    for axis in taps if dims > 1 else ():
 
+        def axis_say(tensor: str, grad: str, ns: dict, axis: int = axis) -> str | None:
+            r = role(tensor)
+            if r not in ("input", "weight"):
+                return None
+            return (f"{grad} has the kernel flipped along one of its axes only (dim "
+                    f"{axis} left as it was). Going back through {what}, the kernel is "
+                    "reversed along every axis it slides over.")
+
+        others = tuple(t for t in taps if t != axis)
+        yield "conv-taps-one-axis", axis_say, _with_arg(call, 0, "weight", _flip(w, others))
+
+    padding = _const(_arg(call, 3, "padding"))
+    if isinstance(padding, int) and padding > 0 and _padding(x) is None:
+        for step in (1, -1):
+            pads = tuple(p for _ in range(dims) for p in (padding + step, padding - step))
+
+            def kw_shift_say(tensor: str, grad: str, ns: dict) -> str | None:
+                if role(tensor) not in ("input", "weight"):
+                    return None
+                return (f"{grad} is off by one position: it is the gradient of {line_text} "
+                        "with every window moved by one, as if the padding were on one side "
+                        "only. Count again which positions each output read.")
+
+            unpadded = _with_arg(call, 3, "padding", ast.Constant(0))
+            pad_call = ast.parse(f"F.pad({ast.unparse(x)}, {pads})", mode="eval").body
+            yield "conv-shift", kw_shift_say, _with_input(unpadded, x, pad_call)
     pad = _padding(x)
     if pad is not None:
         inner, pads = pad
@@ -231,6 +258,9 @@ def _conv_slips(call: ast.Call, line: ForwardLine, dilations: set[int]) -> Itera
             both = _with_input(_with_arg(call, 0, "weight", _flip(w, taps)), x,
                                _padded(x, swapped))
             yield "conv-forward", forward_say, both
+            # ... and with the kernel's channels as the forward pass has them, too
+            yield "conv-forward", forward_say, _with_arg(both, 0, "weight", _method_call(
+                _flip(w, taps), "transpose", ast.Constant(0), ast.Constant(1)))
         for step in (1, -1):
             moved = _moved(pads, step)
             if moved is None:
@@ -476,6 +506,67 @@ def _count_slips(call: ast.Call, line: ForwardLine) -> Iterator[tuple]:
         yield "bessel", say_var, new
 
 
+def _conv_bias(line: ForwardLine, tensor: str) -> bool:
+    expr = _parsed(line.source)
+    return any(isinstance(n, ast.Call) and _name(n) in _CONVS
+               and tensor in _reads(_arg(n, 1, "bias")) for n in ast.walk(expr or ast.Pass()))
+
+
+def _broadcast_slips(line: ForwardLine, tensor: str, ns: dict, channels: bool = False
+                     ) -> Iterator[tuple[str, str, Tensor]]:
+    """A tensor the line broadcast gets the sum of its copies' gradients over the broadcast
+    dims: the slips of that sum (a mean, one position only, one of the dims left out)."""
+    up, x = ns.get(gradient(line.target)), ns.get(tensor)
+    if not isinstance(up, Tensor) or not isinstance(x, Tensor) or x.dim() > up.dim() \
+            or x.shape == up.shape:
+        return
+    # A convolution's bias runs along the channels, dim 1, whatever the sizes say.
+    kept = [1] if channels and x.dim() == 1 and up.dim() > 2 and up.shape[1] == x.shape[0] \
+        else _aligned(tuple(up.shape), tuple(x.shape))
+    if kept is None:
+        return
+    dims = [d for d in range(up.dim()) if d not in kept]
+    up = up.detach().to("cpu", torch.float64)
+
+    def shaped(t: Tensor) -> Tensor:
+        return t.reshape(x.shape)
+
+    names = {0: "the batch"} | {d: f"dim {d}" for d in range(1, up.dim())}
+    yield ("mean", "averages over the copies where their gradients add up: each copy sends back "
+           "its whole gradient", shaped(up.mean(dims, keepdim=True)))
+    for d in dims:
+        rest = [e for e in dims if e != d]
+        for which, at in (("the last", -1), ("the first", 0)):
+            t = up.narrow(d, up.shape[d] - 1 if at == -1 else 0, 1)
+            t = t.sum(rest, keepdim=True) if rest else t
+            yield ("one", f"keeps only {which} entry along {names[d]}, where every entry along "
+                   "it sends back gradient", shaped(t))
+        t = up.sum(rest, keepdim=True) if rest else up
+        yield ("mean", f"averages over {names[d]} where the copies' gradients add up",
+               shaped(t.mean(d, keepdim=True)))
+
+
+def _aligned(big: tuple[int, ...], small: tuple[int, ...]) -> list[int] | None:
+    """Which dims of `big` a tensor of shape `small` lines up with (its size-1 dims left out):
+    the trailing ones where they fit, as broadcasting has it, else the first that fit in order
+    (a convolution's bias, along the channels)."""
+    want = [s for s in small if s != 1]
+    if not want or len(want) >= len(big):
+        return None
+    trailing = list(range(len(big) - len(small), len(big)))
+    if all(big[d] == s or s == 1 for d, s in zip(trailing, small, strict=True)):
+        return [d for d, s in zip(trailing, small, strict=True) if s != 1]
+    kept, d = [], 0
+    for s in want:
+        while d < len(big) and big[d] != s:
+            d += 1
+        if d == len(big):
+            return None
+        kept.append(d)
+        d += 1
+    return kept
+
+
 def _count(call: ast.Call, ns: dict) -> int | None:
     """How many entries the reduction `call` adds into each of its results."""
     x, y = _subject(call), call
@@ -484,6 +575,72 @@ def _count(call: ast.Call, ns: dict) -> int | None:
     if xv is None or yv is None or not yv.numel() or xv.numel() % yv.numel():
         return None
     return xv.numel() // yv.numel()
+
+
+def _matmul_slips(node: ast.BinOp, line: ForwardLine) -> Iterator[tuple]:
+    """A matrix product whose arriving gradient is used transposed: the roles of the rows and
+    the columns of the product swapped (`dscores.T @ k` for `q`'s gradient)."""
+    what = f"`{_text(node)}`"
+    swapped = ast.Call(func=ast.Attribute(value=_copy(node), attr="transpose", ctx=ast.Load()),
+                       args=[ast.Constant(-2), ast.Constant(-1)], keywords=[])
+    a, b = _reads(node.left), _reads(node.right)
+
+    def say(tensor: str, grad: str, ns: dict) -> str | None:
+        if tensor not in a and tensor not in b:
+            return None
+        side = "rows" if tensor in a else "columns"
+        return (f"{grad} reads the arriving gradient transposed. In {what} the {side} of the "
+                f"product belong to `{tensor}`: the gradient's matching axis has to line up "
+                "with them.")
+
+    yield "matmul-upstream-transposed", say, swapped
+
+
+def _loss_slips(call: ast.Call, line: ForwardLine) -> Iterator[tuple]:
+    """A mean loss's gradient without its division by the count, or divided by only a part
+    of it (the batch, where the loss averages over every position too)."""
+    what = f"`{_text(call)}`"
+    if _const(_arg(call, 99, "reduction")) not in (None, "mean"):
+        return
+    summed = _copy(call)
+    summed.keywords = [k for k in summed.keywords if k.arg != "reduction"]
+    summed.keywords.append(ast.keyword(arg="reduction", value=ast.Constant("sum")))
+
+    def say(tensor: str, grad: str, ns: dict) -> str:
+        count = _count_of_loss(call, ns)
+        many = f" of its {count} terms" if count else ""
+        return (f"{grad} leaves out the division by the count: {what} is the mean{many}, so "
+                "each term's gradient is divided by how many there are.")
+
+    yield "loss-no-mean", say, summed
+
+
+def _count_of_loss(call: ast.Call, ns: dict) -> int | None:
+    target = _arg(call, 0, "target")
+    t = _evaluate_call(target, ns) if target is not None else None
+    return t.numel() if t is not None else None
+
+
+def _normaliser_slips(call: ast.Call, line: ForwardLine) -> Iterator[tuple]:
+    """A softmax (or log-softmax) whose normalising sum is taken for a constant: only each
+    entry's own path, none through the sum that every entry of the row shares."""
+    name = _name(call)
+    x, dim = _subject(call), _arg(call, 0, "dim")
+    if name not in ("softmax", "log_softmax") or x is None or dim is None:
+        return
+    what = f"`{_text(call)}`"
+    d = ast.unparse(dim)
+    shifted = f"(({ast.unparse(x)}) - ({ast.unparse(x)}).amax({d}, keepdim=True).detach())"
+    total = f"torch.logsumexp({shifted}, {d}, keepdim=True).detach()"
+    text = (f"torch.exp({shifted} - {total})" if name == "softmax" else f"{shifted} - {total}")
+
+    def say(tensor: str, grad: str, ns: dict) -> str:
+        return (f"{grad} has only each entry's own path through {what}: the sum that "
+                f"normalises the row is treated as a constant. Every output of the row "
+                "depends on every input through that sum, so each entry's gradient also has a "
+                "share of the whole row's.")
+
+    yield f"{name}-sum-constant", say, ast.parse(text, mode="eval").body
 
 
 def _mask_slips(call: ast.Call, line: ForwardLine) -> Iterator[tuple]:
@@ -571,6 +728,14 @@ def _activation_slips(call: ast.Call, line: ForwardLine, lines: list[ForwardLine
 
             yield f"slope-of-{other}", other_say, local(
                 lambda s, y, up, xv, ofn=ofn: up * ofn(y)), inp
+            def other_at_say(tensor: str, grad: str, ns: dict, other: str = other) -> str:
+                return (f"{grad} uses {other}'s slope at `{inp}`, but {what} is a {name}: the "
+                        f"local derivative is {name}'s.")
+
+            # the other activation's slope at the input, worked out from its own output
+            at_input = local(
+                lambda s, y, up, xv, ofn=ofn, other=other: up * ofn(getattr(torch, other)(xv)))
+            yield f"slope-of-{other}", other_at_say, at_input, inp
 
     def output_say(tensor: str, grad: str, ns: dict) -> str:
         return (f"{grad} takes {name}'s slope at `{out}`, the line's output: the slope belongs "
@@ -673,14 +838,21 @@ def step_slips(pack: Pack, step: Step, ranks: dict[str, int]) -> list[Slip]:
         expr = _parsed(line.source)
         if expr is None:
             continue
+        for node in [n for n in ast.walk(expr) if isinstance(n, ast.BinOp)
+                     and isinstance(n.op, ast.MatMult)]:
+            for key, say, changed in _matmul_slips(node, line):
+                out.append(Slip(key, say, line, expr=_replaced(expr, node, changed)))
         for call in [n for n in ast.walk(expr) if isinstance(n, ast.Call)]:
             name = _name(call)
-            if name in ("conv1d", "conv2d", "conv3d"):
+            if name in ("cross_entropy", "nll_loss", "mse_loss", "l1_loss"):
+                found = _loss_slips(call, line)
+            elif name in ("conv1d", "conv2d", "conv3d"):
                 found = _conv_slips(call, line, dilations)
             elif name in ("max_pool1d", "max_pool2d"):
                 found = _pool_slips(call, line)
             elif name in _DIMMED:
-                found = iter([*_dim_slips(call, line, rank), *_count_slips(call, line)])
+                found = iter([*_dim_slips(call, line, rank), *_count_slips(call, line),
+                              *_normaliser_slips(call, line)])
             elif name == "masked_fill":
                 found = _mask_slips(call, line)
             elif name in _ELEMENTWISE:
@@ -756,6 +928,7 @@ class _Prepared:
     base: dict[tuple[str, str], Tensor | None]
     lines: list[ForwardLine] = field(default_factory=list)
     step_base: dict[str, Tensor | None] = field(default_factory=dict)
+    loss: str = "loss"
 
 
 _CACHE: dict[tuple, _Prepared] = {}
@@ -767,6 +940,14 @@ def explain(pack: Pack, step: Step, tensor: str, value: Tensor, ref: Tensor, bef
     of `tensor` shows, or None."""
     if value.shape != ref.shape or not bool(torch.isfinite(value).all()):
         return None
+    try:
+        return _explain(pack, step, tensor, value, ref, before)
+    except Exception:  # noqa: BLE001 - a diagnosis that fails says nothing, the verdict stands
+        return None
+
+
+def _explain(pack: Pack, step: Step, tensor: str, value: Tensor, ref: Tensor, before: dict
+             ) -> Diagnosis | None:
     key = (pack.id, step.id, id(before))
     prepared = _CACHE.get(key)
     if prepared is None:
@@ -774,7 +955,8 @@ def explain(pack: Pack, step: Step, tensor: str, value: Tensor, ref: Tensor, bef
             _CACHE.clear()
         ranks = {k: v.dim() for k, v in before.items() if isinstance(v, Tensor)}
         prepared = _CACHE[key] = _Prepared(step_slips(pack, step, ranks), {}, {},
-                                           [pack.line_for(t) for t in step.lines])
+                                           [pack.line_for(t) for t in step.lines],
+                                           loss=pack.loss)
         prepared.before = before  # type: ignore[attr-defined]  # keeps id(before) unique
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -798,6 +980,13 @@ def _match(prepared: _Prepared, tensor: str, value: Tensor, ref: Tensor, before:
                 or close(produced, ref64) or not close(value, produced):
             continue
         found.append((slip, produced))
+    if not found:
+        return (_broadcast(prepared, tensor, value, ref64, before)
+                or _loss_count(prepared, tensor, value, ref64, before)
+                or _repeats_lost(prepared, tensor, value, ref64, before)
+                or _ties(prepared, tensor, value, ref64, before)
+                or _triangle(tensor, value, ref64) or _swapped_axes(tensor, value, ref64)
+                or _shifted(tensor, value, ref64) or _moved_entries(tensor, value, ref64))
     for slip, produced in found:
         message = slip.say(tensor, grad, before)
         if not message:
@@ -808,6 +997,201 @@ def _match(prepared: _Prepared, tensor: str, value: Tensor, ref: Tensor, before:
                         + ", ".join(o.replace("-", " ") for o in others) + ".)")
         return diagnosis("derived", message)
     return None
+
+
+def _broadcast(prepared: _Prepared, tensor: str, value: Tensor, ref: Tensor, before: dict
+               ) -> Diagnosis | None:
+    for line in prepared.lines:
+        if tensor not in line.operands:
+            continue
+        for _key, said, produced in _broadcast_slips(line, tensor, before,
+                                                     _conv_bias(line, tensor)):
+            if produced.shape == ref.shape and not close(produced, ref) \
+                    and close(value, produced):
+                return diagnosis("derived", (
+                    f"{gradient(tensor)} {said}. `{line.source.strip()}` copies `{tensor}` "
+                    "along the dims it lacks, and the gradients of all the copies add up."))
+    return None
+
+
+def _shifted(tensor: str, value: Tensor, ref: Tensor) -> Diagnosis | None:
+    """The right numbers moved along one axis by a position or two: what the learner's
+    indices do, said as what the numbers show."""
+    v = value.detach().to("cpu", torch.float64)
+    if v.dim() >= 3:  # an image's rows and columns moved together (a padding on one side)
+        h, w = v.shape[-2], v.shape[-1]
+        for k in (1, -1):
+            a = v[..., max(k, 0):h + min(k, 0), max(k, 0):w + min(k, 0)]
+            b = ref[..., max(-k, 0):h + min(-k, 0), max(-k, 0):w + min(-k, 0)]
+            if h >= 4 and w >= 4 and _share_close(a, b) >= 0.6 \
+                    and _share_close(v, ref) < 0.3:
+                way = "down and to the right" if k > 0 else "up and to the left"
+                return diagnosis("derived", (
+                    f"{gradient(tensor)} holds the right numbers moved one position {way}, "
+                    "along both of the last two dims: as if one side were padded where the "
+                    "line pads both. Check which positions each output read."))
+    for d in range(v.dim()):
+        size = v.shape[d]
+        if size < 4:
+            continue
+        for k in (1, -1, 2, -2):
+            a = v.narrow(d, k, size - k) if k > 0 else v.narrow(d, 0, size + k)
+            b = ref.narrow(d, 0, size - k) if k > 0 else ref.narrow(d, -k, size + k)
+            same = ref.narrow(d, k, size - k) if k > 0 else ref.narrow(d, 0, size + k)
+            if _share_close(a, b) >= 0.6 and _share_close(a, same) < 0.3:
+                way = "later" if k > 0 else "earlier"
+                n = abs(k)
+                return diagnosis("derived", (
+                    f"{gradient(tensor)} holds the right numbers moved along dim {d}: each "
+                    f"value sits {n} position{'s' if n > 1 else ''} {way} than where it "
+                    "belongs. Check the indices that place each contribution."))
+    return None
+
+
+def _loss_count(prepared: _Prepared, tensor: str, value: Tensor, ref: Tensor, before: dict
+                ) -> Diagnosis | None:
+    """The gradient of a mean loss divided by a part of its count only: right up to a factor
+    that is the count over one of the sizes (`n` where the mean runs over `n * block_size`)."""
+    for line in prepared.lines:
+        expr = _parsed(line.source)
+        if not (isinstance(expr, ast.Call) and _name(expr) in ("cross_entropy", "nll_loss",
+                                                               "mse_loss")):
+            continue
+        count = _count_of_loss(expr, before)
+        v, r = value.flatten(), ref.flatten()
+        denom = float(r @ r)
+        if not count or denom == 0:
+            return None
+        c = float(v.double() @ r) / denom
+        if not close(value, c * ref):
+            return None
+        sizes = sorted({v for k, v in before.items() if isinstance(v, int)
+                        and not isinstance(v, bool) and 1 < v < count and count % v == 0})
+        for size in sizes:
+            if abs(c - count / size) <= 1e-3 * c:
+                return diagnosis("derived", (
+                    f"{gradient(tensor)} is divided by {size} where `{line.source.strip()}` "
+                    f"averages over {count} terms: {c:.4g} times too big. Count every term "
+                    "the mean runs over."))
+    return None
+
+
+def _repeats_lost(prepared: _Prepared, tensor: str, value: Tensor, ref: Tensor, before: dict
+                  ) -> Diagnosis | None:
+    """An embedding table's gradient right on the rows looked up once and wrong exactly on
+    those looked up more than once: the copies of a repeated row overwrote each other."""
+    for line in prepared.lines:
+        expr = _parsed(line.source)
+        if not (isinstance(expr, ast.Subscript) and isinstance(expr.value, ast.Name)
+                and expr.value.id == tensor and isinstance(expr.slice, ast.Name)):
+            continue
+        index = before.get(expr.slice.id)
+        if not isinstance(index, Tensor) or index.is_floating_point() or value.dim() < 1:
+            return None
+        counts = torch.bincount(index.flatten().long().cpu(), minlength=value.shape[0])
+        scale = max(float(ref.abs().max()), 1e-12)
+        wrong = ((value.double() - ref).abs() > 1e-4 * scale).reshape(value.shape[0], -1).any(1)
+        repeated = counts[: value.shape[0]] > 1
+        if wrong.any() and not (wrong & ~repeated).any():
+            return diagnosis("derived", (
+                f"{gradient(tensor)} is right on the rows `{expr.value.id}[{expr.slice.id}]` "
+                f"looked up once and wrong on the {int(wrong.sum())} rows looked up more than "
+                "once: the gradients of a repeated row overwrote each other. Every lookup "
+                "sends its gradient back, and a row's gradients add up."))
+    return None
+
+
+def _ties(prepared: _Prepared, tensor: str, value: Tensor, ref: Tensor, before: dict
+          ) -> Diagnosis | None:
+    """A max-pool's gradient right everywhere but in windows where several entries tie for
+    the largest (a window of zeros after a ReLU): it went to more than one, or another one."""
+    for line in prepared.lines:
+        expr = _parsed(line.source)
+        if not (isinstance(expr, ast.Call) and _name(expr) in ("max_pool1d", "max_pool2d")):
+            continue
+        x = before.get(tensor)
+        k = _const(_arg(expr, 0, "kernel_size"))
+        stride = _const(_arg(expr, 1, "stride"))
+        if not isinstance(x, Tensor) or not isinstance(k, int) or stride not in (None, k):
+            return None
+        dims = 2 if _name(expr).endswith("2d") else 1
+        xd = x.detach().to("cpu", torch.float64)
+        pool = F.max_pool2d if dims == 2 else F.max_pool1d
+        top = pool(xd, k)
+        for d in range(-dims, 0):
+            top = top.repeat_interleave(k, d)
+        if top.shape != xd.shape:
+            return None
+        at_max = (xd == top).double()
+        count = (F.avg_pool2d(at_max, k) * k * k if dims == 2
+                 else F.avg_pool1d(at_max, k) * k)
+        for d in range(-dims, 0):
+            count = count.repeat_interleave(k, d)
+        scale = max(float(ref.abs().max()), 1e-12)
+        wrong = (value.double() - ref).abs() > 1e-4 * scale
+        tied = count > 1.5
+        if wrong.any() and not (wrong & ~tied).any():
+            return diagnosis("derived", (
+                f"{gradient(tensor)} is right except in the windows where several entries tie "
+                f"for the largest ({int(tied.sum())} entries, zeros after a ReLU most often): "
+                f"`{line.source.strip()}` passes each window's gradient to one entry only, the "
+                "first of the largest, and none to the others."))
+    return None
+
+
+def _triangle(tensor: str, value: Tensor, ref: Tensor) -> Diagnosis | None:
+    """The right gradient with a triangle of its last two axes zeroed, or only that triangle
+    kept: a causal mask applied where the line applies none, or the wrong way round."""
+    if value.dim() < 2 or value.shape[-1] != value.shape[-2] or value.shape[-1] < 3:
+        return None
+    t = value.shape[-1]
+    ones = torch.ones(t, t, dtype=torch.float64)
+    masks = {"above the diagonal": torch.tril(ones), "below the diagonal": torch.triu(ones),
+             "on and above the diagonal": torch.tril(ones, -1),
+             "on and below the diagonal": torch.triu(ones, 1)}
+    v = value.detach().to("cpu", torch.float64)
+    for where, keep in masks.items():
+        produced = ref * keep
+        if not close(produced, ref) and close(v, produced):
+            return diagnosis("derived", (
+                f"{gradient(tensor)} is the right gradient with every entry {where} set to "
+                "zero, as a causal mask would. Which entries does this step's line itself "
+                "zero, and which reach the loss?"))
+    return None
+
+
+def _swapped_axes(tensor: str, value: Tensor, ref: Tensor) -> Diagnosis | None:
+    """The right numbers with two axes of the same size swapped."""
+    from itertools import combinations
+
+    v = value.detach().to("cpu", torch.float64)
+    for i, j in combinations(range(v.dim()), 2):
+        if v.shape[i] == v.shape[j] and v.shape[i] > 1 and close(v.transpose(i, j), ref):
+            return diagnosis("derived", (
+                f"{gradient(tensor)} holds the right numbers with axes {i} and {j} swapped: the "
+                f"shape cannot tell, since both have {v.shape[i]} entries. Undo each reshape, "
+                "transpose or flatten in the order the forward pass made it."))
+    return None
+
+
+def _moved_entries(tensor: str, value: Tensor, ref: Tensor) -> Diagnosis | None:
+    """Every right number, each in another place: a reshape undone in the wrong order."""
+    v = value.detach().to("cpu", torch.float64).flatten()
+    r = ref.flatten()
+    if v.numel() < 4 or close(v, r):
+        return None
+    if close(v.sort().values, r.sort().values) and _share_close(v, r) < 0.9:
+        return diagnosis("derived", (
+            f"{gradient(tensor)} holds exactly the right numbers, but in other places. A view, "
+            "a flatten or a transpose only moves entries: undo them in the order the forward "
+            "pass made them, so each entry goes back where it came from."))
+    return None
+
+
+def _share_close(a: Tensor, b: Tensor) -> float:
+    """The share of entries of `a` that equal `b`'s (to float32 rounding of the largest)."""
+    scale = max(float(b.abs().max()) if b.numel() else 0.0, 1e-12)
+    return float(((a - b).abs() <= 1e-4 * scale).double().mean()) if a.numel() else 0.0
 
 
 def _slip_value(prepared: _Prepared, slip: Slip, tensor: str, ref: Tensor, before: dict
@@ -868,6 +1252,8 @@ def _step_vjp(prepared: _Prepared, changes: dict[str, ast.expr], detach: tuple[s
                     leaf = value  # the gradient of a tensor the step itself makes
                 ns[line.target] = value
                 up = before.get(gradient(line.target))
+                if up is None and line.target == prepared.loss:
+                    up = torch.ones_like(value)  # the loss's own gradient is one
                 if line.target not in read_later and isinstance(up, Tensor):
                     if up.shape != value.shape:
                         break
@@ -956,3 +1342,111 @@ def _weight_of_conv(pack: Pack, step: Step, tensor: str) -> str | None:
                     and tensor in _reads(_arg(node, 0, "weight")):
                 return _text(node)
     return None
+
+
+# --- the slips written as code, for a lesson `pack new` makes ------------------------------------
+
+def written_slips(pack: Pack, step: Step) -> Iterator[str]:
+    """The step's solution with each slip of its operations written in: the code a learner
+    who made it would have typed. `pack new` catalogues those the tutor then names (the words
+    come from `explain`, said of that line), so a generated lesson's mistakes are the slips of
+    its own operations."""
+    try:
+        tree = ast.parse(step.solution)
+    except SyntaxError:
+        return
+    ops = {_name(n) for t in step.lines for n in ast.walk(_parsed(pack.line_for(t).source)
+                                                          or ast.Constant(None))
+           if isinstance(n, ast.Call)}
+    dilations = sorted({d for line in pack.forward_lines for d in _dilations(line)} | {1})
+    seen: set[str] = set()
+
+    def out(new: ast.AST) -> Iterator[str]:
+        text = ast.unparse(ast.fix_missing_locations(new)) + "\n"
+        if text not in seen and text.strip() != step.solution.strip():
+            seen.add(text)
+            yield text
+
+    nodes = list(ast.walk(tree))
+    for i, node in enumerate(nodes):
+        # a kernel's flip or its channels' swap left out; a matrix's transpose left out
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and (
+                node.func.attr in ("flip", "transpose") and ops & _CONVS
+                or node.func.attr == "t"):
+            yield from out(_swapped_in(tree, i, lambda n: n.func.value))
+        # a padding on the other side
+        if isinstance(node, ast.Call) and _name(node) == "pad" and len(node.args) >= 2:
+            pads = _const(node.args[1])
+            if isinstance(pads, tuple) and all(isinstance(p, int) for p in pads):
+                swapped = _swap_sides(pads)
+                if swapped != pads:
+                    yield from out(_swapped_in(tree, i, lambda n, s=swapped: _padded(n, s)))
+        # another layer's dilation
+        if isinstance(node, ast.keyword) and node.arg == "dilation" \
+                and isinstance(_const(node.value), int):
+            for d in dilations:
+                if d != _const(node.value):
+                    yield from out(_keyword_set(tree, i, d))
+    if ops & {"max_pool1d", "max_pool2d"}:
+        yield from (t for t in _pool_codes(pack, step) if t not in seen)
+
+
+_CONVS = {"conv1d", "conv2d", "conv3d"}
+
+
+def _dilations(line: ForwardLine) -> set[int]:
+    expr = _parsed(line.source)
+    found = set()
+    for node in ast.walk(expr) if expr is not None else ():
+        if isinstance(node, ast.Call) and _name(node) in _CONVS:
+            d = _const(_arg(node, 4, "dilation"))
+            if isinstance(d, int):
+                found.add(d)
+    return found
+
+
+def _swapped_in(tree: ast.Module, index: int, make: Callable[[ast.AST], ast.AST]) -> ast.Module:
+    new = _copy(tree)
+    old = list(ast.walk(new))[index]
+    replacement = make(old)
+
+    class Swap(ast.NodeTransformer):
+        def visit(self, node):
+            return replacement if node is old else super().visit(node)
+
+    return Swap().visit(new)
+
+
+def _keyword_set(tree: ast.Module, index: int, value: int) -> ast.Module:
+    new = _copy(tree)
+    list(ast.walk(new))[index].value = ast.Constant(value)
+    return new
+
+
+def _pool_codes(pack: Pack, step: Step) -> Iterator[str]:
+    """A max-pool's gradient spread over its window, or sent to each window's first entry:
+    written for a pool whose windows do not overlap (kernel equal to stride, no padding)."""
+    for target in step.lines:
+        line = pack.line_for(target)
+        expr = _parsed(line.source)
+        if not (isinstance(expr, ast.Call) and _name(expr) in ("max_pool1d", "max_pool2d")):
+            continue
+        x, k = _subject(expr), _const(_arg(expr, 0, "kernel_size"))
+        stride = _const(_arg(expr, 1, "stride"))
+        if not isinstance(x, ast.Name) or not isinstance(k, int) or stride not in (None, k) \
+                or _arg(expr, 2, "padding") is not None:
+            continue
+        dims = 2 if _name(expr).endswith("2d") else 1
+        grad, up = gradient(x.id), gradient(line.target)
+        count = k ** dims
+        slices = ", ".join(["..."] + [f":{x.id}.shape[{-dims + d}] // {k} * {k}"
+                                      for d in range(dims)])
+        spread = (f"{grad} = torch.zeros_like({x.id})\n"
+                  f"{grad}[{slices}] = {up}" + "".join(
+                      f".repeat_interleave({k}, {-dims + d})" for d in range(dims))
+                  + f" / {count}\n")
+        starts = ", ".join(["..."] + [f":{x.id}.shape[{-dims + d}] // {k} * {k}:{k}"
+                                      for d in range(dims)])
+        first = f"{grad} = torch.zeros_like({x.id})\n{grad}[{starts}] = {up}\n"
+        yield spread
+        yield first

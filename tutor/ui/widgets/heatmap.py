@@ -101,10 +101,12 @@ class Heatmap:
         self.signed = signed
         self.max_rows = max_rows  # matrix rows, i.e. twice the terminal rows
         rows, cols = len(values), max((len(r) for r in values), default=0)
+        self.folded = 0  # leading axes the engine folded away (their largest entry kept)
         if shape:
             dims = list(shape)
-            # The engine flattens what lies beyond the first axis, and makes a vector one row.
-            rows, cols = (1, dims[0]) if len(dims) == 1 else (dims[0], math.prod(dims[1:]))
+            # A vector is one row; beyond two axes the engine keeps the last two.
+            rows, cols = (1, dims[0]) if len(dims) == 1 else (dims[-2], dims[-1])
+            self.folded = max(0, len(dims) - 2)
         self.rows, self.cols = rows, cols
         self._ends: tuple[RGB, RGB, RGB, RGB] = ((0, 0, 0),) * 4  # read from the console
 
@@ -172,6 +174,10 @@ class Heatmap:
     def _how_pooled(self, shown_rows: int, shown_cols: int) -> str:
         r, c = _per_cell(self.rows, shown_rows), _per_cell(self.cols, shown_cols)
         size = f"{_plural(self.rows, 'row')} × {_plural(self.cols, 'column')}: "
+        if self.folded:
+            lead = "dim 0" if self.folded == 1 else f"dims 0–{self.folded - 1}"
+            size = (f"the last two dims, {_plural(self.rows, 'row')} × "
+                    f"{_plural(self.cols, 'column')}, largest over {lead}: ")
         per_line = " (two cell rows per line)" if shown_rows > 1 else ""
         if r == c == "1":
             return size + "one entry per cell" + per_line

@@ -279,10 +279,62 @@ def test_a_line_with_no_rule_gets_a_todo_that_pack_check_names(tmp_path):
     assert "dh = ..." in step.template
     problems = [str(p) for p in check_pack(tmp_path / "todo", Settings(device="cpu"),
                                            progress=lambda _: None, families=False)]
-    assert any(p.startswith("todo/h: reference solution fails to run") and "TODO" in p
-               for p in problems), problems
+    # Said once, where it is, with what it stops: not once for every check that runs past it.
+    todos = [p for p in problems if "TODO" in p]
+    assert len(todos) == 1 and todos[0].startswith("todo/h: TODO (pack new)"), problems
+    assert "cumsum" in todos[0] and "by hand" in todos[0] and "more check" in todos[0]
 
 
 def test_a_pack_is_not_written_over_without_force(made):
     with pytest.raises(Unusable, match="holds a pack already"):
         make(FILES["mlp"], made["mlp"])
+
+
+# --- lessons a course would ship ----------------------------------------------------------------
+
+def test_a_weight_penalty_on_the_loss_line_builds_and_its_lesson_is_ready(tmp_path):
+    """A parameter the loss line reads again (`+ reg * (W * W).sum()`): its first branch is the
+    loss line's, whose own gradient is one; `return loss, logits` hands back the loss first."""
+    from tutor.evaluator.packcheck import check_pack
+
+    result = make(FORWARD / "loss_penalty.py", tmp_path / "penalty")
+    assert result.todo == []
+    pack = load_pack(tmp_path / "penalty")
+    first = pack.gradient_steps[0]
+    assert "2 * W * reg" in first.solution  # a square's derivative, as a person writes it
+    problems = check_pack(tmp_path / "penalty", Settings(device="cpu"),
+                          progress=lambda _: None, families=False)
+    assert problems == [], [str(p) for p in problems]
+
+
+def test_operations_courses_use_are_derived_not_left_as_todos(tmp_path):
+    """gather, index_select, logsigmoid, BCE with logits, einsum, normalize and a reduction of
+    a reduction on the loss line: every reference right (pack check runs each against
+    autograd), no TODO."""
+    from tutor.evaluator.packcheck import check_pack
+
+    result = make(FORWARD / "course_ops.py", tmp_path / "ops")
+    assert result.todo == []
+    solutions = "\n".join(s.solution for s in load_pack(tmp_path / "ops").gradient_steps)
+    for used in ("scatter_add", "index_add", "torch.einsum", "torch.sigmoid"):
+        assert used in solutions, used
+    problems = check_pack(tmp_path / "ops", Settings(device="cpu"), progress=lambda _: None,
+                          families=False)
+    assert problems == [], [str(p) for p in problems]
+
+
+def test_a_line_that_draws_random_numbers_is_refused_with_what_to_do(tmp_path):
+    with pytest.raises(Unusable) as refused:
+        make(FORWARD / "random_line.py", tmp_path / "random")
+    said = str(refused.value)
+    assert said.startswith("random_line.py line ") and "`dropout` draws random numbers" in said
+    assert "FIXED" in said and "\n" not in said
+
+
+def test_a_max_pool_s_reference_is_the_textbook_unpool(tmp_path):
+    result = make(ROOT / "tests" / "packs" / "forward" / "slips_cnn2d.py", tmp_path / "cnn")
+    assert result.todo == []
+    pool = next(s for s in load_pack(tmp_path / "cnn").gradient_steps
+                if "max_pool2d" in "".join(load_pack(tmp_path / "cnn").line_for(t).source
+                                           for t in s.lines))
+    assert "F.max_unpool2d(" in pool.solution and "scatter_add" not in pool.solution

@@ -241,6 +241,13 @@ _sig("conv1d conv2d", "input weight bias stride padding dilation groups")
 _sig("max_pool1d max_pool2d", "input kernel_size stride padding dilation ceil_mode "
      "return_indices")
 _sig("pad", "input pad mode value")
+_sig("gather", "input dim index sparse_grad")
+_sig("index_select", "input dim index")
+_sig("logsigmoid", "input")
+_sig("binary_cross_entropy_with_logits", "input target weight size_average reduce reduction "
+     "pos_weight")
+_sig("normalize", "input p dim eps")
+_sig("einsum", "equation *operands")
 
 _MODULES = {"torch", "F", "math", "torch.nn.functional", "torch.special"}
 _DEFAULTS = {"keepdim": False, "dim": None, "unbiased": True, "approximate": "none",
@@ -248,7 +255,8 @@ _DEFAULTS = {"keepdim": False, "dim": None, "unbiased": True, "approximate": "no
              "reduction": "mean", "weight": None, "bias": None, "stride": None, "padding": 0,
              "dilation": 1, "groups": 1, "eps": 1e-5, "mode": "constant", "value": 0,
              "ignore_index": -100, "label_smoothing": 0.0, "start_dim": 0, "end_dim": -1,
-             "ceil_mode": False, "return_indices": False}
+             "ceil_mode": False, "return_indices": False, "p": 2.0, "sparse_grad": False,
+             "pos_weight": None}
 
 IDEAS = {
     "matmul": "A matrix product sends the gradient back through the other operand: each "
@@ -303,12 +311,22 @@ IDEAS = {
     "pad": "Padding adds constant entries: the input's gradient is the gradient with the "
            "padding cut off.",
     "linear": "`F.linear(x, W, b)` is `x @ W.T + b`: the matrix-product and broadcast rules.",
+    "bce": "Binary cross-entropy on logits is a sigmoid and a log-likelihood in one: like "
+           "cross-entropy after a softmax, its gradient compares the predicted probability "
+           "with the target, averaged as the loss averages.",
+    "normalize": "Normalising divides by the length, which depends on every entry: besides "
+                 "the direct path, each entry's gradient loses the part that would only "
+                 "change the length.",
+    "einsum": "An einsum is a sum of products: each operand's gradient is an einsum of the "
+              "arriving gradient with the other operands, with the operand's own indices as "
+              "the output.",
     "mse": "A mean squared error is the square of a difference, averaged: the square's "
            "derivative, the sign each side of the difference takes, and the count.",
 }
 
 
-PRIORITY = ("conv", "layer_norm", "cross_entropy", "log_softmax", "softmax", "matmul",
+PRIORITY = ("conv", "layer_norm", "bce", "normalize", "einsum", "cross_entropy", "log_softmax",
+            "softmax", "matmul",
             "linear", "pool", "index", "max", "var", "mean", "sum", "pad", "cat", "shape", "mask",
             "exp", "log", "tanh", "sigmoid", "relu", "gelu", "mse", "pow", "div", "mul",
             "broadcast", "unary", "add")
@@ -531,6 +549,11 @@ class Deriver:
                           Up(neg(up.expr), up.shape, up.held))
         elif isinstance(op, ast.Mult):
             self.idea("mul")
+            if ast.dump(left) == ast.dump(right) and self.wants(left):
+                # `x * x` is a square: one term, `2 * x`, as a person writes it
+                self.back(left, Up(mul(mul(_num(2), self.local(left)), up.expr),
+                                   *self.times(up, left)))
+                return
             if self.wants(left):
                 self.back(left, Up(mul(self.local(right), up.expr), *self.times(up, right)))
             if self.wants(right):
@@ -905,6 +928,8 @@ class Deriver:
         shape = tuple(1 if d in dims else s[d] for d in range(len(s)))
         held = tuple(1 if d in dims else h[d] for d in range(len(h)))
         expr = up.expr
+        if not up.shape:  # a number, the gradient of a scalar: it broadcasts as it is
+            return Up(expr, (), ())
         if not keepdim and expr is not None:
             for d in dims:
                 expr = _method(expr, "unsqueeze", ast.Constant(d))
@@ -1214,6 +1239,92 @@ class Deriver:
 
     rule_nll_loss = rule_cross_entropy
 
+    def rule_gather(self, node, x, bound, up):
+        """`x.gather(dim, index)` picks one entry per index: its gradient is scattered back,
+        adding up where an entry was picked twice."""
+        self.idea("index")
+        if self.arg(bound, "sparse_grad"):
+            raise Unsupported("gather with sparse_grad")
+        up = self.full(up, node)
+        value = _method(_call("torch.zeros_like", self.local(x)), "scatter_add",
+                        copy.deepcopy(bound["dim"]), copy.deepcopy(bound["index"]), up.expr)
+        self.back(x, Up(value, self.shape(x), self.held(x)))
+
+    def rule_index_select(self, node, x, bound, up):
+        """`x.index_select(dim, index)` copies whole slices: each goes back where it came from,
+        adding up where one was taken twice."""
+        self.idea("index")
+        up = self.full(up, node)
+        value = _method(_call("torch.zeros_like", self.local(x)), "index_add",
+                        copy.deepcopy(bound["dim"]), copy.deepcopy(bound["index"]), up.expr)
+        self.back(x, Up(value, self.shape(x), self.held(x)))
+
+    def rule_logsigmoid(self, node, x, bound, up):
+        self.elementwise(node, x, up, _call("torch.sigmoid", neg(self.local(x))), "sigmoid")
+
+    def rule_binary_cross_entropy_with_logits(self, node, x, bound, up):
+        self.idea("bce")
+        for unusual in ("weight", "size_average", "reduce", "pos_weight"):
+            if bound.get(unusual) is not None:
+                raise Unsupported(f"binary_cross_entropy_with_logits with {unusual}")
+        local = ast.BinOp(_call("torch.sigmoid", self.local(x)), ast.Sub(),
+                          copy.deepcopy(bound["target"]))
+        reduction = self.arg(bound, "reduction")
+        if reduction == "mean":
+            value = mul(div(local, _method(self.local(x), "numel")), up.expr)
+        elif reduction == "sum":
+            value = mul(local, up.expr)
+        elif reduction == "none":
+            value = mul(local, self.full(up, node).expr)
+        else:
+            raise Unsupported(f"binary_cross_entropy_with_logits with reduction={reduction!r}")
+        self.back(x, Up(value, self.shape(x), self.held(x)))
+
+    def rule_normalize(self, node, x, bound, up):
+        """`F.normalize(x, dim=d)` is `x / |x|` along `d`: the direct path, less what moves
+        the length, `y * (y * dy).sum(d)`, all over the length."""
+        self.idea("normalize")
+        if self.arg(bound, "p") != 2:
+            raise Unsupported("normalize with p other than 2")
+        dim = bound.get("dim") or ast.Constant(1)
+        up = self.full(up, node)
+        norm = self.stat("norm", _method(_method(self.local(x), "norm", dim=copy.deepcopy(dim),
+                                                 keepdim=ast.Constant(True)), "clamp_min",
+                                         copy.deepcopy(bound.get("eps") or ast.Constant(1e-12))))
+        y = self.itself(node)
+        along = _method(mul(copy.deepcopy(y), up.expr), "sum", dim=copy.deepcopy(dim),
+                        keepdim=ast.Constant(True))
+        value = ast.BinOp(ast.BinOp(up.expr, ast.Sub(), mul(copy.deepcopy(y), along)),
+                          ast.Div(), norm)
+        self.back(x, Up(value, self.shape(x), self.held(x)))
+
+    def rule_einsum(self, node, x, bound, up):
+        """`torch.einsum('ij,jk->ik', a, b)`: each operand's gradient is the einsum of the
+        arriving gradient with the other operands, its own indices as the output; only where
+        every index of the operand appears in the output or another operand, once each."""
+        self.idea("einsum")
+        equation = self.value(bound["equation"])
+        operands = bound.get("operands") or []
+        if not isinstance(equation, str) or "->" not in equation or "..." in equation:
+            raise Unsupported("einsum without an explicit `->` (or with `...`)")
+        inputs, out = equation.replace(" ", "").split("->")
+        parts = inputs.split(",")
+        if len(parts) != len(operands):
+            raise Unsupported("einsum whose operands do not match its equation")
+        up = self.full(up, node)
+        for i, operand in enumerate(operands):
+            if not self.wants(operand):
+                continue
+            others = [p for k, p in enumerate(parts) if k != i]
+            mine = parts[i]
+            if len(set(mine)) != len(mine) or not set(mine) <= set(out + "".join(others)):
+                raise Unsupported(f"einsum `{equation}` (an index of one operand alone)")
+            spec = ",".join([out, *others]) + "->" + mine
+            args = [ast.Constant(spec), up.expr,
+                    *(copy.deepcopy(o) for k, o in enumerate(operands) if k != i)]
+            self.back(operand, Up(_call("torch.einsum", *args), self.shape(operand),
+                                  self.held(operand)))
+
     def rule_mse_loss(self, node, x, bound, up):
         self.idea("mse")
         if self.arg(bound, "reduction") != "mean":
@@ -1404,6 +1515,19 @@ class Deriver:
         call.keywords = [k for k in call.keywords if k.arg != "return_indices"] + [
             ast.keyword("return_indices", ast.Constant(True))]
         where = ast.Subscript(call, ast.Constant(1), ast.Load())
+        k, stride = self.arg(bound, "kernel_size"), self.arg(bound, "stride")
+        if self.arg(bound, "padding") in (0, None) and stride in (None, k) \
+                and self.arg(bound, "dilation") in (1, None):
+            # Windows that do not overlap: each max's gradient goes back to where it was, as
+            # the textbook has it (the indices of the maxima, then an unpool).
+            at = self.stat("argmax", where)
+            size = ast.Subscript(ast.Attribute(self.local(x), "shape", ast.Load()),
+                                 ast.Slice(ast.UnaryOp(ast.USub(), ast.Constant(dims)), None),
+                                 ast.Load())
+            value = _call(f"F.max_unpool{dims}d", up.expr, at,
+                          copy.deepcopy(bound["kernel_size"]), output_size=size)
+            self.back(x, Up(value, self.shape(x), self.held(x)))
+            return
         value = _method(_method(_method(_call("torch.zeros_like", self.local(x)), "flatten",
                                         ast.Constant(2)), "scatter_add", ast.Constant(2),
                                 _method(where, "flatten", ast.Constant(2)),

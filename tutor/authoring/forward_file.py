@@ -260,6 +260,9 @@ def _forward_lines(fn: ast.FunctionDef, text: str, name: str, args: tuple[str, .
         lines.append(_line(target, stmt.value, stmt.lineno, text, name, known))
         known.add(target)
     loss = lines[-1].target if lines else ""
+    if isinstance(returned, ast.Tuple) and returned.elts and isinstance(returned.elts[0],
+                                                                       ast.Name):
+        returned = returned.elts[0]  # `return loss, logits`: the loss comes first
     if returned is not None:
         if isinstance(returned, ast.Name):
             if returned.id != loss:
@@ -293,6 +296,14 @@ def _line(target: str, value: ast.expr, lineno: int, text: str, name: str,
         raise Unusable(f"{where}: {refusal.construct} is not allowed in a forward line: "
                        f"{refusal.why}")
     for node in ast.walk(value):
+        called = node.func.attr if isinstance(node, ast.Call) and isinstance(
+            node.func, ast.Attribute) else node.func.id if isinstance(node, ast.Call) and \
+            isinstance(node.func, ast.Name) else ""
+        if called in RANDOM:
+            raise Unusable(f"{where}: `{called}` draws random numbers, so the line would give "
+                           "other numbers at every check; draw them once in `setup` (it is "
+                           "seeded), list the name in FIXED and pass it to `forward`, or leave "
+                           "it out")
         if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) \
                 and node.id not in known and node.id not in RESERVED \
                 and node.id not in LINE_BUILTINS:
@@ -306,6 +317,14 @@ def _line(target: str, value: ast.expr, lineno: int, text: str, name: str,
             raise Unusable(f"{where}: a forward line is one expression of tensors, without "
                            "lambdas, comprehensions or `:=`")
     return Line(target, line_source, lineno)
+
+
+# Operations that draw random numbers: a forward line must give the same numbers every run.
+RANDOM = frozenset({
+    "dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_alpha_dropout",
+    "rand", "randn", "randint", "rand_like", "randn_like", "randint_like", "randperm",
+    "bernoulli", "multinomial", "normal", "poisson", "uniform_", "normal_", "exponential_",
+    "bernoulli_", "random_", "gumbel_softmax", "rrelu"})
 
 
 def renamed(line_source: str, names: dict[str, str]) -> str:

@@ -297,8 +297,10 @@ class Trial:
             made = dict(zip(wanted, made, strict=True))
         if not isinstance(made, dict) or len(made) != 2 or not all(
                 isinstance(v, Tensor) for v in made.values()):
+            more = (" (a third tensor, such as noise or a mask, can be drawn once in `setup` "
+                    "and listed in FIXED)" if isinstance(made, dict) and len(made) > 2 else "")
             raise Unusable(f"{name}: batch(n, seed) must return a dict of two tensors, the "
-                           "inputs and then the targets")
+                           f"inputs and then the targets{more}")
         for k, v in made.items():
             if v.dim() == 0 or v.shape[0] != n:
                 raise Unusable(f"{name}: batch({n}, seed) returned `{k}` of shape "

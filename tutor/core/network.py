@@ -188,13 +188,17 @@ class Network:
             loss, [ns[k] for k in differentiable], retain_graph=True, allow_unused=True
         )
         full = {k: g for k, g in zip(differentiable, grads, strict=False) if g is not None}
+        # The loss's own gradient is one: a step whose line is the loss line, and that starts
+        # the first branch of a tensor the loss reads twice (a weight penalty), needs it.
+        full_with_loss = {**full, self.pack.loss: torch.ones_like(loss)}
         refs: dict[tuple[str, str], Tensor] = {}
         given: dict[tuple[str, str], Tensor] = {}
         sources = {line.target: line.source for line in lines}
         for step in self.pack.gradient_steps:
             if not step.kind.of_forward_tensors:
                 continue  # graded on cases of its own (functions.py)
-            for name, grad in _step_references(step, ns, full, self.pack.loss, sources).items():
+            for name, grad in _step_references(step, ns, full_with_loss, self.pack.loss,
+                                               sources).items():
                 refs[(step.id, name)] = grad.detach()
             for name in step.given:
                 given[(step.id, name)] = full[name].detach()

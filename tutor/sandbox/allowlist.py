@@ -90,7 +90,8 @@ FUNCTIONAL = _words("""
     binary_cross_entropy_with_logits poisson_nll_loss gaussian_nll_loss cosine_similarity
     pairwise_distance pdist layer_norm batch_norm group_norm instance_norm rms_norm
     local_response_norm dropout conv1d conv2d conv_transpose1d conv_transpose2d avg_pool1d
-    avg_pool2d max_pool1d max_pool2d adaptive_avg_pool1d adaptive_avg_pool2d unfold fold
+    avg_pool2d max_pool1d max_pool2d max_unpool1d max_unpool2d adaptive_avg_pool1d
+    adaptive_avg_pool2d unfold fold
     scaled_dot_product_attention interpolate
 """)
 LINALG = _words("""

@@ -2,26 +2,22 @@
 import torch
 import torch.nn.functional as F
 
-n_in = 6
-n_classes = 5
-reg = 0.01
+width = 4
+classes = 3
 
 
 def setup(seed):
-    g = torch.Generator().manual_seed(seed)
-    return {"W": torch.randn((n_in, n_classes), generator=g) / n_in ** 0.5,
-            "b": torch.randn(n_classes, generator=g) * 0.1}
+    return {"W": torch.randn((width, classes), generator=torch.Generator().manual_seed(seed))}
 
 
 def batch(n, seed):
-    teacher = torch.randn((n_in, n_classes), generator=torch.Generator().manual_seed(0))
     g = torch.Generator().manual_seed(seed)
-    X = torch.randn((n, n_in), generator=g)
-    return {"X": X, "Y": (X @ teacher).argmax(1)}
+    return {"X": torch.randn((n, width), generator=g),
+            "Y": torch.randint(0, classes, (n,), generator=g)}
 
 
-def forward(X, Y, W, b):
-    h = F.dropout(X, 0.1)
-    logits = h @ W + b
-    loss = F.cross_entropy(logits, Y) + reg * (W * W).sum()
+def forward(X, Y, W):
+    kept = F.dropout(X, 0.5)
+    logits = kept @ W
+    loss = F.cross_entropy(logits, Y)
     return loss

@@ -20,7 +20,9 @@ from tutor.pack.transplant import counterpart, transplant
 
 ROOT = Path(__file__).resolve().parent.parent
 LESSONS = {"makemore": "makemore", "gpt": str(ROOT / "exercises" / "gpt"),
-           "lstm": str(ROOT / "exercises" / "lstm"), "conv": str(ROOT / "exercises" / "conv")}
+           "lstm": str(ROOT / "exercises" / "lstm"), "conv": str(ROOT / "exercises" / "conv"),
+           # lessons `pack new` makes, as a course would (tests/packs/forward/)
+           "cnn2d (generated)": "slips_cnn2d.py", "attention (generated)": "slips_attention.py"}
 
 # Slips written once, on one step: (lesson, step, tensor, code, words the diagnosis must hold
 # there and on every step it is carried to).
@@ -61,17 +63,20 @@ WRITTEN_ONCE = {
 }
 
 
-def _engine(lesson: str) -> Engine:
-    return Engine(Settings(device="cpu", pack=LESSONS[lesson]))
-
-
 @pytest.fixture(scope="module")
-def engines():
+def engines(tmp_path_factory):
     made: dict[str, Engine] = {}
 
     def get(lesson: str) -> Engine:
         if lesson not in made:
-            made[lesson] = _engine(lesson)
+            pack = LESSONS[lesson]
+            if pack.endswith(".py"):
+                from tutor.authoring.new import make
+
+                out = tmp_path_factory.mktemp("generated") / Path(pack).stem
+                make(ROOT / "tests" / "packs" / "forward" / pack, out)
+                pack = str(out)
+            made[lesson] = Engine(Settings(device="cpu", pack=pack))
         return made[lesson]
 
     yield get

@@ -102,6 +102,9 @@ def _fake_wheel(path: Path) -> Path:
     """A wheel laid out as the real one: the packs under tutor/_bundled, and a RECORD."""
     with zipfile.ZipFile(path, "w") as zf:
         zf.writestr("tutor/__init__.py", "")
+        zf.writestr("tutor/authoring/derivative.py", "RULES = 'the rules that write code'\n")
+        zf.write(ROOT / "exercises" / "conv" / "forward.py",
+                 "tutor/_bundled/exercises/conv/forward.py")
         for toml in sorted((ROOT / "exercises").rglob("*.toml")):
             zf.write(toml, f"tutor/_bundled/exercises/{toml.relative_to(ROOT / 'exercises')}")
         zf.writestr("backprop_tutor-0.1.0.dist-info/RECORD", "")
@@ -130,6 +133,29 @@ def test_the_student_wheel_holds_no_answers_and_a_true_record(tmp_path):
             assert text and _answers_in(text, lesson) == []
     assert {n for n in names} >= {f"tutor/_bundled/exercises/{p.relative_to(ROOT / 'exercises')}"
                                   for p in (ROOT / "exercises").rglob("*.toml")}
+    # Nothing that derives a step's code: no `pack new`, no rules, no forward file to run it on.
+    assert not [n for n in names if n.startswith("tutor/authoring/") or n.endswith("forward.py")]
+
+
+def test_pack_new_without_its_rules_refuses_in_one_line(tmp_path, monkeypatch):
+    """In the student build `tutor.authoring` is not there: `pack new` says so and stops."""
+    import builtins
+
+    from tutor.cli import main
+
+    real = builtins.__import__
+
+    def without(name, *args, **kwargs):
+        if name.startswith("tutor.authoring"):
+            raise ImportError(name)
+        return real(name, *args, **kwargs)
+
+    for name in [n for n in sys.modules if n.startswith("tutor.authoring")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setattr(builtins, "__import__", without)
+    forward = ROOT / "tests" / "packs" / "forward" / "mlp.py"
+    assert main(["pack", "new", str(forward), "--out", str(tmp_path / "made")]) == 2
+    assert not (tmp_path / "made").exists()
 
 
 def test_a_student_copy_passes_right_answers_with_the_rule_in_one_check(copies):

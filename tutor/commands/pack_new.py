@@ -24,8 +24,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     # Importing torch without NumPy present prints a warning that means nothing here.
     warnings.filterwarnings("ignore", message=".*NumPy.*")
-    from tutor.authoring.forward_file import Unusable
-    from tutor.authoring.new import make
+    try:
+        from tutor.authoring.forward_file import Unusable
+        from tutor.authoring.new import make
+    except ImportError:  # the student build holds nothing that derives a step's code
+        raise UsageError("pack new is not part of this build (the tutor for students derives "
+                         "no lesson); install the full backprop-tutor to make packs") from None
 
     if not args.out:
         raise UsageError("pack new needs --out DIR, the folder to write the pack in")

@@ -146,11 +146,20 @@ def make_bundle(out: Path, pack: Pack, pack_arg: str, wheel: Path | None,
 # --- what students install ------------------------------------------------------------------
 
 BUNDLED_PACKS = "tutor/_bundled/exercises/"
+# What derives a step's code from a forward pass: `pack new` and its rules, and the forward files
+# it would run on. A student's tutor holds none of it (issue: the student build derives nothing).
+DERIVES = ("tutor/authoring/",)
+
+
+def _left_out(name: str) -> bool:
+    return name.startswith(DERIVES) or (name.startswith(BUNDLED_PACKS)
+                                        and name.endswith("/forward.py"))
 
 
 def student_wheel(wheel: Path, out: Path) -> Path:
-    """A copy of `wheel` in the folder `out` whose lessons hold no answers (tutor/pack/student.py):
-    what a course gives students, while the autograder keeps the wheel with the references.
+    """A copy of `wheel` in the folder `out` whose lessons hold no answers (tutor/pack/student.py)
+    and that holds nothing that derives them (`pack new`, its rules, the forward files): what a
+    course gives students, while the autograder keeps the wheel with the references.
     Same name and version (a student's `pip install` of it is the ordinary one), each pack file
     rewritten and the wheel's RECORD made again for the new contents."""
     from tutor.pack.student import student_text
@@ -166,6 +175,8 @@ def student_wheel(wheel: Path, out: Path) -> Path:
         for info in src.infolist():
             if info.filename.endswith(".dist-info/RECORD"):
                 record_name = info.filename
+                continue
+            if _left_out(info.filename):
                 continue
             data = src.read(info)
             if info.filename.startswith(BUNDLED_PACKS) and info.filename.endswith(".toml"):

@@ -90,10 +90,12 @@ class Namer:
         if (main, held) == (self.n, self.n_held):
             return _name("n")
         if main == held:
-            for name, value in self.sizes.items():
-                if value == main and main > 1:
-                    return _name(name)
-            return ast.Constant(main)
+            if main <= 2:
+                return ast.Constant(main)
+            # A size is written by its name only where one name has that value: with two
+            # (`n_embd == head_size`), or none (a count the file never names), the shape says it.
+            names = [name for name, value in self.sizes.items() if value == main]
+            return _name(names[0]) if len(names) == 1 else None
         if main % self.n == 0 and held % self.n_held == 0 and main // self.n == held // self.n_held:
             k = main // self.n
             return ast.BinOp(_name("n"), ast.Mult(), self(k, k) or ast.Constant(k))
@@ -483,6 +485,8 @@ class Deriver:
             return Up(_call("torch.ones", *sizes), s, self.held(node))
         if isinstance(node, ast.Name):
             expr = mul(_call("torch.ones_like", copy.deepcopy(node)), up.expr)
+        elif not up.shape:  # a number (a scalar's gradient) has no `expand`: ones of the shape
+            expr = mul(_call("torch.ones_like", self.local(node)), up.expr)
         else:
             expr = _method(up.expr, "expand", *sizes)
         return Up(expr, s, self.held(node))

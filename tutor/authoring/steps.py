@@ -73,10 +73,10 @@ def plan(lines: list[LineInfo]) -> list[StepPlan]:
             left[x].discard(line.index)
         done.add(line.index)
         steps.append(step)
-    return _merged(steps, {ln.target: ln.operands for ln in lines})
+    return _merged(steps)
 
 
-def _merged(steps: list[StepPlan], operands: dict[str, tuple[str, ...]]) -> list[StepPlan]:
+def _merged(steps: list[StepPlan]) -> list[StepPlan]:
     """A step that grades nothing joins the next one."""
     out: list[StepPlan] = []
     carry: StepPlan | None = None
@@ -97,12 +97,8 @@ def _merged(steps: list[StepPlan], operands: dict[str, tuple[str, ...]]) -> list
         out.append(StepPlan(last.lines + carry.lines, last.checks,
                             last.partials + [p for p in carry.partials if p not in last.checks],
                             {**last.modes, **carry.modes}, last.middles + carry.middles))
-    for step in out:
-        # A first branch is graded as what reaches it through every line of its step, so each
-        # of them must read it; one that some line does not read is left to be graded whole.
-        kept = [p for p in step.partials if all(p in operands[t] for t in step.lines)]
-        step.middles += [p for p in step.partials if p not in kept]
-        step.partials = kept
+    # A first branch is graded as what reaches it through the lines of its step that read it
+    # (tutor/core/network.py `_step_references`): in a fused step, a line may read it alone.
     return out
 
 

@@ -52,6 +52,7 @@ from tutor.core.candidate import (
 )
 from tutor.core.diagnosis import close
 from tutor.core.grading import grade
+from tutor.core.network import at_precision
 from tutor.pack.flow import gradient
 from tutor.pack.kinds import LineGradient
 from tutor.pack.model import Exercise, Pack, Step
@@ -344,7 +345,7 @@ class Trial:
         for line in self.lines:
             code = self.compiled(line.source)
             try:
-                with torch.enable_grad():
+                with torch.enable_grad(), at_precision(dtype):
                     exec(code, ns)  # noqa: S102 - compiled behind the sandbox's guard
             except CheckTimeout:
                 raise

@@ -70,6 +70,29 @@ def setup_functions(fns: dict) -> dict:
     return {k: v for k, v in fns.items() if callable(v) and not k.startswith("_")}
 
 
+class AtPrecision(torch.overrides.TorchFunctionMode):
+    """Inside a pass run in another precision than float32 (float64, the yardstick), a forward
+    line's `.float()` means the pass's own precision: `F.one_hot(X, 27).float() @ W` would
+    otherwise mix float32 into a float64 pass and fail."""
+
+    def __init__(self, dtype: torch.dtype):
+        super().__init__()
+        self.dtype = dtype
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is Tensor.float and args:
+            return args[0].to(self.dtype)
+        return func(*args, **kwargs)
+
+
+def at_precision(dtype: torch.dtype):
+    """`AtPrecision` where the pass is not float32, else nothing."""
+    from contextlib import nullcontext
+
+    return AtPrecision(dtype) if dtype != torch.float32 else nullcontext()
+
+
 def forward_namespace(pack: Pack, params: dict[str, Tensor], Xb: Tensor, Yb: Tensor,
                       dtype: torch.dtype, device: torch.device, sources: list[str],
                       sizes: dict, *, fns: dict) -> dict:
@@ -84,7 +107,7 @@ def forward_namespace(pack: Pack, params: dict[str, Tensor], Xb: Tensor, Yb: Ten
     # Float inputs follow the pass's precision (indices, as in makemore, stay integers).
     ns["Xb"], ns["Yb"] = (t.to(device, dtype if t.is_floating_point() else t.dtype)
                           for t in (Xb, Yb))
-    with torch.enable_grad():
+    with torch.enable_grad(), at_precision(dtype):
         exec(compile("\n".join(sources), f"<{pack.id} forward>", "exec"), ns)
     return ns
 
@@ -225,9 +248,14 @@ def _step_references(
         leaf = ns[name].detach().requires_grad_(True)
         local = {k: (v.detach() if isinstance(v, Tensor) else v) for k, v in ns.items()}
         local[name] = leaf
-        outputs = [_eval(_value(sources[t]), local, grad=True) for t in step.lines]
-        (grad,) = torch.autograd.grad(outputs, [leaf], grad_outputs=[full[t] for t in step.lines])
-        out[name] = grad
+        # Only the step's lines that read it send it anything (a fused step's other lines may
+        # read other tensors alone).
+        pairs = [(o, full[t]) for t in step.lines
+                 if isinstance(o := _eval(_value(sources[t]), local, grad=True), Tensor)
+                 and o.requires_grad]
+        (grad,) = torch.autograd.grad([o for o, _ in pairs], [leaf],
+                                      grad_outputs=[g for _, g in pairs], allow_unused=True)
+        out[name] = grad if grad is not None else torch.zeros_like(leaf)
     return out
 
 

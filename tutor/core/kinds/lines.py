@@ -402,10 +402,21 @@ class LineCheck(StepCheck):
                          grades: list[TensorCheck], notes: list[str]) -> None:
         """Earlier gradients must come out of a step as they went in; forward tensors too."""
         said = self._view_notes(facts, step, code, grades, notes)
-        written = code_facts.of(code).bound
+        facts_of = code_facts.of(code)
+        written = facts_of.bound
+        own = set(code_facts.changed_in_place(facts_of.tree)) if facts_of.tree else set()
+        # A tensor this step's lines read whose first branch an earlier step started, completed
+        # by a later one: the step adds its own branch (`demb[:, 1] += ...`), as the template
+        # says. That is no change of an earlier step's gradient.
+        read = {o for t in step.lines for o in self.pack.line_for(t).operands}
+        branches = {gradient(t) for t in read if (s := self.pack.flow.starter(
+            gradient(t), step.exercise)) is not None and self.pack.index(s) < self.pack.index(
+            step.id)}
         by_grad = {g.grad: g for g in grades}
         for change in facts.get("changed", []):
             name = str(change.get("name"))
+            if name in branches and (name in written or name in own):
+                continue
             if change.get("deleted"):
                 notes.append(f"your code deleted {name}; it is back for the next check")
                 continue

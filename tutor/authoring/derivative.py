@@ -235,7 +235,9 @@ _sig("cat concat stack", "tensors dim")
 _sig("matmul mm bmm", "input other")
 _sig("cross_entropy nll_loss", "input target weight size_average ignore_index reduce "
      "reduction label_smoothing")
-_sig("mse_loss", "input target size_average reduce reduction")
+_sig("mse_loss l1_loss", "input target size_average reduce reduction")
+_sig("smooth_l1_loss", "input target size_average reduce reduction beta")
+_sig("huber_loss", "input target reduction delta")
 _sig("linear", "input weight bias")
 _sig("layer_norm", "input normalized_shape weight bias eps")
 _sig("embedding", "input weight padding_idx max_norm")
@@ -249,6 +251,7 @@ _sig("logsigmoid", "input")
 _sig("binary_cross_entropy_with_logits", "input target weight size_average reduce reduction "
      "pos_weight")
 _sig("normalize", "input p dim eps")
+_sig("cosine_similarity", "input other dim eps")
 _sig("einsum", "equation *operands")
 
 _MODULES = {"torch", "F", "math", "torch.nn.functional", "torch.special"}
@@ -258,7 +261,7 @@ _DEFAULTS = {"keepdim": False, "dim": None, "unbiased": True, "approximate": "no
              "dilation": 1, "groups": 1, "eps": 1e-5, "mode": "constant", "value": 0,
              "ignore_index": -100, "label_smoothing": 0.0, "start_dim": 0, "end_dim": -1,
              "ceil_mode": False, "return_indices": False, "p": 2.0, "sparse_grad": False,
-             "pos_weight": None}
+             "pos_weight": None, "beta": 1.0, "delta": 1.0}
 
 IDEAS = {
     "matmul": "A matrix product sends the gradient back through the other operand: each "
@@ -322,6 +325,8 @@ IDEAS = {
     "einsum": "An einsum is a sum of products: each operand's gradient is an einsum of the "
               "arriving gradient with the other operands, with the operand's own indices as "
               "the output.",
+    "robust": "A loss of the difference, entry by entry, sends back its slope at each "
+              "difference (a sign, or the difference clipped), over the count it averages.",
     "mse": "A mean squared error is the square of a difference, averaged: the square's "
            "derivative, the sign each side of the difference takes, and the count.",
 }
@@ -330,7 +335,7 @@ IDEAS = {
 PRIORITY = ("conv", "layer_norm", "bce", "normalize", "einsum", "cross_entropy", "log_softmax",
             "softmax", "matmul",
             "linear", "pool", "index", "max", "var", "mean", "sum", "pad", "cat", "shape", "mask",
-            "exp", "log", "tanh", "sigmoid", "relu", "gelu", "mse", "pow", "div", "mul",
+            "exp", "log", "tanh", "sigmoid", "relu", "gelu", "mse", "robust", "pow", "div", "mul",
             "broadcast", "unary", "add")
 
 
@@ -1302,6 +1307,32 @@ class Deriver:
                           ast.Div(), norm)
         self.back(x, Up(value, self.shape(x), self.held(x)))
 
+    def rule_cosine_similarity(self, node, x, bound, up):
+        """`F.cosine_similarity(a, b, dim)` is `(a * b).sum(dim) / (|a| |b|)`: for `a`, the other
+        vector over both lengths, less the similarity times `a` over its length squared."""
+        self.idea("normalize")
+        a, b = bound["input"], bound["other"]
+        dim = bound.get("dim") or ast.Constant(1)
+        up = self.full(up, node)
+        g = _method(up.expr, "unsqueeze", copy.deepcopy(dim))
+        sim = _method(self.itself(node), "unsqueeze", copy.deepcopy(dim))
+        norms = {}
+        for side in (a, b):
+            norms[id(side)] = self.stat("norm", _method(self.local(side), "norm",
+                                                        dim=copy.deepcopy(dim),
+                                                        keepdim=ast.Constant(True)))
+        for this, that in ((a, b), (b, a)):
+            if not self.wants(this):
+                continue
+            mine, theirs = norms[id(this)], norms[id(that)]
+            local = ast.BinOp(
+                ast.BinOp(self.local(that), ast.Div(), ast.BinOp(copy.deepcopy(mine), ast.Mult(),
+                                                                 copy.deepcopy(theirs))),
+                ast.Sub(),
+                mul(copy.deepcopy(sim), ast.BinOp(self.local(this), ast.Div(), ast.BinOp(
+                    copy.deepcopy(mine), ast.Pow(), ast.Constant(2)))))
+            self.back(this, Up(mul(copy.deepcopy(g), local), self.shape(this), self.held(this)))
+
     def rule_einsum(self, node, x, bound, up):
         """`torch.einsum('ij,jk->ik', a, b)`: each operand's gradient is the einsum of the
         arriving gradient with the other operands, its own indices as the output; only where
@@ -1338,6 +1369,39 @@ class Deriver:
         diff = ast.BinOp(self.local(a), ast.Sub(), self.local(b))
         value = mul(div(mul(ast.Constant(2), diff), self.count(a, list(range(len(shape))))),
                     up.expr)
+        if self.wants(a):
+            self.back(a, Up(value, shape, self.held(a)))
+        if self.wants(b):
+            self.back(b, Up(neg(copy.deepcopy(value)), shape, self.held(b)))
+
+    def rule_l1_loss(self, node, x, bound, up):
+        self.robust(node, bound, up, lambda d: _call("torch.sign", d))
+
+    def rule_smooth_l1_loss(self, node, x, bound, up):
+        beta = bound.get("beta") or ast.Constant(1.0)
+        self.robust(node, bound, up, lambda d: _method(
+            ast.BinOp(d, ast.Div(), copy.deepcopy(beta)), "clamp", ast.Constant(-1),
+            ast.Constant(1)))
+
+    def rule_huber_loss(self, node, x, bound, up):
+        delta = bound.get("delta") or ast.Constant(1.0)
+        self.robust(node, bound, up, lambda d: _method(
+            d, "clamp", neg(copy.deepcopy(delta)), copy.deepcopy(delta)))
+
+    def robust(self, node, bound, up, slope: Callable[[ast.expr], ast.expr]) -> None:
+        """A loss of the difference `a - b`, entry by entry, then averaged (or summed): its
+        slope at each difference over the count, to `a`, and negated to `b`."""
+        self.idea("robust")
+        reduction = self.arg(bound, "reduction")
+        if reduction not in ("mean", "sum") or bound.get("size_average") is not None \
+                or bound.get("reduce") is not None:
+            raise Unsupported(f"{self.function(node)[0]} with reduction={reduction!r}")
+        a, b = bound["input"], bound["target"]
+        shape = self.shape(a)
+        local = slope(ast.BinOp(self.local(a), ast.Sub(), self.local(b)))
+        if reduction == "mean":
+            local = div(local, self.count(a, list(range(len(shape)))))
+        value = mul(local, up.expr)
         if self.wants(a):
             self.back(a, Up(value, shape, self.held(a)))
         if self.wants(b):

@@ -414,3 +414,24 @@ def test_serve_shows_the_chooser_and_grades_a_first_answer_in_a_browser(tmp_path
                          check=True)
     rows = {r["id"]: r for r in json.loads(out.stdout)["steps"]}
     assert rows["atomic/logprobs"]["status"] == "exact"
+
+
+def test_the_page_asks_nothing_of_another_host(served):
+    """A local tool makes no outside request: no link to another host (textual-serve's page
+    links a web font), and a policy that lets the browser load from this server alone."""
+    import re
+
+    import aiohttp
+
+    port, token = served
+
+    async def fetch() -> tuple[str, str]:
+        async with aiohttp.ClientSession() as session, \
+                session.get(f"http://localhost:{port}/?token={token}",
+                            allow_redirects=False) as response:
+            return await response.text(), response.headers.get("Content-Security-Policy", "")
+
+    page, policy = asyncio.run(fetch())
+    assert "xterm.css" in page  # the page itself, not a refusal
+    assert not re.findall(r"(?:href|src)=\"https?://(?!127\.0\.0\.1|localhost)", page)
+    assert "googleapis" not in page and "default-src 'self'" in policy

@@ -23,6 +23,7 @@ import ctypes
 import hmac
 import ipaddress
 import os
+import re
 import secrets
 import shlex
 import signal
@@ -265,6 +266,13 @@ def kill_everything_below(keep_unreaped: Iterable[int] = ()) -> list[int]:
 
 # -- the server --------------------------------------------------------------------------------
 
+# What the page may load: this server's own scripts and styles (and the inline ones the page
+# has), its websocket, its images; nothing from another host.
+LOCAL_ONLY = ("default-src 'self'; script-src 'self' 'unsafe-inline'; "
+              "style-src 'self' 'unsafe-inline'; img-src 'self' data:; font-src 'self' data:; "
+              "connect-src 'self' ws: wss:")
+
+
 def make_server(command: str, host: str, port: int, token: str) -> Any:
     """textual-serve's server with the gate in front of every request and the tabs' tutors
     started and stopped as the module's docstring says."""
@@ -333,8 +341,17 @@ def make_server(command: str, host: str, port: int, token: str) -> Any:
         async def on_shutdown(self, app: web.Application) -> None:
             await stop_tutors(tutors)
 
-        @aiohttp_jinja2.template("app_index.html")
-        async def handle_index(self, request: web.Request) -> dict[str, Any]:
+        async def handle_index(self, request: web.Request) -> web.Response:
+            # A local tool asks nothing of another host: textual-serve's page links a web font
+            # from one, left out here, and the page's policy allows this server alone.
+            page = aiohttp_jinja2.render_string("app_index.html", request,
+                                                self._page_context(request))
+            here = re.escape(f"//{request.host}/")
+            page = re.sub(rf"<link[^>]*href=\"https?:(?!{here})[^>]*>", "", page)
+            return web.Response(text=page, content_type="text/html", headers={
+                "Content-Security-Policy": LOCAL_ONLY})
+
+        def _page_context(self, request: web.Request) -> dict[str, Any]:
             # textual-serve builds the page's addresses from one public URL; these use the
             # address the browser used (the gate has checked it), so the cookie set for it
             # goes with the websocket.

@@ -565,3 +565,19 @@ def test_a_hostile_submission_forges_nothing(bundle, tmp_path, isolation):
     assert d["score"] == 1
     assert secret_text not in json.dumps(d)
     assert "pwned" not in (root / "source" / "run_autograder").read_text()
+
+
+def test_a_file_without_cells_is_refused_once(tmp_path):
+    bare = tmp_path / "backward.py"
+    bare.write_text("x = 1\n")
+    done = tutor("--home", str(tmp_path / "home"), "grade", str(bare))
+    said = done.stdout + done.stderr
+    assert done.returncode == 2 and said.count("has no `# %% STEP_ID` cells") == 1, said
+
+
+def test_a_class_s_files_are_told_apart_by_their_folders(tmp_path):
+    from tutor.commands.grade import _shown
+
+    paths = [tmp_path / who / "backward.py" for who in ("ana", "ben")]
+    assert [_shown(p, paths) for p in paths] == ["ana/backward.py", "ben/backward.py"]
+    assert _shown(tmp_path / "one.py", [tmp_path / "one.py"]) == "one.py"

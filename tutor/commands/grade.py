@@ -108,7 +108,7 @@ def _one(path: Path, pack: Pack, settings: Settings, args: argparse.Namespace) -
         _write(args, grade)
     elif args.json:
         print(json.dumps(grade.to_dict(), indent=2))
-    else:
+    elif not grade.unreadable:  # a refusal is said once, as the error below
         print(format_grade(grade))
     if grade.unreadable:
         raise UsageError(grade.unreadable)
@@ -163,7 +163,7 @@ def _class(paths: list[Path], folder: Path, pack: Pack, settings: Settings,
     bar = _Bar(len(paths)) if sys.stderr.isatty() else None
     jobs = args.jobs or min(default_jobs(), len(paths))
     for path, outcome in grade_many(paths, settings, _rules(args), jobs=jobs):
-        name = clean(path.name, MAX_MESSAGE)
+        name = clean(_shown(path, paths), MAX_MESSAGE)
         if isinstance(outcome, str):
             failed += 1
             print(f"backprop-tutor: {name}: {clean(outcome, MAX_MESSAGE)}", file=sys.stderr)
@@ -183,6 +183,18 @@ def _class(paths: list[Path], folder: Path, pack: Pack, settings: Settings,
         print(f"backprop-tutor: not on the roster: {shown}"
               + (f" and {len(unnamed) - 5} more" if len(unnamed) > 5 else ""), file=sys.stderr)
     return 1 if failed else 0
+
+
+def _shown(path: Path, paths: list[Path]) -> str:
+    """A submission as the class's files tell it apart: its path below their common folder
+    (four students' `backward.py` are `ana/backward.py`, `ben/backward.py`, ...)."""
+    import os
+
+    try:
+        common = Path(os.path.commonpath([str(p.resolve().parent) for p in paths]))
+        return str(path.resolve().relative_to(common))
+    except ValueError:
+        return path.name
 
 
 class _Bar:

@@ -46,6 +46,7 @@ def run_export(args: argparse.Namespace, settings: Settings) -> int:
         Path(args.out).write_text(script, encoding="utf-8")
     except (OSError, ValueError) as exc:
         raise UsageError(f"cannot write --out {args.out}: {_why(exc)}") from None
+    beside = _data_beside(pack, Path(args.out))
     # The gradient steps are counted as cells; the training step is said apart.
     cells = tally(r for r in rows if not pack.step(r["id"]).kind.trained)
     rest = ", the rest as templates" if cells.done < cells.steps else ""
@@ -54,8 +55,26 @@ def run_export(args: argparse.Namespace, settings: Settings) -> int:
                "; no training step yet (train, then export again)")
     print(f"wrote {args.out}: {cells.sentence()}{rest}{trained}. Run it with "
           f"`python {args.out}`, check it with `backprop-tutor check --all {args.out}`, "
-          f"grade it with `backprop-tutor grade {args.out}`.", file=sys.stderr)
+          f"grade it with `backprop-tutor grade {args.out}`.{beside}", file=sys.stderr)
     return 0
+
+
+def _data_beside(pack, out: Path) -> str:
+    """The script reads the lesson's data file beside itself (it names no folder of this
+    computer): put a copy there when there is none, and say so."""
+    import shutil
+
+    if not pack.data_file:
+        return ""
+    source, target = Path(pack.data_file), out.with_name(Path(pack.data_file).name)
+    if target.exists():
+        return ""
+    try:
+        shutil.copyfile(source, target)
+    except OSError:
+        return (f" It reads {target.name} beside it: copy the lesson's {target.name} there, or "
+                f"give its path (`python {out} path/to/{target.name}`).")
+    return f" {target.name}, which it reads, is beside it."
 
 
 def training_cell(lesson: Lesson, pack: Pack, accepted: dict[str, str]) -> TrainingCell | None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from tutor.config import Settings
 from tutor.pack.flow import gradient
@@ -39,7 +40,9 @@ warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-DATA = Path(sys.argv[1]) if len(sys.argv) > 1 else Path({data_file!r})
+# The data file beside this script, or the one named on the command line.
+DATA = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).with_name({data_file!r})
+{data_check}
 SEED = {seed}
 SIZES = {sizes!r}
 
@@ -97,6 +100,11 @@ class TrainingCell:
     origin: str
 
 
+_DATA_CHECK = """if not DATA.is_file():
+    sys.exit(f"{DATA.name} is not beside this script: run it as "
+             f"`python {Path(__file__).name} path/to/{DATA.name}`")"""
+
+
 def export_script(pack: Pack, settings: Settings, accepted: dict[str, str],
                   filename: str = "backward.py",
                   statuses: Mapping[str, str] | None = None,
@@ -110,7 +118,8 @@ def export_script(pack: Pack, settings: Settings, accepted: dict[str, str],
         _PRELUDE.format(
             pack_title=pack.title,
             filename=filename,
-            data_file=str(pack.data_file or ""),
+            data_file=Path(pack.data_file).name if pack.data_file else "",
+            data_check=_DATA_CHECK if pack.data_file else "",
             seed=settings.seed,
             setup_code=pack.setup_code.strip(),
             sizes=pack.sizes,

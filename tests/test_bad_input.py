@@ -571,3 +571,24 @@ def test_a_store_error_raised_mid_command_is_one_line(home, monkeypatch, capsys)
     err = capsys.readouterr().err
     assert err.strip() == ("backprop-tutor progress: Could not read progress from here: disk "
                            "I/O error.")
+
+
+def test_a_forward_name_rebound_in_one_step_does_not_break_the_later_ones(tmp_path):
+    """`h = 0.5` in an earlier step's saved code: later steps see the forward pass's `h` (and
+    the learner is told), never an internal error of the tutor's."""
+    import subprocess
+    import sys
+
+    from tutor.pack.model import load_pack
+
+    pack = load_pack(None)
+    cells = [f"# %% {s.id}\n{s.solution}" + ("\nh = 0.5\n" if i == 0 else "")
+             for i, s in enumerate(s for s in pack.gradient_steps if s.exercise == 1)]
+    path = tmp_path / "work.py"
+    path.write_text("\n".join(cells))
+    done = subprocess.run([sys.executable, "-m", "tutor", "--home", str(tmp_path / "h"), "check",
+                           "--all", str(path), "--no-record"], capture_output=True, text=True,
+                          timeout=600)
+    said = done.stdout + done.stderr
+    assert "internal" not in said and "sandbox stopped" not in said, said[-2000:]
+    assert done.returncode == 0, said[-2000:]

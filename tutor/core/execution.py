@@ -152,6 +152,28 @@ def encode_namespace(ns: dict, names: set[str]) -> dict[str, tuple]:
 
 
 # -- replay and run --------------------------------------------------------------------------
+def _same_plain(a: object, b: object) -> bool:
+    """Equal numbers or strings (`n = Xb.shape[0]` binds `n` to what it was)."""
+    plain = (int, float, str, bool)
+    return isinstance(a, plain) and isinstance(b, plain) and a == b
+
+
+def _restored(lesson: dict, before: dict, after: dict, step_id: str) -> list[str]:
+    """A replayed step's code that rebinds a name of the lesson (a forward tensor, a parameter,
+    a size: `h = 0.5`) would hand that to every later step: each such name gets back what it was
+    before the step, and the learner is told. Gradients are the step's to write."""
+    rebound = [k for k in lesson if tensor_of(k) is None and k in after and k in before
+               and after[k] is not before[k] and not k.startswith("__")
+               and not _same_plain(after[k], before[k])]
+    for k in rebound:
+        after[k] = before[k]
+    if not rebound:
+        return []
+    names = ", ".join(f"`{k}`" for k in rebound[:4]) + (" ..." if len(rebound) > 4 else "")
+    return [f"your saved code for {step_id} binds {names}, a name of the lesson's forward "
+            "pass; later steps see the forward pass's own"]
+
+
 def _replay(plan: BatchPlan, budget: Budget) -> tuple[dict, list[str]]:
     ns = copy_namespace(plan.namespace)
     notes = list(plan.notes)
@@ -161,6 +183,7 @@ def _replay(plan: BatchPlan, budget: Budget) -> tuple[dict, list[str]]:
             try:
                 execute(cached_compile(r.code, earlier_file(r.step_id)), trial, Output(),
                         budget)
+                notes += _restored(plan.namespace, ns, trial, r.step_id)
                 ns = trial
                 notes += _stand_in(r, ns, plan.mention)
                 continue

@@ -592,3 +592,15 @@ def test_a_forward_name_rebound_in_one_step_does_not_break_the_later_ones(tmp_pa
     said = done.stdout + done.stderr
     assert "internal" not in said and "sandbox stopped" not in said, said[-2000:]
     assert done.returncode == 0, said[-2000:]
+
+
+def test_control_sequences_typed_on_the_command_line_never_reach_the_terminal(tmp_path):
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "tutor", "--home", str(tmp_path), "check",
+                           "atomic/\x1b[2Jlogp\u202erobs", "--code", "x = 1", "--no-record"],
+                          capture_output=True, text=True, timeout=300)
+    said = done.stdout + done.stderr
+    assert done.returncode == 2 and "\x1b" not in said and "\u202e" not in said, said
+    assert "\\x1b[2J" in said  # shown as an escape, not as another step's id

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from tutor.config import DEFAULT_SEED, DEVICES, ConfigError, resolve, unavailable_device
+from tutor.sandbox.clean import MAX_TEXT, clean
 from tutor.session.errors import StoreError
 from tutor.session.lookup import UsageError
 from tutor.version import __version__
@@ -106,7 +107,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = resolve(device=args.device, seed=args.seed, home=args.home, timeout=args.timeout,
                            pack=args.pack)
     except ConfigError as exc:
-        print(f"backprop-tutor: error: {exc}", file=sys.stderr)
+        print(f"backprop-tutor: error: {clean(exc, MAX_TEXT)}", file=sys.stderr)
         return 2
     # Every command refuses a device that is not there, even those that never use it: the
     # same flags should mean the same everywhere.
@@ -124,10 +125,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_app(settings, packs=[] if args.pack else None)
         return args.run(args, settings)
     except UsageError as exc:
-        print(f"{prog}: error: {exc}", file=sys.stderr)
+        # What the user typed may come back in the message (a step id, a path): never raw.
+        print(f"{prog}: error: {clean(exc, MAX_TEXT)}", file=sys.stderr)
         return 2
     except StoreError as exc:  # progress that cannot be read midway: say so, no traceback
-        print(f"{prog}: {exc}", file=sys.stderr)
+        print(f"{prog}: {clean(exc, MAX_TEXT)}", file=sys.stderr)
         return 1
     except BrokenPipeError:  # e.g. `backprop-tutor list --json | head`
         sys.stderr.close()

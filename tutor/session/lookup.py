@@ -34,7 +34,8 @@ def step_id(pack: Pack, given: str) -> str:
     except KeyError:
         ids = ", ".join(s.id for s in pack.steps[:4])
         raise UsageError(
-            f"no step '{given}'. Step ids look like {ids}, ...; `backprop-tutor list` shows all."
+            f"no step {_typed(given)}. Step ids look like {ids}, ...; `backprop-tutor list` "
+            "shows all."
         ) from None
 
 
@@ -56,3 +57,9 @@ def try_open_store(settings: Settings, pack: Pack | None = None) -> tuple[Store 
     for notice in store.notices:
         print(f"backprop-tutor: {notice}", file=sys.stderr)
     return store, None
+
+
+def _typed(text: str) -> str:
+    """What the user typed, quoted; with anything unprintable in it written as an escape, so
+    that it neither reaches the terminal raw nor reads as another id once cleaned."""
+    return f"'{text}'" if text.isprintable() else ascii(text)

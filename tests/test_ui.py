@@ -1044,6 +1044,25 @@ def test_the_lesson_opened_last_opens_directly_and_the_chooser_is_one_key_away(
     run(highlighted)
 
 
+def test_a_lesson_named_at_launch_is_remembered_and_ctrl_l_offers_the_others(
+        settings, two_packs, monkeypatch):
+    """`--pack tiny`: the lesson opens directly, the next plain launch opens it again, and
+    ctrl+l in it brings the chooser, as in a lesson chosen there."""
+    from tutor.session.controller import last_pack
+    from tutor.ui import app as app_module
+
+    runs: list[tuple] = []
+
+    def fake_run(self):
+        runs.append(("chooser",) if self.choosing else ("lesson", self.pack.id, len(self.lessons)))
+        self.choose_again = not self.choosing
+
+    monkeypatch.setattr(app_module.TutorApp, "run", fake_run)
+    assert app_module.run_app(replace(settings, pack="tiny"), packs=[]) == 0
+    assert runs[0][:2] == ("lesson", "tiny") and runs[0][2] > 1 and runs[1] == ("chooser",)
+    assert last_pack(settings.data_home) == "tiny"
+
+
 def test_ctrl_l_saves_and_leaves_for_the_chooser(settings, two_packs):
     async def scenario():
         from tutor.session.controller import offered_packs

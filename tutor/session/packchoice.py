@@ -31,6 +31,12 @@ def offered_packs(settings: Settings, environ: Mapping[str, str] = os.environ,
         return []
     if "pack" in _config(config or config_file()):
         return []
+    return installed_choices()
+
+
+def installed_choices() -> list[str]:
+    """Every installed pack that loads, when there are several (what ctrl+l offers, whichever
+    lesson was named at launch); else an empty list."""
     packs = [name for name in installed_packs() if loadable_pack(name) is not None]
     return packs if len(packs) > 1 else []
 

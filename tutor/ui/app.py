@@ -32,7 +32,12 @@ from textual.screen import Screen
 from tutor.config import Settings
 from tutor.pack.model import Pack, Step, find_pack, load_pack
 from tutor.session.errors import StoreError
-from tutor.session.packchoice import last_pack, offered_packs, remember_pack
+from tutor.session.packchoice import (
+    installed_choices,
+    last_pack,
+    offered_packs,
+    remember_pack,
+)
 from tutor.ui import palette
 from tutor.ui.activity import ActiveClock
 
@@ -114,6 +119,7 @@ class TutorApp(App[int], inherit_bindings=False):
         greet: bool = True,
         packs: list[str] | None = None,
         lessons: list[str] | None = None,
+        named: bool = False,
     ) -> None:
         """`greet=False` skips the welcome and the exercise introductions (for tests that
         drive the lesson from a fresh start). With more than one pack in `packs` the app asks
@@ -126,6 +132,7 @@ class TutorApp(App[int], inherit_bindings=False):
         self.greet = greet
         self.packs = list(packs or [])
         self.lessons = list(lessons or packs or [])
+        self.named = named  # the lesson was named at launch, not opened as last time
         self.choose_again = False  # the learner asked for the chooser: run_app shows it
         if store is not None and self.choosing:
             raise ValueError("a progress store belongs to one pack: give a store or a choice "
@@ -197,7 +204,8 @@ class TutorApp(App[int], inherit_bindings=False):
         if self.lesson is not None:
             self._show_notices()
             if len(self.lessons) > 1:
-                self.notify(f"{self.pack.title}, as last time: ctrl+l chooses another lesson.",
+                how = "" if self.named else ", as last time"
+                self.notify(f"{self.pack.title}{how}: ctrl+l chooses another lesson.",
                             title="Lesson", timeout=6)
         else:
             from tutor.ui.screens.packs import PackScreen  # only when there is a choice
@@ -471,21 +479,27 @@ def run_app(settings: Settings, packs: list[str] | None = None) -> int:
     the lesson opened last opens directly, and ctrl+l in it brings the chooser back.
     """
     offered = offered_packs(settings) if packs is None else packs
+    # A lesson named at launch opens directly; ctrl+l in it still offers the installed ones,
+    # and the lesson is remembered for the next plain launch like one chosen there.
+    choices = offered or installed_choices()
     ask = last_pack(settings.data_home) not in offered
+    named = not offered
     while True:
         with _collection_paused_until_first_frame():
-            if len(offered) > 1 and ask:
+            if len(choices) > 1 and ask and not named:
                 # The pack is not known yet: the app opens its progress and checker once chosen.
-                app = TutorApp(settings, packs=offered)
+                app = TutorApp(settings, packs=choices)
                 app.run()
             else:
-                name = last_pack(settings.data_home) if len(offered) > 1 else settings.pack
-                app = _run_lesson(replace(settings, pack=name or settings.pack), offered)
+                name = settings.pack if named else last_pack(settings.data_home) \
+                    if len(offered) > 1 else settings.pack
+                app = _run_lesson(replace(settings, pack=name or settings.pack), choices,
+                                  named=named)
                 if app is None:
                     return 1
         if not app.choose_again:
             return app.return_code or 0
-        ask = True
+        ask, named = True, False
 
 
 @contextmanager
@@ -510,7 +524,8 @@ def _collect_garbage_again() -> None:
         gc.enable()
 
 
-def _run_lesson(settings: Settings, lessons: list[str]) -> TutorApp | None:
+def _run_lesson(settings: Settings, lessons: list[str], named: bool = False
+                ) -> TutorApp | None:
     """Run the TUI on `settings.pack` with its progress store, closed after. The app makes its
     checker itself once the first frame is out, and closes it."""
     pack = load_pack(find_pack(settings.pack))
@@ -522,7 +537,7 @@ def _run_lesson(settings: Settings, lessons: list[str]) -> TutorApp | None:
         print(f"backprop-tutor: {exc}")
         return None
     try:
-        app = TutorApp(settings, store=store, lessons=lessons)
+        app = TutorApp(settings, store=store, lessons=lessons, named=named)
         app.run()
     finally:
         store.close()

@@ -159,3 +159,15 @@ def test_a_pass_that_skips_the_rule_unlocks_the_next_step_with_its_own_status(tm
         # The line's rule, written later, raises it to passed or exact.
         again = Lesson(PACK, store, None).record(FIRST, "dlogprobs = 1", _result(FIRST, True))
         assert again.status is Status.EXACT
+
+
+def test_a_step_passed_elsewhere_opens_with_the_code_that_passed(tmp_path):
+    """`check` from the command line records a pass without a draft: the editor then shows
+    that code, not the template beside "✓ Done"."""
+    with Store.open(tmp_path, PACK) as store:
+        lesson = Lesson(PACK, store, None)
+        lesson.record(FIRST, "dlogprobs = 42  # mine", _result(FIRST, True))
+        assert lesson.draft(FIRST) == "dlogprobs = 42  # mine"
+        lesson.save_draft(FIRST, "dlogprobs = 43")  # a draft typed since comes first
+        assert lesson.draft(FIRST) == "dlogprobs = 43"
+        assert lesson.draft(SECOND) is None

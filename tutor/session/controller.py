@@ -488,7 +488,15 @@ class Lesson(_CheckAndRecord):
     # -- drafts and the cursor ------------------------------------------------------------
 
     def draft(self, step_id: str) -> str | None:
-        return self.store.draft(step_id)
+        """What the editor opens with: the draft, else the code that passed the step (a step
+        passed from the command line or a notebook shows that code, not the template)."""
+        saved = self.store.draft(step_id)
+        if saved is not None:
+            return saved
+        try:
+            return self.store.accepted_codes().get(step_id)
+        except Exception:  # noqa: BLE001 - progress that cannot be read: the template, then
+            return None
 
     def save_draft(self, step_id: str, code: str) -> None:
         self.store.save_draft(step_id, code)

@@ -439,9 +439,20 @@ ATTEMPTS: list[Attempt] = [
     _a("frames-type-name", "frames", """
         print(type(print).__subclasses__(type))
         """, REFUSED, ("type", "__subclasses__")),
+    # getattr is the guard's own (tutor/sandbox/views.py): a computed name meets the same rules
     _a("frames-getattr-name", "frames", """
         getattr(print, "__glo" + "bals__")["builtins"].open(TARGET, "w").close()
-        """, REFUSED, ("getattr",)),
+        """, REFUSED, ("__globals__",)),
+    _a("frames-getattr-rebound", "frames", """
+        g = getattr
+        g(g(print, "__self__"), "open")(TARGET, "w").close()
+        """, REFUSED, ("__self__",)),
+    _a("frames-globals-builtins", "frames", """
+        globals()["__builtins__"]["open"](TARGET, "w").close()
+        """, REFUSED, ("__builtins__",)),
+    _a("frames-vars-of-a-function", "frames", """
+        vars(print)["__globals__"]["open"](TARGET, "w").close()
+        """, REFUSED, ("vars",)),
     _a("frames-vars-globals-dir", "frames", """
         print(vars(torch), globals(), dir())
         """, REFUSED, ("vars", "globals", "dir")),
@@ -1090,9 +1101,10 @@ CLASS_ATTEMPTS: list[Attempt] = [
     _a("class-vars-of-a-class", "classes", """
         print(vars(type(probs))["new_empty"])
         """, REFUSED, ("vars",)),
+    # the tensor method reached by a computed name is the guard's safe one, as `.new_empty`
     _a("class-getattr-by-string", "classes", """
         print(getattr(type(probs), "new_" + "empty")(probs, 3))
-        """, REFUSED, ("getattr",)),
+        """, CONTAINED),
     _a("class-super", "classes", """
         print(super(type(probs), probs).new_empty(3))
         """, REFUSED, ("super",)),

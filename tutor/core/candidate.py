@@ -27,16 +27,17 @@ import torch
 from tutor import devices
 from tutor.core.clock import Budget, CheckTimeout
 from tutor.pack.flow import tensor_of
-from tutor.sandbox import objects
+from tutor.sandbox import objects, views
 from tutor.sandbox.classes import TypeOf
 from tutor.sandbox.clean import MAX_MESSAGE, MAX_TEXT, Capped, clean, cut_note
-from tutor.sandbox.guard import GUARD_NAME, Refused, rewrite
+from tutor.sandbox.guard import GUARD_NAME, VIEWS, Refused, rewrite
 from tutor.sandbox.modules import GUARD, MODULES
 from tutor.sandbox.policy import inspect
 from tutor.values.results import CheckError
 
 Tensor = torch.Tensor
 CODE_FILE = "<your code>"
+_GETATTR = views.guarded_getattr(GUARD)
 MAX_STDOUT = MAX_TEXT
 # An earlier step's accepted code, replayed before the candidate, is compiled under its own name:
 # a function it defined that fails (or warns) when the candidate calls it names that step.
@@ -150,6 +151,8 @@ def _builtins(print_: Callable, cmp: Callable) -> dict:
     return {**SAFE_BUILTINS, "print": print_, "type": _type, "format": _format,
 
             "__import__": _loaded_import, GUARD_NAME: GUARD, "cmp": cmp,
+            VIEWS["getattr"]: _GETATTR, VIEWS["globals"]: views.namespace_view,
+            VIEWS["vars"]: views.vars_view,
             "__build_class__": objects.build_class, objects.SET_NAME: objects.set_attribute,
             objects.AUGMENT_NAME: objects.augment_attribute}
 

@@ -32,7 +32,24 @@ class Refused(Exception):
     """Learner code asked for something the sandbox does not offer; the message says why."""
 
 
+# Builtins learner code reaches only through the sandbox's own versions (tutor/sandbox/views.py):
+# the names are rewritten, so that no namespace, not even one whose builtins hold the real ones
+# (torch.compile's, in training), hands them the real functions.
+VIEWS = {"getattr": "__tutor_getattr_fn__", "globals": "__tutor_globals__",
+         "locals": "__tutor_globals__", "vars": "__tutor_vars__"}
+
+
 class _Rewrite(ast.NodeTransformer):
+    def visit_Name(self, node: ast.Name) -> ast.AST:
+        if node.id in VIEWS:
+            return ast.copy_location(ast.Name(VIEWS[node.id], node.ctx), node)
+        return node
+
+    def visit_arg(self, node: ast.arg) -> ast.AST:
+        if node.arg in VIEWS:
+            node.arg = VIEWS[node.arg]
+        return node
+
     def visit_Attribute(self, node: ast.Attribute) -> ast.AST:
         self.generic_visit(node)
         if not isinstance(node.ctx, ast.Load):

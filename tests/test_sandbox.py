@@ -4,6 +4,7 @@ import sys
 import time
 
 import pytest
+import torch
 
 from tutor.config import Settings
 from tutor.evaluator.client import Evaluator, EvaluatorError
@@ -116,3 +117,23 @@ def _info_error(ev):
     except EvaluatorError as exc:
         return str(exc)
     return None
+
+
+def test_a_throwaway_function_name_is_allowed_and_other_underscore_names_are_not():
+    from tutor.core.candidate import CodeError, compile_candidate
+
+    compile_candidate("def _():\n    return 1\n_()\n")  # a decorator's registered closure
+    with pytest.raises(CodeError, match="underscore"):
+        compile_candidate("def _hidden():\n    return 1\n")
+
+
+def test_getattr_and_the_namespace_views_follow_the_guard():
+    from tutor.core.candidate import Output, compile_candidate, execute, sandbox_globals
+
+    ns = sandbox_globals(Output())
+    ns.update(x=torch.ones(2))
+    execute(compile_candidate("s = getattr(x, 'shape')\nseen = 'x' in globals()\n"
+                              "copy = vars()\ncopy['x'] = 0\n"), ns, Output())
+    assert ns["s"] == torch.Size([2]) and ns["seen"] is True and torch.equal(ns["x"], torch.ones(2))
+    with pytest.raises(Exception, match="underscore"):
+        execute(compile_candidate("getattr(x, '__class__')\n"), ns, Output())

@@ -153,7 +153,7 @@ def inspect(tree: ast.AST) -> Refusal | None:
             if refusal:
                 return refusal
         if isinstance(node, ast.FunctionDef) and node.name.startswith("_") \
-                and id(node) not in inits:
+                and node.name != "_" and id(node) not in inits:  # `def _():`, a throwaway name
             return _refusal(
                 node, f"the name {node.name}",
                 "names starting with an underscore reach into Python's internals",

@@ -95,6 +95,8 @@ def test_every_student_has_a_row_of_marks(tmp_path):
     assert marks(second).count("✗") == 1 and marks(second).count("–") == len(PACK.steps) - 1
     assert "2 / 23" in first and "0 / 23" in second
     assert "not graded: not a notebook" in third
+    # The page's mean is the table's: an unread file counts 0, as it does in grades.csv.
+    assert "mean score\n0.67 of 23" in page and "count 0, as in grades.csv" in page
     # The step headings are short labels, each naming its step on hover.
     assert step_labels(PACK)[:2] == ["1.1", "1.2"] and step_labels(PACK)[-1] == "4.1"
     assert f'title="{FIRST}:' in page

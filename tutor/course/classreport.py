@@ -276,7 +276,8 @@ def report_html(pack: Pack, entries: list[Entry], roster: Roster | None = None) 
     scores = [g.score for g in grades if not g.unreadable]
     top = max((g.max_score for g in grades), default=0) or 1
     unreadable = [entry for entry in entries if entry.grade.unreadable]
-    mean = sum(scores) / len(scores) if scores else 0
+    # The mean of every submission, one that could not be read counting 0 as in grades.csv.
+    mean = sum(scores) / len(grades) if grades else 0
     skipped = "".join(f"<li><code>{e(x.file)}</code>: {e(x.grade.unreadable or '')}</li>"
                       for x in unreadable)
     absent = "".join(f"<li>{e(name)} <small>{e(sid)}</small>: <code>{e(sub)}</code></li>"
@@ -301,7 +302,7 @@ ul {{ margin: 0; padding-left: 1.2em; }}
 </style></head><body>
 <h1>{e(pack.title)}</h1>
 <p>{len(entries)} submissions ({len(unreadable)} could not be read) · mean score
-{mean:.2f} of {top:g}</p>
+{mean:.2f} of {top:g}{" (those count 0, as in grades.csv)" if unreadable else ""}</p>
 <h2>Scores</h2>
 {histogram_svg(scores, top)}
 <h2>Steps, hardest first</h2>

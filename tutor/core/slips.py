@@ -1096,8 +1096,8 @@ def _repeats_lost(prepared: _Prepared, tensor: str, value: Tensor, ref: Tensor, 
             return diagnosis("derived", (
                 f"{gradient(tensor)} is right on the rows `{expr.value.id}[{expr.slice.id}]` "
                 f"looked up once and wrong on the {int(wrong.sum())} rows looked up more than "
-                "once: the gradients of a repeated row overwrote each other. Every lookup "
-                "sends its gradient back, and a row's gradients add up."))
+                "once. Every lookup of a row sends its own gradient back, and a row's "
+                "gradients add up: check what happens where an index repeats."))
     return None
 
 
@@ -1182,9 +1182,9 @@ def _moved_entries(tensor: str, value: Tensor, ref: Tensor) -> Diagnosis | None:
         return None
     if close(v.sort().values, r.sort().values) and _share_close(v, r) < 0.9:
         return diagnosis("derived", (
-            f"{gradient(tensor)} holds exactly the right numbers, but in other places. A view, "
-            "a flatten or a transpose only moves entries: undo them in the order the forward "
-            "pass made them, so each entry goes back where it came from."))
+            f"{gradient(tensor)} holds exactly the right numbers, but in other places: each "
+            "entry's gradient belongs where that entry was. Follow where each one came from in "
+            "the forward line."))
     return None
 
 

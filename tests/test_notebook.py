@@ -294,3 +294,16 @@ def test_a_magics_line_is_taken_as_written_never_run_in_the_kernel(tmp_path, cap
     assert said[f"%hint {touch}"].startswith(f"backprop-tutor: no step '{touch}'")
     assert "takes no arguments" in said[f"%progress {touch}"]
     assert "%tutor pack ID" in said[f"%tutor {touch}"]
+
+
+def test_a_locked_step_s_check_says_when_it_opens_and_never_that_it_unlocked_itself():
+    from tutor.notebook.render import _after
+    from tutor.session.controller import CheckOutcome
+    from tutor.values.results import CheckResult, Status
+
+    failed = CheckOutcome(CheckResult(step="atomic/probs", passed=False), Status.LOCKED)
+    assert _after(failed, True) == ["atomic/probs: not open yet; it opens once the steps "
+                                    "before it are done"]
+    passed = CheckOutcome(CheckResult(step="atomic/probs", passed=True), Status.EXACT,
+                          unlocked=["atomic/probs", "atomic/counts_sum_inv"])
+    assert _after(passed, True)[-1] == "unlocked: atomic/counts_sum_inv"

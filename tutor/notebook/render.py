@@ -77,10 +77,14 @@ def check_bundle(outcome: CheckOutcome, position: str, recorded: bool = True) ->
 def _after(outcome: CheckOutcome, recorded: bool) -> list[str]:
     """What the check changed in the learner's progress, and what could not be saved."""
     lines = [] if recorded else ["the step's template, unchanged: not recorded as an attempt"]
-    if outcome.status is not None:
+    if outcome.status is Status.LOCKED:
+        lines.append(f"{outcome.result.step}: not open yet; it opens once the steps before it "
+                     "are done")
+    elif outcome.status is not None:
         lines.append(f"{outcome.result.step}: {outcome.status.words}")
-    if outcome.unlocked:
-        lines.append("unlocked: " + ", ".join(outcome.unlocked))
+    opened = [s for s in outcome.unlocked if s != outcome.result.step]  # not the one checked
+    if opened:
+        lines.append("unlocked: " + ", ".join(opened))
     if outcome.problem:
         lines.append(f"not saved to your progress: {outcome.problem}")
     return lines

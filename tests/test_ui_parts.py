@@ -221,3 +221,36 @@ def test_the_welcome_speaks_of_no_notebook_a_lesson_does_not_have():
         general = text.split("## The keys that matter")[0]
         assert "cmp" not in general and "notebook" not in general
         assert "*exact*" in general and "*approximate*" in general
+
+
+def test_an_explanation_s_wide_code_scrolls_sideways_at_80_columns():
+    """conv's third convolution written out per position is wider than an 80-column dialog:
+    → brings its last term into view (the formula is never clipped out of reach)."""
+    import asyncio
+    from pathlib import Path
+
+    from textual.app import App
+    from textual.widgets.markdown import MarkdownFence
+
+    from tutor.pack.model import load_pack
+    from tutor.ui.screens.explain import ExplainScreen
+
+    pack = load_pack(Path(__file__).resolve().parents[1] / "exercises" / "conv")
+    step = pack.step("conv/h2")
+    exercise = next(e for e in pack.exercises if e.number == step.exercise)
+
+    class Host(App):
+        def on_mount(self) -> None:
+            self.push_screen(ExplainScreen(exercise, step))
+
+    async def scenario() -> None:
+        app = Host()
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.pause()
+            fences = list(app.screen.query(MarkdownFence))
+            assert fences and max(f.max_scroll_x for f in fences) > 0  # wider than the dialog
+            await pilot.press("right", "right")
+            await pilot.pause()
+            assert max(f.scroll_x for f in fences) > 0
+
+    asyncio.run(scenario())

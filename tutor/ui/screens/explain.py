@@ -26,6 +26,8 @@ def explanation_markdown(exercise: Exercise, step: Step) -> str:
 class ExplainScreen(ModalScreen[None]):
     BINDINGS = [
         Binding("escape,f3,q", "dismiss", "Close", id="explain.close"),
+        Binding("right", "sideways(8)", "Scroll code right", show=False),
+        Binding("left", "sideways(-8)", "Scroll code left", show=False),
     ]
 
     def __init__(self, exercise: Exercise, step: Step) -> None:
@@ -37,7 +39,15 @@ class ExplainScreen(ModalScreen[None]):
         with Vertical(id="dialog"):
             with VerticalScroll(id="explain-body"):
                 yield Markdown(explanation_markdown(self.exercise, self.step))
-            yield Static("esc or F3 closes this", classes="dialog-hint")
+            yield Static("esc or F3 closes this · ←/→ scroll wide code", classes="dialog-hint")
 
     def on_mount(self) -> None:
         self.query_one("#explain-body").focus()
+
+    def action_sideways(self, columns: int) -> None:
+        """Code lines wider than the dialog scroll sideways, all of them together, so that a
+        formula's last term is never out of reach."""
+        from textual.widgets.markdown import MarkdownFence
+
+        for fence in self.query(MarkdownFence):
+            fence.scroll_relative(x=columns, animate=False)

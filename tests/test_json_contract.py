@@ -123,7 +123,8 @@ def test_a_finished_training_run_has_the_pinned_keys_and_values(tmp_path):
                                                     "results_s", "wall_s"))
     assert run["compile_s"] is None and run["stdout"] == "" and run["notes"] == []
     assert len(run["samples"]) == 20 and all(isinstance(s, str) for s in run["samples"])
-    assert list(run["lecture"]) == ["train_loss", "val_loss"]
+    assert list(run["lecture"]) == ["train_loss", "val_loss", "steps"]
+    assert run["lecture"]["steps"] == 200_000  # the run they come from, beside a shorter one
     # The references never pass the exercise, so their bar is not worked out.
     assert run["reference_train_loss"] is None
     assert list(run["exercise"]) == ["passed", "reason"] and run["exercise"]["passed"] is False

@@ -84,6 +84,7 @@ def format_run(r: TrainingRun, baseline: str = DEFAULT_BASELINE) -> str:
                      f"steps on {s.device} in {took}{rate}{compiled}")
     if r.train_loss is not None:
         lecture = r.lecture or SplitLosses()
+        baseline = lecture.label(baseline, s.steps)
         # the columns right-aligned under their heads, however long the baseline's name
         ours = [loss_text(r.train_loss), loss_text(r.val_loss)]
         theirs = [loss_text(lecture.train_loss), loss_text(lecture.val_loss)]

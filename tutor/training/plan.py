@@ -112,6 +112,9 @@ class TrainingSettings:
     # A function step whose [steps.picture] is drawn during the run (tutor/training/picture.py)
     picture: str = ""
     sizes: dict = field(default_factory=dict)  # sizes the training run changes from the lesson
+    # The steps of the pack's full run, the one the lecture's losses come from: a shorter run
+    # is shown beside them with that count, so that nobody reads them as its own bar.
+    lecture_steps: int = 0
 
     @classmethod
     def from_pack(
@@ -153,6 +156,7 @@ class TrainingSettings:
             lecture_train_loss=cfg.get("lecture_train_loss"),
             lecture_val_loss=cfg.get("lecture_val_loss"),
             reference_train_loss=cfg.get("reference_train_loss"),
+            lecture_steps=int(cfg.get("steps", 200_000)),
             functions=tuple(cfg.get("functions", [])),
             forward_code=str(cfg.get("forward", "")).strip("\n"),
             driver=str(cfg["backward"]).strip("\n") if isinstance(cfg.get("backward"), str)

@@ -527,7 +527,8 @@ class Trainer:
         r.steps_per_s = self.phase2_rate
         r.wall_s = time.monotonic() - started
         r.stdout = clean(self.out.text())
-        r.lecture = SplitLosses(self.s.lecture_train_loss, self.s.lecture_val_loss)
+        r.lecture = SplitLosses(self.s.lecture_train_loss, self.s.lecture_val_loss,
+                                self.s.lecture_steps or None)
         return r
 
     # -- the time limit per step -------------------------------------------------------------

@@ -256,15 +256,26 @@ class SplitLosses(Record):
 
     train_loss: float | None = None
     val_loss: float | None = None
+    steps: int | None = None  # the run they come from, where known (the lecture's 200 000)
 
     @classmethod
     def from_dict(cls, d: dict | None) -> SplitLosses | None:
         if not isinstance(d, dict):
             return None
-        return cls(_number(d.get("train_loss")), _number(d.get("val_loss")))
+        steps = d.get("steps")
+        return cls(_number(d.get("train_loss")), _number(d.get("val_loss")),
+                   steps if isinstance(steps, int) and not isinstance(steps, bool) else None)
 
     def to_dict(self) -> dict:
-        return {"train_loss": self.train_loss, "val_loss": self.val_loss}
+        out = {"train_loss": self.train_loss, "val_loss": self.val_loss}
+        return {**out, "steps": self.steps} if self.steps else out  # older records have none
+
+    def label(self, baseline: str, run_steps: int | None) -> str:
+        """`baseline`, with the steps its losses took where a run of other length sits beside
+        them (`lecture (200 000 steps)`)."""
+        if self.steps and run_steps and run_steps != self.steps:
+            return f"{baseline} ({format(self.steps, ',').replace(',', ' ')} steps)"
+        return baseline
 
 
 @dataclass(repr=False, eq=False)

@@ -144,6 +144,7 @@ def results_view(result: TrainingRun, baseline: str = DEFAULT_BASELINE) -> Rende
     """Calibrated split losses next to the lecture's (or what the pack's `baseline` names),
     then the sampled names."""
     lecture = result.lecture or SplitLosses()
+    baseline = lecture.label(baseline, result.settings.steps if result.settings else None)
     table = Table(box=None, pad_edge=False, padding=(0, 2), show_edge=False)
     table.add_column("", no_wrap=True)
     table.add_column("yours", justify="right", no_wrap=True)

@@ -338,3 +338,11 @@ def test_a_max_pool_s_reference_is_the_textbook_unpool(tmp_path):
                 if "max_pool2d" in "".join(load_pack(tmp_path / "cnn").line_for(t).source
                                            for t in s.lines))
     assert "F.max_unpool2d(" in pool.solution and "scatter_add" not in pool.solution
+
+
+def test_a_non_ascii_name_is_refused_and_a_failed_run_leaves_no_folder(tmp_path):
+    source = tmp_path / "names.py"
+    source.write_text((FORWARD / "mlp.py").read_text().replace("n_hidden", "n_h\u00efdden"))
+    with pytest.raises(Unusable, match="is not ASCII"):
+        make(source, tmp_path / "out")
+    assert not (tmp_path / "out").exists()

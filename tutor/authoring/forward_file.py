@@ -101,6 +101,7 @@ def parse(text: str, name: str = "forward.py") -> ForwardFile:
         raise Unusable(f"{name} line {exc.lineno}: {exc.msg}") from None
     except (ValueError, RecursionError, MemoryError):
         raise Unusable(f"{name} cannot be read as Python") from None
+    _ascii_names(tree, name)
     runnable = text.splitlines()
     functions: dict[str, ast.FunctionDef] = {}
     constants: dict[str, object] = {}
@@ -159,6 +160,18 @@ def parse(text: str, name: str = "forward.py") -> ForwardFile:
     doc = ast.get_docstring(tree) or ""
     return ForwardFile(name, text, "\n".join(runnable) + "\n", args, lines, loss, numbers,
                        data, tuple(fixed), batch_takes, doc, eval_size)
+
+
+def _ascii_names(tree: ast.Module, name: str) -> None:
+    """Names become keys of the lesson's files and names in learners' code: ASCII only."""
+    for node in ast.walk(tree):
+        found = (node.id if isinstance(node, ast.Name) else node.arg if isinstance(node, ast.arg)
+                 else node.name if isinstance(node, ast.FunctionDef) else "")
+        if found and not found.isascii():
+            raise Unusable(f"{name} line {getattr(node, 'lineno', 1)}: the name "
+                           f"`{ascii(found)[1:-1]}` is not ASCII; a lesson's names are written "
+                           "in ASCII letters (they become keys of its files and names in "
+                           "learners' code)")
 
 
 def _docstring(stmt: ast.stmt) -> bool:

@@ -53,16 +53,23 @@ def make(source: Path, out: Path, *, pack_id: str | None = None, title: str | No
     result = trial.run(trial.Request(file, text, pack_id, *sizes, budget=budget), progress)
     training = dict(file_training(file))
     lesson = writer.Lesson(pack_id, title or _title(file), _description(file), *sizes, training)
+    # A run that fails leaves `out` as it was: a folder it made goes again.
+    made_here = not out.exists()
     try:
-        writer.write(out, file, lesson, result)
-        if source.resolve() != (out / "forward.py").resolve():
-            shutil.copyfile(source, out / "forward.py")
-    except OSError as exc:
-        raise Unusable(f"cannot write the pack in {out}: {exc.strerror or exc}") from None
-    try:
-        load_pack.__wrapped__(out)  # the pack as the front ends will read it
-    except (PackError, OSError, ValueError) as exc:
-        raise RuntimeError(f"pack new wrote a pack that does not load: {exc}") from exc
+        try:
+            writer.write(out, file, lesson, result)
+            if source.resolve() != (out / "forward.py").resolve():
+                shutil.copyfile(source, out / "forward.py")
+        except OSError as exc:
+            raise Unusable(f"cannot write the pack in {out}: {exc.strerror or exc}") from None
+        try:
+            load_pack.__wrapped__(out)  # the pack as the front ends will read it
+        except (PackError, OSError, ValueError) as exc:
+            raise RuntimeError(f"pack new wrote a pack that does not load: {exc}") from exc
+    except BaseException:
+        if made_here:
+            shutil.rmtree(out, ignore_errors=True)
+        raise
     todo = [f"{s['id']}: {s['todo']}" for s in result["steps"] if s["todo"]]
     return Made(out, len(result["steps"]), todo,
                 sum(len(s.get("mistakes", [])) for s in result["steps"]),

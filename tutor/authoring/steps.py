@@ -132,11 +132,17 @@ def statements(x: str, parts: list[Part], mode: str, fresh: bool) -> list[str]:
     if exprs:
         total = exprs[0]
         for e in exprs[1:]:
-            total = ast.BinOp(total, ast.Add(), e)
+            # `a + -(b)` is written `a - b`, as a person would
+            if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.USub):
+                total = ast.BinOp(total, ast.Sub(), e.operand)
+            else:
+                total = ast.BinOp(total, ast.Add(), e)
         if mode == "first":
             if fresh and _is_view(total):
                 total = ast.Call(ast.Attribute(total, "clone", ast.Load()), [], [])
             out.append(f"{grad} = {ast.unparse(total)}")
+        elif isinstance(total, ast.UnaryOp) and isinstance(total.op, ast.USub):
+            out.append(f"{grad} -= {ast.unparse(total.operand)}")
         else:
             out.append(f"{grad} += {ast.unparse(total)}")
     for i, item in enumerate(scatters):

@@ -158,12 +158,14 @@ def _same_plain(a: object, b: object) -> bool:
     return isinstance(a, plain) and isinstance(b, plain) and a == b
 
 
-def _restored(lesson: dict, before: dict, after: dict, step_id: str) -> list[str]:
+def _restored(lesson: dict, held: dict[str, int], before: dict, after: dict, step_id: str
+              ) -> list[str]:
     """A replayed step's code that rebinds a name of the lesson (a forward tensor, a parameter,
     a size: `h = 0.5`) would hand that to every later step: each such name gets back what it was
-    before the step, and the learner is told. Gradients are the step's to write."""
+    before the step, and the learner is told. Gradients are the step's to write. `held`: the
+    identity of what each name held when the step's code started (on the copy it ran on)."""
     rebound = [k for k in lesson if tensor_of(k) is None and k in after and k in before
-               and after[k] is not before[k] and not k.startswith("__")
+               and id(after[k]) != held.get(k) and not k.startswith("__")
                and not _same_plain(after[k], before[k])]
     for k in rebound:
         after[k] = before[k]
@@ -180,10 +182,11 @@ def _replay(plan: BatchPlan, budget: Budget) -> tuple[dict, list[str]]:
     for r in plan.replays:
         if r.code is not None:
             trial = copy_namespace(ns)
+            held = {k: id(v) for k, v in trial.items()}  # what each name held going in
             try:
                 execute(cached_compile(r.code, earlier_file(r.step_id)), trial, Output(),
                         budget)
-                notes += _restored(plan.namespace, ns, trial, r.step_id)
+                notes += _restored(plan.namespace, held, ns, trial, r.step_id)
                 ns = trial
                 notes += _stand_in(r, ns, plan.mention)
                 continue

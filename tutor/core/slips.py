@@ -52,6 +52,7 @@ class Slip:
     detach: tuple[str, ...] = ()  # lines whose output the slip holds constant, or
     local: Callable[[dict], Tensor | None] | None = None  # the changed local gradient itself
     tensor: str | None = None  # for `local`: the tensor it is the gradient of
+    kind: str = "derived"  # the diagnosis's kind: "partial" for a path left out, "scale", ...
 
 
 # --- the operations a line holds -------------------------------------------------------------
@@ -862,10 +863,16 @@ def step_slips(pack: Pack, step: Step, ranks: dict[str, int]) -> list[Slip]:
             else:
                 continue
             for key, say, changed in found:
-                out.append(Slip(key, say, line, expr=_replaced(expr, call, changed)))
+                out.append(Slip(key, say, line, expr=_replaced(expr, call, changed),
+                                kind=_KINDS.get(key, "derived")))
     out += _early_slope_slips(step, pack, lines)
     out += _composite_slips(lines, out)
     return out
+
+
+# The catalogue's kinds, for slips that are one of them: a count or a mean is a scale.
+_KINDS = {"count": "scale", "loss-no-mean": "scale", "bessel": "scale",
+          "mask-ignored": "partial"}
 
 
 def _composite_slips(lines: list[ForwardLine], single: list[Slip]) -> list[Slip]:
@@ -887,7 +894,7 @@ def _composite_slips(lines: list[ForwardLine], single: list[Slip]) -> list[Slip]
                     f"too (`{line.source.strip()}`), so a change of `{tensor}` also moves it: "
                     "the path through it sends gradient back as well.")
 
-        out.append(Slip("held-constant", say, line, detach=(line.target,)))
+        out.append(Slip("held-constant", say, line, detach=(line.target,), kind="partial"))
     from itertools import combinations
 
     for pair in combinations([line.target for line in inner], 2):
@@ -899,7 +906,7 @@ def _composite_slips(lines: list[ForwardLine], single: list[Slip]) -> list[Slip]
             return (f"{grad} treats {names} as constants. Both depend on `{tensor}` too, so "
                     "the paths through them send gradient back as well.")
 
-        out.append(Slip("held-constant", say_pair, last, detach=pair))
+        out.append(Slip("held-constant", say_pair, last, detach=pair, kind="partial"))
     # The same dim slip on every line that has one: a habit, not a one-off.
     by_key: dict[str, list[Slip]] = {}
     for slip in single:
@@ -982,11 +989,7 @@ def _match(prepared: _Prepared, tensor: str, value: Tensor, ref: Tensor, before:
         found.append((slip, produced))
     if not found:
         return (_broadcast(prepared, tensor, value, ref64, before)
-                or _loss_count(prepared, tensor, value, ref64, before)
-                or _repeats_lost(prepared, tensor, value, ref64, before)
-                or _ties(prepared, tensor, value, ref64, before)
-                or _triangle(tensor, value, ref64) or _swapped_axes(tensor, value, ref64)
-                or _shifted(tensor, value, ref64) or _moved_entries(tensor, value, ref64))
+                or _loss_count(prepared, tensor, value, ref64, before))
     for slip, produced in found:
         message = slip.say(tensor, grad, before)
         if not message:
@@ -995,8 +998,27 @@ def _match(prepared: _Prepared, tensor: str, value: Tensor, ref: Tensor, before:
         if others:
             message += (" (The numbers fit another slip of this line just as well: "
                         + ", ".join(o.replace("-", " ") for o in others) + ".)")
-        return diagnosis("derived", message)
+        return diagnosis(slip.kind, message)
     return None
+
+
+def patterns(pack: Pack, step: Step, tensor: str, value: Tensor, ref: Tensor, before: dict
+             ) -> Diagnosis | None:
+    """Patterns of the numbers that the line's operation explains, for a row nothing more
+    specific explained (they say what they saw, not a cause): repeated lookups wrong, a
+    max-pool's ties, a causal triangle, axes swapped, entries moved."""
+    if value.shape != ref.shape or not bool(torch.isfinite(value).all()):
+        return None
+    try:
+        lines = [pack.line_for(t) for t in step.lines]
+        prepared = _Prepared([], {}, {}, lines, loss=pack.loss)
+        v, r = value.detach().to("cpu", torch.float64), ref.detach().to("cpu", torch.float64)
+        return (_repeats_lost(prepared, tensor, v, r, before)
+                or _ties(prepared, tensor, v, r, before)
+                or _triangle(tensor, v, r) or _swapped_axes(tensor, v, r)
+                or _shifted(tensor, v, r) or _moved_entries(tensor, v, r))
+    except Exception:  # noqa: BLE001 - a pattern that fails says nothing
+        return None
 
 
 def _broadcast(prepared: _Prepared, tensor: str, value: Tensor, ref: Tensor, before: dict
@@ -1004,11 +1026,11 @@ def _broadcast(prepared: _Prepared, tensor: str, value: Tensor, ref: Tensor, bef
     for line in prepared.lines:
         if tensor not in line.operands:
             continue
-        for _key, said, produced in _broadcast_slips(line, tensor, before,
-                                                     _conv_bias(line, tensor)):
+        for key, said, produced in _broadcast_slips(line, tensor, before,
+                                                    _conv_bias(line, tensor)):
             if produced.shape == ref.shape and not close(produced, ref) \
                     and close(value, produced):
-                return diagnosis("derived", (
+                return diagnosis("scale" if key == "mean" else "derived", (
                     f"{gradient(tensor)} {said}. `{line.source.strip()}` copies `{tensor}` "
                     "along the dims it lacks, and the gradients of all the copies add up."))
     return None
@@ -1092,7 +1114,17 @@ def _repeats_lost(prepared: _Prepared, tensor: str, value: Tensor, ref: Tensor, 
         scale = max(float(ref.abs().max()), 1e-12)
         wrong = ((value.double() - ref).abs() > 1e-4 * scale).reshape(value.shape[0], -1).any(1)
         repeated = counts[: value.shape[0]] > 1
-        if wrong.any() and not (wrong & ~repeated).any():
+        up = before.get(gradient(line.target))
+        if not isinstance(up, Tensor) or not wrong.any() or (wrong & ~repeated).any():
+            continue
+        # Each wrong row holds one of its lookups' gradients, or their mean: what the
+        # repeats did, seen in the numbers (not a row that lost gradient for another reason).
+        rows = up.detach().to("cpu", torch.float64).reshape(index.numel(), -1)
+        flat = index.flatten().long().cpu()
+        v = value.detach().to("cpu", torch.float64).reshape(value.shape[0], -1)
+
+        if all(_one_or_mean(v[int(r)], rows[flat == int(r)])
+               for r in torch.nonzero(wrong).flatten()):
             return diagnosis("derived", (
                 f"{gradient(tensor)} is right on the rows `{expr.value.id}[{expr.slice.id}]` "
                 f"looked up once and wrong on the {int(wrong.sum())} rows looked up more than "
@@ -1137,6 +1169,11 @@ def _ties(prepared: _Prepared, tensor: str, value: Tensor, ref: Tensor, before: 
                 f"`{line.source.strip()}` passes each window's gradient to one entry only, the "
                 "first of the largest, and none to the others."))
     return None
+
+
+def _one_or_mean(row: Tensor, lookups: Tensor) -> bool:
+    """A row's value is one of its lookups' gradients, or their mean."""
+    return any(close(row, c) for c in lookups) or close(row, lookups.mean(0))
 
 
 def _triangle(tensor: str, value: Tensor, ref: Tensor) -> Diagnosis | None:

@@ -216,7 +216,7 @@ def _conv_slips(call: ast.Call, line: ForwardLine, dilations: set[int]) -> Itera
 
             unpadded = _with_arg(call, 3, "padding", ast.Constant(0))
             pad_call = ast.parse(f"F.pad({ast.unparse(x)}, {pads})", mode="eval").body
-            yield "conv-shift", kw_shift_say, _with_input(unpadded, x, pad_call)
+            yield "conv-shift", kw_shift_say, _with_input(unpadded, pad_call)
     pad = _padding(x)
     if pad is not None:
         inner, pads = pad
@@ -239,7 +239,7 @@ def _conv_slips(call: ast.Call, line: ForwardLine, dilations: set[int]) -> Itera
                             "read?")
                 return None
 
-            yield "conv-side", side_say, _with_input(call, x, _padded(x, swapped))
+            yield "conv-side", side_say, _with_input(call, _padded(x, swapped))
 
             def forward_say(tensor: str, grad: str, ns: dict) -> str | None:
                 r = role(tensor)
@@ -256,7 +256,7 @@ def _conv_slips(call: ast.Call, line: ForwardLine, dilations: set[int]) -> Itera
                             "read through each tap?")
                 return None
 
-            both = _with_input(_with_arg(call, 0, "weight", _flip(w, taps)), x,
+            both = _with_input(_with_arg(call, 0, "weight", _flip(w, taps)),
                                _padded(x, swapped))
             yield "conv-forward", forward_say, both
             # ... and with the kernel's channels as the forward pass has them, too
@@ -275,7 +275,7 @@ def _conv_slips(call: ast.Call, line: ForwardLine, dilations: set[int]) -> Itera
                             "positions each output read.")
                 return None
 
-            yield "conv-shift", shift_say, _with_input(call, x, _padded(x, moved))
+            yield "conv-shift", shift_say, _with_input(call, _padded(x, moved))
         for other in sorted((dilations | {1}) - {d}):
             scaled = _scaled_pads(pads, d, other)
             if scaled is None:
@@ -289,7 +289,7 @@ def _conv_slips(call: ast.Call, line: ForwardLine, dilations: set[int]) -> Itera
                         "the same spacing as the forward pass.")
 
             call_d = _with_arg(call, 4, "dilation", ast.Constant(other))
-            yield "conv-dilation", dilation_say, _with_input(call_d, x, _padded(x, scaled))
+            yield "conv-dilation", dilation_say, _with_input(call_d, _padded(x, scaled))
 
     def channels_say(tensor: str, grad: str, ns: dict) -> str | None:
         r = role(tensor)
@@ -313,7 +313,7 @@ def _conv_slips(call: ast.Call, line: ForwardLine, dilations: set[int]) -> Itera
             return (f"{grad} leaves out what goes through one tap of the kernel (tap {k}): "
                     f"every tap of {what} read the input, and each sends gradient back.")
 
-        yield "conv-tap-missing", tap_say, _with_arg(call, 0, "weight", _without_tap(w, k, dims))
+        yield "conv-tap-missing", tap_say, _with_arg(call, 0, "weight", _without_tap(w, k))
 
 
 def _flip(w: ast.expr, dims: tuple[int, ...]) -> ast.expr:
@@ -328,7 +328,7 @@ def _method_call(obj: ast.expr, name: str, *args: ast.expr) -> ast.expr:
                     args=list(args), keywords=[])
 
 
-def _without_tap(w: ast.expr, k: int, dims: int) -> ast.expr:
+def _without_tap(w: ast.expr, k: int) -> ast.expr:
     """`w` with tap `k` of its last axis zeroed (only for the last axis of a 1-D kernel, and
     the last axis of each row of a larger one)."""
     return ast.parse(f"__slip_zero_tap({ast.unparse(w)}, {k})", mode="eval").body
@@ -357,13 +357,12 @@ def _padded(x: ast.Call, pads: tuple[int, ...]) -> ast.expr:
     return new
 
 
-def _with_input(call: ast.Call, old: ast.expr, new: ast.expr) -> ast.Call:
+def _with_input(call: ast.Call, new: ast.expr) -> ast.Call:
     out = _copy(call)
     if _method(out):
         out.func.value = new
     else:
         out.args[0] = new
-    del old
     return out
 
 
@@ -667,12 +666,11 @@ _ELEMENTWISE = {"tanh", "sigmoid", "relu", "gelu", "silu", "exp", "log", "sqrt",
                 "softplus", "elu", "leaky_relu", "sin", "cos", "abs", "square", "reciprocal"}
 
 
-def _activation_slips(call: ast.Call, line: ForwardLine, lines: list[ForwardLine]
-                      ) -> Iterator[tuple]:
+def _activation_slips(call: ast.Call, line: ForwardLine) -> Iterator[tuple]:
     """Slips of an elementwise function's slope, made on the local gradient itself."""
     name = _name(call)
     x = _subject(call)
-    if x is None or not isinstance(x, ast.Name) or call is not _line_expr(line):
+    if x is None or not isinstance(x, ast.Name) or call is not _parsed(line.source):
         return
     inp, out = x.id, line.target
     what = f"`{line.source.strip()}`"
@@ -753,10 +751,6 @@ def _activation_slips(call: ast.Call, line: ForwardLine, lines: list[ForwardLine
 
     if name not in OUTPUT_SLOPES:
         yield "slope-at-output", output_say, local(at_output), inp
-
-
-def _line_expr(line: ForwardLine) -> ast.expr | None:
-    return _parsed(line.source)
 
 
 @lru_cache(maxsize=512)
@@ -857,7 +851,7 @@ def step_slips(pack: Pack, step: Step, ranks: dict[str, int]) -> list[Slip]:
             elif name == "masked_fill":
                 found = _mask_slips(call, line)
             elif name in _ELEMENTWISE:
-                for key, say, local, tensor in _activation_slips(call, line, lines):
+                for key, say, local, tensor in _activation_slips(call, line):
                     out.append(Slip(key, say, line, local=local, tensor=tensor))
                 continue
             else:

@@ -346,3 +346,58 @@ def test_a_non_ascii_name_is_refused_and_a_failed_run_leaves_no_folder(tmp_path)
     with pytest.raises(Unusable, match="is not ASCII"):
         make(source, tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+def test_a_middle_branch_is_graded_where_it_is_written(made):
+    """x is read four times: the steps between its first and its last branch add to dx, and
+    each is graded there as the branches so far. `=` for `+=` at such a step is refused where
+    it is typed, named as such, whichever earlier code the check replays; the right code then
+    passes at the closing step."""
+    from tutor.core.engine import Engine
+
+    pack = load_pack(made["attention"])
+    middle = pack.step("attention/Wv")
+    assert "x" in middle.partials and middle.solution.startswith("dx += ")
+    wrong = middle.solution.replace("dx += ", "dx = ", 1)
+    engine = Engine(Settings(device="cpu"), pack=pack)
+    try:
+        right = engine.check(middle.id, middle.solution)
+        assert right.passed, right
+        for prior in ({}, {s.id: s.solution for s in pack.gradient_steps
+                           if pack.index(s.id) < pack.index(middle.id)}):
+            refused = engine.check(middle.id, wrong, prior)
+            assert not refused.passed
+            row = next(c for c in refused.checks if c.tensor == "x")
+            assert row.diagnosis is not None and row.diagnosis.kind == "partial"
+            assert "`+=`" in row.diagnosis.message
+        closing = pack.step("attention/x")
+        assert engine.check(closing.id, closing.solution).passed
+    finally:
+        engine.close()
+
+
+def test_a_long_forward_line_is_folded_into_the_template_not_left_out():
+    from tutor.authoring.steps import TEMPLATE_WIDTH, forward_comment
+
+    source = ("masked = att.masked_fill(torch.tril(torch.ones(block_size, block_size)) == 0, "
+              "float('-inf'))")
+    lines = forward_comment(source)
+    assert len(lines) > 1 and all(len(ln) <= TEMPLATE_WIDTH for ln in lines)
+    assert all(ln.startswith("#") for ln in lines)
+    assert " ".join(ln.removeprefix("# forward:").removeprefix("#").strip()
+                    for ln in lines) == source
+    assert forward_comment("h = torch.tanh(hpre)") == ["# forward: h = torch.tanh(hpre)"]
+
+
+def test_silu_s_reference_computes_its_input_and_sigmoid_once(tmp_path):
+    source = tmp_path / "swiglu.py"
+    source.write_text(BASE + '''def forward(X, Y, W1, b1, W2, b2):
+    h = F.silu(X @ W1 + b1)
+    logits = h @ W2 + b2
+    loss = F.cross_entropy(logits, Y)
+    return loss
+''')
+    result = make(source, tmp_path / "swiglu")
+    assert result.todo == []
+    step = next(s for s in load_pack(tmp_path / "swiglu").gradient_steps if "W1" in s.checks)
+    assert step.solution.count("@ W1") == 1 and step.solution.count("torch.sigmoid(") == 1

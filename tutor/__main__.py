@@ -1,3 +1,3 @@
-from tutor.cli import main
+from tutor.cli import entry
 
-raise SystemExit(main())
+entry()

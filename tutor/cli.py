@@ -8,9 +8,12 @@ not UTF-8 or too big. A check that ran exits by its verdict even if it could not
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
+import os
 import signal
 import sys
+import threading
 from collections.abc import Sequence
 
 from tutor.config import DEFAULT_SEED, DEVICES, ConfigError, resolve, unavailable_device
@@ -38,9 +41,13 @@ def _global_options(parser: argparse.ArgumentParser, suppress: bool) -> None:
                         "(default: makemore)")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from tutor.commands import COMMANDS  # every command's module: not needed to open the TUI
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The whole command line's parser. Given the command line, only the command it names is
+    imported and given its arguments; the others are there by name (for a wrong name's
+    message), and all of them in full for `--help` or a line that names none."""
+    from tutor.commands import WHERE, command
 
+    named = _command_named(argv)
     parser = argparse.ArgumentParser(
         prog="backprop-tutor",
         description="Practise the backward pass of a real network, line by line, checked "
@@ -49,12 +56,34 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"backprop-tutor {__version__}")
     _global_options(parser, suppress=False)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for command in COMMANDS:
-        p = sub.add_parser(command.name, help=command.help, description=command.help)
+    for name in WHERE:
+        if named is not None and name != named:
+            sub.add_parser(name)  # another command's: this line does not run it
+            continue
+        c = command(name)
+        p = sub.add_parser(c.name, help=c.help, description=c.help)
         _global_options(p, suppress=True)
-        command.add_arguments(p)
-        p.set_defaults(run=command.run)
+        c.add_arguments(p)
+        p.set_defaults(run=c.run)
     return parser
+
+
+def _command_named(argv: Sequence[str] | None) -> str | None:
+    """The command a command line runs, read without any command's own arguments; None where
+    it names none, asks for the top-level help, or is wrong before the command."""
+    from tutor.commands import WHERE
+
+    parser = _GlobalOptions(prog="backprop-tutor", add_help=False)
+    _global_options(parser, suppress=False)
+    parser.add_argument("-h", "--help", "--version", dest="other", action="store_true")
+    sub = parser.add_subparsers(dest="command")
+    for name in WHERE:
+        sub.add_parser(name, add_help=False)
+    try:
+        args, _rest = parser.parse_known_args(argv)
+    except _NotPlain:
+        return None
+    return None if args.other else args.command
 
 
 class _NotPlain(Exception):
@@ -102,7 +131,7 @@ def _interruptible() -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     _interruptible()
     _tolerate_unprintable()
-    args = _tui_arguments(argv) or build_parser().parse_args(argv)
+    args = _tui_arguments(argv) or build_parser(argv).parse_args(argv)
     try:
         settings = resolve(device=args.device, seed=args.seed, home=args.home, timeout=args.timeout,
                            pack=args.pack)
@@ -137,3 +166,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+
+
+def entry() -> None:
+    """The program: `main`, then an exit that skips tearing the interpreter down.
+
+    Everything Python does at exit that has an effect outside the process still happens, in its
+    order: threads are joined (and executors shut down), exit handlers run (temporary folders,
+    logging), output is flushed. What is skipped is freeing torch's modules and objects one by
+    one, which takes longer than many a one-shot command's own work; the system frees them at
+    once."""
+    code = main()
+    shutdown = getattr(threading, "_shutdown", None)  # what the interpreter itself calls first
+    if shutdown is not None:
+        shutdown()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    os._exit(code)

@@ -885,8 +885,11 @@ class Deriver:
         self.elementwise(node, x, up, local, "exp")
 
     def rule_silu(self, node, x, bound, up):
-        s = _call("torch.sigmoid", self.local(x))
-        local = _parse(f"{ast.unparse(s)} * (1 + {ast.unparse(x)} * (1 - {ast.unparse(s)}))")
+        xs = self.local(x)
+        if not _simple(xs):
+            xs = self.stat(f"{self.target}_in", xs)  # the input itself, named once
+        s = self.stat(f"{self.target}_sig", _call("torch.sigmoid", xs))  # read twice below
+        local = _parse(f"{ast.unparse(s)} * (1 + {ast.unparse(xs)} * (1 - {ast.unparse(s)}))")
         self.elementwise(node, x, up, local, "unary")
 
     def rule_softplus(self, node, x, bound, up):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ast
 import copy
+import textwrap
 from dataclasses import dataclass, field
 
 from tutor.authoring.derivative import LineBackward, Part, scatter_statement
@@ -36,7 +37,6 @@ class StepPlan:
     partials: list[str] = field(default_factory=list)
     # (line target, operand) -> "first" (`dx = ...`) or "add" (`dx += ...`)
     modes: dict[tuple[str, str], str] = field(default_factory=dict)
-    middles: list[str] = field(default_factory=list)  # added to here, graded later
 
 
 def plan(lines: list[LineInfo]) -> list[StepPlan]:
@@ -66,10 +66,10 @@ def plan(lines: list[LineInfo]) -> list[StepPlan]:
             step.modes[(line.target, x)] = "first" if first else "add"
             if left[x] == {line.index}:
                 step.checks.append(x)
-            elif first:
-                step.partials.append(x)
             else:
-                step.middles.append(x)
+                # Graded where it is written: the first branch, or the branches so far
+                # (tutor/core/network.py `_branch_lines`).
+                step.partials.append(x)
             left[x].discard(line.index)
         done.add(line.index)
         steps.append(step)
@@ -83,10 +83,9 @@ def _merged(steps: list[StepPlan]) -> list[StepPlan]:
     for step in steps:
         if carry is not None:
             step = StepPlan(carry.lines + step.lines, step.checks,
-                            [p for p in carry.partials + step.partials if p not in step.checks],
-                            {**carry.modes, **step.modes},
-                            [m for m in carry.middles + step.middles
-                             if m not in step.checks and m not in carry.partials])
+                            list(dict.fromkeys(p for p in carry.partials + step.partials
+                                               if p not in step.checks)),
+                            {**carry.modes, **step.modes})
             carry = None
         if not step.checks:
             carry = step
@@ -95,8 +94,9 @@ def _merged(steps: list[StepPlan]) -> list[StepPlan]:
     if carry is not None and out:  # nothing after it: it joins the one before
         last = out.pop()
         out.append(StepPlan(last.lines + carry.lines, last.checks,
-                            last.partials + [p for p in carry.partials if p not in last.checks],
-                            {**last.modes, **carry.modes}, last.middles + carry.middles))
+                            list(dict.fromkeys(last.partials + [p for p in carry.partials
+                                                                if p not in last.checks])),
+                            {**last.modes, **carry.modes}))
     # A first branch is graded as what reaches it through the lines of its step that read it
     # (tutor/core/network.py `_step_references`): in a fused step, a line may read it alone.
     return out
@@ -158,7 +158,7 @@ def solution(step: StepPlan, backward: dict[str, LineBackward],
              operands: dict[str, tuple[str, ...]]) -> str:
     """The step's reference: each line's temporaries, then its contributions, in order."""
     out: list[str] = []
-    later = set(step.partials) | set(step.middles)
+    later = set(step.partials)
     for target in step.lines:
         lb = backward[target]
         out += lb.prelude
@@ -182,6 +182,19 @@ def todo(reason: str) -> str:
 TEMPLATE_WIDTH = 72  # columns: the editor's narrowest (an 80x24 terminal) shows 73 unwrapped
 
 
+def forward_comment(source: str) -> list[str]:
+    """The forward line as a comment, folded at spaces to the editor's width: a line too long
+    for one comment continues, indented, on the next."""
+    head, more = "# forward: ", "#     "
+    if len(head + source) <= TEMPLATE_WIDTH:
+        return [head + source]
+    pieces = textwrap.wrap(source, TEMPLATE_WIDTH - len(head), break_long_words=False,
+                           break_on_hyphens=False)
+    rest = textwrap.wrap(" ".join(pieces[1:]), TEMPLATE_WIDTH - len(more),
+                         break_long_words=False, break_on_hyphens=False)
+    return [head + pieces[0], *(more + p for p in rest)]
+
+
 def template(step: StepPlan, sources: dict[str, str], operands: dict[str, tuple[str, ...]],
              graded_at: dict[str, str]) -> str:
     """What the editor opens with: each line as a comment, then a `...` for each gradient the
@@ -189,9 +202,7 @@ def template(step: StepPlan, sources: dict[str, str], operands: dict[str, tuple[
     columns is shortened (the forward pass is on screen beside it) or left out."""
     out: list[str] = []
     for target in step.lines:
-        line = f"# forward: {sources[target]}"
-        out.append(line if len(line) <= TEMPLATE_WIDTH else
-                   f"# forward: the line that makes {target}")
+        out += forward_comment(sources[target])
         for x in operands[target]:
             mode = step.modes[(target, x)]
             if x in step.partials and mode == "first":
@@ -201,8 +212,6 @@ def template(step: StepPlan, sources: dict[str, str], operands: dict[str, tuple[
             elif mode == "add":
                 code, note = f"{gradient(x)} += ...", (f"another branch of {x}; graded in full at "
                                               f"{graded_at.get(x, 'a later step')}")
-            elif x in step.middles:
-                code, note = f"{gradient(x)} = ...", f"first branch of {x}; graded in full later"
             else:
                 code, note = f"{gradient(x)} = ...", ""
             for text in (note, note.split(";")[0]):

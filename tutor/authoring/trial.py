@@ -53,6 +53,7 @@ from tutor.core.candidate import (
 from tutor.core.diagnosis import close
 from tutor.core.grading import grade
 from tutor.core.network import at_precision
+from tutor.core.quick import vjp
 from tutor.pack.flow import gradient
 from tutor.pack.kinds import LineGradient
 from tutor.pack.model import Exercise, Pack, Step
@@ -502,8 +503,7 @@ class Trial:
                 grads_out.append(cots.get(target))
         if not outs:
             return {x: torch.zeros_like(v) for x, v in leaves.items()}
-        got = torch.autograd.grad(outs, list(leaves.values()), grad_outputs=grads_out,
-                                  allow_unused=True)
+        got = vjp(outs, list(leaves.values()), grads_out, allow_unused=True)
         return {x: (torch.zeros_like(leaves[x]) if g is None else g.detach())
                 for x, g in zip(leaves, got, strict=True)}
 
@@ -638,11 +638,12 @@ class Trial:
         n = self.r.batch_size
         ns = self.plain(self.values[("main", torch.float32)], n)
         pack = self.pack_record(made)
+        earlier: list[str] = []
         for step, plan in zip(made, plans, strict=True):
             before = copy_namespace(ns)
             step["mistakes"] = []
             if step["todo"] is None:
-                found = self.mistakes_of(step, plan, operands, pack, before, n)
+                found = self.mistakes_of(step, plan, operands, pack, before, n, earlier)
                 # one of each graded tensor in turn, so that each has its own
                 limit = min(MISTAKES + 2, max(MISTAKES, len(found)))
                 codes: set[str] = set()  # one code wrong in two tensors is one mistake
@@ -660,12 +661,13 @@ class Trial:
                 execute(compile_candidate(step["solution"], "<derived>"), ns, Output())
             else:
                 self.stand_in(ns, plan, operands, torch.float32)
+            earlier += plan.lines
 
     def mistakes_of(self, step: dict, plan: steps.StepPlan, operands, pack: Pack, before: dict,
-                    n: int) -> dict[str, list[dict]]:
+                    n: int, earlier: list[str]) -> dict[str, list[dict]]:
         """For each tensor the step grades, the wrong answers the tutor refuses, each told
         apart from the ones before it."""
-        refs = self.references(plan)
+        refs = self.references(plan, earlier)
         record = pack.step(step["id"])
         record_pack = pack
         scope = {"torch": torch, "F": F, "math": math, "n": n, **{
@@ -677,7 +679,8 @@ class Trial:
             kept: list[Tensor] = []
             found[tensor] = []
             for tried, (source, kind, message) in enumerate(
-                    self.slips(plan, step, tensor, operands, pack, record, scope)):
+                    self.slips(plan, step, tensor, operands, pack, record, scope,
+                                       earlier)):
                 if tried >= CANDIDATES or len(kept) >= 3 * MISTAKES:
                     break
                 value = self.value_of(source, before, tensor)
@@ -713,9 +716,11 @@ class Trial:
         value = run.get(gradient(tensor))
         return value if isinstance(value, Tensor) else None
 
-    def references(self, plan: steps.StepPlan) -> dict[str, tuple[Tensor, Tensor]]:
+    def references(self, plan: steps.StepPlan, earlier: list[str]
+                   ) -> dict[str, tuple[Tensor, Tensor]]:
         """Autograd's answer for each tensor the step grades, in float32 and float64: the whole
-        gradient, or (a first branch) what reaches it through the step's lines alone."""
+        gradient, or (a partial) what reaches it through the step's lines and the `earlier`
+        steps' lines: its first branch, or the branches so far (tutor/core/network.py)."""
         out = {}
         for x in plan.checks:
             out[x] = (self.full[torch.float32][x], self.full[torch.float64][x])
@@ -723,28 +728,33 @@ class Trial:
             pair = []
             for dtype in (torch.float32, torch.float64):
                 full = self.full[dtype]
-                cots = {t: (None if t == self.file.loss else full.get(t)) for t in plan.lines}
-                pair.append(self.vjp(self.values[("main", dtype)], plan.lines,
+                lines = [*earlier, *plan.lines]
+                cots = {t: (None if t == self.file.loss else full.get(t)) for t in lines}
+                pair.append(self.vjp(self.values[("main", dtype)], lines,
                                      list(plan.partials), cots))
             for x in plan.partials:
                 out[x] = (pair[0][x], pair[1][x])
         return out
 
-    def slips(self, plan, step, tensor, operands, pack, record, scope):
+    def slips(self, plan, step, tensor, operands, pack, record, scope, earlier):
         """Wrong answers for `d{tensor}`, the telling ones first: `=` where the branch must be
         added, then the tutor's own rewrites of the reference (tutor/core/derived.py)."""
         solution = step["solution"]
         closing = [t for t in plan.lines if plan.modes.get((t, tensor)) == "add"]
-        if tensor in plan.checks and closing:
+        if closing:
             replaced = solution.replace(f"{gradient(tensor)} += ", f"{gradient(tensor)} = ", 1)
             if replaced != solution:
+                # the branches the gradient already held: those of the steps before
                 others = [ln.source for ln in self.lines if tensor in operands.get(ln.target, ())
-                          and ln.target not in plan.lines]
-                where = f" (`{others[0]}`)" if others else ""
+                          and ln.target in earlier]
+                quoted = ", ".join(f"`{o}`" for o in others)
+                where = f" ({quoted})" if others and len(quoted) <= 90 else (
+                        f" ({len(others)} of them)" if others else "")
+                lines = "a later line" if len(others) <= 1 else "later lines"
                 yield (replaced, "partial",
                        f"This is the branch through this line alone. `{tensor}` is also used "
-                       f"in a later line{where}, and `{gradient(tensor)}` already held that "
-                       f"branch when "
+                       f"in {lines}{where}, and `{gradient(tensor)}` already held "
+                       f"{'that branch' if len(others) <= 1 else 'their branches'} when "
                        f"this step began: add this one to it with `+=` instead of replacing it "
                        f"with `=`.")
         # The slips of the line's own operations first (a kernel not flipped, a pool spread

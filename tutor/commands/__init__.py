@@ -1,16 +1,44 @@
-"""The subcommands of `backprop-tutor`, in the order `--help` lists them."""
+"""The subcommands of `backprop-tutor`, in the order `--help` lists them.
 
-from tutor.commands.autograder import AUTOGRADER
-from tutor.commands.check import CHECK
-from tutor.commands.export import EXPORT, WATCH
-from tutor.commands.grade import GRADE
-from tutor.commands.hint import HINT
-from tutor.commands.notebook import NOTEBOOK
-from tutor.commands.pack import PACK
-from tutor.commands.progress import PROGRESS, RESET
-from tutor.commands.serve import SERVE
-from tutor.commands.steps import LIST, SHOW
-from tutor.commands.train import TRAIN
+Each lives in a module of its own, imported only when its command runs (or `--help` lists them
+all): a one-shot command should not wait for the modules of the others, some of which load
+a web server's or a grader's.
+"""
 
-COMMANDS = [LIST, SHOW, HINT, CHECK, PROGRESS, RESET, EXPORT, WATCH, TRAIN, GRADE, AUTOGRADER,
-            PACK, NOTEBOOK, SERVE]
+from __future__ import annotations
+
+from importlib import import_module
+
+from tutor.commands.base import Command
+
+# name: (module under tutor.commands, the Command's name there)
+WHERE: dict[str, tuple[str, str]] = {
+    "list": ("steps", "LIST"),
+    "show": ("steps", "SHOW"),
+    "hint": ("hint", "HINT"),
+    "check": ("check", "CHECK"),
+    "progress": ("progress", "PROGRESS"),
+    "reset": ("progress", "RESET"),
+    "export": ("export", "EXPORT"),
+    "watch": ("export", "WATCH"),
+    "train": ("train", "TRAIN"),
+    "grade": ("grade", "GRADE"),
+    "autograder": ("autograder", "AUTOGRADER"),
+    "pack": ("pack", "PACK"),
+    "notebook": ("notebook", "NOTEBOOK"),
+    "serve": ("serve", "SERVE"),
+}
+
+
+def command(name: str) -> Command:
+    module, attr = WHERE[name]
+    found = getattr(import_module(f"tutor.commands.{module}"), attr)
+    assert found.name == name, (name, found.name)
+    return found
+
+
+def __getattr__(name: str) -> list[Command]:
+    # `COMMANDS`, every command, for whoever wants them all (the full --help, tests).
+    if name == "COMMANDS":
+        return [command(n) for n in WHERE]
+    raise AttributeError(name)

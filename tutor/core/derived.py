@@ -61,6 +61,7 @@ from tutor import code_facts
 from tutor.code_facts import changed_in_place, write_targets
 from tutor.core import rewrites
 from tutor.core.diagnosis import close, diagnosis
+from tutor.core.quick import broadcast_shape
 from tutor.pack.flow import gradient, tensor_of
 from tutor.pack.model import Pack, Step
 from tutor.values.results import Diagnosis
@@ -264,7 +265,7 @@ class _Context:
         if [d for d in ta.shape if d != 1] == [d for d in tb.shape if d != 1]:
             return True
         try:
-            torch.broadcast_shapes(ta.shape, tb.shape)
+            broadcast_shape(ta.shape, tb.shape)
         except RuntimeError:
             return False
         return True

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import torch
 
+from tutor.core.quick import broadcast_shape
 from tutor.pack.flow import gradient
 from tutor.values.results import TensorCheck, Verdict
 
@@ -116,7 +117,7 @@ def fits(shape, target, parameter: bool = False) -> bool:
     """
     shape, target = tuple(shape), tuple(target)
     try:
-        return tuple(torch.broadcast_shapes(shape, target)) == target
+        return broadcast_shape(shape, target) == target
     except RuntimeError:
         return False
 

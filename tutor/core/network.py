@@ -16,6 +16,7 @@ from functools import cached_property
 import torch
 import torch.nn.functional as F
 
+from tutor.core.quick import vjp
 from tutor.devices import DeviceError, judged, resolve
 from tutor.pack.model import ForwardLine, Pack, Step
 
@@ -221,15 +222,26 @@ class Network:
             if not step.kind.of_forward_tensors:
                 continue  # graded on cases of its own (functions.py)
             for name, grad in _step_references(step, ns, full_with_loss, self.pack.loss,
-                                               sources).items():
+                                               sources, _branch_lines(self.pack, step)).items():
                 refs[(step.id, name)] = grad.detach()
             for name in step.given:
                 given[(step.id, name)] = full[name].detach()
         return ns, refs, given, full
 
 
+def _branch_lines(pack: Pack, step: Step) -> list[str]:
+    """The lines whose branches a partial of `step` holds once the step is done: its own and
+    those of the exercise's earlier steps. A tensor read by three lines is started at the first
+    step that meets it, added to at the next and completed at the last; after the middle one,
+    the learner's gradient holds two branches, and that is what it is graded as there."""
+    steps = [s for s in pack.gradient_steps if s.exercise == step.exercise]
+    upto = steps[: steps.index(step) + 1] if step in steps else [step]
+    return [t for s in upto if s.kind.of_forward_tensors for t in s.lines]
+
+
 def _step_references(
-    step: Step, ns: dict, full: dict, loss: str, sources: dict[str, str]
+    step: Step, ns: dict, full: dict, loss: str, sources: dict[str, str],
+    branch_lines: list[str] | None = None,
 ) -> dict[str, Tensor]:
     out: dict[str, Tensor] = {}
     if step.target == loss and step.upstream is None:
@@ -237,24 +249,24 @@ def _step_references(
             out[name] = full[name]
     else:
         upstream = full[step.upstream] if step.upstream else None
-        grads = torch.autograd.grad(
-            ns[step.target], [ns[c] for c in step.checks], grad_outputs=upstream, retain_graph=True
-        )
+        grads = vjp(ns[step.target], [ns[c] for c in step.checks], upstream, retain_graph=True)
         out.update(zip(step.checks, grads, strict=False))
-    # A partial is the first branch of a tensor used twice: what reaches it through this step's
-    # line(s) alone. Re-running those lines with every other operand detached gives exactly that
-    # local vector-Jacobian product, without the other path autograd would also follow.
+    # A partial is the part of a tensor's gradient that has arrived by the end of this step: what
+    # reaches it through the lines of this step and the exercise's earlier ones that read it
+    # (the first branch, or the first two of three). Re-running those lines with every other
+    # operand detached gives exactly that local vector-Jacobian product, without the other
+    # paths autograd would also follow.
     for name in step.partials:
         leaf = ns[name].detach().requires_grad_(True)
         local = {k: (v.detach() if isinstance(v, Tensor) else v) for k, v in ns.items()}
         local[name] = leaf
         # Only the step's lines that read it send it anything (a fused step's other lines may
         # read other tensors alone).
-        pairs = [(o, full[t]) for t in step.lines
-                 if isinstance(o := _eval(_value(sources[t]), local, grad=True), Tensor)
+        pairs = [(o, full[t]) for t in (branch_lines or step.lines)
+                 if name in _names_read(sources[t])
+                 and isinstance(o := _eval(_value(sources[t]), local, grad=True), Tensor)
                  and o.requires_grad]
-        (grad,) = torch.autograd.grad([o for o, _ in pairs], [leaf],
-                                      grad_outputs=[g for _, g in pairs], allow_unused=True)
+        (grad,) = vjp([o for o, _ in pairs], [leaf], [g for _, g in pairs], allow_unused=True)
         out[name] = grad if grad is not None else torch.zeros_like(leaf)
     return out
 
@@ -366,6 +378,10 @@ def annotate(line: ForwardLine, ns: dict) -> dict:
 
 def _value(source: str) -> ast.expr:
     return ast.parse(source).body[0].value  # type: ignore[attr-defined]
+
+
+def _names_read(source: str) -> set[str]:
+    return {n.id for n in ast.walk(_value(source)) if isinstance(n, ast.Name)}
 
 
 def _eval(node: ast.expr, ns: dict, grad: bool = False):

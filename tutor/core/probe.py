@@ -33,6 +33,7 @@ import torch
 
 from tutor import code_facts
 from tutor.core.grading import PROBE_HEADROOM, as_graded, grade
+from tutor.core.quick import vjp
 from tutor.devices import judged
 from tutor.pack.flow import gradient
 from tutor.pack.model import Pack, Step
@@ -186,9 +187,8 @@ class Graph:
                 return None
             if not keep or not wrt.requires_grad:
                 return judged(torch.zeros_like(target.detach()))
-            (grad,) = torch.autograd.grad([o for o, _ in keep], [wrt],
-                                          grad_outputs=[c for _, c in keep],
-                                          retain_graph=True, allow_unused=True)
+            (grad,) = vjp([o for o, _ in keep], [wrt], [c for _, c in keep],
+                          retain_graph=True, allow_unused=True)
         # Made on the lesson's device, judged on the CPU (tutor/devices.py).
         return judged(torch.zeros_like(target.detach()) if grad is None else grad.detach())
 

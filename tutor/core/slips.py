@@ -30,6 +30,7 @@ import torch
 import torch.nn.functional as F
 
 from tutor.core.diagnosis import close, diagnosis
+from tutor.core.quick import vjp
 from tutor.pack.flow import gradient
 from tutor.pack.model import ForwardLine, Pack, Step
 from tutor.values.results import Diagnosis
@@ -1294,8 +1295,8 @@ def _step_vjp(prepared: _Prepared, changes: dict[str, ast.expr], detach: tuple[s
                 live = [(o, u) for o, u in zip(outputs, ups, strict=True) if o.requires_grad]
                 if live and leaf.requires_grad:
                     try:
-                        (result,) = torch.autograd.grad([o for o, _ in live], leaf,
-                                                        [u for _, u in live], allow_unused=True)
+                        (result,) = vjp([o for o, _ in live], leaf, [u for _, u in live],
+                                        allow_unused=True)
                     except RuntimeError:
                         result = None
                     if result is None:
@@ -1328,8 +1329,8 @@ def _line_vjp(prepared: _Prepared, line: ForwardLine, expr: ast.expr | None, ten
             y = _evaluate_call(expr, ns)
             if y is not None and y.shape == up.shape and y.requires_grad:
                 try:
-                    (result,) = torch.autograd.grad(y, leaf, up.detach().to("cpu", torch.float64),
-                                                    allow_unused=True)
+                    (result,) = vjp(y, leaf, up.detach().to("cpu", torch.float64),
+                                    allow_unused=True)
                 except RuntimeError:
                     result = None
                 if result is None:

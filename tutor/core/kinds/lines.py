@@ -229,7 +229,11 @@ class LineCheck(StepCheck):
         batch: Batch,
         prior: dict[str, str],
     ) -> None:
-        role = " (its first branch, completed in a later step)" if g.partial else ""
+        role = ""
+        if g.partial:
+            role = (" (its branches so far, completed in a later step)"
+                    if self._started_earlier(step, g.tensor)
+                    else " (its first branch, completed in a later step)")
         mistakes = self._mistakes_for(g.tensor, step, batch, prior)
         if g.verdict is Verdict.SHAPE:
             known = dx.matching_mistake(value, mistakes) or dx.shape_diagnosis(
@@ -459,8 +463,17 @@ class LineCheck(StepCheck):
                     "other. A .clone() keeps them apart."
                 )
 
+    def _started_earlier(self, step: Step, name: str) -> bool:
+        """Was `name`'s gradient started at an earlier step of the exercise (so that this step
+        adds a middle branch to it)?"""
+        return any(name in s.partials for s in self.earlier(step)) or any(
+            name in s.partials for s in self.pack.gradient_steps[: self.pack.index(step.id)]
+            if s.exercise == step.exercise)
+
     def _partial_notes(self, step: Step, run: Run, notes: list[str]) -> None:
         for name in step.partials:
+            if self._started_earlier(step, name):
+                continue  # started where it was first met: the note was given there
             if not isinstance(run.namespace.get(gradient(name)), Tensor):
                 closing = next(
                     (s.id for s in self.pack.gradient_steps[self.pack.index(step.id) + 1:]

@@ -148,40 +148,13 @@ def test_the_tutor_opens_the_lesson_and_checks_a_convolution(tmp_path):
     """The TUI, on the conv pack: the first step opens, a right answer passes and opens the
     next, where a catalogued mistake is named in the feedback."""
     import asyncio
-    import io
-    import time
 
-    from rich.console import Console
+    from pilot_lesson import check, feedback, wait_until
 
     from tutor.evaluator.client import Evaluator
     from tutor.ui.app import TutorApp
-    from tutor.ui.widgets.editor import CodeEditor
-    from tutor.ui.widgets.feedback import Feedback
 
     settings = Settings(device="cpu", home=tmp_path / "home", pack=str(CONV))
-
-    async def wait_until(pilot, condition, timeout: float = 60.0) -> None:
-        deadline = time.monotonic() + timeout
-        while not condition():
-            assert time.monotonic() < deadline, "the app did not get there in time"
-            await pilot.pause(0.05)
-
-    async def check(pilot, code: str) -> dict:
-        lesson = pilot.app.lesson
-        lesson.query_one(CodeEditor).load_text(code)
-        before = lesson.results.get(lesson.step.id)
-        await pilot.press("ctrl+j")
-        await wait_until(pilot, lambda: not lesson.checking
-                         and lesson.results.get(lesson.step.id) is not before)
-        await pilot.pause()
-        return lesson.results[lesson.step.id][0].to_dict()
-
-    def feedback(app) -> str:
-        console = Console(width=110, file=io.StringIO(), record=True, color_system=None)
-        for part in app.query_one(Feedback).query("Static"):
-            if part.display:
-                console.print(part.content)
-        return " ".join(console.export_text().split())
 
     async def scenario(evaluator) -> None:
         app = TutorApp(settings, evaluator=evaluator, greet=False)

@@ -26,11 +26,15 @@ def _cell(source: str) -> dict:
             "execution_count": None}
 
 
+def _pack_of(lesson: str):
+    return load_pack(Path(lesson) if "/" in lesson else find_pack(lesson))
+
+
 def _notebook(lesson: str, slip: str | None = None) -> dict:
     """The lesson as a learner's notebook: data loading, the forward pass, every gradient step's
     code in order with a comparison after it, every function step's definition; `slip` names a
     step whose first gradient is negated."""
-    pack = load_pack(find_pack(lesson))
+    pack = _pack_of(lesson)
     cells = ["import torch\nimport torch.nn.functional as F\n"
              "words = open('names.txt').read().splitlines()\n", CHECK,
              "# my copy of the forward pass\n" + pack.forward_code.strip() + "\n"]
@@ -49,7 +53,7 @@ def _notebook(lesson: str, slip: str | None = None) -> dict:
 
 
 def _grade(tmp_path: Path, lesson: str, document: dict) -> dict[str, dict]:
-    path = tmp_path / f"{lesson}.ipynb"
+    path = tmp_path / f"{Path(lesson).name}.ipynb"
     path.write_text(json.dumps(document))
     done = subprocess.run([sys.executable, "-m", "tutor", "--home", str(tmp_path / "home"),
                            "--device", "cpu", "--pack", lesson, "grade", "--json",
@@ -59,9 +63,25 @@ def _grade(tmp_path: Path, lesson: str, document: dict) -> dict[str, dict]:
     return {s["id"]: s for s in json.loads(done.stdout)["steps"]}
 
 
-@pytest.mark.parametrize("lesson", ["gpt", "lstm", "conv"])
-def test_a_right_notebook_of_the_lesson_earns_every_step(tmp_path, lesson):
-    pack = load_pack(find_pack(lesson))
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory) -> str:
+    """A lesson as `pack new` makes it, untouched: a causal attention head whose input is read
+    by four lines (first, middle and closing branches)."""
+    from tutor.authoring.new import make
+
+    folder = tmp_path_factory.mktemp("generated") / "attention"
+    assert make(ROOT / "tests" / "packs" / "forward" / "attention.py", folder).todo == []
+    return str(folder)
+
+
+def _lesson(lesson: str, request) -> str:
+    return request.getfixturevalue("generated") if lesson == "generated" else lesson
+
+
+@pytest.mark.parametrize("lesson", ["gpt", "lstm", "conv", "generated"])
+def test_a_right_notebook_of_the_lesson_earns_every_step(tmp_path, lesson, request):
+    lesson = _lesson(lesson, request)
+    pack = _pack_of(lesson)
     steps = _grade(tmp_path, lesson, _notebook(lesson))
     for step in pack.gradient_steps:
         assert steps[step.id]["status"] == "passed", (step.id, steps[step.id]["message"])
@@ -69,9 +89,11 @@ def test_a_right_notebook_of_the_lesson_earns_every_step(tmp_path, lesson):
 
 
 @pytest.mark.parametrize(("lesson", "slip"), [("gpt", "block/att"), ("lstm", "step/c"),
-                                              ("conv", "conv/h2pre")])
-def test_a_slip_costs_its_own_step_only(tmp_path, lesson, slip):
-    pack = load_pack(find_pack(lesson))
+                                              ("conv", "conv/h2pre"),
+                                              ("generated", "attention/Wk")])
+def test_a_slip_costs_its_own_step_only(tmp_path, lesson, slip, request):
+    lesson = _lesson(lesson, request)
+    pack = _pack_of(lesson)
     steps = _grade(tmp_path, lesson, _notebook(lesson, slip))
     assert steps[slip]["status"] == "failed", steps[slip]
     for step in pack.gradient_steps:

@@ -401,3 +401,72 @@ def test_silu_s_reference_computes_its_input_and_sigmoid_once(tmp_path):
     assert result.todo == []
     step = next(s for s in load_pack(tmp_path / "swiglu").gradient_steps if "W1" in s.checks)
     assert step.solution.count("@ W1") == 1 and step.solution.count("torch.sigmoid(") == 1
+
+
+def test_the_tui_teaches_a_made_lesson_branch_by_branch(made, tmp_path):
+    """The TUI on a lesson as `pack new` made it: each step opens after the one before passes,
+    and at a step that adds a middle branch, `=` for `+=` is refused there with the words for
+    it, then the right code passes."""
+    import asyncio
+
+    from pilot_lesson import check, feedback, wait_until
+
+    from tutor.evaluator.client import Evaluator
+    from tutor.ui.app import TutorApp
+
+    pack = load_pack(made["attention"])
+    settings = Settings(device="cpu", home=tmp_path / "home", pack=str(made["attention"]))
+    middle = pack.step("attention/Wv")
+
+    async def scenario(evaluator) -> None:
+        app = TutorApp(settings, evaluator=evaluator, greet=False)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await wait_until(pilot, lambda: pilot.app.info is not None)
+            await pilot.pause()
+            for step in pack.gradient_steps[: pack.index(middle.id)]:
+                assert app.lesson.goto_step(step.id), step.id
+                await pilot.pause()
+                assert (await check(pilot, step.solution))["passed"], step.id
+            assert app.lesson.goto_step(middle.id)
+            await pilot.pause()
+            wrong = await check(pilot, middle.solution.replace("dx += ", "dx = ", 1))
+            assert not wrong["passed"]
+            shown = feedback(app)
+            assert "add this one to it with += instead of replacing it with =" in shown, shown
+            assert (await check(pilot, middle.solution))["passed"]
+            assert "✓ Correct" in feedback(app)
+
+    with Evaluator(settings) as evaluator:
+        asyncio.run(scenario(evaluator))
+
+
+def test_a_max_pools_mask_of_the_max_after_a_relu_is_as_right_as_autograds(tmp_path):
+    """Windows of ReLU zeros tie for the largest: autograd sends the window's gradient to the
+    first, a mask of the max to every one. The gradient that flows on through the ReLU is the
+    same, so the mask passes, rule and fresh batch included, with a note that says why; a
+    number at the ties that no max would send is still refused."""
+    from tutor.core.engine import Engine
+    from tutor.values.results import Rule
+
+    make(FORWARD / "pool_relu.py", tmp_path / "pool")
+    pack = load_pack(tmp_path / "pool")
+    step = next(s for s in pack.gradient_steps
+                if "max_pool2d" in pack.line_for(s.lines[0]).source)
+    tensor = step.checks[0]
+    mask = ("mx = F.max_pool2d({x}, 2)\n"
+            "up = lambda t: t.repeat_interleave(2, 2).repeat_interleave(2, 3)\n"
+            "mask = ({x} == up(mx)).float()\n").format(x=tensor)
+    engine = Engine(Settings(device="cpu"), pack=pack)
+    try:
+        right = engine.check(step.id, mask + f"d{tensor} = mask * up(dpooled)\n")
+        assert right.passed, right
+        row = right.checks[0]
+        assert row.rule is Rule.FOLLOWED and "tie for the largest" in (row.note or "")
+        halved = engine.check(step.id, mask + f"d{tensor} = 0.5 * mask * up(dpooled)\n")
+        assert not halved.passed
+        junk = engine.check(step.id, mask + f"d{tensor} = mask * up(dpooled)\n"
+                            f"d{tensor} = torch.where(({tensor} == 0) & (up(mx) == 0), 7.0, "
+                            f"d{tensor})\n")
+        assert not junk.passed
+    finally:
+        engine.close()

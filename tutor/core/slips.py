@@ -1128,18 +1128,24 @@ def _repeats_lost(prepared: _Prepared, tensor: str, value: Tensor, ref: Tensor, 
     return None
 
 
-def _ties(prepared: _Prepared, tensor: str, value: Tensor, ref: Tensor, before: dict
-          ) -> Diagnosis | None:
-    """A max-pool's gradient right everywhere but in windows where several entries tie for
-    the largest (a window of zeros after a ReLU): it went to more than one, or another one."""
+def _tied_entries(prepared: _Prepared, tensor: str, before: dict
+                  ) -> tuple[Tensor, ForwardLine, Callable[[Tensor], Tensor]] | None:
+    """The entries of `tensor` that tie for the largest in a window of a max-pool of the
+    step's lines (non-overlapping windows), that line, and what sums a tensor over each window
+    and gives every entry its window's sum; None where no such line reads it."""
     for line in prepared.lines:
         expr = _parsed(line.source)
         if not (isinstance(expr, ast.Call) and _name(expr) in ("max_pool1d", "max_pool2d")):
             continue
         x = before.get(tensor)
+        first = expr.args[0] if expr.args else None
+        if not (isinstance(first, ast.Name) and first.id == tensor):
+            continue
         k = _const(_arg(expr, 0, "kernel_size"))
         stride = _const(_arg(expr, 1, "stride"))
-        if not isinstance(x, Tensor) or not isinstance(k, int) or stride not in (None, k):
+        if not isinstance(x, Tensor) or not isinstance(k, int) or stride not in (None, k) \
+                or any(kw.arg in ("padding", "dilation", "ceil_mode") for kw in expr.keywords) \
+                or len(expr.args) > 2:
             return None
         dims = 2 if _name(expr).endswith("2d") else 1
         xd = x.detach().to("cpu", torch.float64)
@@ -1149,21 +1155,103 @@ def _ties(prepared: _Prepared, tensor: str, value: Tensor, ref: Tensor, before: 
             top = top.repeat_interleave(k, d)
         if top.shape != xd.shape:
             return None
+
+        def window_sums(t: Tensor, k: int = k, dims: int = dims) -> Tensor:
+            out = F.avg_pool2d(t, k) * k * k if dims == 2 else F.avg_pool1d(t, k) * k
+            for d in range(-dims, 0):
+                out = out.repeat_interleave(k, d)
+            return out
+
         at_max = (xd == top).double()
-        count = (F.avg_pool2d(at_max, k) * k * k if dims == 2
-                 else F.avg_pool1d(at_max, k) * k)
-        for d in range(-dims, 0):
-            count = count.repeat_interleave(k, d)
-        scale = max(float(ref.abs().max()), 1e-12)
-        wrong = (value.double() - ref).abs() > 1e-4 * scale
-        tied = count > 1.5
-        if wrong.any() and not (wrong & ~tied).any():
-            return diagnosis("derived", (
-                f"{gradient(tensor)} is right except in the windows where several entries tie "
-                f"for the largest ({int(tied.sum())} entries, zeros after a ReLU most often): "
-                f"`{line.source.strip()}` passes each window's gradient to one entry only, the "
-                "first of the largest, and none to the others."))
+        return (window_sums(at_max) > 1.5) & (at_max > 0), line, window_sums
     return None
+
+
+def _wrong_entries(value: Tensor, ref: Tensor) -> Tensor:
+    scale = max(float(ref.abs().max()), 1e-12)
+    return (value.double() - ref).abs() > 1e-4 * scale
+
+
+def _ties(prepared: _Prepared, tensor: str, value: Tensor, ref: Tensor, before: dict
+          ) -> Diagnosis | None:
+    """A max-pool's gradient right everywhere but in windows where several entries tie for
+    the largest (a window of zeros after a ReLU): it went to more than one, or another one."""
+    found = _tied_entries(prepared, tensor, before)
+    if found is None:
+        return None
+    tied, line, _ = found
+    wrong = _wrong_entries(value, ref)
+    if wrong.any() and not (wrong & ~tied).any():
+        return diagnosis("derived", (
+            f"{gradient(tensor)} is right except in the windows where several entries tie "
+            f"for the largest ({int(tied.sum())} entries, zeros after a ReLU most often): "
+            f"`{line.source.strip()}` passes each window's gradient to one entry only, the "
+            "first of the largest, and none to the others."))
+    return None
+
+
+def tie_equivalent(pack: Pack, step: Step, tensor: str, value: Tensor, ref: Tensor,
+                   before: dict) -> str | None:
+    """Why `value` is as right as autograd's gradient, or None.
+
+    At entries that tie for a window's largest, a max-pool has no single derivative: autograd
+    sends the window's gradient to the first of them, a mask of the max to all of them. Either
+    is accepted where it differs from autograd's only there, and where the line that made
+    `tensor` passes the difference on as nothing (tied zeros of a ReLU): the gradient that flows
+    on is then the same to every later step and to training."""
+    if value.shape != ref.shape or not bool(torch.isfinite(value).all()):
+        return None
+    try:
+        return _tie_equivalent(pack, step, tensor, value, ref, before)
+    except Exception:  # noqa: BLE001 - what cannot be shown equivalent stays refused
+        return None
+
+
+def _tie_equivalent(pack: Pack, step: Step, tensor: str, value: Tensor, ref: Tensor,
+                    before: dict) -> str | None:
+    made = next((ln for ln in pack.forward_lines if ln.target == tensor), None)
+    if made is None:
+        return None  # a parameter or an input: its gradient is used as it is
+    prepared = _Prepared([], {}, {}, [pack.line_for(t) for t in step.lines], loss=pack.loss)
+    found = _tied_entries(prepared, tensor, before)
+    if found is None:
+        return None
+    tied, line, window_sums = found
+    v, r = value.detach().to("cpu", torch.float64), ref.detach().to("cpu", torch.float64)
+    wrong = _wrong_entries(v, r)
+    if not wrong.any() or (wrong & ~tied).any():
+        return None
+    # Each tied entry gets its window's whole gradient or none of it (the first, the last, all
+    # of them): what a max sends; any other number there is no derivative of it.
+    whole = window_sums(r)
+    scale = max(float(r.abs().max()), 1e-12)
+    if not bool(((v.abs() <= 1e-4 * scale) | ((v - whole).abs() <= 1e-4 * scale))[wrong].all()):
+        return None
+    expr = _parsed(made.source)
+    ns = {k: (x.detach().to("cpu", torch.float64) if isinstance(x, Tensor)
+              and x.is_floating_point() else x) for k, x in before.items() if isinstance(k, str)}
+    reads = [n.id for n in ast.walk(expr) if isinstance(n, ast.Name)
+             and isinstance(ns.get(n.id), Tensor) and ns[n.id].is_floating_point()]
+    leaves = {k: ns[k].clone().requires_grad_() for k in dict.fromkeys(reads)}
+    if not leaves:
+        return None
+    with torch.enable_grad():
+        out = _evaluate_call(expr, {**ns, **leaves})
+        if not isinstance(out, Tensor) or out.shape != v.shape or not out.requires_grad:
+            return None
+        # only where it differs beyond rounding, which elsewhere would flow on as rounding
+        on = vjp(out, list(leaves.values()), (v - r) * wrong, retain_graph=True,
+                 allow_unused=True)
+        flow = vjp(out, list(leaves.values()), r, allow_unused=True)
+    passed = max((float(g.abs().max()) for g in on if g is not None), default=0.0)
+    scale = max((float(g.abs().max()) for g in flow if g is not None), default=0.0)
+    if passed > 1e-9 * max(scale, 1e-12):
+        return None
+    return (f"{gradient(tensor)} differs from autograd's only at the {int((wrong).sum())} "
+            f"entries that tie for the largest in their window of `{line.source.strip()}`, "
+            "where the max has no single derivative (autograd gives the window's gradient to "
+            f"the first of them). `{made.source.strip()}` passes nothing back from those "
+            "entries, so the gradient that flows on is the same: accepted.")
 
 
 def _one_or_mean(row: Tensor, lookups: Tensor) -> bool:

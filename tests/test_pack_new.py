@@ -453,9 +453,9 @@ def test_a_max_pools_mask_of_the_max_after_a_relu_is_as_right_as_autograds(tmp_p
     step = next(s for s in pack.gradient_steps
                 if "max_pool2d" in pack.line_for(s.lines[0]).source)
     tensor = step.checks[0]
-    mask = ("mx = F.max_pool2d({x}, 2)\n"
+    mask = (f"mx = F.max_pool2d({tensor}, 2)\n"
             "up = lambda t: t.repeat_interleave(2, 2).repeat_interleave(2, 3)\n"
-            "mask = ({x} == up(mx)).float()\n").format(x=tensor)
+            f"mask = ({tensor} == up(mx)).float()\n")
     engine = Engine(Settings(device="cpu"), pack=pack)
     try:
         right = engine.check(step.id, mask + f"d{tensor} = mask * up(dpooled)\n")

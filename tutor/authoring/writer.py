@@ -169,9 +169,7 @@ def training_toml(file: ForwardFile, lesson: Lesson, result: dict, prefix: str) 
     settings = {**TRAINING, "batch_size": lesson.batch_size,
                 **{k: v for k, v in lesson.training.items() if k in _TRAINING_KEYS}}
     loss_line = result["lines"][-1]["source"]
-    forward = "\n".join(ln["source"] for ln in result["lines"])
-    evaluate = f'''FORWARD = {json.dumps(forward)}
-CHUNK = 1024
+    evaluate = '''CHUNK = 1024
 
 
 def evaluate(params, state, X, Y):
@@ -179,10 +177,7 @@ def evaluate(params, state, X, Y):
     total, count = 0.0, 0
     for i in range(0, X.shape[0], CHUNK):
         Xb, Yb = X[i:i + CHUNK], Y[i:i + CHUNK]
-        ns = {{"torch": torch, "F": F, "math": math, **sizes, **params, "Xb": Xb, "Yb": Yb,
-              "n": Xb.shape[0], "batch_size": Xb.shape[0]}}
-        exec(FORWARD, ns)
-        total += float(ns[{json.dumps(file.loss)}]) * Xb.shape[0]
+        total += float(forward_loss(params, Xb, Yb)) * Xb.shape[0]
         count += Xb.shape[0]
     return total / count
 '''

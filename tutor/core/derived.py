@@ -59,7 +59,7 @@ import torch.nn.functional as F
 
 from tutor import code_facts
 from tutor.code_facts import changed_in_place, write_targets
-from tutor.core import rewrites
+from tutor.core import packcode, rewrites
 from tutor.core.diagnosis import close, diagnosis
 from tutor.core.quick import broadcast_shape
 from tutor.pack.flow import gradient, tensor_of
@@ -504,7 +504,7 @@ def function_scope(step: Step, inputs: dict, known: dict) -> dict:
     args = {k: v.clone() if isinstance(v, Tensor) else v for k, v in inputs.items()}
     seen: dict = {}
     try:
-        exec(_compiled(step.solution), ns)  # trusted: the pack's own solution
+        exec(_compiled(step.solution), _guarded(ns))  # the pack's own solution
         code = ns[spec.name].__code__
 
         def local(frame, event, _arg):
@@ -663,7 +663,7 @@ def call_function(step: Step, source: str, inputs: dict, sizes: dict) -> dict | 
     try:
         with torch.no_grad(), warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            exec(_compiled(source), ns)
+            exec(_compiled(source), _guarded(ns))
             result = ns[spec.name](*[args[a] for a in spec.arguments])
     except Exception:  # noqa: BLE001 - a rewrite that cannot run here is no candidate
         return None
@@ -1611,7 +1611,7 @@ def _evaluate(candidate: Candidate, scope: dict) -> Tensor | None:
     try:
         with torch.no_grad(), warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            exec(_compiled(candidate.source), ns)  # trusted: a rewrite of the pack's solution
+            exec(_compiled(candidate.source), _guarded(ns))  # a rewrite of the pack's solution
     except Exception:  # noqa: BLE001 - a rewrite that cannot run here is no candidate
         return None
     out = ns.get(candidate.target)
@@ -1622,9 +1622,18 @@ _CODE: dict[str, object] = {}
 
 
 def _compiled(source: str):
+    """The pack's solution, or a rewrite of it, under the learner's rules (packcode.py): a pack
+    is data, whoever wrote it. Run in a namespace that `_guarded` gave the guard."""
     if source not in _CODE:
-        _CODE[source] = compile(source, "<derived candidate>", "exec")
+        _CODE[source] = packcode.compiled(source, "<derived candidate>")
     return _CODE[source]
+
+
+def _guarded(ns: dict) -> dict:
+    """`ns` with the sandbox's guard and builtins, for `_compiled` code."""
+    for k, v in packcode.scope().items():
+        ns.setdefault(k, v)
+    return ns
 
 
 # --- patterns read off the numbers -------------------------------------------------------------

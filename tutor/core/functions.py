@@ -12,15 +12,14 @@ code computes them (for the notebook's exact / approximate / maxdiff), and in fl
 from __future__ import annotations
 
 import ast
-import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
+from tutor.core import packcode
 from tutor.core.network import Batch
 from tutor.core.timesteps import Series, series
 from tutor.devices import judged
@@ -55,13 +54,16 @@ def _spec(step: Step) -> FunctionSpec:
 def _run(code: str, ns: dict, where: str) -> None:
     try:
         with torch.enable_grad():
-            exec(compile(code, where, "exec"), ns)
+            packcode.run(code, ns, where)
+    except PackError:
+        raise
     except Exception as exc:  # noqa: BLE001 - the pack's code is wrong: say where
         raise PackError(f"{where} fails: {type(exc).__name__}: {exc}") from exc
 
 
 def _scope() -> dict:
-    return {"torch": torch, "F": F, "math": math}
+    """A namespace for the pack's code: under the learner's rules (tutor/core/packcode.py)."""
+    return packcode.scope()
 
 
 def lesson_case(step: Step, batch: Batch, device: torch.device) -> Case:
@@ -212,7 +214,9 @@ def shown(step: Step, inputs: dict[str, Any], t: int, carry: Tensor) -> Tensor:
     assert picture is not None
     ns = {**_scope(), **inputs, "t": t, picture.carry: carry}
     try:
-        value = eval(compile(picture.shown, f"<{step.id} picture shown>", "eval"), ns)
+        value = packcode.evaluate(picture.shown, ns, f"<{step.id} picture shown>")
+    except PackError:
+        raise
     except Exception as exc:  # noqa: BLE001 - the pack's expression is wrong: say where
         raise PackError(f"<{step.id} picture shown> fails: {type(exc).__name__}: {exc}") from exc
     return value.detach() if isinstance(value, Tensor) else torch.as_tensor(value)

@@ -9,13 +9,12 @@ the CPU (the yardstick for "as accurate as autograd's own float32 result").
 from __future__ import annotations
 
 import ast
-import math
 from dataclasses import dataclass, field
 from functools import cached_property
 
 import torch
-import torch.nn.functional as F
 
+from tutor.core import packcode
 from tutor.core.quick import vjp
 from tutor.devices import DeviceError, judged, resolve
 from tutor.pack.model import ForwardLine, Pack, Step
@@ -34,9 +33,10 @@ def data_text(pack: Pack) -> str | None:
 
 
 def setup_namespace(pack: Pack) -> dict:
-    """Run the pack's trusted setup code and return the functions it defines."""
-    ns: dict = {"torch": torch, "F": F, "math": math}
-    exec(compile(pack.setup_code, f"<{pack.id} setup>", "exec"), ns)
+    """Run the pack's setup code, under the learner's rules (tutor/core/packcode.py), and
+    return the namespace it leaves: the functions it defines."""
+    ns = packcode.scope()
+    packcode.run(pack.setup_code, ns, f"<{pack.id} setup>")
     return ns
 
 
@@ -67,8 +67,10 @@ class Dataset:
 
 def setup_functions(fns: dict) -> dict:
     """What the setup defines that a forward line may call: its functions and classes (a helper
-    that runs several steps of a network, say), not the modules it was given."""
-    return {k: v for k, v in fns.items() if callable(v) and not k.startswith("_")}
+    that runs several steps of a network, say), not the modules and builtins it was given."""
+    given = packcode.scope()
+    return {k: v for k, v in fns.items() if callable(v) and not k.startswith("_")
+            and given.get(k) is not v and k != "cmp"}
 
 
 class AtPrecision(torch.overrides.TorchFunctionMode):
@@ -101,15 +103,14 @@ def forward_namespace(pack: Pack, params: dict[str, Tensor], Xb: Tensor, Yb: Ten
     and the training run's gradient check both get autograd's view of the network. `fns` is
     the setup's namespace: its functions are in scope."""
     n = int(Xb.shape[0])
-    ns: dict = {**setup_functions(fns), "torch": torch, "F": F, "math": math, **sizes, "n": n,
-                "batch_size": n}
+    ns = packcode.scope(**setup_functions(fns), **sizes, n=n, batch_size=n)
     for name, p in params.items():
         ns[name] = p.detach().to(device=device, dtype=dtype).clone().requires_grad_(True)
     # Float inputs follow the pass's precision (indices, as in makemore, stay integers).
     ns["Xb"], ns["Yb"] = (t.to(device, dtype if t.is_floating_point() else t.dtype)
                           for t in (Xb, Yb))
     with torch.enable_grad(), at_precision(dtype):
-        exec(compile("\n".join(sources), f"<{pack.id} forward>", "exec"), ns)
+        packcode.run("\n".join(sources), ns, f"<{pack.id} forward>")
     return ns
 
 
@@ -144,6 +145,7 @@ class Network:
         self.pack = pack
         self.device = device
         self.seed = seed
+        packcode.check(pack)  # all of it refused or allowed before any of it runs
         self.fns = setup_namespace(pack)
         self.dataset = Dataset.build(pack, self.fns)
         g = torch.Generator().manual_seed(seed)

@@ -143,8 +143,23 @@ def evaluation_namespace(pack: Pack, fns: dict, sizes: dict | None = None) -> di
     from tutor.training.plan import training_exercise
 
     code = (training_exercise(pack).settings.get("eval") or {}).get("code", "")
-    ns = {**fns, "sizes": dict(sizes or {})}
-    exec(compile(code, f"<{pack.id} training eval>", "exec"), ns)
+    from tutor.core import packcode
+    from tutor.core.network import setup_functions
+
+    run_sizes = dict(sizes or {})
+    forward = pack.forward_code
+
+    def forward_loss(params: dict, Xb: Tensor, Yb: Tensor) -> Tensor:
+        """The pack's forward lines on a batch, as the lesson runs them: its loss."""
+        n = int(Xb.shape[0])
+        ns = packcode.scope(**setup_functions(fns), **run_sizes, **params, Xb=Xb, Yb=Yb, n=n,
+                            batch_size=n)
+        packcode.run(forward, ns, f"<{pack.id} forward>")
+        return ns[pack.loss]
+
+    # the setup's namespace (made by packcode.scope), with the run's sizes and the forward pass
+    ns = {**fns, "sizes": run_sizes, "forward_loss": forward_loss}
+    packcode.run(code, ns, f"<{pack.id} training eval>")
     return ns
 
 

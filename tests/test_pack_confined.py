@@ -1,0 +1,108 @@
+"""A pack is data that runs under the learner's rules: a hostile pack's setup, forward lines,
+training evaluation or solutions are refused before they run, on every path that builds the
+lesson (pack check, a learner's check, the engine itself), and nothing they ask for happens."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tutor.authoring.new import make
+from tutor.config import Settings
+from tutor.pack.model import PackError, load_pack
+
+ROOT = Path(__file__).resolve().parent.parent
+FORWARD = ROOT / "tests" / "packs" / "forward" / "mlp.py"
+
+# Each opens a file the test then looks for: what an escape would do first.
+HOSTILE = {
+    "an import": "import os\nos.system('touch {marker}')\n",
+    "open": "open('{marker}', 'w').write('x')\n",
+    "a class walk": "().__class__.__base__.__subclasses__()\n",
+    "getattr on builtins": "getattr(__builtins__, 'open')('{marker}', 'w')\n",
+    "a real module": "import subprocess\nsubprocess.run(['touch', '{marker}'])\n",
+}
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("confined") / "mlp"
+    assert make(FORWARD, folder).todo == []
+    return folder
+
+
+def _hostile(made: Path, tmp_path: Path, where: str, code: str) -> Path:
+    folder = tmp_path / "hostile"
+    shutil.copytree(made, folder)
+    if where == "setup":
+        path = folder / "pack.toml"
+        text = path.read_text()
+        text = text.replace("[setup]\n# The forward file as written, then what the engine calls "
+                            "around it.\ncode = '''\n", "[setup]\ncode = '''\n" + code, 1)
+    elif where == "training":
+        path = folder / "02_training.toml"
+        text = path.read_text().replace("[training.eval]\ncode = '''\n",
+                                        "[training.eval]\ncode = '''\n" + code, 1)
+    else:  # a solution: the engine runs it to make its diagnoses
+        path = folder / "01_lines.toml"
+        text = path.read_text().replace("solution = '''\n", "solution = '''\n" + code, 1)
+    path.write_text(text)
+    return folder
+
+
+@pytest.mark.parametrize("where", ["setup", "training", "solution"])
+@pytest.mark.parametrize("attack", list(HOSTILE))
+def test_a_hostile_pack_is_refused_before_its_code_runs(made, tmp_path, where, attack):
+    marker = tmp_path / "escaped"
+    folder = _hostile(made, tmp_path, where, HOSTILE[attack].format(marker=marker))
+    home = tmp_path / "home"
+    checked = subprocess.run([sys.executable, "-m", "tutor", "--home", str(home), "--device",
+                              "cpu", "pack", "check", str(folder)],
+                             capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert checked.returncode != 0
+    said = checked.stdout + checked.stderr
+    assert "Traceback" not in said
+    assert not marker.exists(), (attack, where, said)
+    pack = load_pack(folder)
+    step = pack.gradient_steps[-1]
+    learner = subprocess.run([sys.executable, "-m", "tutor", "--home", str(home), "--device",
+                              "cpu", "--pack", str(folder), "check", step.id, "--code",
+                              "dW1 = Xb.T @ dhpre"],
+                             capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert "Traceback" not in learner.stdout + learner.stderr
+    assert not marker.exists(), (attack, where, learner.stdout + learner.stderr)
+
+
+def test_a_refused_setup_says_the_line_and_the_rule(made, tmp_path):
+    from tutor.core.engine import Engine
+
+    folder = _hostile(made, tmp_path, "setup", "import os\n")
+    with pytest.raises(PackError) as refused:
+        Engine(Settings(device="cpu"), pack=load_pack(folder))
+    said = str(refused.value)
+    assert "line 1" in said and "import os" in said and "learner's rules" in said
+
+
+def test_a_lessons_own_imports_and_seeds_still_work_and_leave_the_global_state_alone():
+    """random in a pack is a generator of its own: building makemore's data shuffles the words
+    as the lecture does without moving Python's global random state."""
+    import random
+
+    from tutor.core import packcode
+
+    random.seed(5)
+    expected = random.random()
+    random.seed(5)
+    ns = packcode.scope()
+    packcode.run("import random\nrandom.seed(42)\nwords = list(range(10))\n"
+                 "random.shuffle(words)\nimport torch\ng = torch.Generator().manual_seed(1)\n"
+                 "from collections import namedtuple\nPair = namedtuple('Pair', ['a', 'b'])\n",
+                 ns, "<test>")
+    assert random.random() == expected
+    lecture = list(range(10))
+    random.Random(42).shuffle(lecture)
+    assert ns["words"] == lecture and ns["Pair"](1, 2).b == 2

@@ -91,9 +91,20 @@ def assigned_names(code):
     return out
 
 
+class _Float64(ast.NodeTransformer):
+    """`.float()` in a forward line means float64 in this check's float64 pass."""
+
+    def visit_Call(self, node):
+        self.generic_visit(node)
+        f = node.func
+        if isinstance(f, ast.Attribute) and f.attr == "float" and not node.args:
+            f.attr = "double"
+        return node
+
+
 def forward_lines(code):
     lines = []
-    for stmt in ast.parse(code).body:
+    for stmt in _Float64().visit(ast.parse(code)).body:
         if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)):
             raise ValueError("forward line is not one assignment to a name: " + ast.unparse(stmt))
         lines.append((stmt.targets[0].id, ast.unparse(stmt), ast.unparse(stmt.value)))

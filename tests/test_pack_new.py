@@ -198,7 +198,11 @@ def _file(tmp_path: Path, text: str) -> Path:
     (BASE + GOOD.replace("F.cross_entropy(logits, Y)",
                          "F.cross_entropy(logits, Y, reduction='none')"),
      "has shape [32], not a scalar"),
-], ids=["no batch", "no forward", "not an assignment", "a failing shape", "not a scalar"])
+    (BASE.replace('return {"X": X, "Y": (X @ teacher).argmax(1)}',
+                  'return {"X": X, "Y": (X @ teacher).argmax(1), "eps": torch.randn(n, 2)}')
+     + GOOD, "can be drawn once in `setup` and listed in FIXED"),
+], ids=["no batch", "no forward", "not an assignment", "a failing shape", "not a scalar",
+        "a third batch tensor"])
 def test_a_file_that_cannot_make_a_lesson_is_refused_in_one_line(tmp_path, text, says):
     out = _tutor("pack", "new", str(_file(tmp_path, text)), "--out", str(tmp_path / "pack"))
     assert out.returncode == 2

@@ -78,3 +78,37 @@ def test_a_one_shot_command_imports_only_its_own_module_and_no_sympy(tmp_path):
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                           timeout=300)
     assert done.stdout.strip().splitlines()[-1] == "0 False False False", done.stdout + done.stderr
+
+
+REFUSED = ["import os", "x = (", "dlogprobs = logprobs.grad", "return 1",
+           "def cmp(a, b, c):\n    return a.grad\nx = ().__class__"]
+
+
+@pytest.mark.parametrize("code", REFUSED)
+def test_a_check_refused_at_parse_time_needs_no_torch_and_says_what_the_engine_says(tmp_path,
+                                                                                     code):
+    """`check` refuses code the policy refuses before it imports torch or starts a worker, with
+    the engine's own error (kind, message, place)."""
+    import json
+
+    from tutor.config import Settings
+    from tutor.core.engine import Engine
+    from tutor.pack.model import find_pack, load_pack
+
+    probe = (
+        "import sys\n"
+        "from tutor.cli import main\n"
+        f"code = main(['--home', {str(tmp_path)!r}, 'check', 'logprobs', '--json',\n"
+        f"             '--code', {code!r}])\n"
+        "print('torch' in sys.modules, file=sys.stderr)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          timeout=300)
+    assert done.stderr.strip().splitlines()[-1] == "False", done.stderr
+    early = json.loads(done.stdout)
+    engine = Engine(Settings(device="cpu"), pack=load_pack(find_pack("makemore")))
+    try:
+        late = engine.check("atomic/logprobs", code).to_dict()
+    finally:
+        engine.close()
+    assert early["error"] == late["error"] and early["passed"] is late["passed"] is False

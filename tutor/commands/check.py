@@ -21,10 +21,12 @@ from tutor.commands.base import (
 )
 from tutor.config import Settings
 from tutor.evaluator.client import Evaluator, EvaluatorError
+from tutor.sandbox.screen import screen
 from tutor.session.cells import parse_cells
 from tutor.session.controller import Lesson, cell_size_problem, save
 from tutor.session.report import format_result, format_table
 from tutor.source import MAX_FILE_BYTES
+from tutor.values.results import CheckError, CheckResult
 
 
 def _args(p: argparse.ArgumentParser) -> None:
@@ -65,10 +67,17 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     if pack.step(sid).kind.trained:
         raise UsageError("the training step runs with `backprop-tutor train`")
     store, prior, problem = _progress(args, settings, pack)
+    _, refused = screen(code)
     try:
-        with Evaluator(settings) as ev:
-            session = Lesson(pack, store, ev, problem)
-            result = session.evaluate(sid, code, prior)
+        if refused is not None:
+            # Refused before anything runs, as the engine would refuse it: no torch, no worker.
+            session = Lesson(pack, store, None, problem)
+            result = CheckResult(pack.step(sid).id, passed=False,
+                                 error=CheckError.from_dict(refused))
+        else:
+            with Evaluator(settings) as ev:
+                session = Lesson(pack, store, ev, problem)
+                result = session.evaluate(sid, code, prior)
     except EvaluatorError as exc:
         if store is not None:
             store.close()

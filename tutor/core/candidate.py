@@ -6,7 +6,6 @@ Used by the checks (execution.py) and by training; both run it in the confined c
 
 from __future__ import annotations
 
-import ast
 import builtins
 import contextlib
 import copy
@@ -32,11 +31,10 @@ from tutor.sandbox.classes import TypeOf
 from tutor.sandbox.clean import MAX_MESSAGE, MAX_TEXT, Capped, clean, cut_note
 from tutor.sandbox.guard import GUARD_NAME, VIEWS, Refused, rewrite
 from tutor.sandbox.modules import GUARD, MODULES
-from tutor.sandbox.policy import inspect
+from tutor.sandbox.screen import CODE_FILE, screen
 from tutor.values.results import CheckError
 
 Tensor = torch.Tensor
-CODE_FILE = "<your code>"
 _GETATTR = views.guarded_getattr(GUARD)
 MAX_STDOUT = MAX_TEXT
 # An earlier step's accepted code, replayed before the candidate, is compiled under its own name:
@@ -199,24 +197,14 @@ def compile_candidate(code: str, filename: str = CODE_FILE) -> types.CodeType:
     """Parse, apply the policy, put the guard on attribute reads, compile (as `filename`, which
     tracebacks and warnings name: the candidate's, or `earlier_file`).
 
-    Raises CodeError for syntax errors and refusals.
+    Raises CodeError for syntax errors and refusals (tutor/sandbox/screen.py).
     """
-    try:
-        tree = _without_cmp_definition(ast.parse(code, filename))
-        refusal = inspect(tree)
-        if refusal:
-            raise CodeError("forbidden", refusal.message, refusal.line, refusal.col)
-        # Some errors (a starred expression alone, `return` outside a function) only show here.
-        # Compile-time warnings ("perhaps you missed a comma?") would go to the terminal.
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return compile(rewrite(tree), filename, "exec")
-    except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
-        lineno, offset = getattr(exc, "lineno", None), getattr(exc, "offset", None)
-        where = f"line {lineno}, column {offset}" if lineno else "your code"
-        message = getattr(exc, "msg", None) or str(exc) or "too deeply nested to read"
-        raise CodeError("syntax", clean(f"{where}: {message}", MAX_MESSAGE), lineno,
-                        offset) from None
+    tree, error = screen(code, filename)
+    if error is not None or tree is None:
+        raise CodeError(**(error or {"kind": "syntax", "message": "your code"}))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return compile(rewrite(tree), filename, "exec")
 
 
 @lru_cache(maxsize=64)
@@ -235,14 +223,6 @@ def load(compiled: bytes) -> types.CodeType:
     """The code object `program` made. Only the worker writes these bytes: the direction from
     the worker to its child is the trusted one."""
     return marshal.loads(compiled)
-
-
-def _without_cmp_definition(tree: ast.Module) -> ast.Module:
-    """A notebook's own `def cmp(...)` pasted along with a cell is dropped: it reads `.grad`,
-    which the sandbox refuses, and the tutor's cmp answers the same calls."""
-    tree.body = [node for node in tree.body
-                 if not (isinstance(node, ast.FunctionDef) and node.name == "cmp")]
-    return tree
 
 
 def timeout_error(seconds: float) -> CodeError:

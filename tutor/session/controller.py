@@ -145,7 +145,7 @@ class CheckOutcome(Record):
 class _CheckAndRecord:
     """Checking and recording, which work without a store too (the CLI's commands)."""
 
-    def __init__(self, pack: Pack, store: Store | None, evaluator: Evaluator,
+    def __init__(self, pack: Pack, store: Store | None, evaluator: Evaluator | None,
                  problem: str | None = None):
         self.pack = pack
         self.store = store

@@ -112,3 +112,20 @@ def test_a_check_refused_at_parse_time_needs_no_torch_and_says_what_the_engine_s
     finally:
         engine.close()
     assert early["error"] == late["error"] and early["passed"] is late["passed"] is False
+
+
+def test_an_untouched_add_template_says_what_an_untouched_assignment_says():
+    """`dcounts += ...` as the template left it is the template's `...`, not a TypeError about
+    `ellipsis`."""
+    from tutor.config import Settings
+    from tutor.core.engine import Engine
+    from tutor.pack.model import find_pack, load_pack
+
+    engine = Engine(Settings(device="cpu"), pack=load_pack(find_pack("makemore")))
+    try:
+        result = engine.check("atomic/counts", "dcounts = counts_sum_inv * dprobs\n"
+                                               "dcounts += ...\n")
+    finally:
+        engine.close()
+    assert not result.passed and result.error is not None
+    assert "template's `...`" in result.error.message and "ellipsis" not in result.error.message

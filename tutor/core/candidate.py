@@ -295,6 +295,10 @@ def runtime_error(exc: BaseException, code: str, names: list[str] | None = None,
         )
     elif isinstance(exc, NameError):
         hint = _name_hint(exc, names or [], scope)
+    if isinstance(exc, TypeError) and "'ellipsis'" in text:
+        # A template's `dx += ...` left as it is: the same words as an untouched `dx = ...`.
+        return CodeError("runtime", f"{where}this line still holds the template's `...`: "
+                                    "replace it with your expression.", line)
     return CodeError("runtime", f"{where}{type(exc).__name__}: {text}.{hint}", line)
 
 

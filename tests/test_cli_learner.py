@@ -419,3 +419,19 @@ def test_show_wraps_every_paragraph_alike_and_keeps_code_spans_whole(home):
             assert line.count("`") % 2 == 0, f"a code span cut at {line!r}\n{out.stdout}"
         for line in prose.splitlines():
             assert not line.startswith(" "), f"indented unlike the rest: {line!r}\n{out.stdout}"
+
+
+def test_a_locked_step_is_checked_and_says_it_is_locked(home):
+    """The tutor opens steps in order; the command line checks any of them, records the
+    attempt, and says which steps come first."""
+    out = cli(home, "check", "atomic/counts", "--code", "dcounts = counts_sum_inv * dprobs")
+    assert out.returncode == 1
+    said = _flat(out.stdout)
+    assert "note: dcounts is locked: finish dlogprobs and 3 more first." in said
+    assert "This attempt is recorded" in said
+    progress = cli(home, "progress", "--json")
+    assert any(s["id"] == "atomic/counts" and s["attempts"] == 1
+               for s in json.loads(progress.stdout)["steps"]), progress.stdout
+    opened = cli(home, "check", "atomic/logprobs", "--code",
+                 "dlogprobs = torch.zeros_like(logprobs)\ndlogprobs[range(n), Yb] = -1.0/n")
+    assert "is locked" not in opened.stdout

@@ -24,7 +24,7 @@ from tutor.evaluator.client import Evaluator, EvaluatorError
 from tutor.sandbox.screen import screen
 from tutor.session.cells import parse_cells
 from tutor.session.controller import Lesson, cell_size_problem, save
-from tutor.session.report import format_result, format_table
+from tutor.session.report import format_result, format_table, wrap
 from tutor.source import MAX_FILE_BYTES
 from tutor.values.results import CheckError, CheckResult
 
@@ -86,6 +86,12 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     # The verdict goes out first: whatever then happens to the record, the learner has seen it.
     text = (json.dumps(result.to_dict(), indent=2) if args.json else
             format_result(result, position(pack, sid)))
+    locked = session.locked_reason(sid) if store is not None and not args.json else None
+    if locked:
+        # The TUI and the notebook open steps in order; the command line checks any, and says so.
+        text += "\n" + "\n".join(wrap(f"note: {locked} This attempt is recorded; the step "
+                                      "opens in the tutor once the steps before it are done.",
+                                      ""))
     print(text, flush=True)
     if not args.no_record:
         _record(session, lambda: [session.record(sid, code, result).problem])

@@ -1011,7 +1011,9 @@ def patterns(pack: Pack, step: Step, tensor: str, value: Tensor, ref: Tensor, be
         return (_repeats_lost(prepared, tensor, v, r, before)
                 or _ties(prepared, tensor, v, r, before)
                 or _triangle(tensor, v, r) or _swapped_axes(tensor, v, r)
-                or _shifted(tensor, v, r) or _moved_entries(tensor, v, r))
+                or _shifted(tensor, v, r)
+                or _unflattened_in_another_order(prepared, tensor, v, r, before)
+                or _moved_entries(tensor, v, r))
     except Exception:  # noqa: BLE001 - a pattern that fails says nothing
         return None
 
@@ -1291,6 +1293,42 @@ def _swapped_axes(tensor: str, value: Tensor, ref: Tensor) -> Diagnosis | None:
                 f"{gradient(tensor)} holds the right numbers with axes {i} and {j} swapped: the "
                 f"shape cannot tell, since both have {v.shape[i]} entries. Undo each reshape, "
                 "transpose or flatten in the order the forward pass made it."))
+    return None
+
+
+_RESHAPES = ("flatten", "view", "reshape")
+
+
+def _unflattened_in_another_order(prepared: _Prepared, tensor: str, value: Tensor,
+                                  ref: Tensor, before: dict) -> Diagnosis | None:
+    """A reshape's gradient put back as if the reshaped tensor's axes (past the first) had been
+    in another order: `[N, H, W, C]` read back where the forward pass flattened `[N, C, H, W]`."""
+    from itertools import permutations
+
+    x = before.get(tensor)
+    if not isinstance(x, Tensor) or x.dim() < 3 or x.dim() > 5 or value.shape != x.shape:
+        return None
+    for line in prepared.lines:
+        expr = _parsed(line.source)
+        if not (isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute)
+                and expr.func.attr in _RESHAPES and isinstance(expr.func.value, ast.Name)
+                and expr.func.value.id == tensor):
+            continue
+        rest = list(range(1, x.dim()))
+        flat = ref.reshape(-1)  # a reshape keeps the order of the entries: the gradient's too
+        for order in permutations(rest):
+            if list(order) == rest:
+                continue
+            laid = flat.reshape(x.shape[0], *(x.shape[i] for i in order))
+            back = laid.permute(0, *(1 + order.index(i) for i in rest))
+            if close(value, back) and not close(back, ref):
+                sizes = ", ".join(str(x.shape[i]) for i in (0, *order))
+                own = ", ".join(str(d) for d in x.shape)
+                return diagnosis("derived", (
+                    f"{gradient(tensor)} holds the right numbers laid out as if `{tensor}` had "
+                    f"been [{sizes}] when `{line.source.strip()}` reshaped it, but it is "
+                    f"[{own}]: a reshape reads a tensor's entries in the order of its own axes, "
+                    "so the gradient goes back through the same reshape, with no axis moved."))
     return None
 
 

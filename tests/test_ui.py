@@ -1103,6 +1103,35 @@ def test_end_on_a_wrapped_template_line_goes_to_the_end_of_its_code(settings, ev
     run(scenario)
 
 
+def test_end_home_and_ctrl_home_act_on_the_code_not_the_screen_row(settings, evaluator):
+    """From inside a trailing comment (where ↓ from a longer line leaves the cursor), End goes
+    to the code's end, not past the comment; Home goes to the line's first character even on a
+    wrapped line, then to its start; ctrl+Home and ctrl+End go to the text's start and end."""
+    async def scenario():
+        app = TutorApp(settings, evaluator=evaluator, greet=False)
+        async with app.run_test(size=(80, 24)) as pilot:
+            editor = app.query_one(CodeEditor)
+            long = "x = " + " + ".join(f"a{i}" for i in range(30))  # wraps at 80 columns
+            text = f"    dwte = ...  # first branch of wte\n{long}\nlast = 1\n"
+            editor.load_text(text)
+            editor.move_cursor((0, 30))  # inside the comment
+            await pilot.press("end")
+            assert editor.cursor_location == (0, len("    dwte = ..."))
+            await pilot.press("home")
+            assert editor.cursor_location == (0, 4)
+            await pilot.press("home")
+            assert editor.cursor_location == (0, 0)
+            editor.move_cursor((1, len(long) - 3))  # on the wrapped part of a long line
+            await pilot.press("home")
+            assert editor.cursor_location == (1, 0)
+            await pilot.press("ctrl+end")
+            assert editor.cursor_location == (3, 0)
+            await pilot.press("ctrl+home")
+            assert editor.cursor_location == (0, 0)
+
+    run(scenario)
+
+
 def test_the_tui_runs_on_the_simulated_device_and_says_so(tmp_path, monkeypatch):
     # The worker inherits the variable: the network, the checks and their children run on the
     # simulated accelerator (tutor/devices.py), and an answer that makes its own tensors without

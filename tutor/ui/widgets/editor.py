@@ -9,6 +9,7 @@ from __future__ import annotations
 from rich.style import Style
 from rich.text import Text
 from textual import events
+from textual.binding import Binding
 from textual.widgets import TextArea
 from textual.widgets.text_area import Selection, TextAreaTheme
 
@@ -57,6 +58,13 @@ class CodeEditor(TextArea):
     pygments spans of its row (worked out once per text) and, on the error line, the tint."""
 
     COMPONENT_CLASSES = {ERROR_LINE}
+    # The whole text's start and end, as in every other editor (TextArea binds neither).
+    BINDINGS = [
+        Binding("ctrl+home", "cursor_text_start", "Start of the code", show=False),
+        Binding("ctrl+end", "cursor_text_end", "End of the code", show=False),
+        Binding("ctrl+shift+home", "cursor_text_start(True)", show=False),
+        Binding("ctrl+shift+end", "cursor_text_end(True)", show=False),
+    ]
     DEFAULT_CSS = """
     CodeEditor > .code-editor--error-line {
         background: $error-muted;
@@ -146,12 +154,28 @@ class CodeEditor(TextArea):
     def action_cursor_line_end(self, select: bool = False) -> None:
         """End goes to the end of the line's code, before a trailing comment (a template's
         `dwte = ...  # first branch of wte`); pressed there, to the end of the line. Never to
-        the point where a long line wraps, which is often inside that comment."""
-        _, col = self.selection.end
-        row = self.cursor_location[0]
+        the point where a long line wraps, which is often inside that comment, and from
+        anywhere else on the line (inside the comment, where ↑ or ↓ left the cursor) to the
+        code's end first."""
+        row, col = self.cursor_location
         line = self.document.get_line(row)
         end = code_end(line)
-        self.move_cursor((row, end if col < end else len(line)), select=select)
+        self.move_cursor((row, len(line) if col == end else end), select=select)
+
+    def action_cursor_line_start(self, select: bool = False) -> None:
+        """Home goes to the line's first character that is not a space; pressed there, to its
+        very start. The line is the code's line, not the screen row a long line wraps to."""
+        row, col = self.cursor_location
+        line = self.document.get_line(row)
+        first = len(line) - len(line.lstrip(" \t"))
+        self.move_cursor((row, 0 if col == first else first), select=select)
+
+    def action_cursor_text_start(self, select: bool = False) -> None:
+        self.move_cursor((0, 0), select=select)
+
+    def action_cursor_text_end(self, select: bool = False) -> None:
+        last = self.document.line_count - 1
+        self.move_cursor((last, len(self.document.get_line(last))), select=select)
 
     def on_key(self, event: events.Key) -> None:
         # Handled before TextArea's own key handler, which never sees a key stopped here.

@@ -145,6 +145,22 @@ def test_train_runs_the_draft_not_the_assembled_step(home):
     assert assembled_run.returncode == 0, assembled_run.stdout[-2000:]
 
 
+def test_the_assembled_code_is_no_draft_whatever_step_count_its_header_says(home):
+    """The training screen saves what is on it; the loop assembled from the solved steps (a run
+    started with only the step count changed) is not the learner's own, so it is kept as no
+    draft and a step fixed later still reaches `train`; an edit is kept."""
+    from tutor.session.controller import Lesson
+
+    with Store.open(home, PACK) as store:
+        lesson = Lesson(PACK, store, None)
+        lesson.save_training_draft(training_code(PACK, {}, 5000))
+        assert not lesson.training_source().draft
+        edited = training_code(PACK, {}) + "print('my own line')\n"
+        lesson.save_training_draft(edited)
+        source = lesson.training_source()
+        assert source.draft and source.code == edited
+
+
 def test_from_exercises_does_not_mix_with_file_or_reference(home, tmp_path):
     step = tmp_path / "step.py"
     step.write_text("x = 1\n")

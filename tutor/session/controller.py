@@ -550,9 +550,15 @@ class Lesson(_CheckAndRecord):
                               differs=_statements(draft) != _statements(assembled), missing=[])
 
     def save_training_draft(self, code: str) -> None:
-        from tutor.training.plan import training_step
+        """Keep the training screen's code as a draft only where it is the learner's own: the
+        code assembled from the solved steps (whatever step count its header says) is no draft,
+        so that a step fixed later reaches the training loop without `--from-exercises`."""
+        from tutor.training.plan import training_code, training_step
 
-        self.store.save_draft(training_step(self.pack).id, code)
+        assembled = training_code(self.pack, self.store.accepted_codes(),
+                                  revealed=self.store.revealed())
+        own = code if _statements(code) != _statements(assembled) else ""
+        self.store.save_draft(training_step(self.pack).id, own)
 
     def remembered(self, key: str) -> str | None:
         return self.store.remembered(key)

@@ -1103,6 +1103,42 @@ def test_end_on_a_wrapped_template_line_goes_to_the_end_of_its_code(settings, ev
     run(scenario)
 
 
+def test_the_explanation_of_a_step_not_yet_passed_is_asked_for_and_counts_as_its_hints(
+        settings, evaluator):
+    """F3 on a step not yet passed asks first: the explanation works the step out. Keep trying
+    counts nothing; going on counts every hint and opens it. A passed step's opens at once."""
+    from tutor.ui.screens.confirm import ConfirmExplain
+    from tutor.ui.screens.explain import ExplainScreen
+
+    async def scenario():
+        app = TutorApp(settings, evaluator=evaluator, greet=False)
+        async with app.run_test(size=SIZE) as pilot:
+            await ready(pilot)
+            step = app.lesson.step
+            await pilot.press("f3")
+            await pilot.pause()
+            assert isinstance(app.screen, ConfirmExplain)
+            await pilot.press("escape")
+            await pilot.pause()
+            assert app.lesson.lesson.hints_shown(step.id) == 0
+            await pilot.press("f3")
+            await pilot.pause()
+            await pilot.click("#reveal")
+            await pilot.pause()
+            assert isinstance(app.screen, ExplainScreen)
+            assert app.lesson.lesson.hints_shown(step.id) == len(step.hints)
+            await pilot.press("escape")
+            await pilot.pause()
+            assert (await check(pilot, CORRECT))["passed"]
+            app.lesson.goto_step(step.id)
+            await pilot.pause()
+            await pilot.press("f3")
+            await pilot.pause()
+            assert isinstance(app.screen, ExplainScreen)
+
+    run(scenario)
+
+
 def test_end_home_and_ctrl_home_act_on_the_code_not_the_screen_row(settings, evaluator):
     """From inside a trailing comment (where ↓ from a longer line leaves the cursor), End goes
     to the code's end, not past the comment; Home goes to the line's first character even on a

@@ -205,6 +205,23 @@ class _CheckAndRecord:
     def hints_shown(self, step_id: str) -> int:
         return 0 if self.store is None else self.store.hints_shown(step_id)
 
+    def explanation_counts(self, step_id: str) -> bool:
+        """Would opening the step's explanation count as its hints? While the step is not done
+        and some hint is still unseen: the explanation works the step out."""
+        step = self.pack.step(step_id)
+        return (self.store is not None and step.kind.checked and bool(step.hints)
+                and not is_done(self.status(step.id))
+                and self.hints_shown(step.id) < len(step.hints))
+
+    def count_explanation(self, step_id: str) -> str | None:
+        """Count every hint of the step as shown (its explanation was opened); why it could not
+        be counted, or None."""
+        step = self.pack.step(step_id)
+        problem = None
+        while problem is None and self.hints_shown(step.id) < len(step.hints):
+            problem = self.next_hint(step.id).problem
+        return problem
+
     def next_hint(self, step_id: str, count: bool = True) -> Hints:
         """Show the step's next hint and count it; with `count` False, only the hints shown so
         far. Shown even when it cannot be counted: the learner asked for help, and gets it."""

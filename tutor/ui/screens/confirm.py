@@ -1,4 +1,5 @@
-"""Asking before the reference solution is shown, so it is never revealed by accident."""
+"""Asking before something that cannot be taken back: the reference solution shown, or a
+step's worked explanation opened, each counted as the learner's."""
 
 from __future__ import annotations
 
@@ -9,33 +10,52 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
 
-class ConfirmReveal(ModalScreen[bool]):
-    """Returns True only when the learner explicitly chooses to see the solution."""
+class Confirm(ModalScreen[bool]):
+    """Returns True only when the learner explicitly chooses to go on."""
 
     BINDINGS = [
         Binding("escape", "dismiss(False)", "Keep trying", id="reveal.cancel"),
     ]
+    GO = "Go on"
 
-    def __init__(self, step_title: str) -> None:
+    def __init__(self, question: str, consequence: str) -> None:
         super().__init__()
-        self.step_title = step_title
+        self.question = question
+        self.consequence = consequence
 
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog"):
-            yield Static(f"Show the reference solution for {self.step_title}?", id="question")
-            yield Static(
-                "The step will count as revealed rather than passed, and the next line "
-                "opens. It stays revealed even if you check your own version afterwards.",
-                id="consequence",
-            )
+            yield Static(self.question, id="question")
+            yield Static(self.consequence, id="consequence")
             with Horizontal(id="choices"):
                 yield Button("Keep trying", id="cancel", variant="primary")
-                yield Button("Show solution", id="reveal", variant="error")
+                yield Button(self.GO, id="reveal", variant="error")
 
     def on_mount(self) -> None:
-        # The safe choice has focus, so a stray Enter does not reveal anything.
+        # The safe choice has focus, so a stray Enter does not give anything away.
         self.query_one("#cancel", Button).focus()
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         event.stop()
         self.dismiss(event.button.id == "reveal")
+
+
+class ConfirmReveal(Confirm):
+    GO = "Show solution"
+
+    def __init__(self, step_title: str) -> None:
+        super().__init__(
+            f"Show the reference solution for {step_title}?",
+            "The step will count as revealed rather than passed, and the next line opens. It "
+            "stays revealed even if you check your own version afterwards.")
+        self.step_title = step_title
+
+
+class ConfirmExplain(Confirm):
+    GO = "Show the explanation"
+
+    def __init__(self, step_title: str, hints: int) -> None:
+        super().__init__(
+            f"Open the explanation of {step_title}?",
+            f"It works the step out, which says more than its hints do, so it counts as all "
+            f"{hints} of them. Once the step is passed it opens freely.")

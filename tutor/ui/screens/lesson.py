@@ -773,7 +773,26 @@ class LessonScreen(Screen[None]):
     def action_explain(self) -> None:
         from tutor.ui.screens.explain import ExplainScreen
 
-        self.app.push_screen(ExplainScreen(self.pack.exercise(self.step.exercise), self.step))
+        step = self.step
+
+        def show() -> None:
+            self.app.push_screen(ExplainScreen(self.pack.exercise(step.exercise), step))
+
+        if not self.lesson.explanation_counts(step.id):
+            show()
+            return
+
+        def decided(go: bool | None) -> None:
+            if go and step.id == self.step.id:
+                problem = self.lesson.count_explanation(step.id)
+                if problem:
+                    self.notify(f"The hints were not counted: {problem}", title="Hints",
+                                severity="warning")
+                show()
+
+        from tutor.ui.screens.confirm import ConfirmExplain
+
+        self.app.push_screen(ConfirmExplain(step.title, len(step.hints)), decided)
 
     def action_next_step(self) -> None:
         step = self._neighbour(1)

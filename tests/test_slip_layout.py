@@ -50,3 +50,22 @@ def test_the_right_reshape_back_passes(engine):
     step = _step(engine, ".flatten(1)")
     x = step.checks[0]
     assert engine.check(step.id, f"d{x} = d{step.lines[0]}.view({x}.shape)\n").passed
+
+
+def test_a_row_sum_put_back_on_the_wrong_axis_is_named(tmp_path):
+    """A softmax's row sums restored with `.unsqueeze(1)` where `keepdim=True` keeps them: the
+    same shape on a square attention map, the wrong broadcast."""
+    from tutor.core.engine import Engine
+
+    make(FORWARD.parent / "attention.py", tmp_path / "att")
+    pack = load_pack(tmp_path / "att")
+    step = next(s for s in pack.gradient_steps if "F.softmax" in pack.line_for(s.lines[0]).source)
+    assert ".sum(-1, keepdim=True)" in step.solution
+    wrong = step.solution.replace(".sum(-1, keepdim=True)", ".sum(-1).unsqueeze(1)")
+    engine = Engine(Settings(device="cpu"), pack=pack)
+    try:
+        result = engine.check(step.id, wrong)
+    finally:
+        engine.close()
+    assert not result.passed
+    assert "put back with `.unsqueeze(1)`" in result.checks[0].diagnosis.message

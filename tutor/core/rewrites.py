@@ -128,6 +128,30 @@ def axis_rewrites(tree: ast.Module, grad: str) -> Iterator[Rewrite]:
                f"{what}. Check which dimension each sum or mean runs along: the one the "
                "forward line reduced (or broadcast) over, and no other.")
 
+    def kept(node: ast.AST) -> bool:
+        return is_reduction(node) and any(
+            kw.arg == "keepdim" and _const(kw.value) is True
+            for kw in node.keywords)  # type: ignore[attr-defined]
+
+    def put_back_elsewhere(node: ast.Call):
+        # The reduced axis restored with `.unsqueeze(k)` at another place than keepdim keeps it.
+        _, current = _dim_slot(node)  # type: ignore[misc]
+        bare = copy.deepcopy(node)
+        bare.keywords = [kw for kw in bare.keywords if kw.arg != "keepdim"]
+        for k in _DIM_CHOICES:
+            if k == current or not isinstance(k, int):
+                continue
+            yield (ast.Call(ast.Attribute(bare, "unsqueeze", ast.Load()), [ast.Constant(k)],
+                            []),
+                   f"`.{node.func.attr}` over dim {current} put back with `.unsqueeze({k})`")  # type: ignore[attr-defined]
+
+    for new, what in _variants(tree, kept, put_back_elsewhere):
+        yield (_src(new), "derived",
+               f"Your {grad} matches the computation with the reduced axis put back in "
+               f"another place: {what}, where `keepdim=True` keeps it. The reduced result "
+               "then broadcasts along the wrong axis: it must line up with the axis it was "
+               "reduced over.")
+
     def is_permutation(node: ast.AST) -> bool:
         return (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
                 and node.func.attr in ("transpose", "permute", "swapaxes", "mT", "t"))

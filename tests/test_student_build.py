@@ -170,3 +170,51 @@ def test_a_student_copy_passes_right_answers_with_the_rule_in_one_check(copies):
         assert result.passed and result.rule is Rule.FOLLOWED
     finally:
         engine.close()
+
+
+def _lines(code: str) -> set[str]:
+    """Simple statements at any depth, headers of compound ones alone (as a student reads)."""
+    import ast
+
+    out = set()
+    for node in ast.walk(ast.parse(code)):
+        if isinstance(node, ast.stmt) and not (isinstance(node, ast.Expr)
+                                               and isinstance(node.value, ast.Constant)):
+            text = ast.unparse(node)
+            out.add(text.splitlines()[0] if getattr(node, "body", None) else text)
+    return out
+
+
+def _negated(line: str) -> str | None:
+    import ast
+
+    node = ast.parse(line).body[0]
+    if not isinstance(node, ast.Assign):
+        return None
+    node.value = ast.UnaryOp(ast.USub(), node.value)
+    return ast.unparse(node)
+
+
+@pytest.mark.parametrize("lesson", [*LESSONS, "conv"])
+def test_no_kept_mistake_is_one_edit_a_sign_or_a_pair_from_the_answer(tmp_path, lesson):
+    """Every step of every lesson: no mistake the student copy keeps holds the answer with one
+    statement changed (of an answer of three or more, at any depth of a function), with one
+    assignment's sign flipped or a factor undone (kinds sign and scale), or together with
+    another kept mistake."""
+    full = load_pack(ROOT / "exercises" / lesson)
+    student_copy(ROOT / "exercises" / lesson, tmp_path / lesson)
+    copy = load_pack(tmp_path / lesson)
+    for step in full.gradient_steps:
+        answer = _lines(step.solution)
+        assert not [m for m in copy.step(step.id).mistakes if m.kind in ("sign", "scale")]
+        kept = [_lines(m.code) for m in copy.step(step.id).mistakes]
+        for i, mine in enumerate(kept):
+            assert not answer <= mine, step.id
+            if len(answer) >= 3:
+                assert len(answer - mine) >= 2, (step.id, answer - mine)
+            for line in mine - answer:
+                flipped = _negated(line)
+                assert flipped is None or not answer <= (mine - {line}) | {flipped}, step.id
+            if len(answer) >= 2:
+                for other in kept[i + 1:]:
+                    assert not answer <= mine | other, step.id

@@ -48,14 +48,38 @@ def _strip_step(step: dict) -> dict:
         out["hints"] = hints[:-1]  # the last one is nearly the answer
     mistakes = step.get("mistakes")
     if isinstance(mistakes, list):
-        answer = _statements(str(step.get("solution") or ""))
-        kept = [m for m in mistakes if not (isinstance(m, dict) and _gives_away(
-            answer, _statements(str(m.get("code", "")))))]
+        out.pop("mistakes", None)
+        kept = kept_mistakes(str(step.get("solution") or ""),
+                             [m for m in mistakes if isinstance(m, dict)])
         if kept:
             out["mistakes"] = kept
-        else:
-            out.pop("mistakes", None)
     return out
+
+
+def kept_mistakes(solution: str, mistakes: list[dict]) -> list[dict]:
+    """The catalogued mistakes a student's copy may hold: none from which the answer follows
+    by one edit (one statement changed, added or dropped, at any depth of a function or a
+    loop), by flipping the sign of one assignment or undoing a factor (a mistake of kind sign
+    or scale), or by putting two of them together (each holding the lines the other got wrong,
+    which a vote over several would also find)."""
+    answer = _statements(solution)
+    if not answer:
+        return list(mistakes)
+    kept: list[dict] = []
+    held: list[set[str]] = []
+    for m in mistakes:
+        if m.get("kind") in ("sign", "scale"):
+            # The answer times -1, or times the factor its message names: one line away,
+            # whatever the code looks like. The tutor still names such a slip from the values.
+            continue
+        mine = _statements(str(m.get("code", "")))
+        if _gives_away(answer, mine) or _sign_flip_gives(answer, mine):
+            continue
+        if len(answer) >= 2 and any(answer <= (mine | other) for other in held):
+            continue
+        kept.append(m)
+        held.append(mine)
+    return kept
 
 
 def _gives_away(answer: set[str], mistake: set[str]) -> bool:
@@ -64,21 +88,67 @@ def _gives_away(answer: set[str], mistake: set[str]) -> bool:
     three statements or more (a function, a loop through time), all of it but one: a student
     would only have to find the one line that differs. A short answer's mistake that keeps a
     line of it (`dlogprobs = torch.zeros_like(logprobs)`) gives away no more than the template."""
-    if not answer:
-        return False
     shared = len(answer & mistake)
     return shared == len(answer) or (len(answer) >= 3 and shared >= len(answer) - 1)
 
 
-def _statements(code: str) -> set[str]:
-    """The code's statements, each as Python writes it back: spacing and quotes do not hide
-    one."""
+def _sign_flip_gives(answer: set[str], mistake: set[str]) -> bool:
+    """Negating one of the mistake's assignments (or taking a minus away) gives the answer."""
+    for line in mistake - answer:
+        for flipped in _sign_flips(line):
+            if answer <= (mistake - {line}) | {flipped}:
+                return True
+    return False
+
+
+def _sign_flips(line: str) -> list[str]:
     try:
-        return {ast.unparse(node) for node in ast.walk(ast.parse(code))
-                if isinstance(node, ast.stmt) and not (isinstance(node, ast.Expr)
-                                                       and isinstance(node.value, ast.Constant))}
+        node = ast.parse(line).body[0]
+    except (SyntaxError, ValueError, IndexError, RecursionError, MemoryError):
+        return []
+    if not isinstance(node, (ast.Assign, ast.AugAssign)):
+        return []
+    value = node.value
+    out = [ast.UnaryOp(ast.USub(), value)]
+    if isinstance(value, ast.UnaryOp) and isinstance(value.op, ast.USub):
+        out.append(value.operand)
+    if isinstance(value, ast.BinOp) and isinstance(value.op, (ast.Mult, ast.Div)):
+        for side in ("left", "right"):
+            part = getattr(value, side)
+            if isinstance(part, ast.UnaryOp) and isinstance(part.op, ast.USub):
+                swapped = ast.BinOp(**{**{"left": value.left, "op": value.op,
+                                          "right": value.right}, side: part.operand})
+                out.append(swapped)
+    lines = []
+    for new in out:
+        node.value = new
+        lines.append(ast.unparse(node))
+    if isinstance(node, ast.AugAssign) and isinstance(node.op, (ast.Add, ast.Sub)):
+        node.value = value
+        node.op = ast.Sub() if isinstance(node.op, ast.Add) else ast.Add()
+        lines.append(ast.unparse(node))
+    return lines
+
+
+def _statements(code: str) -> set[str]:
+    """The code's simple statements, each as Python writes it back (spacing and quotes do not
+    hide one), at every depth: a function's or a loop's body counts line by line, and its
+    header (`def f(a, b):`, `for t in range(T):`) as a line of its own."""
+    try:
+        tree = ast.parse(code)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return {line.strip() for line in code.splitlines() if line.strip()}
+    out = set()
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.stmt) or (isinstance(node, ast.Expr)
+                                               and isinstance(node.value, ast.Constant)):
+            continue
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.stmt):
+            out.add(ast.unparse(node).splitlines()[0])  # the header line alone
+        else:
+            out.add(ast.unparse(node))
+    return out
 
 
 def student_copy(root: Path, out: Path) -> list[Path]:

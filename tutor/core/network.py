@@ -67,10 +67,11 @@ class Dataset:
 
 def setup_functions(fns: dict) -> dict:
     """What the setup defines that a forward line may call: its functions and classes (a helper
-    that runs several steps of a network, say), not the modules and builtins it was given."""
-    given = packcode.scope()
+    that runs several steps of a network, say), not the modules and builtins it was given:
+    of those (packcode.scope), only the sandbox's `cmp` is callable and named without an
+    underscore."""
     return {k: v for k, v in fns.items() if callable(v) and not k.startswith("_")
-            and given.get(k) is not v and k != "cmp"}
+            and k != "cmp"}
 
 
 class AtPrecision(torch.overrides.TorchFunctionMode):

@@ -148,11 +148,12 @@ def evaluation_namespace(pack: Pack, fns: dict, sizes: dict | None = None) -> di
 
     run_sizes = dict(sizes or {})
     forward = pack.forward_code
+    helpers = setup_functions(fns)  # once, not per chunk
 
     def forward_loss(params: dict, Xb: Tensor, Yb: Tensor) -> Tensor:
         """The pack's forward lines on a batch, as the lesson runs them: its loss."""
         n = int(Xb.shape[0])
-        ns = packcode.scope(**setup_functions(fns), **run_sizes, **params, Xb=Xb, Yb=Yb, n=n,
+        ns = packcode.scope(**helpers, **run_sizes, **params, Xb=Xb, Yb=Yb, n=n,
                             batch_size=n)
         packcode.run(forward, ns, f"<{pack.id} forward>")
         return ns[pack.loss]

@@ -39,12 +39,6 @@ def engines():
         engine.close()
 
 
-@pytest.fixture(autouse=True)
-def _unhurried(monkeypatch):
-    # What the search finds must not depend on how busy the machine is.
-    monkeypatch.setattr(smallest, "BUDGET", 10.0)
-
-
 def _row(result, grad: str):
     return next(c for c in result.checks if c.grad == grad)
 

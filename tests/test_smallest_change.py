@@ -112,13 +112,6 @@ WRONG = {
 }
 
 
-@pytest.fixture(autouse=True)
-def _unhurried(monkeypatch):
-    # The search's time budget keeps a verdict fast on a busy machine; here what it finds must
-    # not depend on how busy the machine is, so it may take its time.
-    monkeypatch.setattr(smallest, "BUDGET", 10.0)
-
-
 @pytest.fixture(scope="module")
 def engines(engine):
     from tutor.core.engine import Engine

@@ -21,6 +21,7 @@ WHERE: dict[str, tuple[str, str]] = {
     "reset": ("progress", "RESET"),
     "export": ("export", "EXPORT"),
     "watch": ("export", "WATCH"),
+    "warm": ("warm", "WARM"),
     "train": ("train", "TRAIN"),
     "grade": ("grade", "GRADE"),
     "autograder": ("autograder", "AUTOGRADER"),

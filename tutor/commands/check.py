@@ -20,6 +20,7 @@ from tutor.commands.base import (
     try_open_store,
 )
 from tutor.config import Settings
+from tutor.evaluator import warm
 from tutor.evaluator.client import Evaluator, EvaluatorError
 from tutor.sandbox.screen import screen
 from tutor.session.cells import parse_cells
@@ -75,9 +76,14 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             result = CheckResult(pack.step(sid).id, passed=False,
                                  error=CheckError.from_dict(refused))
         else:
-            with Evaluator(settings) as ev:
-                session = Lesson(pack, store, ev, problem)
-                result = session.evaluate(sid, code, prior)
+            session = Lesson(pack, store, None, problem)
+
+            def evaluate(ev: Evaluator) -> CheckResult:
+                session.evaluator = ev
+                return session.evaluate(sid, code, prior)
+
+            # A warm worker with the same settings answers where there is one (evaluator/warm.py).
+            result = warm.using(settings, evaluate)
     except EvaluatorError as exc:
         if store is not None:
             store.close()
@@ -152,10 +158,14 @@ def _run_all(args: argparse.Namespace, settings: Settings, pack) -> int:
         if too_big:
             raise UsageError(too_big)
     store, prior, problem = _progress(args, settings, pack)
+    session = Lesson(pack, store, None, problem)
+
+    def check_all(ev: Evaluator) -> list[CheckResult]:
+        session.evaluator = ev
+        return session.check_cells(text, prior)
+
     try:
-        with Evaluator(settings) as ev:
-            session = Lesson(pack, store, ev, problem)
-            results = session.check_cells(text, prior)
+        results = warm.using(settings, check_all)
     except EvaluatorError as exc:
         print(f"backprop-tutor: {exc}", file=sys.stderr)
         if store is not None:

@@ -135,6 +135,7 @@ def run_watch(args: argparse.Namespace, settings: Settings) -> int:
     from watchfiles import watch
 
     from tutor.commands.check import report_unsaved
+    from tutor.evaluator import warm
     from tutor.evaluator.client import Evaluator, EvaluatorError
     from tutor.session.controller import Lesson
     from tutor.session.report import format_table
@@ -179,7 +180,7 @@ def run_watch(args: argparse.Namespace, settings: Settings) -> int:
         print(f"\nwatching {path.name} — save it to check again, Ctrl+C to stop", flush=True)
 
     try:
-        with store, Evaluator(settings) as ev:
+        with store, Evaluator(settings) as ev, warm.hosting(ev, settings):
             ev.info()
             run_once(ev)
             # Watch the folder, not the file: editors often save by writing a new file and

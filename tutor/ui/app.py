@@ -43,6 +43,7 @@ from tutor.ui.activity import ActiveClock
 
 if TYPE_CHECKING:
     from tutor.evaluator.client import Evaluator
+    from tutor.evaluator.warm import Host
     from tutor.session.controller import Lesson
     from tutor.session.store import Store
     from tutor.ui.screens.lesson import LessonScreen
@@ -143,6 +144,7 @@ class TutorApp(App[int], inherit_bindings=False):
         self._store: Store | None = store
         self._pack: Pack | None = None
         self._evaluator = evaluator
+        self._host: Host | None = None  # the evaluator served to other commands, once warm
         self._evaluator_lock = threading.Lock()
         self._session: Lesson | None = None
         self.info: dict | None = None  # from evaluator.info(), once PyTorch is ready
@@ -342,12 +344,23 @@ class TutorApp(App[int], inherit_bindings=False):
                     info = evaluator.info(timeout=READY_POLL)
                 except EvaluatorNotReady:
                     continue
+                self._serve_warm(evaluator)
                 self.post_message(EvaluatorReady(info))
                 return
         except Exception as exc:  # any failure becomes a message on screen, never a traceback
             from tutor.ui.screens.lesson import describe  # loaded already: the lesson asked
 
             self.post_message(EvaluatorFailed(describe(exc)))
+
+    def _serve_warm(self, evaluator: Evaluator) -> None:
+        """While the TUI is open its warm evaluator answers `check` from another terminal with
+        the same settings (tutor/evaluator/warm.py); a check there waits for none of ours."""
+        if not self._owns_evaluator or self._host is not None:
+            return
+        from tutor.evaluator.warm import Host
+
+        self._host = Host(evaluator, self.settings)
+        self._host.start()
 
     def on_evaluator_ready(self, message: EvaluatorReady) -> None:
         self.info = message.info
@@ -465,6 +478,8 @@ class TutorApp(App[int], inherit_bindings=False):
                 self.lesson.leave_step()
                 self.flush_time()
         finally:
+            if self._host is not None:
+                self._host.close()
             if self._owns_evaluator and self._evaluator is not None:
                 self._evaluator.close()
             if self._owns_store and self._store is not None:

@@ -63,6 +63,10 @@ def hostile(folder: Path) -> dict[str, Path]:
         else:
             path.write_text(content, encoding="utf-8")
         out[name] = path
+    if hasattr(os, "mkfifo"):
+        # A pipe among the submissions: opening it to read would wait for a writer forever.
+        os.mkfifo(folder / "pipe.py")
+        out["pipe.py"] = folder / "pipe.py"
     return out
 
 
@@ -157,3 +161,26 @@ def test_a_time_budget_stops_a_long_training_run_and_the_other_steps_stand(tmp_p
 def test_a_time_budget_must_be_positive():
     done = tutor("grade", "--time-budget", "0", "x.py")
     assert done.returncode == 2 and "--time-budget" in done.stderr
+
+
+def _padded(kb: int) -> dict:
+    """The lecture notebook with exercise 1 answered, and `kb` KB of cells of no use."""
+    doc = L.notebook([L.ex1_one_cell()])
+    filler = "".join(f"spare_{j} = {j} * 2 + 1\n" for j in range(20))
+    count = kb * 1024 // (len(filler) + 120)
+    cells = [{"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [],
+              "source": filler.replace("spare_", f"spare{i}_")} for i in range(count)]
+    doc["cells"] = doc["cells"][:3] + cells + doc["cells"][3:]
+    return doc
+
+
+def test_the_time_budget_holds_from_the_first_byte_read(tmp_path):
+    path = L.write(tmp_path / "long.ipynb", _padded(600))
+    out = tmp_path / "results.json"
+    done = tutor("grade", "--train-steps", "5", "--time-budget", "1", "--format", "gradescope",
+                 "--out", str(out), str(path))
+    assert "Traceback" not in done.stderr, done.stderr
+    results = json.loads(out.read_text(encoding="utf-8"))
+    assert results["score"] == 0
+    assert any("reading it took longer than the 1 s" in t.get("output", "")
+               for t in results["tests"]), results["tests"][:2]

@@ -10,29 +10,53 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
-from tutor.code_facts import estimates_derivative
+from tutor.core.quotient import Watch
 
 ROOT = Path(__file__).resolve().parent.parent
 CENTRAL = ("eps = 1e-6\n"
            "p = probs.double()\n"
            "dprobs = ((torch.log(p + eps) - torch.log(p - eps)) / (2 * eps)).float() * dlogprobs\n")
-HELPER = ("def numgrad(f, x, d, h=1e-4):\n"
-          "    up = f(x + h)\n"
-          "    down = f(x - h)\n"
-          "    return (up - down) / (2 * h) * d\n")
 
 
-@pytest.mark.parametrize("code, earlier, estimated", [
-    (CENTRAL, (), True),
-    ("dprobs = (probs.log() - logprobs) / n", (), False),  # one call, one tensor
-    ("dh = numgrad(torch.tanh, hpreact, dh)", (HELPER,), True),
-    ("dlogits = (F.softmax(logits, 1) - y) / n", (), False),
-    ("d = ((x + e).exp().sum() - (x - e).exp().sum()) / (2 * e)", (), True),
-    ("dx = (x.exp() - 1) / n", (), False),
+
+def _watched(code: str, **tensors) -> bool:
+    """Whether the watch sees a difference quotient in `code`, run on `tensors`."""
+    ns = {"torch": torch, **tensors}
+    with Watch() as watch:
+        exec(code, ns)  # noqa: S102 - the test's own code
+    return watch.found
+
+
+@pytest.mark.parametrize("code, estimated", [
+    ("d = (torch.tanh(x + 1e-5) - torch.tanh(x - 1e-5)) / 2e-5", True),
+    ("f = lambda z: z.exp()\nd = (f(x + 1e-6) - f(x)) * 1e6", True),
+    ("up = (x + 1e-4).sin()\nd = torch.sub(up, x.sin()).div(1e-4)", True),
+    ("d = torch.zeros(8)\nfor i in range(8):\n    p, m = x.clone(), x.clone()\n"
+     "    p[i] += 1e-6\n    m[i] -= 1e-6\n"
+     "    d[i] = (p.exp().sum().item() - m.exp().sum().item()) / 2e-6", True),
+    ("d = (1 - torch.tanh(x) ** 2) * 32", False),  # scaled by a size, nothing cancels
+    ("d = (torch.exp(x) - torch.exp(-x)) / 2", False),  # one function twice, far apart
+    ("d = (x.softmax(0) - torch.ones(8) / 8) / 8", False),
+    ("d = (torch.tanh(x) - torch.tanh(x)) / 1e-6", False),  # nothing left to scale
 ])
-def test_a_difference_quotient_is_recognised_in_any_form(code, earlier, estimated):
-    assert estimates_derivative(code, earlier) is estimated
+def test_a_difference_quotient_is_recognised_by_what_the_code_does(code, estimated):
+    x = torch.linspace(-2, 2, 8, dtype=torch.float64)
+    assert _watched(code, x=x) is estimated
+
+
+@pytest.mark.parametrize("half", ["tune"])
+def test_the_corpus_written_apart_from_the_watch(engine, half):
+    """Every difference quotient of the corpus is passed and marked; no worked-out answer is."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import corpora
+
+    corpus = corpora.load(f"numeric_corpus_{half}")
+    for name, (step, code) in {**corpus.NUMERIC, **corpus.ANALYTIC}.items():
+        result = engine.check(step, code)
+        assert result.passed, (name, result.checks[0].message if result.checks else result)
+        assert result.numeric is (name in corpus.NUMERIC), name
 
 
 def test_the_check_passes_it_with_a_note(engine):

@@ -11,7 +11,7 @@ candidate is parsed once per process however many of them ask (`of`). No torch h
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from functools import cached_property, lru_cache
 
 
@@ -282,63 +282,3 @@ def _statement(stmt: ast.stmt, assigned: set[str], plain: set[str],
 
 def _walrus(node: ast.AST) -> set[str]:
     return {n.target.id for n in _walk_here(node) if isinstance(n, ast.NamedExpr)}
-
-
-# --- a derivative estimated from values ---------------------------------------------------------
-
-def difference_quotients(tree: ast.AST) -> list[int]:
-    """The lines that divide a difference of two values of one function by something: `(f(x + h)
-    - f(x - h)) / (2 * h)`, or the same through names each assigned a call of that function
-    (`up = loss_of(x)` ... `(up - down) / (2 * eps)`). That is a derivative estimated from the
-    function's values (central or one-sided differences), not one worked out."""
-    called: dict[str, str] = {}
-    for node in ast.walk(tree):
-        if (isinstance(node, ast.Assign) and len(node.targets) == 1
-                and isinstance(node.targets[0], ast.Name)):
-            key = _callee(node.value)
-            if key:
-                called[node.targets[0].id] = key
-    lines = []
-    for node in ast.walk(tree):
-        if not (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div)
-                and isinstance(node.left, ast.BinOp) and isinstance(node.left.op, ast.Sub)):
-            continue
-        sides = [_callee(s) or (called.get(s.id) if isinstance(s, ast.Name) else None)
-                 for s in (node.left.left, node.left.right)]
-        if sides[0] and sides[0] == sides[1]:
-            lines.append(node.lineno)
-    return lines
-
-
-def _callee(node: ast.AST) -> str | None:
-    """What a value is a call of: a function's name, or `.method` for a method; looking through
-    a call on a call's result (`f(x).sum()` is a value of `f`)."""
-    while isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
-            and isinstance(node.func.value, ast.Call):
-        node = node.func.value
-    if not isinstance(node, ast.Call):
-        return None
-    func = node.func
-    if isinstance(func, ast.Attribute):
-        return "." + func.attr
-    return ast.unparse(func)
-
-
-def estimates_derivative(code: str, earlier: Iterable[str] = ()) -> bool:
-    """Whether `code` takes a difference quotient, itself or through a function that an
-    earlier step's code defined and this code calls."""
-    facts = of(code)
-    if facts.tree is None:
-        return False
-    if difference_quotients(facts.tree):
-        return True
-    names = facts.names
-    for text in earlier:
-        tree = of(text).tree
-        if tree is None:
-            continue
-        for node in ast.walk(tree):
-            if (isinstance(node, ast.FunctionDef) and node.name in names
-                    and difference_quotients(node)):
-                return True
-    return False

@@ -31,7 +31,7 @@ from torch.utils._pytree import tree_map_only
 from tutor.config import SIMULATED_DEVICE, simulated
 
 __all__ = ["SIMULATED_DEVICE", "DeviceError", "Simulated", "describe", "install", "judged",
-           "learner_default", "resolve", "rng_state", "set_rng_state", "simulated"]
+           "learner_default", "resolve", "simulated"]
 
 CPU = torch.device("cpu")
 ACCELERATOR = torch.device("cuda", 0)  # what the simulated device says it is
@@ -115,19 +115,6 @@ def learner_default(device: torch.device | str) -> Iterator[None]:
         return
     with _Placement(device):
         yield
-
-
-def rng_state(device: torch.device) -> torch.Tensor | None:
-    """The random state of a real accelerator, for a started child to continue from; the
-    simulated one draws from the CPU's."""
-    if device.type == "cuda" and not simulated():
-        return torch.cuda.get_rng_state(device)
-    return None
-
-
-def set_rng_state(state: torch.Tensor, device: torch.device) -> None:
-    if device.type == "cuda" and not simulated():
-        torch.cuda.set_rng_state(state.cpu(), device)
 
 
 # --- real accelerators: factories without a device land on it --------------------------------

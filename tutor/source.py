@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import math
 import os
+import stat
 import sys
-from pathlib import Path
 from typing import BinaryIO
 
 MAX_CODE_BYTES = 256 * 1024  # one step's code: the longest reference answer is a few hundred bytes
@@ -101,8 +101,15 @@ def read(path: str, limit: int = MAX_CODE_BYTES) -> str:
         if stream is None:  # a text stream put in place of stdin (tests, embedding)
             return from_argument(sys.stdin.read(), "standard input")
         return decode(_read_limited(stream, "standard input", limit), "standard input")
-    with Path(path).open("rb") as fh:
-        size = os.fstat(fh.fileno()).st_size
+    # Opened without waiting: a pipe or a device among the files would block the open itself
+    # (a FIFO with no writer, a tty) and hold a whole class report with it.
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    with os.fdopen(fd, "rb") as fh:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise SourceError(f"{path} is not a regular file (a pipe, a device or a socket); "
+                              "give the file itself")
+        size = st.st_size
         if size > limit:  # known before reading anything: refuse a huge file at once
             raise SourceError(f"{path} is {_size(size)}; at most {_size(limit)} can be checked. "
                               "A gradient takes a few lines: is this the right file?")

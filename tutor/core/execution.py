@@ -18,6 +18,7 @@ import torch
 
 from tutor import code_facts, devices
 from tutor.config import DEFAULT_TUTOR_SECONDS
+from tutor.core import quotient
 from tutor.core.candidate import (
     CodeError,
     Output,
@@ -95,7 +96,7 @@ class CheckSpec:
     # Changed programs of the learner's code (tutor/core/smallest.py), compiled by the worker as it
     # compiles a candidate: when given, the child runs these instead of the check (`run_variants`).
     variants: tuple[bytes, ...] | None = None
-    variant_seconds: float = 0.25  # CPU seconds they may take together (the replay aside)
+    variant_seconds: float = 2.0  # CPU seconds they may take together: a backstop (smallest.py)
     # The tutor's own wall-clock budget for what follows the first batch (`run_check`).
     tutor_seconds: float = DEFAULT_TUTOR_SECONDS
     # When set, the child traces a whole program instead of checking (`run_trace`): its cells
@@ -366,8 +367,10 @@ def run_batch(spec: CheckSpec, plan: BatchPlan, budget: Budget,
     after = copy_namespace(base)
     out = Output()
     record: dict = {"error": None, "notes": notes}
+    watch = quotient.Watch()
     try:
-        execute(candidate(spec, spec.code), after, out, budget)
+        with watch:
+            execute(candidate(spec, spec.code), after, out, budget)
     except CheckTimeout:
         raise
     except CodeError as exc:
@@ -377,6 +380,7 @@ def run_batch(spec: CheckSpec, plan: BatchPlan, budget: Budget,
                                         earlier=_earlier(plan)).payload
     record["stdout"] = out.text()
     record["cmp"] = _encode_cmp(out)
+    record["estimates"] = watch.found  # a difference quotient, seen in the run (quotient.py)
     if record["error"]:
         return record
     try:
@@ -656,7 +660,7 @@ class FunctionCheckSpec:
     timeout: float  # the learner's limit: CPU seconds of their code (tutor/core/clock.py)
     compiled: bytes | None = None  # the candidate as the worker compiled it (candidate.program)
     variants: tuple[bytes, ...] | None = None  # as CheckSpec.variants, run on the first cases
-    variant_seconds: float = 0.25
+    variant_seconds: float = 2.0
     # The picture's calls ([steps.picture]): (name, inputs) on the steps after each t, run once
     # the cases are done, within `picture_seconds` of CPU time; only `picture_output` of each
     # comes back.
@@ -759,8 +763,10 @@ def _call_case(spec: FunctionCheckSpec, code: str, inputs: dict, out: Output,
 
 def run_function_case(spec: FunctionCheckSpec, inputs: dict, budget: Budget | None) -> dict:
     out = Output()
-    values, changed, error = _call_case(spec, spec.code, inputs, out, budget)
-    record: dict = {"error": error, "stdout": out.text()}
+    watch = quotient.Watch()
+    with watch:
+        values, changed, error = _call_case(spec, spec.code, inputs, out, budget)
+    record: dict = {"error": error, "stdout": out.text(), "estimates": watch.found}
     if error is None:
         record["after"] = encode_namespace(values, set(spec.graded))
         record["changed"] = changed
@@ -926,9 +932,16 @@ def _variant(spec: CheckSpec | FunctionCheckSpec, code: types.CodeType, base: di
         return None
 
 
+# Where the random generators start in every check's child: code that draws random numbers
+# draws the same ones in every check, on either path, whatever was checked before it (another
+# student's submission in the same grading process, say), and never from the worker's state.
+CHECK_SEED = 20_231_125
+
+
 def run_spec(spec: CheckSpec | FunctionCheckSpec, scratch: bool) -> dict:
     """A check (or a scratch run, or a run of changed programs) of either kind of step, as the
     child runs it."""
+    torch.manual_seed(CHECK_SEED)  # every device's generator, the simulated one's (the CPU's) too
     if spec.variants is not None:
         return run_variants(spec)
     if isinstance(spec, CheckSpec) and spec.trace_cells is not None:

@@ -851,14 +851,20 @@ def setup_names(pack: Pack) -> frozenset[str]:
     return frozenset(names)
 
 
-def notebook_program(pack: Pack, cells: list[str], exercise: int) -> Program | None:
+def notebook_program(pack: Pack, cells: list[str], exercise: int,
+                     memo: dict | None = None) -> Program | None:
     """The learner's code up to `exercise`, as the kernel ran it, for the tutor's namespace:
     every code cell in order (those above the first `# Exercise` mark too), less what the
     tutor's forward pass stands in for (statements that write the lesson's tensors, its data,
     its parameters or the notebook's own setup; imports; files, plots, reseeding, the notebook's
     own `backward()`), the learner's names turned into the tutor's as their comparisons say (a
     comparison is kept as a mark of what they stood behind: tutor/course/program.py). None when
-    nothing is left."""
+    nothing is left.
+
+    `memo`, one dict for all the exercises of one submission, keeps what is read of each cell
+    and statement from one exercise's program to the next: reading stays linear in the
+    submission's size, each statement read once."""
+    memo = {} if memo is None else memo
     lesson = lesson_names(pack)
     trained = {e.number for e in pack.exercises if e.kind.trained}
     by_region = regions(cells)
@@ -872,17 +878,24 @@ def notebook_program(pack: Pack, cells: list[str], exercise: int) -> Program | N
     if not any(r in trained for r in by_region):
         loops = _training_cells(pack, cells)  # the training loop is no exercise's answer
         chosen = [c for c in chosen if c not in loops]
-    helpers = comparers(_trees(cells), pack.notebook.compare)
+    if "trees" not in memo:
+        trees = _trees(cells)
+        memo["trees"] = (comparers(trees, pack.notebook.compare), _methods(trees))
+    helpers, methods = memo["trees"]
     setup = setup_names(pack)
-    methods = _methods(_trees(cells))
     parsed: list[list[tuple[ast.stmt, str]]] = []
     here: list[bool] = []
     for cell in chosen:
-        try:
-            body, text = parse_cell(cell)
-        except SyntaxError:
-            continue  # a cell that is not Python ran nothing in the kernel either
-        parsed.append([(n, text) for n in body])
+        key = ("cell", cell)
+        if key not in memo:
+            try:
+                body, text = parse_cell(cell)
+                memo[key] = [(n, text) for n in body]
+            except SyntaxError:
+                memo[key] = None  # a cell that is not Python ran nothing in the kernel either
+        if memo[key] is None:
+            continue
+        parsed.append(memo[key])
         here.append(id(cell) in own)
     parsed = _inlined(parsed, set(gradients(lesson)))
     names = renames_from_cmp([n for cell in parsed for n, _ in cell], lesson, helpers)
@@ -892,12 +905,20 @@ def notebook_program(pack: Pack, cells: list[str], exercise: int) -> Program | N
     for cell, is_here in zip(parsed, here, strict=True):
         lines = []
         for node, text in cell:
-            compared = {names.get(g, g) for g, t in comparisons(node, lesson, helpers)
-                        if names.get(g, g) == gradient(t)}
+            seen = memo.get(id(node))
+            if seen is None or seen[0] is not node:
+                # The node itself is kept with what was read of it: its id is never reused.
+                seen = memo[id(node)] = (node, list(comparisons(node, lesson, helpers)), None, None)
+            compared = {names.get(g, g) for g, t in seen[1] if names.get(g, g) == gradient(t)}
             if compared:
                 lines.append(Line("", set(), set(), False, compared))
-            elif _runs_in_program(node, lesson, helpers, setup, methods):
-                line = line_of(node, text)
+                continue
+            if seen[2] is None:
+                runs = _runs_in_program(node, lesson, helpers, setup, methods)
+                seen = memo[id(node)] = (node, seen[1], runs, line_of(node, text) if runs
+                                         else False)
+            if seen[2]:
+                line = seen[3]
                 if names:
                     line = Line(rename(line.source, names), {names.get(w, w) for w in line.writes},
                                 {names.get(r, r) for r in line.reads}, line.augmented)

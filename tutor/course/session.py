@@ -7,7 +7,11 @@ whole submission with it (and, in a pool, every submission that process is hande
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
+import signal
+import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
@@ -31,10 +35,19 @@ class GraderFailed(RuntimeError):
 def grade_file(path: Path, pack: Pack, evaluator: Evaluator,
                rules: GradingRules = DEFAULT_RULES,
                progress: Callable[[str], None] | None = None) -> Grade:
-    """One submission's grade; an unreadable one gets a grade that says why (`unreadable`)."""
+    """One submission's grade; an unreadable one gets a grade that says why (`unreadable`).
+
+    The rules' time budget holds from the first byte read: reading that outlasts it is stopped
+    (`reading`) and the grade says so, and the steps then have what is left of it."""
     name = clean(path.name, MAX_NAME)  # a file's name can hold what a terminal would obey
+    started = time.monotonic()
+    budget = rules.time_budget
     try:
-        sub = read_submission(path, pack)
+        with reading(budget):
+            sub = read_submission(path, pack)
+    except ReadingTooLong:
+        return unreadable(pack, name, f"reading it took longer than the {budget:g} s set for "
+                          "grading one submission; is it much larger than the lesson needs?")
     except Unreadable as exc:
         return unreadable(pack, name, str(exc))
     except Exception as exc:  # noqa: BLE001 - whatever the file holds, it gets a result
@@ -43,9 +56,37 @@ def grade_file(path: Path, pack: Pack, evaluator: Evaluator,
     sub.name = name
     lesson = Lesson(pack, None, evaluator, "grading keeps no progress")
     try:
-        return grade(lesson, sub, rules, progress)
+        return grade(lesson, sub, rules, progress, started=started)
     except EvaluatorError as exc:
         raise GraderFailed(str(exc)) from exc
+
+
+class ReadingTooLong(BaseException):
+    """Reading a submission outlasted the time budget (a BaseException: no `except Exception`
+    in the reading code may swallow it)."""
+
+
+@contextlib.contextmanager
+def reading(budget: float | None) -> Iterator[None]:
+    """Raise ReadingTooLong in the block once `budget` seconds of wall-clock time have passed.
+    Reading runs the tutor's own parsing only, in this process's main thread, where an alarm
+    can stop it; elsewhere (another thread, no alarms) nothing is armed."""
+    can = (budget is not None and hasattr(signal, "setitimer")
+           and threading.current_thread() is threading.main_thread())
+    if not can:
+        yield
+        return
+
+    def ring(_signum, _frame):
+        raise ReadingTooLong()
+
+    before = signal.signal(signal.SIGALRM, ring)
+    signal.setitimer(signal.ITIMER_REAL, budget)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, before)
 
 
 # --- many submissions ----------------------------------------------------------------------

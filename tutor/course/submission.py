@@ -170,8 +170,9 @@ def _lecture(name: str, cells: list[str], pack: Pack) -> Submission:
     if forward:
         sub.notes.append("your names for the lesson's tensors read as the tutor's: " + ", ".join(
             f"{yours} as {ours}" for yours, ours in sorted(forward.items())))
+    memo: dict = {}  # what is read of each cell once, for every exercise's program
     sub.programs = {e.number: program for e in pack.exercises if not e.kind.trained
-                    and (program := notebook_program(pack, cells, e.number)) is not None}
+                    and (program := notebook_program(pack, cells, e.number, memo)) is not None}
     sub.code = {sid: code for sid, code in answers.code.items() if has_code(code)}
     if answers.renamed:
         sub.notes.append("read as the tutor's names: " + ", ".join(

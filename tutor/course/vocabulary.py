@@ -74,6 +74,10 @@ def forward_names(pack: Pack, trees: Iterable[ast.AST], lesson: set[str]) -> dic
             if isinstance(node, ast.Assign)
             and any(tensor_of(w) is not None for t in node.targets for w in _names(t))
             for n in ast.walk(node.value) if isinstance(n, ast.Name)} & lesson
+    # Only what could have a forward line's skeleton is blanked out and compared: a long
+    # notebook's other statements are passed over at the cost of one walk each.
+    shapes = {_shape(value) for _, value in lines}
+    theirs = [(t, v) for t, v in theirs if _shape(v) in shapes]
     skeletons = {id(value): _skeleton(value) for _, value in [*lines, *theirs]}
     losses = {s.target for s in pack.steps}
     names: dict[str, str] = _parameter_names(pack, trees, lesson)
@@ -178,6 +182,13 @@ def _parameter_names(pack: Pack, trees: Iterable[ast.AST], lesson: set[str]) -> 
 
 def _names(target: ast.expr) -> list[str]:
     return [n.id for n in ast.walk(target) if isinstance(n, ast.Name)]
+
+
+def _shape(node: ast.AST) -> tuple[str, int, int]:
+    """What two expressions with one skeleton share (its kind, its size, how many names it
+    reads), found in one walk: a test that rules most statements out before `_skeleton`."""
+    nodes = list(ast.walk(node))
+    return type(node).__name__, len(nodes), sum(isinstance(n, ast.Name) for n in nodes)
 
 
 def _skeleton(node: ast.AST) -> tuple[str, list[str]]:
@@ -296,7 +307,21 @@ def comparers(trees: Iterable[ast.AST], named: Iterable[str] = ("cmp",)) -> set[
 
 def comparisons(node: ast.stmt, tensors: set[str], helpers: set[str]) -> list[tuple[str, str]]:
     """(gradient name, tensor) for each comparison in a statement (see the module's
-    docstring); [] when the statement compares nothing."""
+    docstring); [] when the statement compares nothing.
+
+    Kept on the statement itself for the names it was asked with: a submission is read for
+    each exercise, and each reading asks this of every statement again."""
+    key = (frozenset(tensors), frozenset(helpers))
+    kept = getattr(node, "_tutor_compared", None)
+    if kept is not None and kept[0] == key:
+        return list(kept[1])
+    found = _comparisons(node, tensors, helpers)
+    node._tutor_compared = (key, tuple(found))  # type: ignore[attr-defined]
+    return found
+
+
+def _comparisons(node: ast.stmt, tensors: set[str], helpers: set[str]
+                 ) -> list[tuple[str, str]]:
     if isinstance(node, ast.For):
         return _loop_comparisons(node, tensors, helpers)
     if not isinstance(node, (ast.Expr, ast.Assign)):

@@ -84,11 +84,6 @@ def _prepare(setup: dict) -> Any:
         _warm_check(device)
 
         def check(request: dict, _send: Any, _cancel: threading.Event) -> dict:
-            rng = request.get("rng") or {}
-            if "cpu" in rng:
-                torch.set_rng_state(rng["cpu"].cpu())
-            if "cuda" in rng:
-                devices.set_rng_state(rng["cuda"], device)
             return run_spec(request["spec"], bool(request.get("scratch")))
 
         return check, device

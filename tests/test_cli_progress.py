@@ -172,3 +172,26 @@ def test_progress_export_and_the_json_count_the_same_way(home, tmp_path):
     ran = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
                          timeout=300)
     assert ran.returncode == 0 and "NumPy" not in ran.stderr
+
+
+def test_a_partly_done_export_runs_checks_and_keeps_edits(home, tmp_path):
+    """An export made halfway runs to its end (an unfinished `+=` template is `cmp`'s "not done
+    yet", not a TypeError); checking it counts no untouched template as an attempt; exporting
+    again does not write over the learner's edits without --force."""
+    solve(home, [s.id for s in PACK.gradient_steps[:6]])
+    script = tmp_path / "backward.py"
+    assert cli(home, "export", "--out", str(script)).returncode == 0
+    plain = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                           timeout=120, cwd=tmp_path)
+    assert plain.returncode == 0, plain.stderr[-800:]
+    assert "not done yet" in plain.stdout
+    before = {s.id: 0 for s in PACK.gradient_steps[6:]}
+    cli(home, "check", "--all", str(script))
+    with Store.open(home, PACK) as store:
+        assert {sid: len(store.attempts(sid)) for sid in before} == before
+    script.write_text(script.read_text() + "\n# my own note\n")
+    again = cli(home, "export", "--out", str(script))
+    assert again.returncode == 2 and "--force" in again.stderr
+    assert "# my own note" in script.read_text()
+    assert cli(home, "export", "--out", str(script), "--force").returncode == 0
+    assert "# my own note" not in script.read_text()

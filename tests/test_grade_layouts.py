@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import lecture_notebooks as L
@@ -95,3 +96,21 @@ def test_an_equals_for_plus_equals_costs_the_closing_step_only(tmp_path, per_lin
     grade = _grade(tmp_path, L.notebook(cells))
     lost = {s["id"] for s in grade["steps"] if s["id"].startswith("atomic/") and s["score"] == 0}
     assert lost == {"atomic/counts"}, lost
+
+
+@pytest.mark.slow
+def test_answers_under_no_grad_are_read_line_by_line(tmp_path):
+    """A `with torch.no_grad():` block (or inference_mode) changes nothing for hand-written
+    gradients: each line in it is its step's own, and earns its point under --strict-rule."""
+    indented = "\n".join("    " + line for line in "\n".join(BODY).splitlines())
+    doc = L.notebook([f"{L.EX1_HEAD}\nwith torch.no_grad():\n{indented}\n\n" + "\n".join(CMPS)],
+                     ex2="with torch.inference_mode():\n" + textwrap.indent(L.EX2_BACKWARD,
+                                                                           "    "))
+    path = L.write(tmp_path / "nb.ipynb", doc)
+    done = subprocess.run([sys.executable, "-m", "tutor", "--device", "cpu", "grade", "--json",
+                           "--strict-rule", "--train-steps", "5", str(path)],
+                          capture_output=True, text=True, timeout=900, cwd=ROOT)
+    grade = json.loads(done.stdout)
+    lost = [(s["id"], s["message"][:120]) for s in grade["steps"] if s["id"] != "train"
+            and s["score"] < s["max_score"]]
+    assert not lost, lost

@@ -177,6 +177,9 @@ def test_check_uses_the_warm_worker_and_gets_the_cold_verdict(tmp_path):
             assert json.loads(hot.stdout) == json.loads(cold.stdout)
             # A syntax error is refused before any worker is asked.
             assert after - before == (exit_code == 0 or code == WRONG)
+        shown = _tutor(home, "show", "logprobs")  # the shapes, from the warm worker
+        assert shown.stdout == _tutor(home, "show", "logprobs",
+                                      env={"BACKPROP_TUTOR_NO_WARM": "1"}).stdout
         recorded = _tutor(home, "check", "logprobs", "--code", RIGHT)
         assert recorded.returncode == 0 and "PASSED" in recorded.stdout
         progress = _tutor(home, "progress", "--json")
@@ -198,10 +201,6 @@ def test_a_warm_worker_leaves_when_idle(tmp_path):
     assert not list(warm.folder(settings).glob("*.sock"))
 
 
-@pytest.mark.parametrize("args", [("warm", "--idle", "0"), ("warm", "--idle", "x")])
-def test_warm_refuses_bad_arguments_with_a_message(tmp_path, args):
-    out = _tutor(tmp_path / "home", *args)
-    assert out.returncode == 2 and out.stderr.strip() and "Traceback" not in out.stderr
 
 
 def test_an_open_tutor_serves_its_worker_while_it_runs(tmp_path):
@@ -223,3 +222,26 @@ def test_an_open_tutor_serves_its_worker_while_it_runs(tmp_path):
         assert warm.connect(settings) is None  # gone with the tutor
 
     asyncio.run(scenario())
+
+
+def test_a_worker_of_auto_also_answers_for_the_device_it_chose(settings):
+    auto = replace(settings, device="auto")
+    host = warm.Host(Echo(), auto)  # its info says it runs on the CPU
+    assert host.start()
+    try:
+        assert warm.connect(auto) is not None and warm.connect(settings) is not None
+        assert warm.connect(replace(settings, device="cuda")) is None
+        assert len(set(host.path.parent.glob("*.sock"))) == 2
+    finally:
+        host.close()
+    assert not list(host.path.parent.glob("*.sock"))
+
+
+@pytest.mark.parametrize("args, said", [
+    (("warm", "--idle", "0"), "more than 0"), (("warm", "--idle", "abc"), "not 'abc'"),
+    (("warm", "--stop", "--idle", "3"), "--stop"), (("--home", "FILE", "warm"), "a file")])
+def test_warm_refuses_bad_arguments_in_one_line(tmp_path, args, said):
+    (tmp_path / "FILE").write_text("x")
+    out = _tutor(tmp_path / "home", *[str(tmp_path / a) if a == "FILE" else a for a in args])
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert said in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr

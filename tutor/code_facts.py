@@ -282,3 +282,24 @@ def _statement(stmt: ast.stmt, assigned: set[str], plain: set[str],
 
 def _walrus(node: ast.AST) -> set[str]:
     return {n.target.id for n in _walk_here(node) if isinstance(n, ast.NamedExpr)}
+
+
+def only_placeholders(code: str) -> bool:
+    """Whether `code` writes nothing yet: blank, comments, `pass`, a docstring or a bare `...`,
+    and names given `...` or None (`dx = ...`, `dx += ...`, `da, db = None, None`). Code that
+    does not parse is not placeholders: it is an answer, a wrong one."""
+    try:
+        body = ast.parse(code).body
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return not code.strip()
+    for node in body:
+        if isinstance(node, ast.Pass):
+            continue
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
+            continue  # a docstring or a bare `...`
+        if isinstance(node, (ast.Assign, ast.AugAssign)):
+            values = node.value.elts if isinstance(node.value, ast.Tuple) else [node.value]
+            if all(isinstance(v, ast.Constant) and v.value in (None, Ellipsis) for v in values):
+                continue
+        return False
+    return True

@@ -184,11 +184,16 @@ def _home(value: object, source: str) -> Path | None:
     if not isinstance(value, (str, Path)) or not str(value).strip() or "\0" in str(value):
         raise ConfigError(f"{source} must be the path of a folder, not {value!r}")
     try:
-        return Path(value).expanduser()
+        path = Path(value).expanduser()
     except RuntimeError:  # `~name` for a user this system does not know, or `~` without HOME
         head = str(value).split("/", 1)[0]
         why = f"this system has no user {head[1:]!r}" if head != "~" else "HOME is not set"
         raise ConfigError(f"{source} {str(value)!r} starts with {head}, but {why}") from None
+    if path.exists() and not path.is_dir():
+        # Every command would fail on it later, each its own way: say so once, before any.
+        raise ConfigError(f"{source} {str(value)!r} is a file, not a folder; give a folder "
+                          "for your progress (it is made if it does not exist)")
+    return path
 
 
 def resolve(

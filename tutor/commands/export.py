@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from pathlib import Path
 
@@ -23,6 +24,8 @@ from tutor.session.export import TrainingCell, export_script
 
 def _export_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", metavar="FILE", help="write to FILE instead of standard output")
+    p.add_argument("--force", action="store_true",
+                   help="replace FILE even when it holds something else (your edits, say)")
 
 
 def run_export(args: argparse.Namespace, settings: Settings) -> int:
@@ -42,8 +45,13 @@ def run_export(args: argparse.Namespace, settings: Settings) -> int:
     if not args.out:
         sys.stdout.write(script)
         return 0
+    target = Path(args.out)
+    if target.is_file() and not args.force and _other_text(target, script):
+        # A script exported earlier is where a learner works (`check --all`, `watch`).
+        raise UsageError(f"--out {args.out} exists and holds something else (your edits?); "
+                         "give --force to replace it, or another file name")
     try:
-        Path(args.out).write_text(script, encoding="utf-8")
+        target.write_text(script, encoding="utf-8")
     except (OSError, ValueError) as exc:
         raise UsageError(f"cannot write --out {args.out}: {_why(exc)}") from None
     beside = _data_beside(pack, Path(args.out))
@@ -57,6 +65,13 @@ def run_export(args: argparse.Namespace, settings: Settings) -> int:
           f"`python {args.out}`, check it with `backprop-tutor check --all {args.out}`, "
           f"grade it with `backprop-tutor grade {args.out}`.{beside}", file=sys.stderr)
     return 0
+
+
+def _other_text(path: Path, script: str) -> bool:
+    try:
+        return path.read_text(encoding="utf-8") != script
+    except (OSError, UnicodeDecodeError):
+        return True
 
 
 def _data_beside(pack, out: Path) -> str:
@@ -180,8 +195,9 @@ def run_watch(args: argparse.Namespace, settings: Settings) -> int:
         print(f"\nwatching {path.name} — save it to check again, Ctrl+C to stop", flush=True)
 
     try:
-        with store, Evaluator(settings) as ev, warm.hosting(ev, settings):
+        with store, Evaluator(settings) as ev, contextlib.ExitStack() as serving:
             ev.info()
+            serving.enter_context(warm.hosting(ev, settings))  # started: `check` may use it
             run_once(ev)
             # Watch the folder, not the file: editors often save by writing a new file and
             # renaming it over the old one, which a watch on the file itself would lose.

@@ -55,11 +55,18 @@ def run_show(args: argparse.Namespace, settings: Settings) -> int:
     step = pack.step(step_id(pack, args.step))
     annotations: dict[str, dict] = {}
     if not args.no_shapes:
+        from tutor.evaluator import warm
         from tutor.evaluator.client import Evaluator, EvaluatorError
 
         try:
-            with Evaluator(settings) as ev:
-                annotations = {line["target"]: line for line in ev.info()["lines"]}
+            # A warm worker with these settings knows the shapes already (evaluator/warm.py).
+            found = warm.connect(settings)
+            if found is not None:
+                info = found.info()
+            else:
+                with Evaluator(settings) as ev:
+                    info = ev.info()
+            annotations = {line["target"]: line for line in info["lines"]}
         except EvaluatorError as exc:
             raise UsageError(str(exc)) from None
     # A function step's own forward code (a loop through time) is shown as written, without

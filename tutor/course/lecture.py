@@ -181,11 +181,38 @@ def _statement(node: ast.stmt, text: str) -> Statement:
     return Statement(line.source, line.writes, line.reads, line.augmented, node.lineno)
 
 
+# Context managers that only switch autograd's recording: what runs inside one is what runs
+# without it, for hand-written gradients.
+_GRAD_MODES = frozenset({"no_grad", "inference_mode", "enable_grad", "set_grad_enabled"})
+
+
+def _unwrapped(body: list[ast.stmt]) -> list[ast.stmt]:
+    """The statements, with a block under `with torch.no_grad():` (or another of _GRAD_MODES)
+    read as its own statements: each line's gradient is found there as anywhere else."""
+    out: list[ast.stmt] = []
+    for node in body:
+        if isinstance(node, ast.With) and node.items and all(
+                _grad_mode(item) for item in node.items):
+            out += _unwrapped(node.body)
+        else:
+            out.append(node)
+    return out
+
+
+def _grad_mode(item: ast.withitem) -> bool:
+    if item.optional_vars is not None:
+        return False
+    call = item.context_expr
+    func = call.func if isinstance(call, ast.Call) else call
+    name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+    return name in _GRAD_MODES
+
+
 def parse_cell(source: str) -> tuple[list[ast.stmt], str]:
     """A cell's statements; NotebookError naming the line when it is not Python."""
     text = _without_magics(source)
     try:
-        return ast.parse(text).body, text
+        return _unwrapped(ast.parse(text).body), text
     except SyntaxError as exc:
         raise SyntaxError(exc.msg, (exc.filename, exc.lineno, exc.offset, exc.text)) from None
     except (RecursionError, MemoryError):

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tutor import source
+from tutor import code_facts, source
 from tutor.course.lecture import (
     NotebookError,
     code_cells,
@@ -212,10 +212,11 @@ def _programs(pack: Pack, cells: list[tuple[str | None, str]]) -> dict[int, Prog
 
 def has_code(code: str, template: str | None = None) -> bool:
     """Whether a cell holds an answer: not blank, not the untouched template, not only
-    placeholders (`dx = ...`, `dlogits = None`, `pass`). Code that does not parse is an answer
-    (a wrong one: the check says where)."""
+    placeholders (`dx = ...`, `dx += ...`, `dlogits = None`, `pass`). Code that does not parse
+    is an answer (a wrong one: the check says where)."""
     if template is not None and code.strip() == template.strip():
         return False
+    return not code_facts.only_placeholders(code)
     try:
         body = ast.parse(code).body
     except (SyntaxError, ValueError, RecursionError, MemoryError):

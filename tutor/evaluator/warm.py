@@ -28,6 +28,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import TypeVar
 
@@ -156,43 +157,57 @@ class Host:
         self.answered = 0  # requests answered for other commands (`hello` says how many)
         self._count = threading.Lock()
         self.path: Path | None = None
-        self._sock: socket.socket | None = None
+        self._sockets: list[tuple[Path, socket.socket]] = []
 
     def start(self) -> bool:
-        """Listen, unless another live host already serves these settings; whether it does."""
+        """Listen, unless another live host already serves these settings; whether it does.
+        A worker of `--device auto` that has started also answers for the device it chose
+        (`--device cpu` where that is the CPU): the same worker, on the same device."""
         if not supported():
             return False
+        sock = self._listen(self.settings)
+        if sock is None:
+            return False  # no warm worker here: every command starts its own, as before
+        self.path = address(self.settings)
+        self._sockets.append((self.path, sock))
+        for alias in _aliases(self.settings, self.evaluator.started_info):
+            also = self._listen(alias)
+            if also is not None:
+                self._sockets.append((address(alias), also))
+        for _, listening in self._sockets:
+            threading.Thread(target=self._accept, args=(listening,), daemon=True,
+                             name="warm-host").start()
+        return True
+
+    @staticmethod
+    def _listen(settings: Settings) -> socket.socket | None:
         try:
-            path = address(self.settings)
+            path = address(settings)
             _own_folder(path.parent)
             if path.exists():
                 if _alive(path):
-                    return False
+                    return None
                 path.unlink()  # left by a host that ended without cleaning up
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             sock.bind(str(path))
             os.chmod(path, 0o600)
             sock.listen(8)
         except OSError:
-            return False  # no warm worker here: every command starts its own, as before
-        self.path, self._sock = path, sock
-        threading.Thread(target=self._accept, daemon=True, name="warm-host").start()
-        return True
+            return None
+        return sock
 
     def close(self) -> None:
-        sock, self._sock = self._sock, None
-        if sock is None:
-            return
-        with contextlib.suppress(OSError):
-            sock.close()
-        with contextlib.suppress(OSError):
-            if self.path is not None:
-                self.path.unlink()
+        sockets, self._sockets = self._sockets, []
+        for path, sock in sockets:
+            with contextlib.suppress(OSError):
+                sock.close()
+            with contextlib.suppress(OSError):
+                path.unlink()
 
-    def _accept(self) -> None:
-        while self._sock is not None:
+    def _accept(self, listening: socket.socket) -> None:
+        while self._sockets:
             try:
-                conn, _ = self._sock.accept()
+                conn, _ = listening.accept()
             except OSError:
                 return
             threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
@@ -250,6 +265,16 @@ class Host:
         _send(conn, {"type": "result", "result": result})
 
 
+def _aliases(settings: Settings, info: dict | None) -> list[Settings]:
+    """The settings a started worker of `--device auto` also serves: the device it chose."""
+    device = (info or {}).get("device")
+    if settings.device != "auto" or not isinstance(device, str):
+        return []
+    names = {device, device.removesuffix(":0")} & {"cpu", "mps", "cuda", *(
+        f"cuda:{i}" for i in range(16))}
+    return [replace(settings, device=name) for name in sorted(names)]
+
+
 @contextlib.contextmanager
 def hosting(evaluator: Evaluator, settings: Settings) -> Iterator[Host]:
     """`evaluator` served as a warm worker while the block runs (where it can be)."""
@@ -277,6 +302,7 @@ class WarmEvaluator(Evaluator):
     def __init__(self, settings: Settings, path: Path, info: dict, pid: int):
         super().__init__(settings)
         self.path, self.pid = path, pid
+        self.owned = False  # whether an open tutor or `watch` holds it (it goes with them)
         self._info = info
         self._ready.set()
 
@@ -334,7 +360,9 @@ def connect(settings: Settings) -> WarmEvaluator | None:
     hello = _ask(path, {"op": "hello"}, 5.0)
     if not hello or hello.get("type") != "hello" or not isinstance(hello.get("info"), dict):
         return None
-    return WarmEvaluator(settings, path, hello["info"], int(hello.get("pid") or 0))
+    found = WarmEvaluator(settings, path, hello["info"], int(hello.get("pid") or 0))
+    found.owned = not hello.get("stoppable")  # the TUI's or `watch`'s, not `warm`'s own
+    return found
 
 
 def using(settings: Settings, run: Callable[[Evaluator], T]) -> T:
@@ -376,12 +404,13 @@ def launch(settings: Settings, idle: float = IDLE_SECONDS) -> WarmEvaluator | No
 def stop_all(settings: Settings) -> list[int]:
     """Stop every warm worker that `warm` started for this home; the pids stopped."""
     base = folder(settings)
-    stopped = []
+    stopped: list[int] = []
     for path in sorted(base.glob("*.sock")) if base.is_dir() else []:
         hello = _ask(path, {"op": "hello"}, 5.0)
-        if hello and hello.get("stoppable") and (_ask(path, {"op": "stop"}, 5.0) or {}).get(
-                "type") == "stopped":
-            stopped.append(int(hello.get("pid") or 0))
+        pid = int((hello or {}).get("pid") or 0)
+        if hello and hello.get("stoppable") and pid not in stopped and (
+                _ask(path, {"op": "stop"}, 5.0) or {}).get("type") == "stopped":
+            stopped.append(pid)  # once, whichever of its names answered
     return stopped
 
 

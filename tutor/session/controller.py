@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tutor import code_facts
 from tutor.pack import curriculum
 from tutor.pack.curriculum import Tally, tally
 from tutor.pack.model import DEFAULT_PACK, Exercise, Pack, Step
@@ -198,9 +199,12 @@ class _CheckAndRecord:
         return self.record(step_id, code, self.evaluate(step_id, code))
 
     def is_attempt(self, step_id: str, code: str) -> bool:
-        """Whether checking `code` counts as an attempt: the untouched template does not (a
-        workbook or a file run from the top checks every step, solved or not)."""
-        return code.strip() != self.pack.step(step_id).template.strip()
+        """Whether checking `code` counts as an attempt: the untouched template does not, nor
+        code that is still only placeholders (`dx = ...`, a comment above it, as an exported
+        script has them), since a workbook or a file run from the top checks every step,
+        solved or not."""
+        return (code.strip() != self.pack.step(step_id).template.strip()
+                and not code_facts.only_placeholders(code))
 
     def hints_shown(self, step_id: str) -> int:
         return 0 if self.store is None else self.store.hints_shown(step_id)

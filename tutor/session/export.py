@@ -12,6 +12,7 @@ by the training step's id (`# %% train/loop`), which `grade` trains as the grade
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -131,7 +132,8 @@ def export_script(pack: Pack, settings: Settings, accepted: dict[str, str],
         )
     ]
     for step in pack.gradient_steps:
-        code = accepted.get(step.id, step.template).strip("\n")
+        code = accepted.get(step.id) or _unfinished(step.template)
+        code = code.strip("\n")
         state = _STATE.get(statuses.get(step.id, ""), "done") if step.id in accepted \
             else "not done yet: the template"
         given = "".join(
@@ -148,6 +150,18 @@ def export_script(pack: Pack, settings: Settings, accepted: dict[str, str],
         )
     parts.append(_training_cell(pack, training))
     return "".join(parts)
+
+
+# A template's line that adds to a gradient with nothing written yet (`dlogits += ...`).
+_ADD_NOTHING = re.compile(r"^(\s*)([A-Za-z_]\w*)\s*([-+*/@]=)\s*\.\.\.\s*(#.*)?$")
+
+
+def _unfinished(template: str) -> str:
+    """A step's template as the script runs it: `x += ...` cannot run (Ellipsis does not add),
+    so it becomes `x = ...`, which the cell's `cmp` reports as not done yet."""
+    return "\n".join(
+        _ADD_NOTHING.sub(lambda m: f"{m[1]}{m[2]} = ...  # {m[2]} {m[3]} ...: not done yet",
+                         line) for line in template.split("\n"))
 
 
 def _training_cell(pack: Pack, training: TrainingCell | None) -> str:

@@ -1191,3 +1191,27 @@ def test_the_tui_runs_on_the_simulated_device_and_says_so(tmp_path, monkeypatch)
                 assert wrong["checks"][0]["heatmap"], "the heatmap comes from the device's check"
 
     run(scenario)
+
+
+def test_a_step_checked_from_the_command_line_shows_in_the_open_tutor(settings, evaluator):
+    import subprocess
+    import sys
+
+    async def scenario():
+        app = TutorApp(settings, evaluator=evaluator, greet=False)
+        async with app.run_test(size=SIZE) as pilot:
+            await ready(pilot)
+            assert app.lesson._statuses["atomic/logprobs"] == "unlocked"
+            done = await asyncio.to_thread(
+                subprocess.run, [sys.executable, "-m", "tutor", "--home", str(settings.home),
+                                 "--device", "cpu", "check", "atomic/logprobs", "--code",
+                                 CORRECT], capture_output=True, text=True, timeout=300)
+            assert done.returncode == 0, done.stderr
+            await wait_until(pilot, lambda: app.lesson._statuses.get("atomic/logprobs")
+                             == "exact", timeout=15)
+            assert app.lesson._statuses["atomic/probs"] == "unlocked"
+            await pilot.pause(0.2)
+            assert any("checked outside the tutor" in str(n.message)
+                       for n in app._notifications)
+
+    run(scenario)

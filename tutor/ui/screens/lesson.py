@@ -110,6 +110,10 @@ def idle_text(step: Step, status: str = "unlocked") -> Text:
         "sizes. F1 gives a hint.", DIM)
 
 
+# Seconds between looks at the progress for steps checked outside the tutor.
+OUTSIDE_POLL = 2.0
+
+
 class LessonScreen(Screen[None]):
     """One step at a time: write its backward lines and have them checked against autograd."""
 
@@ -195,6 +199,7 @@ class LessonScreen(Screen[None]):
                         DIM))
 
     def _after_first_frame(self) -> None:
+        self.set_interval(OUTSIDE_POLL, self._outside_changes)
         self.tutor.start_evaluator()
         self.call_later(self._complete_layout)
         self._greet()
@@ -399,6 +404,25 @@ class LessonScreen(Screen[None]):
         if steps := self._steps():
             steps.follow(step.id)
         editor.focus()
+
+    def _outside_changes(self) -> None:
+        """Steps checked from another terminal (`check`, `watch`, a notebook) while the tutor is
+        open: the sidebar, the forward marks and the top bar follow, and a change to the open
+        step is said."""
+        if self.checking:
+            return  # our own check's record is on its way: it redraws all this itself
+        try:
+            statuses = self.lesson.statuses()
+        except Exception:  # noqa: BLE001 - progress unreadable for a moment: next time
+            return
+        if statuses == self._statuses:
+            return
+        before = self._statuses.get(self.step.id)
+        self._show_progress(statuses)
+        now = statuses.get(self.step.id)
+        if now != before and now is not None:
+            self.notify(f"{self.step.title} is now {now}: it was checked outside the tutor.",
+                        title="Progress")
 
     def _show_idle(self) -> None:
         """A reminder of what to do, until the step has been checked in this session."""

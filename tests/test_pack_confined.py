@@ -106,3 +106,57 @@ def test_a_lessons_own_imports_and_seeds_still_work_and_leave_the_global_state_a
     lecture = list(range(10))
     random.Random(42).shuffle(lecture)
     assert ns["words"] == lecture and ns["Pair"](1, 2).b == 2
+
+
+def _edited(made: Path, tmp_path: Path, name: str, old: str, new: str) -> Path:
+    folder = tmp_path / "edited"
+    shutil.copytree(made, folder)
+    path = folder / name
+    text = path.read_text()
+    assert old in text, old
+    path.write_text(text.replace(old, new, 1))
+    return folder
+
+
+@pytest.mark.parametrize("old, new, said", [
+    ('exercises = ["', 'exercises = ["../../outside.toml", "', "outside the pack's folder"),
+    ('exercises = ["', 'exercises = ["/dev/zero", "', "outside the pack's folder"),
+    ('[pack]\n', '[pack]\ndata = "../../../etc/passwd"\n', "outside the pack's folder"),
+    ('title = "', 'title = "\\u001b]0;owned\\u0007', "control character"),
+    ('title = "', 'title = "\\u202e', "control character"),
+])
+def test_a_pack_reads_only_its_own_files_and_shows_only_plain_text(made, tmp_path, old, new,
+                                                                     said):
+    folder = _edited(made, tmp_path, "pack.toml", old, new)
+    with pytest.raises(PackError, match=said):
+        load_pack.__wrapped__(folder)
+    shown = subprocess.run([sys.executable, "-m", "tutor", "--pack", str(folder), "list"],
+                           capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert shown.returncode != 0 and "Traceback" not in shown.stderr
+    assert "\x1b" not in shown.stdout + shown.stderr
+
+
+def test_a_pack_file_that_is_a_device_or_a_link_out_is_refused(made, tmp_path):
+    folder = tmp_path / "linked"
+    shutil.copytree(made, folder)
+    (tmp_path / "secret.toml").write_text("[exercise]\ntitle = 'x'\n")
+    (folder / "01_lines.toml").unlink()
+    (folder / "01_lines.toml").symlink_to(tmp_path / "secret.toml")
+    with pytest.raises(PackError, match="outside the pack's folder"):
+        load_pack.__wrapped__(folder)
+
+
+def test_pack_new_that_fails_leaves_out_as_it_was(made, tmp_path):
+    source = tmp_path / "surrogate.py"
+    source.write_text('"""A lesson \\ud800 with a lone surrogate."""\n'
+                      + FORWARD.read_text().split('"""', 2)[-1])
+    out = tmp_path / "out"
+    shutil.copytree(made, out)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    done = subprocess.run([sys.executable, "-m", "tutor", "pack", "new", str(source), "--out",
+                           str(out), "--force"], capture_output=True, text=True, timeout=300,
+                          cwd=ROOT)
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert "surrogate" in done.stderr
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out.")]

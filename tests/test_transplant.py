@@ -154,3 +154,18 @@ def test_a_slip_written_on_one_layer_is_named_on_every_layer(engines, name):
         said = row.message.lower()
         assert all(w.lower() in said for w in words), (where, moved, row.message)
     assert places >= 2, f"{name} was carried to no other step"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("code, words", [
+    ("dhpre = dh * (hpre <= 0)", ["other way round"]),
+    ("dhpre = dh * (1 - h ** 2)", ["tanh"]),
+    ("dhpre = dh * torch.sigmoid(hpre) * (1 - torch.sigmoid(hpre))", ["sigmoid"]),
+])
+def test_any_activation_s_slope_slips_are_named_on_a_relu(engines, code, words):
+    """The slips of an activation's slope belong to every activation, not only to those whose
+    slope is written with their output: here on a ReLU of a lesson `pack new` made."""
+    result = engines("cnn2d (generated)").check("slips_cnn2d/hpre", code)
+    row = _row(result, "hpre")
+    assert not result.passed and row is not None and row.diagnosis is not None, result
+    assert all(w in row.message.lower() for w in words), row.message

@@ -160,12 +160,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     except StoreError as exc:  # progress that cannot be read midway: say so, no traceback
         print(f"{prog}: {clean(exc, MAX_TEXT)}", file=sys.stderr)
         return 1
+    except Exception as exc:
+        if not _pack_error(exc):
+            raise
+        # A pack named with --pack that cannot be used: one line, whatever the command.
+        print(f"{prog}: error: the lesson at {clean(settings.pack, MAX_TEXT)} cannot be used: "
+              f"{clean(exc, MAX_TEXT)}", file=sys.stderr)
+        return 2
     except BrokenPipeError:  # e.g. `backprop-tutor list --json | head`
         sys.stderr.close()
         return 0
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+
+
+def _pack_error(exc: BaseException) -> bool:
+    """Whether `exc` says a pack cannot be used (tutor.pack.model is imported by whatever
+    raised it; a command that never loads a pack never needs it here)."""
+    model = sys.modules.get("tutor.pack.model")
+    return model is not None and isinstance(exc, model.PackError)
 
 
 def entry() -> None:

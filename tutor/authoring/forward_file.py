@@ -23,6 +23,7 @@ from __future__ import annotations
 import ast
 import builtins
 import copy
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -74,6 +75,9 @@ class ForwardFile:
     # evaluated on
 
 
+LINE_BREAKS = re.compile(r"\r\n|\r|\n")
+
+
 def read(path: Path) -> ForwardFile:
     """The forward file at `path`, or Unusable."""
     name = path.name
@@ -102,7 +106,10 @@ def parse(text: str, name: str = "forward.py") -> ForwardFile:
     except (ValueError, RecursionError, MemoryError):
         raise Unusable(f"{name} cannot be read as Python") from None
     _ascii_names(tree, name)
-    runnable = text.splitlines()
+    # Python's own line breaks only: `splitlines` also breaks at characters that Python
+    # reads inside a line (NEL, a line separator in a string), and the lines would no longer
+    # be the file's.
+    runnable = LINE_BREAKS.split(text)
     functions: dict[str, ast.FunctionDef] = {}
     constants: dict[str, object] = {}
     for i, stmt in enumerate(tree.body):

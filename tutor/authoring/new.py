@@ -9,8 +9,10 @@ DIR` runs it through the engine.
 from __future__ import annotations
 
 import ast
+import os
 import re
 import shutil
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -52,28 +54,63 @@ def make(source: Path, out: Path, *, pack_id: str | None = None, title: str | No
     progress("running the file in the sandbox")
     result = trial.run(trial.Request(file, text, pack_id, *sizes, budget=budget), progress)
     training = dict(file_training(file))
-    lesson = writer.Lesson(pack_id, title or _title(file), _description(file), *sizes, training)
-    # A run that fails leaves `out` as it was: a folder it made goes again.
-    made_here = not out.exists()
-    try:
-        try:
-            writer.write(out, file, lesson, result)
-            if source.resolve() != (out / "forward.py").resolve():
-                shutil.copyfile(source, out / "forward.py")
-        except OSError as exc:
-            raise Unusable(f"cannot write the pack in {out}: {exc.strerror or exc}") from None
-        try:
-            load_pack.__wrapped__(out)  # the pack as the front ends will read it
-        except (PackError, OSError, ValueError) as exc:
-            raise RuntimeError(f"pack new wrote a pack that does not load: {exc}") from exc
-    except BaseException:
-        if made_here:
-            shutil.rmtree(out, ignore_errors=True)
-        raise
+    lesson = writer.Lesson(pack_id, _writable(title or _title(file), file.name),
+                           _writable(_description(file), file.name), *sizes, training)
+    _staged(out, lambda stage: _write(stage, source, file, lesson, result))
     todo = [f"{s['id']}: {s['todo']}" for s in result["steps"] if s["todo"]]
     return Made(out, len(result["steps"]), todo,
                 sum(len(s.get("mistakes", [])) for s in result["steps"]),
                 time.monotonic() - started, bool(result["params"]))
+
+
+def _write(stage: Path, source: Path, file: forward_file.ForwardFile, lesson: writer.Lesson,
+           result: dict) -> list[str]:
+    """The pack's files in `stage`, loaded as the front ends will load them; their names."""
+    try:
+        written = [p.name for p in writer.write(stage, file, lesson, result)]
+        shutil.copyfile(source, stage / "forward.py")
+    except OSError as exc:
+        raise Unusable(f"cannot write the pack: {exc.strerror or exc}") from None
+    try:
+        load_pack.__wrapped__(stage)  # the pack as the front ends will read it
+    except (PackError, OSError, ValueError) as exc:
+        raise RuntimeError(f"pack new wrote a pack that does not load: {exc}") from exc
+    return [*written, "forward.py"]
+
+
+def _staged(out: Path, make_files: Callable[[Path], list[str]]) -> None:
+    """Make the pack's files in a folder beside `out`, and only once all are written and the
+    pack loads, move them into `out`: a run that fails anywhere leaves `out` as it was."""
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    except OSError as exc:
+        raise Unusable(f"cannot write the pack in {out}: {exc.strerror or exc}") from None
+    try:
+        names = make_files(stage)
+        try:
+            out.mkdir(exist_ok=True)
+            for name in names:
+                os.replace(stage / name, out / name)
+            if "02_training.toml" not in names:
+                (out / "02_training.toml").unlink(missing_ok=True)  # from an earlier run
+        except OSError as exc:
+            raise Unusable(f"cannot write the pack in {out}: {exc.strerror or exc}") from None
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+
+
+def _writable(text: str, name: str) -> str:
+    """A title or description from the file's docstring, as the pack's TOML can hold it."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise Unusable(f"{name}: its docstring holds a character that cannot be written as "
+                       "UTF-8 (a lone surrogate, `\\ud800`)") from None
+    if any(ord(c) < 32 and c not in "\n\t" or 0x7f <= ord(c) <= 0x9f for c in text):
+        raise Unusable(f"{name}: its docstring holds a control character, which a terminal "
+                       "would obey; the pack's title and description are shown to learners")
+    return text
 
 
 def _no_glue_names(file: forward_file.ForwardFile) -> None:

@@ -717,25 +717,42 @@ def _activation_slips(call: ast.Call, line: ForwardLine) -> Iterator[tuple]:
                     f"written as `{form.format(out)}` needs the line's output, `{out}`.")
 
         yield "slope-at-input", input_say, local(lambda s, y, up, xv: up * fn(xv)), inp
-        for other, (ofn, oform) in OUTPUT_SLOPES.items():
-            if other == name or other == "exp":
-                continue
+    # Another activation's slope in place of this one's, whatever this one is: each slope
+    # that people write from an output, taken at this line's output or worked out at its
+    # input.
+    for other, (ofn, oform) in OUTPUT_SLOPES.items():
+        if other == name or other == "exp":
+            continue
 
-            def other_say(tensor: str, grad: str, ns: dict, other: str = other,
-                          oform: str = oform) -> str:
-                return (f"{grad} uses {other}'s slope, `{oform.format(out)}`, but {what} is a "
-                        f"{name}.")
+        def other_say(tensor: str, grad: str, ns: dict, other: str = other,
+                      oform: str = oform) -> str:
+            return (f"{grad} uses {other}'s slope, `{oform.format(out)}`, but {what} is a "
+                    f"{name}: its local derivative is {name}'s.")
 
-            yield f"slope-of-{other}", other_say, local(
-                lambda s, y, up, xv, ofn=ofn: up * ofn(y)), inp
-            def other_at_say(tensor: str, grad: str, ns: dict, other: str = other) -> str:
-                return (f"{grad} uses {other}'s slope at `{inp}`, but {what} is a {name}: the "
-                        f"local derivative is {name}'s.")
+        yield f"slope-of-{other}", other_say, local(
+            lambda s, y, up, xv, ofn=ofn: up * ofn(y)), inp
 
-            # the other activation's slope at the input, worked out from its own output
-            at_input = local(
-                lambda s, y, up, xv, ofn=ofn, other=other: up * ofn(getattr(torch, other)(xv)))
-            yield f"slope-of-{other}", other_at_say, at_input, inp
+        def other_at_say(tensor: str, grad: str, ns: dict, other: str = other) -> str:
+            return (f"{grad} uses {other}'s slope at `{inp}`, but {what} is a {name}: the "
+                    f"local derivative is {name}'s.")
+
+        # the other activation's slope at the input, worked out from its own output
+        at_input = local(
+            lambda s, y, up, xv, ofn=ofn, other=other: up * ofn(getattr(torch, other)(xv)))
+        yield f"slope-of-{other}", other_at_say, at_input, inp
+
+    def inverted_say(tensor: str, grad: str, ns: dict) -> str:
+        return (f"{grad} passes the gradient where {what} blocks it and blocks it where it "
+                f"passes: the mask is the other way round. {name}'s slope is 1 at the entries "
+                f"of `{inp}` it lets through and 0 at the others.")
+
+    def inverted(s, y, up, xv):
+        # Only a slope that is a mask (0 or 1 at every entry) has another way round.
+        if not bool(((s == 0) | (s == 1)).all()):
+            return None
+        return up * (1 - s)
+
+    yield "mask-inverted", inverted_say, local(inverted), inp
 
     def output_say(tensor: str, grad: str, ns: dict) -> str:
         return (f"{grad} takes {name}'s slope at `{out}`, the line's output: the slope belongs "

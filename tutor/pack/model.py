@@ -342,11 +342,71 @@ def _schema(check, *args) -> None:
         raise PackError(str(exc)) from None
 
 
-def _load_toml(path: Path) -> dict:
+# A pack file is a few tens of KB; a file far past this is not one (a device, a dump).
+MAX_PACK_FILE = 4 * 2**20
+# Characters a terminal obeys rather than shows (C0 but tab and newline, DEL, C1, bidi
+# controls): a pack's text is printed by every command, so none may hold them.
+_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e"
+                       "\u2066-\u2069]")
+
+
+def _inside(root: Path, name: object, what: str) -> Path:
+    """The file a pack names (`exercises`, `data`), which must be a plain relative path to a
+    file inside the pack's own folder: a pack from elsewhere never reads this computer's other
+    files (`../../.ssh/id_rsa`, `/dev/zero`)."""
+    if not isinstance(name, str) or not name or "\0" in name:
+        raise PackError(f"pack.toml: {what} must name a file in the pack's folder")
+    path = Path(name)
+    full = root / path
+    if path.is_absolute() or ".." in path.parts or (
+            full.exists() and not full.resolve().is_relative_to(root.resolve())):
+        # A link counts where it leads.
+        raise PackError(f"pack.toml: {what} {name!r} is outside the pack's folder; a pack "
+                        "names only files in its own folder")
+    return full
+
+
+def _read_pack_file(path: Path) -> bytes:
+    """A pack file's bytes, from a regular file within MAX_PACK_FILE; a link out of the pack's
+    folder, a device or a pipe is refused before anything is read."""
+    import os
+    import stat
+
     try:
-        content = path.read_bytes()
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except FileNotFoundError as exc:
         raise PackError(f"missing pack file: {path}") from exc
+    except OSError as exc:
+        raise PackError(f"cannot read pack file {path}: {exc.strerror or exc}") from exc
+    with os.fdopen(fd, "rb") as fh:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise PackError(f"{path.name} is not a regular file (a device, a pipe?)")
+        if st.st_size > MAX_PACK_FILE:
+            raise PackError(f"{path.name} is {st.st_size // 2**20} MB; a pack file is far "
+                            "smaller")
+        return fh.read(MAX_PACK_FILE + 1)
+
+
+def _plain_text(tables: object, where: str) -> None:
+    """Refuse a pack whose text holds a character a terminal would obey (an escape sequence
+    in a title, a hint or a mistake's message would reach every learner's screen)."""
+    stack = [tables]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, dict):
+            stack.extend(value.keys())
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
+        elif isinstance(value, str) and (found := _CONTROLS.search(value)):
+            raise PackError(f"{where}: the text {value[:40]!r} holds a control character "
+                            f"(U+{ord(found.group()):04X}) that a terminal would obey; a "
+                            "pack's text is shown to learners as it is")
+
+
+def _load_toml(path: Path) -> dict:
+    content = _read_pack_file(path)
     tables = packcache.recall(content)
     if tables is not None:
         return tables
@@ -358,6 +418,7 @@ def _load_toml(path: Path) -> dict:
         tables = tomllib.loads(content.decode())
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise PackError(f"{path.name}: {exc}") from exc
+    _plain_text(tables, path.name)
     packcache.keep(content, tables)
     return tables
 
@@ -583,7 +644,7 @@ def load_pack(root: Path | None = None) -> Pack:
     head = meta.get("pack", {})
     exercises = []
     for name in head.get("exercises", []):
-        raw = _load_toml(root / name)
+        raw = _load_toml(_inside(root, name, "an exercise file"))
         _schema(schema.check_exercise_file, raw, name)
         ex = raw.get("exercise", {})
         number = int(ex.get("number", len(exercises) + 1))
@@ -619,7 +680,8 @@ def load_pack(root: Path | None = None) -> Pack:
     data_name = head.get("data")
     data_file = None
     if data_name:
-        data_file = root / data_name if (root / data_name).is_file() else data_dir() / data_name
+        own = _inside(root, data_name, "the data file")
+        data_file = own if own.is_file() else data_dir() / own.name
     pack = Pack(
         id=head.get("id", root.name),
         title=head.get("title", root.name),

@@ -181,11 +181,11 @@ def slip_corpora(verbose: bool = False) -> None:
                 continue
             engine = Engine(Settings(device="cpu", pack=pack))
             try:
-                for half in ("holdout2", "holdout", "tune"):
+                for half in ("holdout2", "holdout", "tune", "tune2"):
                     try:
                         module = corpora.load(f"{corpus}_{half}")
                     except FileNotFoundError:
-                        continue  # a second held-out half only where one was written
+                        continue  # second halves only where they were written
                     counts: Counter = Counter()
                     shown = []
                     for name, (step, tensor, code, slip, words) in module.WRONG.items():
@@ -193,7 +193,7 @@ def slip_corpora(verbose: bool = False) -> None:
                         counts[kind] += 1
                         # A held-out half's misses are named only when asked: they are
                         # measured, never read while tuning.
-                        if (kind != "specific" and half == "tune") or verbose:
+                        if (kind != "specific" and half.startswith("tune")) or verbose:
                             result = engine.check(step, code)
                             rows = [c.message for c in result.checks if not c.accepted]
                             said = result.error.message if result.error else (rows or [""])[0]

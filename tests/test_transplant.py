@@ -169,3 +169,22 @@ def test_any_activation_s_slope_slips_are_named_on_a_relu(engines, code, words):
     row = _row(result, "hpre")
     assert not result.passed and row is not None and row.diagnosis is not None, result
     assert all(w in row.message.lower() for w in words), row.message
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lesson, step, tensor, code, words", [
+    ("cnn2d (generated)", "slips_cnn2d/h", "h",
+     "idx = h.flatten(2).argmax(-1, keepdim=True)\ndh = torch.zeros_like(h).flatten(2)\n"
+     "dh.scatter_(2, idx, dpooled.flatten(2).sum(-1, keepdim=True))\ndh = dh.view_as(h)",
+     ["whole map"]),
+    ("attention (generated)", "slips_attention/masked", "masked",
+     "dmasked = datt - att * datt.sum(-1, keepdim=True)", ["log-softmax"]),
+])
+def test_an_operation_s_slips_are_named_in_a_made_lesson(engines, lesson, step, tensor, code,
+                                                          words):
+    """A max-pool's gradient sent to the whole map's largest entry; a softmax given the
+    log-softmax's backward: slips of the operation, found wherever it stands."""
+    result = engines(lesson).check(step, code)
+    row = _row(result, tensor)
+    assert not result.passed and row is not None and row.diagnosis is not None, result
+    assert all(w in row.message.lower() for w in words), row.message

@@ -428,6 +428,29 @@ def _pool_slips(call: ast.Call, line: ForwardLine) -> Iterator[tuple]:
                 "gradient.")
 
     yield "pool-all", all_say, ast.BinOp(avg, ast.Mult(), ast.Constant(count))
+    # Every window's gradient sent to the largest entry of the whole map, not of each window:
+    # the map's maximum, as the pool's output, read in every window's place.
+    axes = ast.Tuple([ast.Constant(-i) for i in range(dims, 0, -1)], ast.Load())
+    whole = ast.Call(func=ast.Attribute(value=_copy(x), attr="amax", ctx=ast.Load()),
+                     args=[axes], keywords=[ast.keyword("keepdim", ast.Constant(True))])
+    spread = ast.Call(func=ast.Attribute(value=whole, attr="expand_as", ctx=ast.Load()),
+                      args=[_copy(call)], keywords=[])
+
+    def global_say(tensor: str, grad: str, ns: dict) -> str | None:
+        if role(tensor) != "input":
+            return None
+        return (f"{grad} sends every window's gradient to the largest entry of the whole map. "
+                f"{what} takes the largest entry of each window: each window's gradient goes to "
+                "its own largest entry.")
+
+    yield "pool-global-max", global_say, spread
+    # The same with the map's first largest entry (`argmax`), where entries tie for it.
+    xs, ones = ast.unparse(x), ", ".join(["1"] * dims)
+    first = ast.parse(
+        f"({xs}).flatten(-{dims}).gather(-1, ({xs}).flatten(-{dims}).argmax(-1, keepdim=True))"
+        f".view(*({xs}).shape[:-{dims}], {ones}).expand_as({ast.unparse(call)})",
+        mode="eval").body
+    yield "pool-global-max", global_say, first
     k = size if isinstance(size, int) else None
     s = stride if isinstance(stride, int) else k
     if k is not None and s == k and _arg(call, 2, "padding") is None:
@@ -595,6 +618,26 @@ def _matmul_slips(node: ast.BinOp, line: ForwardLine) -> Iterator[tuple]:
                 "with them.")
 
     yield "matmul-upstream-transposed", say, swapped
+    # An operand used as it stands where its transpose belongs (`dq @ Wq` for `dq @ Wq.T`):
+    # the product of the other operand with this one transposed, which fits where the
+    # operand is square.
+    for side, operand in (("left", node.left), ("right", node.right)):
+        flipped = ast.Call(func=ast.Attribute(value=_copy(operand), attr="transpose",
+                                              ctx=ast.Load()),
+                           args=[ast.Constant(-2), ast.Constant(-1)], keywords=[])
+        changed = ast.BinOp(flipped if side == "left" else _copy(node.left), ast.MatMult(),
+                            flipped if side == "right" else _copy(node.right))
+        names = _reads(operand)
+
+        def untransposed_say(tensor: str, grad: str, ns: dict, names: set = names,
+                             operand: ast.expr = operand) -> str | None:
+            if tensor in names:
+                return None
+            return (f"{grad} multiplies by `{_text(operand)}` as it stands. In {what} the "
+                    f"gradient of the other operand goes through `{_text(operand)}` "
+                    "transposed: its rows and columns trade places.")
+
+        yield f"matmul-{side}-untransposed", untransposed_say, changed
 
 
 def _loss_slips(call: ast.Call, line: ForwardLine) -> Iterator[tuple]:
@@ -642,6 +685,21 @@ def _normaliser_slips(call: ast.Call, line: ForwardLine) -> Iterator[tuple]:
                 "share of the whole row's.")
 
     yield f"{name}-sum-constant", say, ast.parse(text, mode="eval").body
+    # The other one's backward: softmax's `s * (g - (s * g).sum())` and log-softmax's
+    # `g - softmax * g.sum()` are easily taken for each other.
+    other = "log_softmax" if name == "softmax" else "softmax"
+    swapped = _copy(call)
+    if isinstance(swapped.func, ast.Attribute):
+        swapped.func.attr = other
+    elif isinstance(swapped.func, ast.Name):
+        swapped.func.id = other
+
+    def other_say(tensor: str, grad: str, ns: dict, other: str = other) -> str:
+        return (f"{grad} is the backward of a {other.replace('_', '-')}, but {what} is a "
+                f"{name.replace('_', '-')}: its local derivative is the "
+                f"{name.replace('_', '-')}'s.")
+
+    yield f"{name}-as-{other}", other_say, swapped
 
 
 def _mask_slips(call: ast.Call, line: ForwardLine) -> Iterator[tuple]:

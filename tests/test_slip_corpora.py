@@ -59,8 +59,9 @@ def _named(result, tensor: str, words) -> bool:
     return any(w.lower() in said for w in words)
 
 
-# Each lesson's halves; the generated lessons have a second held-out half, written later.
-HALVES = [(lesson, half) for lesson in sorted(LESSONS) for half in ("tune", "holdout", "holdout2")
+# Each lesson's halves; the generated lessons have second halves, written later.
+HALVES = [(lesson, half) for lesson in sorted(LESSONS)
+          for half in ("tune", "tune2", "holdout", "holdout2")
           if (ROOT / "tests" / f"{lesson}_slips_{half}.py").is_file()]
 
 

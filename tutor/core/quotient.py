@@ -23,6 +23,9 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
+import sys
+import warnings
 import weakref
 from typing import Any
 
@@ -53,7 +56,13 @@ class Watch(TorchFunctionMode):
         self._pairs = 0
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
+        # A warning the operation raises is said again from the learner's line: raised here,
+        # it would be this module's, and the learner would never see it.
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            out = func(*args, **(kwargs or {}))
+        if caught:
+            _warn_from_caller(caught)
         if not self.found:
             # Looking must never change what the code does: whatever fails here is not seen.
             with contextlib.suppress(Exception):
@@ -95,6 +104,25 @@ class Watch(TorchFunctionMode):
             self._pairs += 1
             self.found = self._pairs >= PAIRS
         self._scalars = [value]
+
+
+_TORCH = os.path.dirname(torch.__file__)
+
+
+def _warn_from_caller(caught: list[warnings.WarningMessage]) -> None:
+    """Each warning, from the first frame outside torch and this module (the learner's code),
+    under the filters and the once-per-line registry that frame would have used."""
+    frame = sys._getframe(2)
+    while frame is not None and (frame.f_code.co_filename.startswith(_TORCH)
+                                 or frame.f_code.co_filename == __file__):
+        frame = frame.f_back
+    if frame is None:
+        return
+    registry = frame.f_globals.setdefault("__warningregistry__", {})
+    for w in caught:
+        warnings.warn_explicit(w.message, w.category, frame.f_code.co_filename,
+                               frame.f_lineno, registry=registry,
+                               module_globals=frame.f_globals)
 
 
 def _cancels(a: Any, b: Any, out: Any) -> bool:

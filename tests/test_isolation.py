@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from tutor.config import ConfigError, Settings, resolve
-from tutor.evaluator.client import Evaluator
+from tutor.evaluator.client import Evaluator, check_limit
 from tutor.pack.model import load_pack
 from tutor.process import forkserver, spawn
 from tutor.training import training_code
@@ -270,6 +270,53 @@ def test_the_client_waits_for_a_child_still_starting(tmp_path, monkeypatch):
     with Evaluator(Settings(device="cpu", timeout=0.5, isolation="spawn")) as ev:
         ev.info()
         assert ev.check("atomic/probs", SOLUTION).to_dict()["passed"]
+
+
+
+def test_the_lessons_own_material_is_off_the_checks_clock():
+    # The first check of a function step builds its cases and pictures in the worker: the client
+    # is told to wait for them, then given back what they did not use.
+    from tutor.core.engine import BUILD_ALLOWANCE
+
+    engine = _engine("fork", "fn")
+    try:
+        waited: list[float] = []
+        engine.on_wait = waited.append
+        started = time.monotonic()
+        assert engine.check("fn/layernorm_backward", FN_PACK.step(
+            "fn/layernorm_backward").solution).to_dict()["passed"]
+        took = time.monotonic() - started
+        assert len(waited) == 2 and waited[0] == BUILD_ALLOWANCE, waited
+        assert 0 < sum(waited) <= took  # the net extension is the building's own time
+        waited.clear()
+        assert engine.check("fn/layernorm_backward", FN_PACK.step(
+            "fn/layernorm_backward").solution).to_dict()["passed"]
+        assert waited == []  # built once
+    finally:
+        engine.close()
+
+
+def test_the_client_waits_for_the_lessons_material(tmp_path, monkeypatch):
+    # Building the step's cases takes 9 s in this worker, longer than the client's whole limit
+    # for the check (8.5 s): the check still gets its verdict, not a timeout.
+    (tmp_path / "sitecustomize.py").write_text(
+        "import sys\n"
+        "if 'tutor.evaluator.worker' in sys.orig_argv:\n"
+        "    import time\n"
+        "    from tutor.core.kinds.function import FunctionCheck\n"
+        "    build = FunctionCheck.build_ahead\n"
+        "    def slow(self, step):\n"
+        "        if not self.built(step):\n"
+        "            time.sleep(9)\n"
+        "        return build(self, step)\n"
+        "    FunctionCheck.build_ahead = slow\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    settings = Settings(device="cpu", timeout=0.5, tutor_seconds=1.0, pack=str(FN))
+    assert check_limit(settings) < 9
+    with Evaluator(settings) as ev:
+        ev.info()
+        result = ev.check("fn/layernorm_backward", FN_PACK.step("fn/layernorm_backward").solution)
+        assert result.error is None and result.passed, result.error
 
 
 # --- a crash or a hang ends a child, never the evaluator ------------------------------------

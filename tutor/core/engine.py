@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Callable
 
 import torch
@@ -50,6 +51,10 @@ RAN_OUT = {"heldout": "the fresh batch", "probe": "the rule probe", "fresh": "th
 # Started children kept waiting for the next checks: two, so that `check --all` and a quick
 # re-check after a fix rarely wait for an interpreter to load torch.
 SPARES = 2
+# The longest the client is asked to wait for the lesson's own material for a step (its cases and
+# pictures, built once, on the first check of the step): the time they took is all that counts
+# in the end (Engine._build), so this only needs to exceed it on the slowest machine.
+BUILD_ALLOWANCE = 120.0
 
 
 def isolation_for(asked: str, device: torch.device) -> str:
@@ -183,9 +188,10 @@ class Engine:
         if compiled is None:
             compiled = _compiled(code)
         limit = self.settings.backstop + KILL_GRACE
+        built = self._build(step)
         if self.isolation == "spawn":
             return self._execute_spawned(self._spec(step, code, prior, compiled), scratch, limit)
-        if self.kinds.of(step).build_ahead(step):
+        if built:
             self.close()  # children forked before know nothing of what was built
         child, self._spare = self._spare, None
         if child is None or not child.alive():
@@ -193,6 +199,22 @@ class Engine:
         outcome = child.run({"step": step.id, "code": code, "prior": prior, "scratch": scratch,
                              "compiled": compiled}, timeout=limit)
         return _answer(outcome)
+
+    def _build(self, step: Step) -> bool:
+        """Build what planning `step` needs, once (`build_ahead`), off the check's clock: the
+        lesson's own work, which no learner's code makes longer. The client is told to wait
+        for it, and then how long it took, so that on a slow or busy machine the first check
+        of a step is not taken for a hung worker (evaluator/client.py). True when something
+        was built."""
+        kind = self.kinds.of(step)
+        if self.on_wait is None or kind.built(step):
+            return kind.build_ahead(step)
+        started = time.monotonic()
+        self.on_wait(BUILD_ALLOWANCE)
+        try:
+            return kind.build_ahead(step)
+        finally:
+            self.on_wait(time.monotonic() - started - BUILD_ALLOWANCE)
 
     def run_variants(self, step: Step, code: str, prior: dict[str, str],
                      programs: list[bytes], seconds: float) -> dict:

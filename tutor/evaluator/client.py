@@ -222,7 +222,9 @@ class Evaluator:
                     )
                 if message.get("id") != rid:
                     continue
-                if message["type"] == "extend":  # the check waits for its child to start
+                if message["type"] == "extend":
+                    # The check waits for its child to start, or for the lesson's material for
+                    # the step; a negative extension gives back what was not used.
                     if deadline is not None:
                         deadline += min(float(message.get("seconds") or 0), MAX_EXTENSION)
                     continue

@@ -116,6 +116,10 @@ class StepCheck(ABC):
         """
         return None
 
+    def built(self, step: Step) -> bool:
+        """Whether `build_ahead` has nothing left to build for `step` (so that it is quick)."""
+        return True
+
     def build_ahead(self, step: Step) -> bool:
         """Build, in the worker, what planning `step` needs and a confined child cannot build
         (the pack's trusted code may open files the first time it runs).

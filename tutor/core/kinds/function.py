@@ -106,6 +106,9 @@ class FunctionCheck(StepCheck):
             self._cases[key] = [same] if same else []
         return next(iter(self._cases[key]), None)
 
+    def built(self, step: Step) -> bool:
+        return step.id in self._cases
+
     def build_ahead(self, step: Step) -> bool:
         # Built in the worker, where the pack's expect code may still do what a confined child
         # cannot (torch.optim looks for a cache folder the first time it runs); a child forked

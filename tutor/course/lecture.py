@@ -26,13 +26,15 @@ How the cut is made, from the code alone (nothing here runs it):
 from __future__ import annotations
 
 import ast
+import contextlib
 import difflib
 import io
 import re
 import textwrap
 import tokenize
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from tutor.code_facts import read, written
 from tutor.course.program import Line, Program, line_of
@@ -47,6 +49,9 @@ from tutor.course.vocabulary import (
 from tutor.pack.flow import Flow, gradient, gradients, tensor_of
 from tutor.pack.model import Pack, Step
 from tutor.sandbox.clean import whole_characters
+
+if TYPE_CHECKING:
+    from tutor.training.plan import TrainingSettings
 from tutor.sandbox.policy import inspect
 
 EXERCISE_MARK = re.compile(r"^\s*#\s*exercise\s*(\d+)\b", re.IGNORECASE | re.MULTILINE)
@@ -518,6 +523,8 @@ def _training_answer(pack: Pack, cells: list[str], renames: dict[str, str], forw
 
     settings = TrainingSettings.from_pack(pack)
     step = next(s for s in pack.steps if s.kind.trained)
+    if settings.assembled:
+        return _assembled_training(pack, settings, cells, everything, answers)
     tensors = {t for s in pack.steps for t in (*s.checks, *s.partials)}
     grads = set(gradients(tensors))
     try:
@@ -555,6 +562,72 @@ def _training_answer(pack: Pack, cells: list[str], renames: dict[str, str], forw
     return "\n".join(["# forward pass (the tutor's)", *lines, settings.loss_line, "",
                       "# backward pass (yours, from the training loop)", backward,
                       *applied]) + "\n"
+
+
+def _assembled_training(pack: Pack, settings: TrainingSettings, loop: list[str],
+                        everything: list[str], answers: LectureAnswers) -> str | None:
+    """The training step of a lesson that trains its own network with the learner's functions
+    (the GPT's n layers, the LSTM through time): those functions as the notebook defines them,
+    in the lesson's forward pass and driver, as the tutor's exercise assembles them. The
+    notebook's own loop trains a model of its own layout, which the lesson's network is not;
+    what it shows is that the learner trained with their functions. So a loop must call them
+    (directly or through functions of theirs), most of them, and move something: None
+    where no loop does."""
+    from tutor.training.plan import training_code
+
+    names = {pack.step(sid).function.name: sid for sid in settings.functions
+             if pack.step(sid).function is not None}
+    defs = _definitions(everything)
+    trees = _trees(loop or everything)
+    called = max((_calls(node, defs) & set(names) for tree in trees for node in ast.walk(tree)
+                  if isinstance(node, (ast.For, ast.While)) and _moves(node, defs)),
+                 key=len, default=set())
+    if len(called) * 2 < len(names) or not called:
+        return None
+    accepted = {sid: answers.code[sid] for sid in settings.functions if sid in answers.code}
+    missing = [name for name, sid in names.items() if sid not in accepted]
+    for name in missing:
+        accepted[names[name]] = (f"def {name}(*args, **kwargs):\n"
+                                 f"    raise NameError('your notebook does not define {name}, "
+                                 "which the lesson\\'s training calls')")
+        answers.notes.append(f"the training step calls {name}, which the notebook does not "
+                             "define")
+    return training_code(pack, accepted)
+
+
+def _calls(node: ast.AST, defs: Mapping[str, str]) -> set[str]:
+    """The names `node` calls, and those the learner's own functions it calls call in turn."""
+    seen: set[str] = set()
+    todo = [node]
+    while todo:
+        for n in ast.walk(todo.pop()):
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) \
+                    and n.func.id not in seen:
+                seen.add(n.func.id)
+                if n.func.id in defs:
+                    with contextlib.suppress(SyntaxError, ValueError, RecursionError):
+                        todo.append(ast.parse(defs[n.func.id]))
+    return seen
+
+
+def _moves(loop: ast.For | ast.While, defs: Mapping[str, str]) -> bool:
+    """Whether a loop changes something in place as an update does (`p -= lr * g`,
+    `p.data.add_(...)`, `opt.step()`, or a learner's function that does)."""
+    todo: list[ast.AST] = [loop]
+    seen: set[str] = set()
+    while todo:
+        for n in ast.walk(todo.pop()):
+            if isinstance(n, ast.AugAssign) or isinstance(n, ast.Call) and isinstance(
+                    n.func, ast.Attribute) and (n.func.attr.endswith("_") and
+                                                not n.func.attr.startswith("_")
+                                                or n.func.attr == "step"):
+                return True
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) \
+                    and n.func.id in defs and n.func.id not in seen:
+                seen.add(n.func.id)
+                with contextlib.suppress(SyntaxError, ValueError, RecursionError):
+                    todo.append(ast.parse(defs[n.func.id]))
+    return False
 
 
 def _definitions(cells: list[str]) -> dict[str, str]:
@@ -687,17 +760,24 @@ class _Update:
 def _update(trees: list[ast.Module], parameters: set[str], names: Mapping[str, str]
             ) -> _Update | None:
     """The loop that moves the parameters (`for p, grad in zip(parameters, grads)` or the pair
-    the other way round, whose body steps `p` along `grad`), or None."""
+    the other way round, whose body steps `p` along `grad`, hands the pair to an update of the
+    learner's or sets `p.grad` for an optimizer), or None."""
     lists: dict[str, list[str]] = {}
+    keys: dict[str, list[str]] = {}
+    updaters = _updaters(trees)
     found = None
     for tree in trees:
         for node in ast.walk(tree):
             if (isinstance(node, ast.Assign) and len(node.targets) == 1
                     and isinstance(node.targets[0], ast.Name)
-                    and isinstance(node.value, (ast.List, ast.Tuple))
-                    and all(isinstance(e, ast.Name) for e in node.value.elts)):
-                lists[node.targets[0].id] = [names.get(e.id, e.id) for e in node.value.elts]
-            keyed = _keyed_update(node, parameters) if isinstance(node, ast.For) else None
+                    and isinstance(node.value, (ast.List, ast.Tuple))):
+                elts = node.value.elts
+                if all(isinstance(e, ast.Name) for e in elts):
+                    lists[node.targets[0].id] = [names.get(e.id, e.id) for e in elts]  # type: ignore[attr-defined]
+                elif all(isinstance(e, ast.Constant) and isinstance(e.value, str) for e in elts):
+                    keys[node.targets[0].id] = [e.value for e in elts]  # type: ignore[attr-defined]
+            keyed = (_keyed_update(node, parameters, keys, updaters)
+                     if isinstance(node, ast.For) else None)
             if keyed is not None:
                 found = keyed
                 continue
@@ -713,17 +793,48 @@ def _update(trees: list[ast.Module], parameters: set[str], names: Mapping[str, s
                 params = lists.get(held.id) if isinstance(held, ast.Name) else None
                 if params is None or not set(params) <= parameters:
                     continue
-                sign = _descends(node.body, pv, gv)
-                if sign is None:
+                moves = _descends(node.body, lambda e, pv=pv: _is_name(e, pv),
+                                  lambda e, gv=gv: _is_name(e, gv), updaters)
+                if moves is None:
                     continue
                 listed = lists.get(given.id) if isinstance(given, ast.Name) else None
-                found = _Update(node, params, given, listed, sign)
+                found = _Update(node, params, given, listed, moves[0])
     return found
 
 
-def _keyed_update(node: ast.For, parameters: set[str]) -> _Update | None:
-    """`for k in P: P[k] -= lr * grads[k]` (or `for k, p in P.items(): p -= lr * grads[k]`):
-    the parameters in a dict by the lesson's names, moved by a dict of gradients by the same."""
+def _updaters(trees: list[ast.Module]) -> frozenset[str]:
+    """The learner's functions that change their first argument in place, as an optimizer's
+    step does (`def adamw_update(p, g, ...): p -= ...` or `p.data.add_(...)`)."""
+    out = set()
+    for tree in trees:
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.FunctionDef) or not node.args.args:
+                continue
+            first = node.args.args[0].arg
+            for n in ast.walk(node):
+                changed = (n.target if isinstance(n, ast.AugAssign) else n.func.value
+                           if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+                           and n.func.attr.endswith("_") and not n.func.attr.startswith("_")
+                           else n.targets[0] if isinstance(n, ast.Assign)
+                           and isinstance(n.targets[0], (ast.Attribute, ast.Subscript))
+                           else None)
+                while isinstance(changed, (ast.Attribute, ast.Subscript)):
+                    changed = changed.value
+                if _is_name(changed, first):  # type: ignore[arg-type]
+                    out.add(node.name)
+                    break
+    return frozenset(out)
+
+
+def _is_name(expr: ast.expr, name: str) -> bool:
+    return isinstance(expr, ast.Name) and expr.id == name
+
+
+def _keyed_update(node: ast.For, parameters: set[str], keys: Mapping[str, list[str]],
+                  updaters: frozenset[str]) -> _Update | None:
+    """`for k in P: P[k] -= lr * grads[k]` (or `for k, p in P.items(): p -= lr * grads[k]`, or
+    `for k in names:` over a list of the lesson's names): the parameters in a dict by the
+    lesson's names, moved by a dict of gradients by the same."""
     it = node.iter
     if isinstance(it, ast.Call) and isinstance(it.func, ast.Attribute) \
             and it.func.attr in ("items", "keys") and not it.args:
@@ -734,28 +845,35 @@ def _keyed_update(node: ast.For, parameters: set[str]) -> _Update | None:
     key = target.id if isinstance(target, ast.Name) else (
         target.elts[0].id if isinstance(target, ast.Tuple) and len(target.elts) == 2
         and all(isinstance(e, ast.Name) for e in target.elts) else None)  # type: ignore[attr-defined]
-    item = target.elts[1].id if isinstance(target, ast.Tuple) and key else None  # type: ignore[attr-defined]
-    for stmt in node.body:
-        if not isinstance(stmt, ast.AugAssign) or not isinstance(stmt.op, (ast.Add, ast.Sub)):
-            continue
-        moved = stmt.target.value if isinstance(stmt.target, ast.Attribute) else stmt.target
-        on_param = (isinstance(moved, ast.Subscript) and isinstance(moved.value, ast.Name)
-                    and moved.value.id == it.id and isinstance(moved.slice, ast.Name)
-                    and moved.slice.id == key) or (isinstance(moved, ast.Name)
-                                                   and moved.id == item)
-        grads = [n for n in ast.walk(stmt.value) if isinstance(n, ast.Subscript)
-                 and isinstance(n.slice, ast.Name) and n.slice.id == key]
-        if not on_param or len(grads) != 1:
-            continue
-        marked = ast.parse(ast.unparse(stmt.value).replace(ast.unparse(grads[0]), "grad_of_k"),
-                           mode="eval").body
-        step = _sign_of(marked, "grad_of_k")
-        if step is None:
-            return None
-        descends = step < 0 if isinstance(stmt.op, ast.Add) else step > 0
-        order = sorted(parameters, key=lambda p: p)  # any order: each is taken by its name
-        return _Update(node, order, grads[0].value, None, descends, keyed=it.id)
-    return None
+    if key is None:
+        return None
+    item = target.elts[1].id if isinstance(target, ast.Tuple) else None  # type: ignore[attr-defined]
+    listed = keys.get(it.id)
+    if listed is not None and not set(listed) <= parameters:
+        return None
+    held: list[str] = []  # the dict the parameters are kept in, by the key
+
+    def on_param(e: ast.expr) -> bool:
+        held.clear()
+        if _is_name(e, item or ""):
+            return True
+        if (isinstance(e, ast.Subscript) and isinstance(e.value, ast.Name)
+                and _is_name(e.slice, key) and (listed is not None or e.value.id == it.id)):
+            held.append(e.value.id)
+            return True
+        return False
+
+    def by_key(e: ast.expr) -> bool:  # a gradient: another dict's entry for the same key
+        return (isinstance(e, ast.Subscript) and _is_name(e.slice, key)
+                and not (isinstance(e.value, ast.Name) and e.value.id in held))
+
+    moves = _descends(node.body, on_param, by_key, updaters)
+    if moves is None or not held and item is None:
+        return None
+    descends, grad = moves
+    order = listed or sorted(parameters)  # each is taken by its name
+    return _Update(node, order, grad.value, None, descends,  # type: ignore[attr-defined]
+                   keyed=held[0] if held else it.id)
 
 
 def _needed_by(update: _Update, trees: list[ast.Module], theirs: set[str],
@@ -784,19 +902,55 @@ def _needed_by(update: _Update, trees: list[ast.Module], theirs: set[str],
     return rename("\n".join(sources), names) + "\n" if sources else ""
 
 
-def _descends(body: list[ast.stmt], p: str, g: str) -> bool | None:
-    """True when the loop's body moves `p` against `g` (`p.data += -lr * g`, `p -= lr * g`),
-    False when along it, None when it is not such an update."""
+def _descends(body: list[ast.stmt], is_param: Callable[[ast.expr], bool],
+              is_grad: Callable[[ast.expr], bool], updaters: frozenset[str] = frozenset()
+              ) -> tuple[bool, ast.expr] | None:
+    """How the loop's body moves the parameter, and by which of its gradients: against it
+    (True: `p.data += -lr * g`, `p -= lr * g`, `adamw_update(p, g, ...)` as an optimizer does,
+    or `p.grad = g` for an optimizer's step), or along it (False); None when the body is no
+    such update. `is_grad` is asked only after `is_param` has said yes to that statement's
+    parameter; `updaters` are the learner's functions that change their first argument in
+    place (`_updaters`)."""
     for stmt in body:
-        target = stmt.target if isinstance(stmt, ast.AugAssign) else None
-        held = target.value if isinstance(target, ast.Attribute) else target
-        if not (isinstance(held, ast.Name) and held.id == p):
-            continue
-        step = _sign_of(stmt.value, g)  # type: ignore[union-attr]
-        if step is None:
-            return None
-        return step < 0 if isinstance(stmt.op, ast.Add) else step > 0  # type: ignore[union-attr]
+        if isinstance(stmt, ast.AugAssign):
+            target = stmt.target
+            moved = target.value if isinstance(target, ast.Attribute) else target
+            if not is_param(moved):
+                continue
+            found = _sign_found(stmt.value, is_grad)
+            if found is None:
+                return None
+            step, grad = found
+            return (step < 0 if isinstance(stmt.op, ast.Add) else step > 0), grad
+        if (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
+                and isinstance(stmt.targets[0], ast.Attribute) and stmt.targets[0].attr == "grad"
+                and is_param(stmt.targets[0].value)):
+            found = _sign_found(stmt.value, is_grad)
+            return None if found is None else (found[0] > 0, found[1])
+        if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) and (
+                isinstance(stmt.value.func, ast.Name) and stmt.value.func.id in updaters):
+            args = stmt.value.args
+            if len(args) >= 2 and is_param(args[0]):
+                grads = [a for a in args[1:] if is_grad(a)]
+                if grads:  # the first after the parameter, as an update function takes them
+                    return True, grads[0]
     return None
+
+
+def _sign_found(expr: ast.expr, is_grad: Callable[[ast.expr], bool]
+                ) -> tuple[int, ast.expr] | None:
+    """The sign with which `expr` holds its one gradient, and that gradient; None where it
+    holds none or more, or not as a product (`_sign_of`)."""
+    found = [n for n in ast.walk(expr) if is_grad(n)]
+    if len(found) != 1:
+        return None
+    marked = ast.parse(ast.unparse(expr).replace(ast.unparse(found[0]), GRAD_MARK),
+                       mode="eval").body
+    step = _sign_of(marked, GRAD_MARK)
+    return None if step is None else (step, found[0])
+
+
+GRAD_MARK = "grad_of_param"  # the gradient, marked for `_sign_of`
 
 
 def _sign_of(expr: ast.expr, g: str) -> int | None:

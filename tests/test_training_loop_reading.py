@@ -1,0 +1,125 @@
+"""Where a notebook trains, and with what (tutor/course/lecture.py): the loop's update is found
+however it moves the parameters, and a lesson that trains its own network with the learner's
+functions (the GPT's layers, the LSTM through time) takes those functions from the notebook,
+whatever model the notebook's own loop trains. Read only: nothing here runs."""
+
+from __future__ import annotations
+
+from tutor.course import lecture
+from tutor.pack.model import find_pack, load_pack
+from tutor.training import training_code
+from tutor.training.plan import TrainingSettings
+
+GPT = load_pack(find_pack("gpt"))
+MAKEMORE = load_pack(find_pack("makemore"))
+
+
+def _functions(pack) -> dict[str, str]:
+    s = TrainingSettings.from_pack(pack)
+    return {sid: pack.step(sid).solution.strip() for sid in s.functions}
+
+
+GPT_LOOP = """\
+names = ['wte', 'wpe', 'lnfw', 'lnfb']
+P = {k: p.detach().clone() for k, p in zip(names, parameters)}
+M = {k: torch.zeros_like(p) for k, p in P.items()}
+V = {k: torch.zeros_like(p) for k, p in P.items()}
+for step in range(20):
+    loss, cache = my_forward(P, Xb, Yb)
+    grads = my_backward(P, Xb, cache)
+    for k in names:
+        adamw_update(P[k], grads[k], M[k], V[k], step + 1, 1e-3, 0.9, 0.999, 1e-8, 0.0)
+"""
+
+MY_BACKWARD = """\
+def my_backward(P, Xb, c):
+    dlogits = crossentropy_softmax_backward(c['logits'], c['targets'])
+    dx, dw, db = matmul_backward(dlogits, c['x'], P['wte'].T)
+    dx, dlnw, dlnb = layernorm_backward(dx, c['x'], P['lnfw'], c['m'], c['r'])
+    dq = attention_backward(dx, c['qkv'], c['att'], 4)
+    dg = gelu_backward(dq, c['fch'])
+    dwte, dwpe = encoder_backward(dg, Xb, 27)
+    return {'wte': dwte, 'wpe': dwpe, 'lnfw': dlnw, 'lnfb': dlnb}
+"""
+
+
+def test_a_lesson_with_its_own_network_trains_with_the_notebooks_functions():
+    fns = _functions(GPT)
+    cells = [*fns.values(), MY_BACKWARD, GPT_LOOP]
+    answers = lecture.read_lecture(GPT, cells)
+    assert answers.training is not None
+    for sid, source in fns.items():
+        assert answers.code[sid].strip().endswith(source.splitlines()[-1].strip())
+    assert answers.training == training_code(GPT, {sid: answers.code[sid] for sid in fns})
+    assert "your code" in answers.training
+
+
+def test_a_function_the_training_needs_and_the_notebook_lacks_is_named():
+    fns = _functions(GPT)
+    cells = [s for sid, s in fns.items() if sid != "functions/attention_backward"]
+    answers = lecture.read_lecture(GPT, [*cells, MY_BACKWARD, GPT_LOOP])
+    assert answers.training is not None
+    assert "does not define attention_backward" in answers.training
+    assert any("attention_backward" in note for note in answers.notes)
+
+
+def test_no_loop_that_trains_means_no_training_step():
+    fns = _functions(GPT)
+    # A loop that tries one function on a few cases trains nothing.
+    tries = ("for scale in (1.0, 2.0):\n"
+             "    out = layernorm_backward(scale * dout, inp, w, mean, rstd)\n"
+             "    print(out[0].shape)\n")
+    assert lecture.read_lecture(GPT, [*fns.values(), tries]).training is None
+    assert lecture.read_lecture(GPT, list(fns.values())).training is None
+
+
+SGD = "def sgd_step(p, g, lr):\n    p.data.sub_(lr * g)\n"
+
+
+def _update(source: str):
+    trees = lecture._trees([source])
+    return lecture._update(trees, {"C", "W1", "b1", "W2", "b2"}, {})
+
+
+def test_an_update_is_found_however_the_loop_moves_the_parameters():
+    found = _update(SGD + "names = ['C', 'W1', 'b1', 'W2', 'b2']\n"
+                    "for k in names:\n"
+                    "    sgd_step(P[k], grads[k], lr)\n")
+    assert found is not None and found.keyed == "P" and found.descends
+    assert ast_text(found.source) == "grads" and found.params == ["C", "W1", "b1", "W2", "b2"]
+
+    found = _update("params = [C, W1, b1, W2, b2]\n"
+                    "for p, g in zip(params, mine):\n"
+                    "    p.grad = g\n")
+    assert found is not None and found.descends and ast_text(found.source) == "mine"
+
+    found = _update("params = [C, W1, b1, W2, b2]\n"
+                    "for p, g in zip(params, mine):\n"
+                    "    p.grad = -g\n")
+    assert found is not None and not found.descends  # handed to an optimizer, it climbs
+
+    found = _update("for k in P:\n"
+                    "    P[k] -= 0.1 * G[k]\n")
+    assert found is not None and found.keyed == "P" and ast_text(found.source) == "G"
+
+
+def test_a_loop_over_other_names_is_no_update():
+    # Nor a call that does not change its first argument (a print, a comparison).
+    assert _update("def sgd_step(p, g, lr):\n    print(p - lr * g)\n"
+                   "for k in P:\n    sgd_step(P[k], grads[k], lr)\n") is None
+    assert _update(SGD + "names = ['C', 'W1', 'other']\n"
+                   "for k in names:\n"
+                   "    sgd_step(P[k], grads[k], lr)\n") is None
+    assert _update("for k in P:\n"
+                   "    print(P[k], grads[k])\n") is None
+
+
+def ast_text(node) -> str:
+    import ast
+
+    return ast.unparse(node)
+
+
+def test_the_lessons_own_training_code_is_unchanged_for_makemore():
+    # makemore trains the lesson's network itself: its loop body is the backward pass.
+    assert not TrainingSettings.from_pack(MAKEMORE).assembled

@@ -8,6 +8,7 @@ lose a right step nor credit a wrong one without this test seeing it."""
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import sys
@@ -97,8 +98,40 @@ def reordered() -> list[str]:
                           for t, code in LINES)]
 
 
+def running() -> list[str]:
+    """One running gradient `g` walked back line by line, each value copied into the lecture's
+    name for the comparison (`g = g / probs` then `dprobs = g`): every plain one-gradient
+    statement goes through `g`, reading `g` where it reads the gradient `g` holds. Loops and
+    tuple assignments read the names, which hold the same tensors."""
+    cells = [L.EX1_HEAD]
+    holds = None  # the gradient `g` holds
+    for t, code in LINES:
+        out = []
+        for tree in ast.parse(code).body:
+            statement = ast.unparse(tree)
+            targets = tree.targets if isinstance(tree, ast.Assign) else [
+                getattr(tree, "target", None)]
+            plain = isinstance(tree, (ast.Assign, ast.AugAssign)) and len(targets) == 1 \
+                and not isinstance(targets[0], ast.Tuple)
+            if not plain:
+                out.append(statement)
+                continue
+            for n in ast.walk(tree):
+                if isinstance(n, ast.Name) and n.id == holds and isinstance(n.ctx, ast.Load):
+                    n.id = "g"
+            target = targets[0]
+            if isinstance(tree, ast.Assign) and isinstance(target, ast.Name):
+                name, target.id = target.id, "g"
+                out += [ast.unparse(tree), f"{name} = g"]
+                holds = name
+            else:  # `dx += ...`, `g[i] = ...`: changes the tensor in place, as written
+                out.append(ast.unparse(tree))
+        cells.append("\n".join(out) + "\n" + "\n".join(_cmps_for(t)))
+    return cells
+
+
 VARIANTS = {f.__name__: f for f in (split, merged, gathered, header_below, header_removed, joined,
-                                    one_line_late, reordered)}
+                                    one_line_late, reordered, running)}
 
 
 def _grade(tmp_path: Path, cells: list[str], name: str) -> dict:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import copy
 import difflib
 import io
 import re
@@ -34,7 +35,7 @@ import textwrap
 import tokenize
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from tutor.code_facts import read, written
 from tutor.course.program import Line, Program, line_of
@@ -323,6 +324,112 @@ def _typo_renames(statements: list[Statement], wanted: set[str], known: set[str]
     return out
 
 
+def _running(statements: list[_S], grads: set[str], forward: set[str],
+             remake: Callable[[_S, ast.stmt], _S] | None = None) -> list[_S]:
+    """One running gradient walked back line by line (`g = g / probs`, then `dprobs = g` so
+    that a comparison can read it), written with each value under the gradient name it was
+    copied into: `dprobs = dlogprobs / probs`. A copy is the same tensor, so this is the same
+    program; the cut then finds each step's own line. Values never copied keep a name of their
+    own per assignment (`g_v3`). Only a name assigned in plain statements is rewritten, and only
+    where no gradient it was copied into is assigned again while the name still holds it.
+
+    `statements` are Statements, or the program's Lines with `remake` (an item and its new
+    tree -> the item rewritten)."""
+    remake = remake or _remade_statement
+    out = statements
+    written_names = set().union(*(s.writes for s in statements)) if statements else set()
+    for v in sorted(written_names - grads - forward):
+        rewritten = _one_running(out, v, grads, remake)
+        if rewritten is not None:
+            out = rewritten
+    return out
+
+
+def _remade_statement(s: Statement, node: ast.stmt) -> Statement:
+    return Statement(ast.unparse(node), written(node), read(node), s.augmented, s.line)
+
+
+def _one_running(statements: list[_S], v: str, grads: set[str],
+                 remake: Callable[[_S, ast.stmt], _S]) -> list[_S] | None:
+    trees: list[ast.stmt | None] = []
+    for s in statements:
+        if v not in s.reads and v not in s.writes:
+            trees.append(None)  # not parsed: only what touches v is rewritten
+            continue
+        try:
+            body = ast.parse(s.source).body
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            return None
+        if len(body) != 1:
+            return None
+        trees.append(body[0])
+    version = 0
+    alias: dict[int, str] = {}  # a version of v -> the gradient it was first copied into
+    bound_at: dict[str, list[int]] = {}  # a gradient -> the statements that assign it
+    uses: dict[int, list[int]] = {}  # a version -> the statements that read or change it
+    copies: set[int] = set()  # statements `dX = v` whose copy becomes the version's name
+    touched = False
+    for i, (s, node) in enumerate(zip(statements, trees, strict=True)):
+        if node is not None:
+            if not isinstance(node, (ast.Assign, ast.AugAssign, ast.Expr)):
+                return None  # a loop, a branch, a function: not straight-line
+            touched = True
+        if v in s.reads or (v in s.writes and s.augmented):
+            uses.setdefault(version, []).append(i)
+        for name in s.writes & grads:
+            bound_at.setdefault(name, []).append(i)
+        if (isinstance(node, ast.Assign) and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Name) and node.targets[0].id in grads
+                and _is_name(node.value, v) and version and version not in alias):
+            # `dprobs = g`: this version of g is dprobs from here on, and from where it was made
+            alias[version] = node.targets[0].id
+            copies.add(i)
+        elif v in s.writes and not s.augmented and isinstance(node, ast.Assign):
+            if not all(isinstance(t, ast.Name) for t in node.targets):
+                return None
+            version += 1
+            uses.setdefault(version, []).append(i)
+    if not touched or not alias:
+        return None
+    for k, name in alias.items():
+        # Renaming is the same program only while the gradient still holds this version.
+        last = max(uses.get(k, [0]))
+        first = min(uses.get(k, [0]))
+        if any(first < j <= last and j not in copies for j in bound_at.get(name, [])):
+            return None
+    names = {k: alias.get(k, f"{v}_v{k}") for k in range(version + 1)}
+    taken = set().union(*(s.reads | s.writes for s in statements))
+    if any(n in taken for k, n in names.items() if k not in alias):
+        return None
+    out: list[_S] = []
+    version = 0
+    for i, (s, node) in enumerate(zip(statements, trees, strict=True)):
+        if i in copies:
+            continue  # `dprobs = g`: g's value is now written as dprobs
+        if node is None:
+            out.append(s)
+            continue
+        reading = names[version]
+        if v in s.writes and not s.augmented and isinstance(node, ast.Assign):
+            version += 1
+        out.append(remake(s, _with_name(node, v, reading, names[version])))
+    return out
+
+
+def _with_name(node: ast.stmt, v: str, reading: str, writing: str) -> ast.stmt:
+    """`node` with loads of `v` as `reading` and stores of it as `writing`."""
+    node = copy.deepcopy(node)
+    for n in ast.walk(node):
+        if isinstance(n, ast.Name) and n.id == v:
+            n.id = writing if isinstance(n.ctx, ast.Store) else reading
+    if isinstance(node, ast.AugAssign) and _is_name(node.target, writing):
+        node.target.id = reading  # type: ignore[attr-defined]  # changed in place: same version
+    return node
+
+
+_S = TypeVar("_S")  # a Statement, or a program's line (`_Tagged`)
+
+
 class _Cutter:
     """Cuts one exercise's statements into its steps (see the module's docstring)."""
 
@@ -457,7 +564,7 @@ def read_lecture(pack: Pack, cells: list[str]) -> LectureAnswers:
         statements = _renamed(statements, renamed)
         cutter = _Cutter(pack, steps, forward)
         typos = _typo_renames(statements, cutter.grads, cutter.grads | forward)
-        statements = _renamed(statements, typos)
+        statements = _running(_renamed(statements, typos), cutter.grads, forward)
         renamed.update(typos)
         renames_all.update({k: v for k, v in renamed.items() if k not in renames_all})
         answers.renamed.update(renamed)
@@ -1083,6 +1190,7 @@ def notebook_program(pack: Pack, cells: list[str], exercise: int,
     out: list[list[Line]] = []
     owned: list[bool] = []
     written_here: set[str] = set()
+    taken: set[str] = set()  # setup names the backward code gave a value of its own
     for cell, is_here in zip(parsed, here, strict=True):
         lines = []
         for node, text in cell:
@@ -1095,11 +1203,13 @@ def notebook_program(pack: Pack, cells: list[str], exercise: int,
                 lines.append(Line("", set(), set(), False, compared))
                 continue
             if seen[2] is None:
-                runs = _runs_in_program(node, lesson, helpers, setup, methods)
+                # The same for every exercise's program: each reads the same cells before it.
+                runs = _runs_in_program(node, lesson, helpers, setup, methods, taken)
                 seen = memo[id(node)] = (node, seen[1], runs, line_of(node, text) if runs
                                          else False)
             if seen[2]:
                 line = seen[3]
+                taken |= line.writes & setup
                 if names:
                     line = Line(rename(line.source, names), {names.get(w, w) for w in line.writes},
                                 {names.get(r, r) for r in line.reads}, line.augmented)
@@ -1107,9 +1217,56 @@ def notebook_program(pack: Pack, cells: list[str], exercise: int,
         if lines:
             out.append(lines)
             owned.append(is_here)
-            if is_here:
-                written_here |= set().union(*(line.writes for line in lines))
+    out = _running_cells(out, set(gradients(lesson)), lesson)
+    for lines, is_here in zip(out, owned, strict=True):
+        if is_here:
+            written_here |= set().union(*(line.writes for line in lines))
     return Program(out, written_here, owned) if out else None
+
+
+def _running_cells(cells: list[list[Line]], grads: set[str], forward: set[str]
+                   ) -> list[list[Line]]:
+    """`_running` over a program's lines, cell by cell as they were."""
+    flat = [(k, line) for k, lines in enumerate(cells) for line in lines]
+    # Each line carries its cell's number through the rewrite; a copy it drops leaves its
+    # cell one line shorter.
+    tagged = [_Tagged(line, k) for k, line in flat]
+    rewritten = _running(tagged, grads, forward, lambda t, node: _Tagged(
+        _remade_line(node, t.line.compares), t.cell))
+    out: list[list[Line]] = [[] for _ in cells]
+    for t in rewritten:
+        out[t.cell].append(t.line)
+    return out
+
+
+@dataclass
+class _Tagged:
+    """A program's line with the cell it is in, read as `_running` reads a statement."""
+
+    line: Line
+    cell: int
+
+    @property
+    def source(self) -> str:
+        return self.line.source
+
+    @property
+    def reads(self) -> set[str]:
+        return self.line.reads
+
+    @property
+    def writes(self) -> set[str]:
+        return self.line.writes
+
+    @property
+    def augmented(self) -> bool:
+        return self.line.augmented
+
+
+def _remade_line(node: ast.stmt, compares: set[str]) -> Line:
+    text = ast.unparse(node)
+    line = line_of(ast.parse(text).body[0], text)
+    return Line(line.source, line.writes, line.reads, line.augmented, compares)
 
 
 def _inlined(cells: list[list[tuple[ast.stmt, str]]], grads: set[str]
@@ -1145,7 +1302,12 @@ def _source(node: ast.stmt, text: str) -> str:
 
 
 def _runs_in_program(node: ast.stmt, lesson: set[str], helpers: set[str],
-                     setup: frozenset[str], methods: frozenset[str]) -> bool:
+                     setup: frozenset[str], methods: frozenset[str],
+                     taken: set[str] | frozenset[str] = frozenset()) -> bool:
+    """Whether a statement of the notebook is the learner's backward code, which the program
+    runs. `taken`: setup names the program's own backward code has already given a value
+    (a running gradient called `g`, like the lesson's generator): what reads them is backward
+    code too."""
     if isinstance(node, (ast.Import, ast.ImportFrom)) or _no_answer(node):
         return False
     if isinstance(node, ast.FunctionDef) and node.name in helpers:
@@ -1157,7 +1319,10 @@ def _runs_in_program(node: ast.stmt, lesson: set[str], helpers: set[str],
     gradient_writes = any(tensor_of(n) is not None for n in writes - lesson)
     if writes & lesson and not gradient_writes:
         return False  # the notebook's forward pass or parameters: the tutor's stand in
-    if writes & setup and not gradient_writes and not (read(node) & lesson - setup):
+    reads = read(node)
+    if writes & setup and not gradient_writes and not (reads & lesson - setup) \
+            and not (reads | writes) & taken \
+            and not any(tensor_of(n) is not None for n in reads - lesson):
         # The notebook's data and setup: the tutor's stand in. A setup name given the lesson's
         # tensors (`g = F.softmax(logits, 1)`, a running gradient called `g`) is backward code.
         return False

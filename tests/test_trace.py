@@ -147,3 +147,18 @@ def test_a_wrong_step_on_a_wrong_upstream_is_not_found():
     w = Wanted({"x": 6 * va["logits"]}, {"dup": 3 * va["logits"]})
     assert learner_upstream(read.first, w,
                             lambda shift: {"x": w.answers["x"] + 2 * shift["dup"]}) is None
+
+
+def test_two_answers_of_the_same_value_are_both_written_out():
+    # A residual's two branches are both the gradient as it arrives: the trace may take one
+    # version for both, and each must still be assigned.
+    code = ("a = F.softmax(logits, 1)\na[range(n), Yb] -= 1\na /= n\n"
+            "grads = {'out': a.clone(), 'skip': a.clone()}\n")
+    (a, va), (b, vb) = _trace(code, 8), _trace(code, 5, seed=1)
+    codes = written_out(Traces.of(a, b, (8, 5)),
+                        Wanted({"logits": _reference(va), "probs": _reference(va)}, {}),
+                        Wanted({"logits": _reference(vb), "probs": _reference(vb)}, {}))
+    assert codes and "dlogits = " in codes[0] and "dprobs = " in codes[0], codes
+    ns = {**va, "torch": torch, "F": F}
+    exec(codes[0], ns)
+    torch.testing.assert_close(ns["dprobs"], _reference(va))

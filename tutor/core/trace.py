@@ -842,10 +842,14 @@ def _code_for(read: _Read, cuts: dict[tuple[int, int], str],
     lines = [f"t{o} = {gradient(name)}.clone()" + (
         f".reshape([s for s in {gradient(name)}.shape if s != 1])" if o in squeezed else "")
         for o, name in sorted(bound.items())]
-    done = {ov: name for name, ov in chosen.items()}
+    # Two answers may be the same version (a residual's two branches, both the gradient as it
+    # arrives): each is written.
+    done: dict[tuple[int, int], list[str]] = {}
+    for name, ov in chosen.items():
+        done.setdefault(ov, []).append(name)
     if copies:
-        lines += [f"{gradient(name)} = t{ov[0]}.clone()" for ov, name in done.items()
-                  if ov in cuts]
+        lines += [f"{gradient(name)} = t{ov[0]}.clone()" for ov, names in done.items()
+                  if ov in cuts for name in names]
     try:
         for i in sorted(needed):
             op = ops[i]
@@ -861,8 +865,7 @@ def _code_for(read: _Read, cuts: dict[tuple[int, int], str],
                 target += ","
             lines.append(_statement(op, other, name_of, lits, target))
             for o, v in ([(o, 0) for o in outs if o is not None] + [tuple(b) for b in op["bumps"]]):
-                if (o, v) in done:
-                    lines.append(f"{gradient(done[(o, v)])} = t{o}.clone()")
+                lines += [f"{gradient(name)} = t{o}.clone()" for name in done.get((o, v), ())]
     except Unrecordable:
         return None
     return "\n".join(lines) + "\n"

@@ -162,3 +162,25 @@ def test_two_answers_of_the_same_value_are_both_written_out():
     ns = {**va, "torch": torch, "F": F}
     exec(codes[0], ns)
     torch.testing.assert_close(ns["dprobs"], _reference(va))
+
+
+def test_a_step_that_only_passes_on_what_it_is_given_needs_the_programs_own_copy():
+    # An identity step (a residual's branch) answers the gradient as it arrives: any version of
+    # that value is the rule, whoever made it. A program that never wrote the step, holding the
+    # value only as what it computed for the step before, earns nothing.
+    code = "a = F.softmax(logits, 1)\na[range(n), Yb] -= 1\na /= n\nmine = a\n"
+    (a, va), (b, vb) = _trace(code, 8, names=True), _trace(code, 5, seed=1, names=True)
+
+    def want(v):
+        ref = _reference(v)
+        return Wanted({"probs": ref}, {"logits": ref})
+
+    # (What made the value, from the lesson's tensors, may be written out: it does not read
+    # the given gradient, so the check's rule probe refuses it.)
+    codes = written_out(Traces.of(a, b, (8, 5)), want(va), want(vb))
+    assert not any("dlogits" in c for c in codes), codes
+    # Kept under the step's own name, the copy is the learner's.
+    code += "dprobs = a.clone()\n"
+    (a, va), (b, vb) = _trace(code, 8, names=True), _trace(code, 5, seed=1, names=True)
+    codes = written_out(Traces.of(a, b, (8, 5)), want(va), want(vb))
+    assert any("dlogits" in c for c in codes), codes

@@ -123,3 +123,16 @@ def ast_text(node) -> str:
 def test_the_lessons_own_training_code_is_unchanged_for_makemore():
     # makemore trains the lesson's network itself: its loop body is the backward pass.
     assert not TrainingSettings.from_pack(MAKEMORE).assembled
+
+
+def test_what_the_driver_computes_itself_is_what_the_notebooks_loop_must_get_right():
+    # The LSTM's training computes the masked cross-entropy's gradient itself, as a notebook's
+    # loop does in its own code: a wrong answer there means the loop trained on it. What the
+    # learner's functions return is theirs to get right in the functions' own steps.
+    lstm = load_pack(find_pack("lstm"))
+    s = TrainingSettings.from_pack(lstm)
+    names = {lstm.step(f).function.name for f in s.functions}
+    needs = lecture._driver_own(lstm, s, names)
+    assert "step/logits" in needs
+    made_by_functions = {sid for sid in needs if lstm.step(sid).function is not None}
+    assert not made_by_functions

@@ -45,6 +45,14 @@ _UNARY = {"__neg__": "-", "__pos__": "+", "__invert__": "~", "__abs__": "abs"}
 _PROPERTIES = {"T", "mT", "H", "mH", "data", "real"}
 # Calls whose result depends on more than their arguments: never written back.
 _REFUSED = {"grad", "backward", "autograd", "manual_seed", "seed", "set_rng_state"}
+# Calls that draw random numbers: a value drawn is no computation of the step's inputs, and
+# written back it would draw again (the check's child is seeded as the trace's was, so a
+# learner's random test input could even come back equal to what it was compared with).
+_RANDOM = {"randn", "rand", "randint", "randn_like", "rand_like", "randint_like", "randperm",
+           "normal", "normal_", "bernoulli", "bernoulli_", "multinomial", "poisson",
+           "uniform_", "exponential_", "geometric_", "cauchy_", "log_normal_", "random_",
+           "dropout", "dropout_", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout",
+           "feature_alpha_dropout", "rrelu", "rrelu_", "gumbel_softmax"}
 # Both batches' traces travel in one message to the engine (under protocol.MAX_MESSAGE): past
 # this many bytes of kept values, or this many ops (a training loop inside an exercise), a
 # trace records no more; what it needs from after that point is then unknown to it, and a
@@ -66,7 +74,7 @@ def _call_of(func: Callable) -> tuple:
         if prop in _PROPERTIES:
             return ("prop", prop)
         raise Unrecordable(f".{prop}")
-    if name in _REFUSED:
+    if name in _REFUSED or name in _RANDOM:
         raise Unrecordable(name)
     for table, kind in ((_BINARY, "bin"), (_REFLECTED, "rbin"), (_INPLACE, "iop"),
                         (_UNARY, "unary")):
@@ -690,6 +698,12 @@ def written_out(traces: Traces, wanted: Wanted, wanted_fresh: Wanted) -> list[st
         for k, copies in [(k, c) for c in (False, True) for k in range(ALTERNATIVES)]:
             chosen = {name: ovs[min(k, len(ovs) - 1)] for name, ovs in mine_found.items()}
             if copies and not any(ov in cuts for ov in chosen.values()):
+                continue
+            if copies and any(chosen[name] in cuts and not first.hinted(chosen[name][0], name)
+                              for name in wanted.answers if name in chosen):
+                # An answer that is the gradient the step is given, as it arrives, is the
+                # step's rule whoever wrote it: only where the program kept it under the
+                # answer's name is it the learner's (a step never written earns nothing).
                 continue
             code = _code_for(first, cuts, chosen, _Literals(n), (second.ops, traces.pairs),
                              copies, shapes)

@@ -83,6 +83,7 @@ class LectureAnswers:
     training: str | None = None
     renamed: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    training_needs: list[str] = field(default_factory=list)  # see Submission.training_needs
 
 
 def is_lesson_notebook(pack: Pack, cells: list[str]) -> bool:
@@ -699,7 +700,44 @@ def _assembled_training(pack: Pack, settings: TrainingSettings, loop: list[str],
                                  "which the lesson\\'s training calls')")
         answers.notes.append(f"the training step calls {name}, which the notebook does not "
                              "define")
+    answers.training_needs = _driver_own(pack, settings, set(names))
     return training_code(pack, accepted)
+
+
+def _driver_own(pack: Pack, settings: TrainingSettings, functions: set[str]) -> list[str]:
+    """The steps whose gradients the lesson's driver computes itself, not as what one of the
+    learner's functions returns (LSTM's masked cross-entropy, GPT's residual sums): a
+    notebook's loop computes those in its own code too."""
+    try:
+        tree = ast.parse(settings.driver)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return []
+    own: set[str] = set()
+    lesson = lesson_names(pack)
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Assign):
+            continue
+        if isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Name) \
+                and node.value.func.id in functions:
+            continue
+        targets = {n for t in node.targets for n in _unpacked_names(t)}
+        reads = read(node.value)
+        others = {n for n in reads - targets if tensor_of(n) is not None}
+        # Arithmetic on other gradients, or the loss's own gradient made from the lesson's
+        # tensors; not a gradient rearranged (stacked, rescaled for padding) or a list begun.
+        if others or (not {n for n in reads if tensor_of(n) is not None}
+                      and reads & lesson):
+            own |= {t for n in targets if (t := tensor_of(n)) is not None}
+    return [s.id for s in pack.steps if s.kind.of_forward_tensors and not s.kind.trained
+            and own & set(s.checks)]
+
+
+def _unpacked_names(target: ast.expr) -> list[str]:
+    if isinstance(target, ast.Name):
+        return [target.id]
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return [n for e in target.elts for n in _unpacked_names(e)]
+    return []
 
 
 def _calls(node: ast.AST, defs: Mapping[str, str]) -> set[str]:

@@ -164,6 +164,11 @@ def grade(lesson: Lesson, sub: Submission, rules: GradingRules = DEFAULT_RULES,
             out.steps.append(_out_of_time(step, budget or 0.0))
             continue
         if step.kind.trained:
+            wrong = [g.id for g in out.steps if g.id in sub.training_needs
+                     and g.status is Outcome.FAILED]
+            if sub.training is not None and wrong:
+                out.steps.append(_trained_on_wrong(step, wrong))
+                continue
             out.steps.append(_training(lesson, step, sub.training, rules.train_steps,
                                        deadline, rules.train_loss))
             continue
@@ -470,6 +475,16 @@ def feedback(result: CheckResult) -> str:
 
 def _capped(text: str, limit: int = MAX_FEEDBACK) -> str:
     return shortened(text, limit)
+
+
+def _trained_on_wrong(step: Step, wrong: list[str]) -> StepGrade:
+    """A notebook whose own loop computes gradients its answers to other steps got wrong: its
+    loop trained on them (Submission.training_needs)."""
+    message = (f"your training loop computes what {', '.join(wrong)} computes, in your own "
+               "code as the lesson's training does, and your answer there is not right: the "
+               "loop trained on that gradient")
+    return StepGrade(step.id, step.title, step.exercise, Outcome.FAILED, None, 0, step.points,
+                     _one(message), message)
 
 
 def _training(lesson: Lesson, step: Step, code: str | None, steps: int,

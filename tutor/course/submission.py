@@ -49,6 +49,10 @@ class Submission:
     # exercise -> the submission's code up to it as one program, as a kernel runs it: what the
     # grade falls back on where a step's own code cannot be told (tutor/course/scoring.py)
     programs: dict[int, Program] = field(default_factory=dict)
+    # Steps whose gradients the training step computes as the notebook's own loop does, not
+    # through the learner's functions (lecture._assembled_training): where the notebook's
+    # answer to one of them is wrong, its loop trained on that wrong gradient.
+    training_needs: list[str] = field(default_factory=list)
 
 
 def read_submission(path: Path, pack: Pack) -> Submission:
@@ -166,7 +170,8 @@ def _workbook(name: str, cells: list[str], pack: Pack) -> Submission:
 def _lecture(name: str, cells: list[str], pack: Pack) -> Submission:
     cells, forward = translated(pack, cells)
     answers = read_lecture(pack, cells)
-    sub = Submission(name, "lecture", training=answers.training)
+    sub = Submission(name, "lecture", training=answers.training,
+                     training_needs=answers.training_needs)
     if forward:
         sub.notes.append("your names for the lesson's tensors read as the tutor's: " + ", ".join(
             f"{yours} as {ours}" for yours, ours in sorted(forward.items())))

@@ -136,3 +136,22 @@ def test_what_the_driver_computes_itself_is_what_the_notebooks_loop_must_get_rig
     assert "step/logits" in needs
     made_by_functions = {sid for sid in needs if lstm.step(sid).function is not None}
     assert not made_by_functions
+
+
+def test_a_loop_that_only_collects_gradients_is_no_training():
+    # lstm_backward's own loop through time, and a top-level loop that sums a step function's
+    # gradients, take no step downhill: the notebook has no training loop.
+    lstm = load_pack(find_pack("lstm"))
+    fns = _functions(lstm)
+    collect = ("dWx = torch.zeros_like(Wx)\n"
+               "for s in reversed(range(T)):\n"
+               "    dx, dh, dc, gWx, gWh, gb = lstm_step_backward(dh, dc, *cache[s])\n"
+               "    dWx += gWx\n")
+    assert lecture.read_lecture(lstm, [*fns.values(), collect]).training is None
+    wrapped = "def check_bptt():\n" + "".join(f"    {ln}\n" for ln in collect.splitlines())
+    assert lecture.read_lecture(lstm, [*fns.values(), wrapped]).training is None
+    train = ("for it in range(100):\n"
+             "    grads = lstm_backward(*run(it))\n"
+             "    for p, g in zip(params, grads):\n"
+             "        p.data -= 0.1 * g\n")
+    assert lecture.read_lecture(lstm, [*fns.values(), collect, train]).training is not None

@@ -306,6 +306,16 @@ def _conv_slips(call: ast.Call, line: ForwardLine, dilations: set[int]) -> Itera
 
     yield "conv-channels", channels_say, _with_arg(
         call, 0, "weight", _method_call(w, "transpose", ast.Constant(0), ast.Constant(1)))
+    def maps_say(tensor: str, grad: str, ns: dict) -> str | None:
+        if role(tensor) != "weight":
+            return None
+        return (f"{grad} gives every output channel the same kernel gradient, summed over all "
+                f"of them. Each output channel of {what} has its own kernel, and its gradient "
+                "pairs only that channel's upstream gradient with the input.")
+
+    shared = _method_call(_method_call(w, "sum", ast.Constant(0)), "expand_as", _copy(w))
+    shared.func.value.keywords = [ast.keyword("keepdim", ast.Constant(True))]  # type: ignore[attr-defined]
+    yield "conv-maps-summed", maps_say, _with_arg(call, 0, "weight", shared)
     for k in range(2):  # a tap left out; kernels of two taps are the common case
 
         def tap_say(tensor: str, grad: str, ns: dict, k: int = k) -> str | None:
@@ -451,6 +461,38 @@ def _pool_slips(call: ast.Call, line: ForwardLine) -> Iterator[tuple]:
         f".view(*({xs}).shape[:-{dims}], {ones}).expand_as({ast.unparse(call)})",
         mode="eval").body
     yield "pool-global-max", global_say, first
+    # Every positive entry of the window given the window's gradient (a ReLU's mask taken for
+    # the max's): the whole window's gradient where the entry is above zero.
+    masked = _copy(avg)
+    masked.args[0] = ast.BinOp(_copy(x), ast.Mult(),
+                               ast.Compare(_copy(x), [ast.Gt()], [ast.Constant(0)]))
+
+    def positive_say(tensor: str, grad: str, ns: dict) -> str | None:
+        if role(tensor) != "input":
+            return None
+        return (f"{grad} gives the window's gradient to every positive entry of the window, "
+                f"as a ReLU's mask would. {what} passed on only the largest entry of each "
+                "window: only that one gets the gradient.")
+
+    yield "pool-positive", positive_say, ast.BinOp(masked, ast.Mult(), ast.Constant(count))
+    # The pool's indices count positions within one map; scattered over all of a sample's
+    # maps flattened together, every map's gradient lands in the first map.
+    indexed = _copy(call)
+    indexed.keywords = [*indexed.keywords, ast.keyword("return_indices", ast.Constant(True))]
+    over = ast.parse(
+        f"({xs}).flatten(2)[:, :1].expand(-1, ({xs}).shape[1], -1).gather(2, "
+        f"{ast.unparse(indexed)}[1].flatten(2)).view_as({ast.unparse(call)})",
+        mode="eval").body
+
+    def maps_say(tensor: str, grad: str, ns: dict) -> str | None:
+        if role(tensor) != "input":
+            return None
+        return (f"{grad} puts every map's gradient into the first map. The indices of {what} "
+                "count positions within one map: each map's gradient goes to the largest "
+                "entry of its own map, at that position.")
+
+    if dims == 2 or dims == 1:
+        yield "pool-indices-maps", maps_say, over
     k = size if isinstance(size, int) else None
     s = stride if isinstance(stride, int) else k
     if k is not None and s == k and _arg(call, 2, "padding") is None:
@@ -657,6 +699,30 @@ def _loss_slips(call: ast.Call, line: ForwardLine) -> Iterator[tuple]:
                 "each term's gradient is divided by how many there are.")
 
     yield "loss-no-mean", say, summed
+    x = _subject(call)
+    plain = not {k.arg for k in call.keywords} - {"reduction"}
+    if _name(call) == "cross_entropy" and x is not None and plain and len(call.args) == 2:
+        # One subtracted from every entry of the row, not from the target's alone: the
+        # gradient of each row's logsumexp less the sum of all its entries.
+        xs = ast.unparse(x)
+        every = ast.parse(f"(torch.logsumexp({xs}, 1) - ({xs}).sum(1)).mean()",
+                          mode="eval").body
+
+        def every_say(tensor: str, grad: str, ns: dict) -> str | None:
+            if tensor != _root(x):
+                return None
+            return (f"{grad} subtracts 1 from every entry of each row. In the gradient of "
+                    f"{what}, the 1 comes from the target's own logit only: each row loses "
+                    "1 at its target's class, and nowhere else.")
+
+        yield "loss-one-everywhere", every_say, every
+
+
+def _root(x: ast.expr) -> str | None:
+    """The tensor an expression like `logits.view(-1, V)` is a view of."""
+    while isinstance(x, ast.Call) and isinstance(x.func, ast.Attribute):
+        x = x.func.value
+    return x.id if isinstance(x, ast.Name) else None
 
 
 def _count_of_loss(call: ast.Call, ns: dict) -> int | None:

@@ -33,7 +33,7 @@ import io
 import re
 import textwrap
 import tokenize
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
@@ -687,8 +687,9 @@ def _assembled_training(pack: Pack, settings: TrainingSettings, loop: list[str],
              if pack.step(sid).function is not None}
     defs = _definitions(everything)
     trees = _trees(loop or everything)
-    called = max((_calls(node, defs) & set(names) for tree in trees for node in ast.walk(tree)
-                  if isinstance(node, (ast.For, ast.While)) and _moves(node, defs)),
+    updaters = _updaters(_trees(everything))
+    called = max((_calls(node, defs) & set(names) for node in _run_loops(trees, defs)
+                  if _descends_somewhere(node, defs, updaters)),
                  key=len, default=set())
     if len(called) * 2 < len(names) or not called:
         return None
@@ -755,23 +756,59 @@ def _calls(node: ast.AST, defs: Mapping[str, str]) -> set[str]:
     return seen
 
 
-def _moves(loop: ast.For | ast.While, defs: Mapping[str, str]) -> bool:
-    """Whether a loop changes something in place as an update does (`p -= lr * g`,
-    `p.data.add_(...)`, `opt.step()`, or a learner's function that does)."""
+def _run_loops(trees: list[ast.Module], defs: Mapping[str, str]
+               ) -> Iterator[ast.For | ast.While]:
+    """The loops the notebook runs: at the top of its cells (inside `with` or `if` too), and
+    inside a function of its own that its top-level code calls (`train()`); not a loop of a
+    function it only defines (a BPTT loop inside `lstm_backward`)."""
+    called: set[str] = set()
+    for tree in trees:
+        for node in _outside_defs(tree):
+            if isinstance(node, (ast.For, ast.While)):
+                yield node
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+                called.add(node.func.id)
+    for name in sorted(called & set(defs)):
+        with contextlib.suppress(SyntaxError, ValueError, RecursionError):
+            for node in ast.walk(ast.parse(defs[name])):
+                if isinstance(node, (ast.For, ast.While)):
+                    yield node
+
+
+def _outside_defs(tree: ast.AST) -> Iterator[ast.AST]:
+    todo = [tree]
+    while todo:
+        node = todo.pop()
+        yield node
+        if node is tree or not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef,
+                                                 ast.ClassDef, ast.Lambda)):
+            todo.extend(ast.iter_child_nodes(node))
+
+
+def _descends_somewhere(loop: ast.For | ast.While, defs: Mapping[str, str],
+                        updaters: frozenset[str]) -> bool:
+    """Whether a loop takes a step downhill somewhere (`p -= lr * g`, `p += -lr * g`,
+    `p.data.sub_(...)`, `opt.step()`, or an update function of the learner's), directly or in
+    a function of theirs it calls; a sum that collects (`dW += ...`) is no step."""
     todo: list[ast.AST] = [loop]
     seen: set[str] = set()
     while todo:
         for n in ast.walk(todo.pop()):
-            if isinstance(n, ast.AugAssign) or isinstance(n, ast.Call) and isinstance(
-                    n.func, ast.Attribute) and (n.func.attr.endswith("_") and
-                                                not n.func.attr.startswith("_")
-                                                or n.func.attr == "step"):
+            if isinstance(n, ast.AugAssign) and (
+                    isinstance(n.op, ast.Sub) or isinstance(n.op, ast.Add)
+                    and _factor_sign(n.value) < 0):
                 return True
-            if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) \
-                    and n.func.id in defs and n.func.id not in seen:
-                seen.add(n.func.id)
-                with contextlib.suppress(SyntaxError, ValueError, RecursionError):
-                    todo.append(ast.parse(defs[n.func.id]))
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and (
+                    n.func.attr in ("step", "sub_") or n.func.attr == "add_" and any(
+                        k.arg == "alpha" and _factor_sign(k.value) < 0 for k in n.keywords)):
+                return True
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Name):
+                if n.func.id in updaters:
+                    return True
+                if n.func.id in defs and n.func.id not in seen:
+                    seen.add(n.func.id)
+                    with contextlib.suppress(SyntaxError, ValueError, RecursionError):
+                        todo.append(ast.parse(defs[n.func.id]))
     return False
 
 

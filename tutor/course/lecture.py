@@ -338,8 +338,14 @@ def _running(statements: list[_S], grads: set[str], forward: set[str],
     tree -> the item rewritten)."""
     remake = remake or _remade_statement
     out = statements
-    written_names = set().union(*(s.writes for s in statements)) if statements else set()
-    for v in sorted(written_names - grads - forward):
+    # Only a name some statement copies into a gradient (`dprobs = g`) can be one: found in one
+    # pass, so that reading stays linear in the submission's size.
+    copied = set()
+    for st in statements:
+        if len(st.writes) == 1 and len(st.reads) == 1 and st.writes <= grads \
+                and not st.augmented and st.source.count("=") == 1:
+            copied |= st.reads
+    for v in sorted(copied - grads - forward):
         rewritten = _one_running(out, v, grads, remake)
         if rewritten is not None:
             out = rewritten

@@ -112,3 +112,24 @@ def test_a_notebook_of_another_lesson_is_refused_naming_this_one(tmp_path):
     assert done.returncode == 2
     assert "code for this lesson (conv)" in done.stderr
     assert textwrap.dedent(done.stderr).count("\n") <= 2
+
+
+def test_a_notebook_that_compares_inline_with_renamed_tensors_is_read(tmp_path):
+    # No exercise marks, no helper, no gradient named as the lesson names it: the forward pass
+    # copied under the learner's own names, each gradient compared inline with autograd's.
+    pack = _pack_of("conv")
+    from tutor.course.lecture import is_lesson_notebook
+
+    forward = pack.forward_code.strip()
+    renamed = {t: f"my_{t}" for t in ("h1", "h2", "h3", "h1pre", "h2pre", "h3pre", "last")}
+    import re
+
+    for old, new in renamed.items():
+        forward = re.sub(rf"\b{old}\b", new, forward)
+    check = "".join(f"print(torch.allclose(g_{t}, my_{t}.grad))\n" for t in renamed)
+    assert is_lesson_notebook(pack, ["import torch\n", forward + "\n", check])
+    # A makemore notebook read for the conv lesson shares a few tensors' names only.
+    makemore = _pack_of("makemore")
+    other = "".join(f"print({t}.grad.shape)\n" for t in sorted(
+        {line.target for line in makemore.forward_lines}))
+    assert not is_lesson_notebook(pack, ["import torch\n", other])

@@ -92,19 +92,37 @@ def is_lesson_notebook(pack: Pack, cells: list[str]) -> bool:
     of the lesson's tensors assigned, or one of the lesson's functions defined."""
     if any(EXERCISE_MARK.search(c) for c in cells):
         return True
+    if _answers_the_lesson(pack, cells):
+        return True
+    # A forward pass copied under names of the learner's own, read as the lesson's.
+    renamed, forward = translated(pack, cells)
+    return bool(forward) and _answers_the_lesson(pack, renamed)
+
+
+def _answers_the_lesson(pack: Pack, cells: list[str]) -> bool:
+    """A call of a comparison helper, autograd's gradient of one of the lesson's tensors read
+    (`torch.allclose(mine, h2.grad)`), a gradient of one of them assigned, or one of the
+    lesson's functions defined."""
     trees = _trees(cells)
     helpers = comparers(trees, pack.notebook.compare)
     wanted = pack.flow.all | {s.function.name for s in pack.steps if s.function is not None}
+    compared: set[str] = set()  # the tensors whose `.grad` the notebook reads
     for tree in trees:
         for node in ast.walk(tree):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
                     and node.func.id in helpers:
                 return True
+            if isinstance(node, ast.Attribute) and node.attr == "grad" \
+                    and isinstance(node.value, ast.Name):
+                compared.add(node.value.id)
             if isinstance(node, ast.FunctionDef) and node.name in wanted:
                 return True
             if isinstance(node, ast.stmt) and written(node) & wanted:
                 return True
-    return False
+    # Compared with autograd's gradients of this lesson's tensors, more than with any other's:
+    # lessons share a few names (`logits`, `C`), so a few of them say nothing.
+    ours = compared & (lesson_names(pack) - {"Xb", "Yb", "n", "loss"})
+    return len(ours) >= 3 and 2 * len(ours) >= len(compared)
 
 
 def code_cells(document: dict) -> list[str]:

@@ -200,7 +200,10 @@ async def test_cancel_key_stops_the_run_and_keeps_it():
         await pilot.press("ctrl+j")
         await until(pilot, lambda: len(screen.query_one(LossPlot).points) > 0)
         await pilot.press("f8")
-        assert "Stopping" in str(screen.query_one("#train-phase").content)
+        # Until the run has stopped it says it is stopping; the stand-in may already have
+        # stopped by the time the key's handling is done, on a busy machine.
+        phase = str(screen.query_one("#train-phase").content)
+        assert "Stopping" in phase or not screen.running, phase
         await until(pilot, lambda: not screen.running)
         assert ev.cancelled.is_set()
         assert "Stopped after" in str(screen.query_one("#train-phase").content)

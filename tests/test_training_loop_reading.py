@@ -155,3 +155,22 @@ def test_a_loop_that_only_collects_gradients_is_no_training():
              "    for p, g in zip(params, grads):\n"
              "        p.data -= 0.1 * g\n")
     assert lecture.read_lecture(lstm, [*fns.values(), collect, train]).training is not None
+
+
+def test_a_running_gradient_keeps_what_its_name_held_before():
+    # `g` is the lesson's generator until the backward code gives it a value of its own.
+    from tutor.course.program import line_of
+
+    source = ("noise = torch.randn(3, generator=g)\n"
+              "g = torch.zeros_like(logprobs)\n"
+              "g[range(n), Yb] = -1.0 / n\n"
+              "dlogprobs = g\n"
+              "g = g / probs\n"
+              "dprobs = g\n")
+    import ast
+
+    lines = [line_of(node, source) for node in ast.parse(source).body]
+    out = lecture._running_cells([lines], {"dlogprobs", "dprobs"}, {"logprobs", "probs"})
+    text = "\n".join(line.source for line in out[0])
+    assert text.splitlines()[0] == "noise = torch.randn(3, generator=g)"
+    assert "dprobs = dlogprobs / probs" in text and "dlogprobs = g" not in text

@@ -422,9 +422,11 @@ def _one_running(statements: list[_S], v: str, grads: set[str],
         first = min(uses.get(k, [0]))
         if any(first < j <= last and j not in copies for j in bound_at.get(name, [])):
             return None
-    names = {k: alias.get(k, f"{v}_v{k}") for k in range(version + 1)}
+    # Version 0 is what the name held before this code assigned it (a setup's generator
+    # called `g`, or a value from an earlier exercise): read under its own name.
+    names = {0: v, **{k: alias.get(k, f"{v}_v{k}") for k in range(1, version + 1)}}
     taken = set().union(*(s.reads | s.writes for s in statements))
-    if any(n in taken for k, n in names.items() if k not in alias):
+    if any(n in taken for k, n in names.items() if k and k not in alias):
         return None
     out: list[_S] = []
     version = 0

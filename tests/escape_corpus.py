@@ -885,6 +885,63 @@ ATTEMPTS: list[Attempt] = [
         loss.backward()
         dprobs = p.grad
         """, REFUSED, ("enable_grad", "backward", "grad")),
+    # `__slots__` is open in a class's own body, as plain names: not Python's own names, not a
+    # value worked out at run time, not read off anything but the learner's own classes.
+    _a("slots-naming-the-instance-dict", "slots", """
+        class A:
+            __slots__ = ('__dict__',)
+        """, REFUSED, ("__slots__",)),
+    _a("slots-computed-at-run-time", "slots", """
+        class A:
+            __slots__ = tuple(['__class__'])
+        """, REFUSED, ("__slots__",)),
+    _a("slots-outside-a-class", "slots", """
+        __slots__ = ('x',)
+        """, REFUSED, ("__slots__",)),
+    _a("slots-of-a-tensor", "slots", """
+        print(torch.Tensor.__slots__, probs.__slots__)
+        """, REFUSED, ("__slots__",), worker=True),
+    _a("slots-of-a-builtin-type", "slots", """
+        print(int.__slots__)
+        """, REFUSED, ("__slots__",)),
+    # functools: `wraps` dresses only the learner's own functions, and only those carry
+    # attributes of their own; nothing of torch's is renamed or marked for a later check.
+    _a("functools-wraps-dresses-a-torch-function", "functools", """
+        def f(x):
+            return x
+        functools.wraps(f)(torch.exp)
+        """, REFUSED, ("wraps",)),
+    _a("functools-wraps-dresses-a-torch-python-function", "functools", """
+        def f(x):
+            return x
+        functools.wraps(f)(F.relu)
+        """, REFUSED, ("wraps",)),
+    _a("functools-update-wrapper", "functools", """
+        def f(x):
+            return x
+        functools.update_wrapper(torch.exp, f)
+        """, REFUSED, ("update_wrapper",)),
+    _a("functools-wrapped-read-back", "functools", """
+        @functools.wraps(torch.exp)
+        def f(x):
+            return x
+        print(f.__wrapped__)
+        """, REFUSED, ("__wrapped__",)),
+    _a("attribute-on-a-torch-function", "functools", """
+        torch.exp.calls = 1
+        """, REFUSED, ("calls",)),
+    _a("attribute-on-a-python-function-of-torch", "functools", """
+        F.relu.calls = 1
+        """, REFUSED, ("calls",)),
+    _a("underscore-attribute-on-a-function-of-yours", "functools", """
+        def f(x):
+            return x
+        f._code = 1
+        f.__defaults__ = (2,)
+        """, REFUSED, ("__defaults__",)),
+    _a("functools-partial-of-setattr", "functools", """
+        functools.partial(setattr, torch, 'exp')(None)
+        """, REFUSED, ("setattr",)),
 ]
 
 # Every route to a class object: what a class hands out when called, read on, or compared. An
@@ -1155,6 +1212,19 @@ CONTROLS = [
      "    @property\n    def kk(self):\n        return self.k * self.k\n"
      "class B(A):\n    def __init__(self):\n        super().__init__(5)\n"
      "print(A.twice(4), A.make().k, B().kk)\n", "8 3 25\n"),
+    ("a-class-with-slots-read-back",
+     "class G:\n    __slots__ = ('dW', 'db')\n"
+     "    def names(self):\n        return [s.upper() for s in self.__slots__]\n"
+     "g = G()\ng.dW = dlogprobs\nprint(g.names(), G.__slots__, g.dW.shape[1])\n",
+     "['DW', 'DB'] ('dW', 'db') 27\n"),
+    ("a-decorator-of-yours-with-functools",
+     "def keep(fn):\n    @functools.wraps(fn)\n    def wrapper(d):\n"
+     "        wrapper.calls += 1\n        return fn(d).clone()\n"
+     "    wrapper.calls = 0\n    return wrapper\n"
+     "@keep\ndef back(d):\n    return d / probs\n"
+     "dprobs = back(dlogprobs)\nadd = functools.partial(functools.reduce, lambda a, b: a + b)\n"
+     "print(back.calls, back.__name__, add([1, 2, 3]))\n",
+     "1 back 6\n"),
     ("attributes-assigned-from-a-tuple",
      "class A:\n    pass\na = A()\na.x, (b, a.y) = 1, (2, 3)\nprint(a.x, b, a.y)\n",
      "1 2 3\n"),

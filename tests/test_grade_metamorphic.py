@@ -130,8 +130,28 @@ def running() -> list[str]:
     return cells
 
 
+def slotted() -> list[str]:
+    """Every gradient an attribute of one record whose class lists them in `__slots__`
+    (`G.dprobs = G.dlogprobs / probs`), compared from there."""
+    grads = {f"d{t}" for t in L.CMP_ORDER}
+
+    class _ToRecord(ast.NodeTransformer):
+        def visit_Name(self, node: ast.Name) -> ast.AST:
+            if node.id in grads:
+                return ast.copy_location(ast.Attribute(ast.Name("G", ast.Load()), node.id,
+                                                       node.ctx), node)
+            return node
+
+    def record(code: str) -> str:
+        return ast.unparse(_ToRecord().visit(ast.parse(code)))
+
+    head = (f"class Grads:\n    __slots__ = {tuple(sorted(grads))!r}\n\nG = Grads()\n")
+    return [L.EX1_HEAD, head, *(record(code) + "\n" + "\n".join(
+        record(c) for c in _cmps_for(t)) for t, code in LINES)]
+
+
 VARIANTS = {f.__name__: f for f in (split, merged, gathered, header_below, header_removed, joined,
-                                    one_line_late, reordered, running)}
+                                    one_line_late, reordered, running, slotted)}
 
 
 def _grade(tmp_path: Path, cells: list[str], name: str) -> dict:

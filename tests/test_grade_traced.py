@@ -154,9 +154,30 @@ def check_in_loop(lines):
     return [L.ex1_one_cell(lines)], L.EX2_BACKWARD, L.EX3_BACKWARD, backward
 
 
+def slots_record(lines):
+    """Every gradient an attribute of one record whose class lists them in `__slots__`."""
+    names = tuple(dict.fromkeys(f"d{m}" for _, c in lines for m in _GRAD.findall(c)))
+    body = "\n".join(_GRAD.sub(lambda m: f"G.d{m.group(1)}", c) for _, c in lines)
+    return [L.EX1_HEAD, f"class Grads:\n    __slots__ = {names!r}\n\nG = Grads()\n" + body], \
+        L.EX2_BACKWARD, L.EX3_BACKWARD
+
+
+def decorated(lines):
+    """Each line's backward a function of its own under a decorator of the learner's that
+    counts its calls (`functools.wraps`, an attribute on the wrapper), called in order."""
+    keep = ("import functools\n\ndef counted(fn):\n    @functools.wraps(fn)\n"
+            "    def wrapper(*args):\n        wrapper.calls += 1\n        return fn(*args)\n"
+            "    wrapper.calls = 0\n    return wrapper\n")
+    out = [L.EX1_HEAD, keep, "grads = {}"]
+    for i, (_, code) in enumerate(lines):
+        out.append(f"@counted\ndef line_{i}():\n" + _indent(_in("grads", code))
+                   + f"\n\nline_{i}()")
+    return out, L.EX2_BACKWARD, L.EX3_BACKWARD
+
+
 STYLES = {f.__name__: f for f in (class_style, dict_style, list_style, tuple_function,
                                   dict_function, closure, lambdas, no_grad, running_variable,
-                                  model_class, check_in_loop)}
+                                  model_class, check_in_loop, slots_record, decorated)}
 
 
 def _grade(path: Path, wrong: bool, style: str) -> dict:
@@ -266,6 +287,15 @@ TRAINING_LOOPS = {
         + FUNCTION_RETURNING_A_DICT,
         "    G = Grads()\n    G.run(logits, h, bnraw, bnvar_inv, embcat, Xb, Yb)\n"
         f"    grads = [G[k] for k in {ORDER}]\n"),
+    "a model made once, whose backward fills it": (
+        "class Model:\n    def __init__(self):\n        self.g = {}\n\n"
+        "    def backward(self, logits, h, bnraw, bnvar_inv, embcat, Xb, Yb):\n"
+        "        self.g = train_backward(logits, h, bnraw, bnvar_inv, embcat, Xb, Yb)\n"
+        "        return 0.0\n\n"
+        f"    def grad_list(self):\n        return [self.g[k] for k in {ORDER}]\n\n"
+        + FUNCTION_RETURNING_A_DICT + "\nmodel = Model()\n",
+        "    my_loss = model.backward(logits, h, bnraw, bnvar_inv, embcat, Xb, Yb)\n"
+        "    grads = model.grad_list()\n"),
 }
 
 

@@ -184,3 +184,23 @@ def test_a_step_that_only_passes_on_what_it_is_given_needs_the_programs_own_copy
     (a, va), (b, vb) = _trace(code, 8, names=True), _trace(code, 5, seed=1, names=True)
     codes = written_out(Traces.of(a, b, (8, 5)), want(va), want(vb))
     assert any("dlogits" in c for c in codes), codes
+
+
+def test_a_forward_value_kept_under_the_gradients_key_is_not_taken_for_it():
+    # One dict keeps values by forward name and another gradients by the same names: the key
+    # is a hint only where no value is the gradient the step is given.
+    code = ("vals = {'logits': logits * 1.0}\n"
+            "a = F.softmax(logits, 1)\na[range(n), Yb] -= 1\na /= n\n"
+            "grads = {'logits': a}\n"
+            "grads['probs'] = grads['logits'] * vals['logits']\n")
+    (a, va), (b, vb) = _trace(code, 8, names=True), _trace(code, 5, seed=1, names=True)
+
+    def want(v):
+        ref = _reference(v)
+        return Wanted({"probs": ref * v["logits"]}, {"logits": ref})
+
+    codes = written_out(Traces.of(a, b, (8, 5)), want(va), want(vb))
+    assert codes, "the step's answer was not found"
+    ns = {**va, "torch": torch, "F": F, "dlogits": _reference(va)}
+    exec(codes[0], ns)
+    torch.testing.assert_close(ns["dprobs"], _reference(va) * va["logits"])

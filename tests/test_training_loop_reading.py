@@ -174,3 +174,49 @@ def test_a_running_gradient_keeps_what_its_name_held_before():
     text = "\n".join(line.source for line in out[0])
     assert text.splitlines()[0] == "noise = torch.randn(3, generator=g)"
     assert "dprobs = dlogprobs / probs" in text and "dlogprobs = g" not in text
+
+
+MAKEMORE_LOOP = """\
+# Exercise 4
+parameters = [C, W1, b1, W2, b2, bngain, bnbias]
+for i in range(200):
+    ix = torch.randint(0, Xtr.shape[0], (32,), generator=g)
+    Xb, Yb = Xtr[ix], Ytr[ix]
+    emb = C[Xb]
+    {backward}
+    for p, grad in zip(parameters, {grads}):
+        p.data += -0.1 * grad
+"""
+
+
+def _makemore_training(defs: str, backward: str, grads: str) -> str:
+    loop = MAKEMORE_LOOP.format(backward=backward, grads=grads)
+    training = lecture.read_lecture(MAKEMORE, [defs, loop]).training
+    assert training is not None
+    return training.split("# backward pass (yours, from the training loop)", 1)[1]
+
+
+def test_the_loops_own_batch_is_the_tutors_and_the_learners_definitions_come_in_order():
+    defs = ("class Base:\n    def cols(self, t):\n        return t.sum(0, keepdim=True)\n\n"
+            "class Part(Base):\n    pass\n\n"
+            "class Grads(Base):\n    def all(self, Xb, Yb):\n"
+            "        return [local['w'](Part().cols(Xb))] * 7\n\n"
+            "local = {'w': lambda x: x * 1.0}\n")
+    backward = _makemore_training(defs, "pass", "Grads().all(Xb, Yb)")
+    assert "Xtr[ix]" not in backward and "torch.randint" not in backward
+    # A class after its base, and the dict of lambdas its method reads.
+    assert backward.index("class Base") < backward.index("class Part") < backward.index(
+        "class Grads") < backward.index("grads_applied")
+    assert "local = {'w'" in backward
+
+
+def test_a_method_called_for_what_it_fills_is_kept_with_the_object_it_fills():
+    defs = ("class Model:\n    def __init__(self):\n        self.grads = {}\n"
+            "    def backward(self, Xb):\n        self.grads = {'C': Xb * 1.0}\n"
+            "        return 0.0\n"
+            "    def grad_list(self):\n        return [self.grads['C']] * 7\n\n"
+            "model = Model()\n")
+    backward = _makemore_training(defs, "my_loss = model.backward(Xb)", "model.grad_list()")
+    assert "model = Model()" in backward and "my_loss = model.backward(Xb)" in backward
+    # A torch call is no method of the learner's object: the batch's draw stays out.
+    assert "torch.randint" not in backward

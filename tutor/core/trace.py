@@ -553,9 +553,12 @@ class _Read:
         for name, ref in wanted.given.items():
             for ov in self.matching(ref, floor):
                 cuts.setdefault(ov, name)
+        # By name only where no value is that gradient: a name is a hint, and the same key may
+        # hold a forward value elsewhere (`values['h']` beside `grads['h']`).
+        by_value = set(cuts.values())
         for ov in self.maker:
             for name in wanted.given:
-                if ov not in cuts and self.hinted(ov[0], name):
+                if name not in by_value and ov not in cuts and self.hinted(ov[0], name):
                     cuts[ov] = name
         for name in wanted.given:
             if name in cuts.values():

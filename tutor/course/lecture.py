@@ -682,20 +682,23 @@ def _training_answer(pack: Pack, cells: list[str], renames: dict[str, str], forw
     if update is not None and update.listed is None:
         # The update reads its gradients through an expression (a dict's values, a list of an
         # object's attributes, what a function returned): the statements it needs, as run.
+        every = _trees(everything)
         backward = _needed_by(update, trees, forward | setup_names(pack), names,
-                              _methods(_trees(everything)))
+                              _methods(every), _assigned(every))
         if backward.strip():
             backward = "\n".join([*update.prelude(), backward])
         applied = update.applied()
     else:
         applied = update.applied() if update is not None else []
-    if not backward.strip():
+    # The update may read its gradients straight from a function or class of the notebook's
+    # (`zip(parameters, TrainGrads.as_list(Xb, Yb, n))`): then that is the backward pass.
+    defined = _with_functions(everything, "\n".join(applied)) if applied else ""
+    if not backward.strip() and defined == "\n".join(applied):
         return None
-    lines = forward_for(pack, backward, settings.loss_line)
-    backward = _with_functions(everything, backward)
+    lines = forward_for(pack, "\n".join([backward, defined]), settings.loss_line)
+    backward = _with_functions(everything, "\n".join([backward, *applied]))
     return "\n".join(["# forward pass (the tutor's)", *lines, settings.loss_line, "",
-                      "# backward pass (yours, from the training loop)", backward,
-                      *applied]) + "\n"
+                      "# backward pass (yours, from the training loop)", backward]) + "\n"
 
 
 def _assembled_training(pack: Pack, settings: TrainingSettings, loop: list[str],
@@ -843,19 +846,66 @@ def _definitions(cells: list[str]) -> dict[str, str]:
     constants (`order = ['C', 'W1', ...]`) the notebook defines at the top of a cell, by name,
     the last definition of a name kept."""
     defs: dict[str, str] = {}
+    classes: set[str] = set()
+    made: dict[str, str] = {}  # name -> the class it holds an object of
     for cell in cells:
         try:
             body, text = parse_cell(cell)
         except SyntaxError:
             continue
         for node in body:
-            if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
-                defs[node.name] = _source(node, text)
+            instance = None
+            if isinstance(node, ast.ClassDef):
+                name = node.name
+                classes.add(name)
+            elif isinstance(node, ast.FunctionDef):
+                name = node.name
             elif isinstance(node, ast.Assign) and len(node.targets) == 1 \
-                    and isinstance(node.targets[0], ast.Name) and (
-                        isinstance(node.value, ast.Lambda) or _constants(node.value)):
-                defs[node.targets[0].id] = _source(node, text)
+                    and isinstance(node.targets[0], ast.Name) and _made_of_constants(node.value):
+                # `model = Model()`: an object of the learner's own class, made from nothing
+                # of the lesson's (checked below, once every class is known).
+                name = node.targets[0].id
+                instance = node.value.func.id  # type: ignore[attr-defined]
+            elif isinstance(node, ast.Assign) and len(node.targets) == 1 \
+                    and isinstance(node.targets[0], ast.Name) and _definable(node.value):
+                name = node.targets[0].id
+            else:
+                continue
+            # In the order of the last definitions, as the notebook ran them: a class's base
+            # was defined before it.
+            made.pop(name, None)
+            if instance is not None:
+                made[name] = instance
+            defs.pop(name, None)
+            defs[name] = _source(node, text)
+    for name, cls in made.items():
+        if cls not in classes:
+            del defs[name]
     return defs
+
+
+def _made_of_constants(value: ast.expr) -> bool:
+    """`Model()`, `Grads(n_layers=2)`: a call of a plain name with constant arguments."""
+    return isinstance(value, ast.Call) and isinstance(value.func, ast.Name) \
+        and all(_constants_or_key(a) for a in value.args) \
+        and all(k.arg is not None and _constants_or_key(k.value) for k in value.keywords)
+
+
+def _definable(value: ast.expr) -> bool:
+    """Whether `value` defines rather than computes: a lambda, constants, or a dict, list or
+    tuple of those (`local = {'tanh': lambda out, up: (1 - out**2) * up}`)."""
+    if isinstance(value, ast.Lambda) or _constants(value):
+        return True
+    if isinstance(value, ast.Dict):
+        return all(k is not None and _constants_or_key(k) for k in value.keys) \
+            and bool(value.values) and all(_definable(v) for v in value.values)
+    if isinstance(value, (ast.List, ast.Tuple)):
+        return bool(value.elts) and all(_definable(v) for v in value.elts)
+    return False
+
+
+def _constants_or_key(key: ast.expr) -> bool:
+    return isinstance(key, ast.Constant) or _constants(key)
 
 
 def _constants(value: ast.expr) -> bool:
@@ -906,7 +956,8 @@ def _with_functions(cells: list[str] | dict[str, str], code: str, itself: str | 
                 todo.append(defs[n.id])
     if not wanted:
         return code
-    return "\n\n".join([*(defs[name] for name in reversed(wanted)), code])
+    # In the notebook's order, which ran: a class's base and a decorator come before their use.
+    return "\n\n".join([*(defs[name] for name in defs if name in wanted), code])
 
 
 @dataclass
@@ -1085,11 +1136,12 @@ def _keyed_update(node: ast.For, parameters: set[str], keys: Mapping[str, list[s
 
 
 def _needed_by(update: _Update, trees: list[ast.Module], theirs: set[str],
-               names: Mapping[str, str], own: frozenset[str]) -> str:
+               names: Mapping[str, str], own: frozenset[str], made: frozenset[str]) -> str:
     """The statements of the training loop's body that what the update reads needs, in order:
     those that assign it, and calls on it (`G.linear(...)` fills `G`), back through what they
     read; not the notebook's forward pass or setup (the tutor's stands in), nor its checks.
-    `own`: the functions the notebook defines (a `backward` of theirs is no autograd call)."""
+    `own`: the functions the notebook defines (a `backward` of theirs is no autograd call);
+    `made`: the names it assigns (`model = Model()`), not the modules it imports."""
     loops = [n for tree in trees for n in ast.walk(tree)
              if isinstance(n, (ast.For, ast.While)) and n is not update.node
              and any(sub is update.node for sub in ast.walk(n))]
@@ -1101,13 +1153,37 @@ def _needed_by(update: _Update, trees: list[ast.Module], theirs: set[str],
     kept: list[ast.stmt] = []
     for node in reversed(body):
         writes = written(node)
-        mutates = isinstance(node, ast.Expr) and bool(read(node) & needed)
+        # `G.linear(...)` fills `G`, and so does `loss = model.backward(...)`: a method called
+        # on what the update reads, whatever the call's result is kept as.
+        mutates = isinstance(node, ast.Expr) and bool(read(node) & needed) \
+            or _calls_on(node, (needed & made) - theirs)
         if not (writes & needed or mutates) or _has_side_effects(node, theirs, own):
             continue
+        if writes & needed <= theirs and not mutates and not _calls_own(node, own):
+            continue  # the loop's own batch (`Xb, Yb = Xtr[ix], Ytr[ix]`): the tutor's stands in
         kept.append(node)
         needed |= read(node) - theirs
     sources = [ast.unparse(n) for n in reversed(kept)]
     return rename("\n".join(sources), names) + "\n" if sources else ""
+
+
+def _assigned(trees: list[ast.Module]) -> frozenset[str]:
+    return frozenset().union(*(written(n) for tree in trees for n in ast.walk(tree)
+                               if isinstance(n, (ast.Assign, ast.AnnAssign, ast.AugAssign))))
+
+
+def _calls_own(node: ast.stmt, own: frozenset[str]) -> bool:
+    """Whether `node` calls a function or method the notebook defines (`fwd_bwd(P, Xb, Yb)`)."""
+    return any(isinstance(c, ast.Call) and (
+        isinstance(c.func, ast.Name) and c.func.id in own
+        or isinstance(c.func, ast.Attribute) and c.func.attr in own) for c in ast.walk(node))
+
+
+def _calls_on(node: ast.stmt, names: set[str]) -> bool:
+    """Whether `node` calls a method of an object kept under one of `names`."""
+    return any(isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute)
+               and isinstance(c.func.value, ast.Name) and c.func.value.id in names
+               for c in ast.walk(node))
 
 
 def _descends(body: list[ast.stmt], is_param: Callable[[ast.expr], bool],
@@ -1223,6 +1299,8 @@ def _methods(trees: Iterable[ast.AST]) -> frozenset[str]:
     `backward` of theirs is theirs to call)."""
     return frozenset(f.name for tree in trees for f in ast.walk(tree)
                      if isinstance(f, ast.FunctionDef))
+
+
 def setup_names(pack: Pack) -> frozenset[str]:
     """Names a learner's notebook of the lesson gives its own data and setup, for which the
     tutor's stand in: the lesson's sizes, what the pack's setup code defines at its top level,

@@ -151,6 +151,20 @@ def tensor_allows(name: str) -> bool:
 # Underscore names that answer only a string (the guard checks): `type(x).__name__` in a print.
 READABLE_DUNDERS = frozenset({"__name__"})
 
+# A class of the learner's may list its attributes (`__slots__ = ('dW', 'db')`) and read the
+# list back: names only, none starting with an underscore (sandbox/objects.py checks).
+SLOTS = "__slots__"
+
+
+def slot_names(value: object) -> tuple[str, ...] | None:
+    """A `__slots__` value as a tuple of plain attribute names, or None where it is anything
+    else (a name of Python's own, a dict, an object that is not a string)."""
+    names = (value,) if isinstance(value, str) else value
+    if not isinstance(names, (tuple, list)) or not all(
+            type(n) is str and n.isidentifier() and not n.startswith("_") for n in names):
+        return None
+    return tuple(names)
+
 # The double-underscore methods a class of the learner's may define (sandbox/objects.py), and
 # call on its base through `super()` (`super().__init__()`).
 CLASS_METHODS = frozenset({"__init__", "__call__", "__getitem__", "__setitem__", "__len__",

@@ -190,6 +190,11 @@ class Guard:
             # `super().__init__()` in a class of the learner's, whose bases are theirs too
             # (objects.py): their own method, or the do-nothing one every class has.
             return getattr(obj, name)
+        if name == allowlist.SLOTS and (type(obj) in LEARNER_CLASSES or obj in LEARNER_CLASSES):
+            # The names a class of the learner's listed, as a tuple of strings.
+            listed = allowlist.slot_names(getattr(obj, name, ()))
+            if listed is not None:
+                return listed
         if name in allowlist.READABLE_DUNDERS:
             value = getattr(obj, name)
             if type(value) is str:

@@ -8,8 +8,10 @@ the real module imports (`torch.sys`, `torch.os`, the `_C` re-exports).
 
 from __future__ import annotations
 
+import functools
 import math
 import types
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -18,6 +20,7 @@ import torch.nn.functional as F
 from tutor.sandbox import allowlist
 from tutor.sandbox.classes import Tensor
 from tutor.sandbox.guard import Guard, Refused
+from tutor.sandbox.objects import learner_function
 
 
 def _zeros_like_empty() -> dict[str, Any]:
@@ -94,8 +97,31 @@ def _build() -> tuple[dict[str, types.ModuleType], Guard]:
     return stand_ins, guard
 
 
+def _functools() -> types.ModuleType:
+    """What a backward pass built of closures uses of functools (`@functools.wraps(fn)` on a
+    decorator of the learner's, `partial`, `reduce`, a cache): `wraps` dresses only a function
+    of the learner's, and copies its name and text, never another object's attributes."""
+    module = types.ModuleType("functools")
+
+    def wraps(wrapped: Any) -> Callable[[Any], Any]:
+        def decorate(wrapper: Any) -> Any:
+            if not learner_function(wrapper):
+                raise Refused("functools.wraps dresses only a function of yours")
+            return functools.update_wrapper(wrapper, wrapped, updated=())
+        return decorate
+
+    for name, value in {"wraps": wraps, "partial": functools.partial,
+                        "reduce": functools.reduce, "lru_cache": functools.lru_cache,
+                        "cache": functools.cache}.items():
+        setattr(module, name, value)
+    return module
+
+
 _STAND_INS, GUARD = _build()
+_STAND_INS["functools"] = _functools()
+GUARD.modules["functools"] = frozenset(k for k in vars(_STAND_INS["functools"])
+                                       if not k.startswith("_"))
 
 # The names learner code starts with.
 MODULES = {"torch": _STAND_INS["torch"], "F": _STAND_INS["torch.nn.functional"],
-           "math": _STAND_INS["math"]}
+           "math": _STAND_INS["math"], "functools": _STAND_INS["functools"]}

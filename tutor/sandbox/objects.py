@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import builtins
 import operator
+import types
 from typing import Any
 
-from tutor.sandbox.allowlist import CLASS_METHODS, private
+from tutor.sandbox.allowlist import CLASS_METHODS, SLOTS, private, slot_names
 from tutor.sandbox.guard import LEARNER_CLASSES, Refused
+from tutor.sandbox.screen import CODE_FILE
 
 SET_NAME = "__tutor_setattr__"
 AUGMENT_NAME = "__tutor_augattr__"
@@ -60,14 +62,26 @@ def build_class(body: Any, name: str, *bases: Any, **keywords: Any) -> type:
     # A class body records the module it was made in, read from its globals (the namespace).
     body.__globals__.setdefault("__name__", "__learner__")
     cls = builtins.__build_class__(body, name, *(bases or (LearnerObject,)))
-    odd = sorted(k for k in vars(cls) if k.startswith("_") and k not in _MADE_BY_PYTHON)
+    odd = sorted(k for k in vars(cls) if k.startswith("_") and k not in _MADE_BY_PYTHON
+                 and not (k == SLOTS and slot_names(vars(cls)[k]) is not None))
     if odd or type(cls) is not type:
         raise Refused(f"class {name}: {', '.join(odd) or 'its metaclass'} is not allowed here")
     _classes.add(cls)
     return cls
 
 
+def learner_function(obj: Any) -> bool:
+    """Whether `obj` is a function the learner's code defined (a `def` or a lambda of theirs),
+    which may carry attributes of its own (`wrapper.calls = 0`)."""
+    return type(obj) is types.FunctionType and obj.__code__.co_filename == CODE_FILE
+
+
 def _assignable(obj: Any, name: str) -> None:
+    if learner_function(obj):
+        if not isinstance(name, str) or name.startswith("_"):
+            raise Refused(f"the attribute .{name} is closed: names starting with an underscore "
+                          "reach into Python's internals")
+        return
     if type(obj) not in _classes:
         raise Refused(f"assigning to .{name} of a {type(obj).__name__}: attributes can be set "
                       "only on objects of your own classes; assign to a plain name instead")
@@ -92,4 +106,11 @@ def augment_attribute(obj: Any, name: str, op: str, value: Any) -> None:
 def instance_attributes(obj: Any) -> dict[str, Any]:
     """An object's attributes, where it is one of the learner's (for the tutor's own reading of
     what a program kept, never for learner code)."""
-    return dict(vars(obj)) if type(obj) in _classes else {}
+    if type(obj) not in _classes:
+        return {}
+    kept = dict(vars(obj))
+    for cls in type(obj).__mro__:  # and what a class keeps in its `__slots__`
+        for name in slot_names(vars(cls).get(SLOTS, ())) or ():
+            if name not in kept and hasattr(obj, name):
+                kept[name] = getattr(obj, name)
+    return kept

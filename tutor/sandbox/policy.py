@@ -10,7 +10,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from tutor.sandbox.allowlist import CLASS_METHODS, READABLE_DUNDERS, private
+from tutor.sandbox.allowlist import CLASS_METHODS, READABLE_DUNDERS, SLOTS, private, slot_names
 
 # Attributes that would hand the answer over (autograd) or reach outside the exercise.
 _AUTOGRAD_WHY = "the point is to compute the gradient yourself, so autograd's machinery is closed"
@@ -115,6 +115,17 @@ def _unpacked(target: ast.expr) -> list[ast.expr]:
     return [target]
 
 
+def _slots(stmt: ast.stmt) -> bool:
+    """`__slots__ = ('dW', 'db')` in a class's body: plain names written out."""
+    if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
+            and isinstance(stmt.targets[0], ast.Name) and stmt.targets[0].id == SLOTS):
+        return False
+    try:
+        return slot_names(ast.literal_eval(stmt.value)) is not None
+    except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
+        return False
+
+
 def _allowed_places(tree: ast.AST) -> tuple[set[int], set[int]]:
     """The double-underscore methods a class may define (`CLASS_METHODS`), directly in its
     body, and the attribute targets the guard turns
@@ -125,6 +136,7 @@ def _allowed_places(tree: ast.AST) -> tuple[set[int], set[int]]:
         if isinstance(node, ast.ClassDef):
             inits |= {id(s) for s in node.body
                       if isinstance(s, ast.FunctionDef) and s.name in CLASS_METHODS}
+            inits |= {id(s.targets[0]) for s in node.body if _slots(s)}
         elif isinstance(node, ast.Assign) and len(node.targets) == 1:
             # `obj.x = v`, and `obj.x, obj.y = f()` (a tuple of names and attributes)
             stores |= {id(t) for t in _unpacked(node.targets[0])
@@ -178,6 +190,7 @@ def inspect(tree: ast.AST) -> Refusal | None:
                     "frames, code objects and tracebacks lead outside the sandbox",
                 )
             if node.attr.startswith("_") and node.attr not in READABLE_DUNDERS \
+                    and not (node.attr == SLOTS and isinstance(node.ctx, ast.Load)) \
                     and not _calls_on_super(node) and not private(node.attr):
                 return _refusal(
                     node, f"the attribute .{node.attr}",
@@ -185,7 +198,7 @@ def inspect(tree: ast.AST) -> Refusal | None:
                 )
             if node.attr in REFUSED_ATTRIBUTES:
                 return _refusal(node, f"the attribute .{node.attr}", REFUSED_ATTRIBUTES[node.attr])
-        if isinstance(node, ast.Name):
+        if isinstance(node, ast.Name) and id(node) not in inits:  # `__slots__` in a class
             if node.id.startswith("_") and node.id != "_":  # `for _ in ...` is fine
                 return _refusal(
                     node, f"the name {node.id}",

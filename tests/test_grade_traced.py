@@ -226,6 +226,27 @@ def test_a_runaway_loop_keeps_what_ran_before_it_and_autograds_answer_earns_noth
     assert not marker.exists()
 
 
+@pytest.mark.slow
+def test_a_gradient_read_from_autograd_starts_what_follows_and_earns_nothing_itself(tmp_path):
+    """A learner who takes a gradient from autograd (`grads['h'] = h.grad.clone()`, as a
+    lesson that gives `dstate` from autograd means) is graded on the steps built from it, by
+    their rules; the step whose gradient was read, or built from it, earns nothing."""
+    lines = [(t, "dh = h.grad.clone()\ndW2 = h.T @ dlogits\ndb2 = dlogits.sum(0)"
+              if t == "h" else code) for t, code in L.EX1_LINES]
+    lines = [(t, "dhprebn = (hpreact.grad * 1.0) @ torch.eye(hprebn.shape[1])"
+              if t == "hprebn" else code) for t, code in lines]
+    cells = [L.EX1_HEAD, "grads = {}\n" + "\n".join(_in("grads", c) for _, c in lines)]
+    path = L.write(tmp_path / "autograd.ipynb", L.notebook(cells))
+    done = subprocess.run([sys.executable, "-m", "tutor", "--device", "cpu", "grade", "--json",
+                           "--strict-rule", "--train-steps", "5", str(path)],
+                          capture_output=True, text=True, timeout=900, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    steps = {s["id"]: s for s in json.loads(done.stdout)["steps"]}
+    failed = {sid for sid, s in steps.items() if s["score"] == 0}
+    assert failed == {"atomic/h", "atomic/hprebn"}, {sid: steps[sid]["message"]
+                                                     for sid in failed}
+
+
 def _as_script(document: dict, titled: bool) -> str:
     """A notebook saved as jupytext or VS Code save it: `# %%` cells, the exercise's comment
     as the cell's title where `titled`, markdown cells commented out."""

@@ -296,8 +296,11 @@ class Engine:
     # -- a whole program, traced ---------------------------------------------------------------
     def _trace_spec(self, cells: list[tuple[bool, str]]) -> CheckSpec:
         """The child's work for a trace: both batches' tensors, nothing replayed, no answers."""
-        plans = [BatchPlan(name, batch.namespace(), []) for name, batch in
-                 (("main", self.network.main), ("heldout", self.network.heldout))]
+        # A copy of autograd's gradients: the child forgets the lesson's own (`_scrub`), and a
+        # traced program's `.grad` reads these, never as the learner's own work.
+        plans = [BatchPlan(name, batch.namespace(), [], autograd=dict(batch.gradients))
+                 for name, batch in (("main", self.network.main),
+                                     ("heldout", self.network.heldout))]
         # Both batches, with the recording's own cost, on the learner's limit (half each:
         # execution.run_trace), so the child's CPU limit holds as for a check.
         return CheckSpec("trace", "", (), plans, self.settings.timeout,

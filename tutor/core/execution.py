@@ -82,6 +82,9 @@ class BatchPlan:
     notes: list[str] = field(default_factory=list)  # said when this namespace was first replayed
     known: bool = False  # the engine already has this namespace: no need to send it back
     mention: tuple[str, ...] = ()  # tensors whose stand-in first branch is worth a note here
+    # A trace's: autograd's gradient of each forward tensor, which the program's `.grad` of
+    # that tensor reads (`dstate = state.grad`, as a lesson that gives `dstate` means).
+    autograd: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -973,9 +976,10 @@ def _traced(spec: CheckSpec, plan: BatchPlan, budget: Budget) -> dict:
     shapes = {tuple(v.shape) for v in ns.values()
               if isinstance(v, Tensor) and v.is_floating_point()}
     recorder = Recorder(names, shapes)
+    ns[AUTOGRAD_READ] = _autograd_reads(ns, plan.autograd)
     for own, code in spec.trace_cells or ():
         recorder.own = own
-        for compiled in _runnable(code):
+        for compiled in _runnable(_with_autograd_reads(code)):
             try:
                 with recorder:
                     execute(compiled, ns, Output(), budget)
@@ -986,6 +990,47 @@ def _traced(spec: CheckSpec, plan: BatchPlan, budget: Budget) -> dict:
                 break
         note_names(recorder, ns)
     return traced(recorder, encode_tensor)
+
+
+# What a program's `.grad` read becomes in a trace (never in a check, where `.grad` is refused).
+AUTOGRAD_READ = "autograd_gradient_of"
+
+
+def _autograd_reads(ns: dict, gradients: dict) -> Any:
+    """`t.grad` in a traced program: autograd's gradient where `t` is one of the lesson's
+    forward tensors, made where the trace does not see it, so that it is never the learner's
+    own work; its value may be a gradient a step is given, which the written-out code then
+    starts from (tutor/core/trace.py). Anything else has no gradient here."""
+    by_id = {id(ns[k]): g for k, g in gradients.items() if isinstance(ns.get(k), Tensor)}
+
+    def autograd_gradient_of(t: Any) -> Tensor:
+        g = by_id.get(id(t))
+        if g is None:
+            raise AttributeError("only the lesson's own tensors have a gradient here")
+        with torch._C.DisableTorchFunction():
+            return g.clone()
+
+    return autograd_gradient_of
+
+
+class _AutogradReads(ast.NodeTransformer):
+    def visit_Attribute(self, node: ast.Attribute) -> ast.AST:
+        self.generic_visit(node)
+        if node.attr == "grad" and isinstance(node.ctx, ast.Load):
+            return ast.copy_location(
+                ast.Call(ast.Name(AUTOGRAD_READ, ast.Load()), [node.value], []), node)
+        return node
+
+
+def _with_autograd_reads(code: str) -> str:
+    """A traced cell with each `.grad` it reads as autograd's gradient (`_autograd_reads`)."""
+    if ".grad" not in code:
+        return code
+    try:
+        tree = _AutogradReads().visit(ast.parse(code))
+        return ast.unparse(ast.fix_missing_locations(tree))
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return code
 
 
 def _runnable(code: str) -> list[types.CodeType]:

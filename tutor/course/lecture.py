@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
 from tutor.code_facts import read, written
-from tutor.course.program import Line, Program, line_of
+from tutor.course.program import Line, Program, line_of, reads_autograd_only
 from tutor.course.vocabulary import (
     batch_sizes,
     comparers,
@@ -1507,4 +1507,4 @@ def _runs_in_program(node: ast.stmt, lesson: set[str], helpers: set[str],
         return False
     if _has_side_effects(node, lesson, methods):
         return False
-    return inspect(node) is None
+    return inspect(node) is None or reads_autograd_only(node)

@@ -20,12 +20,15 @@ from __future__ import annotations
 
 import ast
 import builtins
+import copy
 import textwrap
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from tutor.code_facts import bound, read, written
 from tutor.pack.flow import gradients
 from tutor.pack.model import Pack, Step
+from tutor.sandbox.policy import inspect
 
 # Names the tutor's namespace or Python itself gives: a read of one is never followed.
 _BUILTINS = frozenset(dir(builtins)) | {"torch", "F", "nn", "math", "np"}
@@ -84,6 +87,8 @@ class Program:
         for cell in self.cells:
             body = []
             for line in cell:
+                if _traced_only(line.source):
+                    continue  # it reads autograd's `.grad`: only a trace may run it
                 if line.compares:
                     for name in sorted(line.compares):
                         body.append(f"stood_{name} = {name}.clone() if isinstance({name}, "
@@ -193,6 +198,38 @@ class Program:
                 continue  # no first branch of its own here: the closing step writes it whole
             follow(name, j + 1, taken)
         return "\n".join(lines[j].source for j in sorted(taken)) + "\n" if taken else None
+
+
+class _AutogradReads(ast.NodeTransformer):
+    """`t.grad` read as a call (`autograd_gradient_of(t)`, tutor/core/execution.py)."""
+
+    def visit_Attribute(self, node: ast.Attribute) -> ast.AST:
+        self.generic_visit(node)
+        if node.attr == "grad" and isinstance(node.ctx, ast.Load):
+            return ast.copy_location(ast.Call(ast.Name("autograd_gradient_of", ast.Load()),
+                                              [node.value], []), node)
+        return node
+
+
+def reads_autograd_only(node: ast.stmt) -> bool:
+    """Whether the sandbox refuses `node` only for the `.grad` it reads (`dstate =
+    state.grad`, where a lesson gives `dstate`): a traced program runs it with autograd's
+    gradient there, which is never the learner's own work; nothing else does."""
+    try:
+        changed = _AutogradReads().visit(copy.deepcopy(node))
+        module = ast.fix_missing_locations(ast.Module([changed], []))
+    except (RecursionError, MemoryError):
+        return False
+    return inspect(module) is None
+
+
+@lru_cache(maxsize=4096)
+def _traced_only(source: str) -> bool:
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return False
+    return inspect(tree) is not None and all(reads_autograd_only(n) for n in tree.body)
 
 
 def _stand(lines: list[Line], name: str) -> int:

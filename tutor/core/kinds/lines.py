@@ -462,8 +462,13 @@ class LineCheck(StepCheck):
             culprit.diagnosis = dx.diagnosis(
                 "aliasing", f"your code also changed {name}, {whose}: {how}")
             culprit.message = culprit.diagnosis.message
+        # Shared memory matters only where a later step adds to one of the two in place.
+        flow = self.pack.flow
+        at = self.pack.index(step.id)
+        added_later = frozenset().union(*(flow.adds(s) for s in self.pack.steps[at + 1:]
+                                          if s.exercise == step.exercise))
         for grad, other in (facts.get("shared") or {}).items():
-            if grad in by_grad and grad not in said:
+            if grad in by_grad and grad not in said and {grad, other} & added_later:
                 notes.append(
                     f"{grad} and {other} share memory: a later `+=` on one changes the "
                     "other. A .clone() keeps them apart."

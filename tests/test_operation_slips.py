@@ -151,3 +151,13 @@ def test_taps_read_next_to_each_other_from_the_dilated_padding_are_named(engines
     assert code != step.solution
     said = _said(engine, step.id, code, "w2")
     assert "next to each other (dilation 1)" in said and "for dilation 2" in said
+
+
+def test_a_pool_s_windows_made_by_a_plain_reshape_are_named(engines):
+    engine = engines("pool_relu")
+    step = _step(engine, "pooled")
+    code = ("rows = h.reshape(*h.shape[:2], -1, 4)\n"
+            "dh = (F.one_hot(rows.argmax(-1), 4) * dpooled.reshape(*h.shape[:2], -1, 1))"
+            ".reshape(h.shape)\n")
+    said = _said(engine, step.id, code, "h")
+    assert "4 entries in a row" in said and "2x2 squares" in said

@@ -578,6 +578,20 @@ def _pool_slips(call: ast.Call, line: ForwardLine) -> Iterator[tuple]:
 
             yield ("pool-first" if not any(offset) else "pool-fixed", first_say,
                    ast.Subscript(_copy(x), index, ast.Load()))
+    if dims == 2 and k is not None and s == k and _arg(call, 2, "padding") is None:
+        # Windows made by a plain reshape of each map: k*k entries in a row, not k x k squares
+        # (the same count of windows, in the same order).
+        rowed = ast.parse(f"F.max_pool2d({xs}, (1, {k * k})).reshape("
+                          f"{ast.unparse(call)}.shape)", mode="eval").body
+
+        def rows_say(tensor: str, grad: str, ns: dict) -> str | None:
+            if role(tensor) != "input":
+                return None
+            return (f"{grad} takes each window as {k * k} entries in a row, as a plain reshape "
+                    f"of the map groups them, not as the {k}x{k} squares {what} pools: each "
+                    "window's gradient goes to the largest entry of its own square.")
+
+        yield "pool-row-windows", rows_say, rowed
     if dims == 2:
         # The arriving gradient read transposed: window (i, j)'s gradient sent to the largest
         # entry of window (j, i).

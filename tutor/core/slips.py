@@ -1073,7 +1073,7 @@ def _matmul_count_slips(node: ast.BinOp, line: ForwardLine,
                     return None
                 return (f"{grad} is divided by {told[1]}. {what} adds the contributions of "
                         f"every row of `{_text(other)}` into the gradient of `{tensor}`: a "
-                        "sum, not a mean (a mean the loss takes is already in "
+                        "sum, not a mean (any mean the loss takes is already in "
                         f"`{gradient(line.target)}`).")
 
             yield "matmul-mean", say, changed
@@ -1106,7 +1106,7 @@ def _conv_count_slips(call: ast.Call, line: ForwardLine) -> Iterator[tuple]:
             return None
         return (f"{grad} is divided by {xv.shape[0]}, the batch. {what} slides the same "
                 f"kernel over every sample, and the kernel's gradient adds up all their "
-                "contributions: a sum, not a mean (a mean the loss takes is already in "
+                "contributions: a sum, not a mean (any mean the loss takes is already in "
                 f"`{gradient(line.target)}`).")
 
     per_batch = ast.BinOp(_copy(w), ast.Div(), ast.parse(f"({ast.unparse(x)}).shape[0]",

@@ -291,6 +291,29 @@ def _conv_slips(call: ast.Call, line: ForwardLine, dilations: set[int]) -> Itera
 
             call_d = _with_arg(call, 4, "dilation", ast.Constant(other))
             yield "conv-dilation", dilation_say, _with_input(call_d, _padded(x, scaled))
+        if len(pads) == 2 and min(pads) == 0 and max(pads) > 0 and dims == 1:
+            # The padding of this dilation kept, the taps read at another: tap k from k·other
+            # positions along the padded input, the far end of it left unread.
+            kept = max(pads)
+            for other in sorted((dilations | {1}) - {d}):
+                rest = ast.parse(f"({ast.unparse(w)}.shape[-1] - 1) * {other} - {kept}",
+                                 mode="eval").body
+                sides = [ast.Constant(kept), rest] if pads[0] else [rest, ast.Constant(kept)]
+                narrowed = _copy(x)
+                narrowed.args[1] = ast.Tuple(sides, ast.Load())
+
+                def kept_say(tensor: str, grad: str, ns: dict, other: int = other
+                             ) -> str | None:
+                    if role(tensor) not in ("input", "weight"):
+                        return None
+                    spacing = "next to each other" if other == 1 else f"{other} apart"
+                    return (f"{grad} reads the kernel's taps {spacing} (dilation {other}) "
+                            f"from the input as {what} pads it for dilation {d}: tap k reads "
+                            f"k·{d} positions along, and the gradient pairs each tap with the "
+                            "input at that tap's own offset.")
+
+                call_d = _with_arg(call, 4, "dilation", ast.Constant(other))
+                yield "conv-dilation-padding-kept", kept_say, _with_input(call_d, narrowed)
 
     def channels_say(tensor: str, grad: str, ns: dict) -> str | None:
         r = role(tensor)
@@ -325,6 +348,40 @@ def _conv_slips(call: ast.Call, line: ForwardLine, dilations: set[int]) -> Itera
                     f"every tap of {what} read the input, and each sends gradient back.")
 
         yield "conv-tap-missing", tap_say, _with_arg(call, 0, "weight", _without_tap(w, k))
+
+
+def _conv_stride_slips(call: ast.Call, line: ForwardLine) -> Iterator[Slip]:
+    """A dilated convolution's input gradient taken as a transposed convolution with the
+    dilation given as its stride (the taps' spacing put between the outputs instead), cut
+    to the input's length at either end."""
+    d = _const(_arg(call, 4, "dilation"))
+    x, w = _subject(call), _arg(call, 0, "weight")
+    pad = _padding(x) if x is not None else None
+    inner = pad[0] if pad is not None else x
+    if _name(call) != "conv1d" or not isinstance(d, int) or d < 2 or w is None \
+            or not isinstance(inner, ast.Name):
+        return
+    what = f"`{_text(call)}`"
+
+    def say(tensor: str, grad: str, ns: dict) -> str | None:
+        return (f"{grad} spaces the upstream gradient {d} apart, as a stride of {d} would: "
+                f"the transposed convolution was given the dilation as its stride. {what} "
+                f"has stride 1 and its taps {d} apart (dilation {d}): the gradient goes back "
+                f"through the same dilation.")
+
+    for end in (True, False):
+
+        def value(ns: dict, end: bool = end) -> Tensor | None:
+            up, xv, wv = ns.get(gradient(line.target)), ns.get(inner.id), _evaluate_call(w, ns)
+            if not all(isinstance(t, Tensor) for t in (up, xv, wv)) or up.dim() != 3:
+                return None
+            full = F.conv_transpose1d(up.double(), wv.double(), stride=d)
+            n = xv.shape[-1]
+            if full.shape[-1] < n:
+                return None
+            return full[..., -n:] if end else full[..., :n]
+
+        yield Slip("conv-stride", say, line, local=value, tensor=inner.id)
 
 
 def _flip(w: ast.expr, dims: tuple[int, ...]) -> ast.expr:
@@ -496,17 +553,59 @@ def _pool_slips(call: ast.Call, line: ForwardLine) -> Iterator[tuple]:
     k = size if isinstance(size, int) else None
     s = stride if isinstance(stride, int) else k
     if k is not None and s == k and _arg(call, 2, "padding") is None:
-        step = ast.Slice(None, None, ast.Constant(k))
-        index = ast.Tuple([ast.Constant(...), *([step] * dims)], ast.Load())
+        from itertools import product
 
-        def first_say(tensor: str, grad: str, ns: dict) -> str | None:
+        # Every window's gradient sent to the same place in it, whatever is largest there:
+        # its first entry, its last (the bottom-right corner), or any other offset.
+        for offset in product(range(k), repeat=dims):
+            index = ast.Tuple([ast.Constant(...), *(
+                ast.Slice(ast.Constant(o) if o else None, None, ast.Constant(k))
+                for o in offset)], ast.Load())
+            if not any(offset):
+                where = "the window's first entry"
+            elif all(o == k - 1 for o in offset):
+                where = ("the window's last entry" + (" (its bottom-right corner)"
+                                                      if dims == 2 else ""))
+            else:
+                where = f"the entry at position {offset if dims > 1 else offset[0]} of the window"
+
+            def first_say(tensor: str, grad: str, ns: dict, where=where) -> str | None:
+                if role(tensor) != "input":
+                    return None
+                return (f"{grad} sends each window's gradient to {where}, the same position "
+                        f"in every window. {what} passed on the largest entry, wherever it is "
+                        "in the window: that is where the gradient goes.")
+
+            yield ("pool-first" if not any(offset) else "pool-fixed", first_say,
+                   ast.Subscript(_copy(x), index, ast.Load()))
+    if dims == 2 and k is not None and s == k and _arg(call, 2, "padding") is None:
+        # Windows made by a plain reshape of each map: k*k entries in a row, not k x k squares
+        # (the same count of windows, in the same order).
+        rowed = ast.parse(f"F.max_pool2d({xs}, (1, {k * k})).reshape("
+                          f"{ast.unparse(call)}.shape)", mode="eval").body
+
+        def rows_say(tensor: str, grad: str, ns: dict) -> str | None:
             if role(tensor) != "input":
                 return None
-            return (f"{grad} sends each window's gradient to the window's first entry. {what} "
-                    "passed on the largest entry, wherever it is in the window: that is "
-                    "where the gradient goes.")
+            return (f"{grad} takes each window as {k * k} entries in a row, as a plain reshape "
+                    f"of the map groups them, not as the {k}x{k} squares {what} pools: each "
+                    "window's gradient goes to the largest entry of its own square.")
 
-        yield "pool-first", first_say, ast.Subscript(_copy(x), index, ast.Load())
+        yield "pool-row-windows", rows_say, rowed
+    if dims == 2:
+        # The arriving gradient read transposed: window (i, j)'s gradient sent to the largest
+        # entry of window (j, i).
+        turned = _method_call(_copy(call), "transpose", ast.Constant(-2), ast.Constant(-1))
+
+        def turned_say(tensor: str, grad: str, ns: dict) -> str | None:
+            if role(tensor) != "input":
+                return None
+            return (f"{grad} sends the gradient of window (i, j) to the largest entry of "
+                    f"window (j, i): `{gradient(line.target)}` is read with its rows and "
+                    f"columns swapped (transposed). Each window of {what} gets its own "
+                    "gradient.")
+
+        yield "pool-transposed", turned_say, turned
 
 
 _DIMMED = {"softmax": 0, "log_softmax": 0, "sum": 0, "mean": 0, "cumsum": 0, "logsumexp": 0,
@@ -751,6 +850,19 @@ def _normaliser_slips(call: ast.Call, line: ForwardLine) -> Iterator[tuple]:
                 "share of the whole row's.")
 
     yield f"{name}-sum-constant", say, ast.parse(text, mode="eval").body
+    if name == "softmax":
+        # The softmax's backward taken with the exponentials for the probabilities: a line
+        # whose Jacobian is `diag(e) - e e^T`, e = exp(x), left unnormalised.
+        xs = ast.unparse(x)
+        e = f"torch.exp({xs})"
+        plain = f"{e} - {e}.detach() * {e}.sum({d}, keepdim=True)"
+
+        def exp_say(tensor: str, grad: str, ns: dict) -> str:
+            return (f"{grad} is the softmax's backward taken with `exp({xs})` in place of the "
+                    f"probabilities: {what} divides the exponentials by their row's sum, and "
+                    "its local derivative is made of those normalised values.")
+
+        yield "softmax-unnormalised", exp_say, ast.parse(plain, mode="eval").body
     # The other one's backward: softmax's `s * (g - (s * g).sum())` and log-softmax's
     # `g - softmax * g.sum()` are easily taken for each other.
     other = "log_softmax" if name == "softmax" else "softmax"
@@ -916,6 +1028,243 @@ def _evaluate_call(node: ast.expr, ns: dict) -> Tensor | None:
     return value if isinstance(value, Tensor) else None
 
 
+# --- slips of a count or a constant factor ----------------------------------------------------
+
+def _dims_text(t: ast.expr, dims: tuple[int, ...], ns: dict) -> tuple[int, str] | None:
+    """How many entries the dims `dims` of `t` hold, and which they are, said."""
+    v = _evaluate_call(t, ns)
+    if v is None or any(d >= v.dim() for d in dims):
+        return None
+    m = math.prod(v.shape[d] for d in dims)
+    if len(dims) == 1:
+        which = "the batch" if dims[0] == 0 else f"dim {dims[0]}"
+        return m, f"{m}, {which} of `{_text(t)}`"
+    sizes = " × ".join(str(v.shape[d]) for d in dims)
+    return m, f"{m} = {sizes}, every row of `{_text(t)}`"
+
+
+def _matmul_count_slips(node: ast.BinOp, line: ForwardLine,
+                        rank: Callable[[ast.expr], int | None]) -> Iterator[tuple]:
+    """A matrix's gradient in a product with a batch of rows divided by how many rows were
+    added up (a mean over the batch where the product's gradient is a sum over it)."""
+    what = f"`{_text(node)}`"
+    for side, w, other in (("right", node.right, node.left), ("left", node.left, node.right)):
+        r = rank(other)
+        if rank(w) != 2 or r is None or r < 2:
+            continue
+        # The entries of the other operand that `w`'s gradient adds up: every row for `x @ W`,
+        # every column (and batch) for `W @ x`.
+        summed = list(range(r - 1)) if side == "right" else [d for d in range(r) if d != r - 2]
+        subsets = [(d,) for d in summed] + ([tuple(summed)] if len(summed) > 1 else [])
+        names = _reads(w)
+        for dims in subsets:
+            count = ast.parse(" * ".join(f"({ast.unparse(other)}).shape[{d}]" for d in dims),
+                              mode="eval").body
+            scaled = ast.BinOp(_copy(w), ast.Div(), count)
+            changed = ast.BinOp(_copy(node.left) if side == "right" else scaled, ast.MatMult(),
+                                scaled if side == "right" else _copy(node.right))
+
+            def say(tensor: str, grad: str, ns: dict, dims=dims, names=names,
+                    other=other) -> str | None:
+                if tensor not in names:
+                    return None
+                told = _dims_text(other, dims, ns)
+                if told is None:
+                    return None
+                return (f"{grad} is divided by {told[1]}. {what} adds the contributions of "
+                        f"every row of `{_text(other)}` into the gradient of `{tensor}`: a "
+                        "sum, not a mean (any mean the loss takes is already in "
+                        f"`{gradient(line.target)}`).")
+
+            yield "matmul-mean", say, changed
+
+
+def _conv_count_slips(call: ast.Call, line: ForwardLine) -> Iterator[tuple]:
+    """A convolution's input gradient averaged over the output channels where each channel's
+    contribution adds up, and its kernel's gradient divided by the batch."""
+    x, w = _subject(call), _arg(call, 0, "weight")
+    if x is None or w is None:
+        return
+    role = _role(call, {"input": x, "weight": w})
+    what = f"`{_text(call)}`"
+
+    def maps_say(tensor: str, grad: str, ns: dict) -> str | None:
+        wv = _evaluate_call(w, ns)
+        if role(tensor) != "input" or wv is None:
+            return None
+        return (f"{grad} is the mean over the {wv.shape[0]} output channels (maps) of what "
+                f"each sends back. Every output channel of {what} reads `{tensor}`, and their "
+                "contributions add up: a sum over the maps, not an average.")
+
+    per_map = ast.BinOp(_copy(w), ast.Div(), ast.parse(f"({ast.unparse(w)}).shape[0]",
+                                                        mode="eval").body)
+    yield "conv-maps-mean", maps_say, _with_arg(call, 0, "weight", per_map)
+
+    def batch_say(tensor: str, grad: str, ns: dict) -> str | None:
+        xv = _evaluate_call(x, ns)
+        if role(tensor) != "weight" or xv is None:
+            return None
+        return (f"{grad} is divided by {xv.shape[0]}, the batch. {what} slides the same "
+                f"kernel over every sample, and the kernel's gradient adds up all their "
+                "contributions: a sum, not a mean (any mean the loss takes is already in "
+                f"`{gradient(line.target)}`).")
+
+    per_batch = ast.BinOp(_copy(w), ast.Div(), ast.parse(f"({ast.unparse(x)}).shape[0]",
+                                                          mode="eval").body)
+    yield "conv-batch-mean", batch_say, _with_arg(call, 0, "weight", per_batch)
+
+
+def _constant(node: ast.expr, tensors: set[str]) -> bool:
+    """An expression of numbers and the lesson's sizes only (`head_size ** -0.5`)."""
+    return not any(isinstance(n, ast.Call) for n in ast.walk(node)) and not (
+        _reads(node) & tensors)
+
+
+def _scale_slips(expr: ast.expr, line: ForwardLine, tensors: set[str], sizes: dict[str, int]
+                 ) -> Iterator[tuple]:
+    """A line that scales by a constant (`scores = q @ k.T * head_size ** -0.5`): the factor
+    left out, taken twice, the other way round, without its root, or with another of the
+    lesson's sizes in its place."""
+    text = f"`{line.source.strip()}`"
+    for node in [n for n in ast.walk(expr) if isinstance(n, ast.BinOp)
+                 and isinstance(n.op, (ast.Mult, ast.Div))]:
+        for c, t in ((node.right, node.left), (node.left, node.right)):
+            if isinstance(node.op, ast.Div) and c is node.left:
+                continue  # `2 / x` is no scale
+            if not _constant(c, tensors) or _constant(t, tensors):
+                continue
+            cs, times = ast.unparse(c), isinstance(node.op, ast.Mult)
+            verb = "multiplies by" if times else "divides by"
+
+            def value(ns: dict, c=c) -> float | None:
+                try:
+                    v = eval(compile(ast.Expression(_copy(c)), "<scale>", "eval"),  # noqa: S307
+                             {"__builtins__": {}}, {k: v for k, v in ns.items()
+                                                    if isinstance(v, (int, float))})
+                except Exception:  # noqa: BLE001 - the pack's own constant
+                    return None
+                return float(v) if isinstance(v, (int, float)) and v not in (0, 1, -1) else None
+
+            def missing_say(tensor: str, grad: str, ns: dict, value=value, cs=cs, verb=verb
+                            ) -> str | None:
+                if value(ns) is None:
+                    return None
+                return (f"{grad} leaves out the constant factor of {text}: the line {verb} "
+                        f"`{cs}`, so the gradient through it is scaled by it too.")
+
+            yield "scale-missing", missing_say, _replaced(expr, node, _copy(t))
+
+            def twice_say(tensor: str, grad: str, ns: dict, value=value, cs=cs, verb=verb
+                          ) -> str | None:
+                if value(ns) is None:
+                    return None
+                return (f"{grad} has the constant factor of {text} twice: the line {verb} "
+                        f"`{cs}` once, and the gradient is scaled by it once.")
+
+            twice = ast.BinOp(_copy(node), node.op, _copy(c))
+            yield "scale-twice", twice_say, _replaced(expr, node, twice)
+
+            def inverted_say(tensor: str, grad: str, ns: dict, value=value, cs=cs, times=times
+                             ) -> str | None:
+                if value(ns) is None:
+                    return None
+                done, belongs = ("divides by", "multiplies by") if times else \
+                    ("multiplies by", "divides by")
+                return (f"{grad} {done} `{cs}` where {text} {belongs} it: the constant "
+                        "factor is inverted, so the gradient's scale is off by its square.")
+
+            inverted = ast.BinOp(_copy(t), ast.Div() if times else ast.Mult(), _copy(c))
+            yield "scale-inverted", inverted_say, _replaced(expr, node, inverted)
+            # a root of a size left off, or put in (`head_size ** -1` for `** -0.5`)
+            for p in [n for n in ast.walk(c) if isinstance(n, ast.BinOp)
+                      and isinstance(n.op, ast.Pow) and isinstance(_const(n.right), float)
+                      and abs(abs(_const(n.right)) - 0.5) < 1e-12]:
+                base = ast.unparse(p.left)
+                whole = ast.BinOp(_copy(p.left), ast.Pow(),
+                                  ast.Constant(2 * _const(p.right)))
+
+                def root_say(tensor: str, grad: str, ns: dict, value=value, base=base
+                             ) -> str | None:
+                    if value(ns) is None:
+                        return None
+                    return (f"{grad} is scaled by `{base}` itself where {text} takes its "
+                            "square root: the factor lost its root.")
+
+                yield "scale-root", root_say, _replaced(
+                    expr, node, ast.BinOp(_copy(t), node.op, _replaced(c, p, whole)))
+            # another of the lesson's sizes in the place of the one the constant has
+            for name in sorted(_reads(c)):
+                if name not in sizes:
+                    continue
+                for other, size in sorted(sizes.items()):
+                    if size == sizes[name] or other == name:
+                        continue
+                    swapped = _replaced(c, next(n for n in ast.walk(c) if isinstance(
+                        n, ast.Name) and n.id == name), ast.Name(other, ast.Load()))
+
+                    def size_say(tensor: str, grad: str, ns: dict, name=name, other=other,
+                                 value=value, swapped=swapped) -> str | None:
+                        if value(ns) is None:
+                            return None
+                        return (f"{grad} is scaled by `{ast.unparse(swapped)}`, but {text} "
+                                f"has `{name}` ({sizes[name]}) there, not `{other}` "
+                                f"({sizes[other]}): the constant's size is the wrong one.")
+
+                    yield "scale-size", size_say, _replaced(
+                        expr, node, ast.BinOp(_copy(t), node.op, swapped))
+
+
+def _sum_split_slips(expr: ast.expr, line: ForwardLine) -> Iterator[tuple]:
+    """A sum of tensors (`x = tok + pos`) whose gradient is shared out among its terms: each
+    term gets the whole of it."""
+    terms: list[ast.expr] = []
+
+    def collect(n: ast.expr) -> bool:
+        if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Add):
+            return collect(n.left) and collect(n.right)
+        if isinstance(n, (ast.Name, ast.Subscript, ast.Attribute)):
+            terms.append(n)
+            return True
+        return False
+
+    if not collect(expr) or len(terms) < 2:
+        return
+    k = len(terms)
+    names = set().union(*(_reads(t) for t in terms))
+    share = "half" if k == 2 else f"1/{k}"
+
+    def say(tensor: str, grad: str, ns: dict) -> str | None:
+        if tensor not in names:
+            return None
+        return (f"{grad} is {share} of what `{line.source.strip()}` sends back: the gradient "
+                f"of a sum is not split among its {k} terms; each term gets the whole of "
+                f"`{gradient(line.target)}`.")
+
+    yield "sum-split", say, ast.BinOp(_copy(expr), ast.Div(), ast.Constant(k))
+
+
+def _lookup_slips(expr: ast.expr, line: ForwardLine) -> Iterator[tuple]:
+    """An embedding lookup `C[X]` whose rows' gradients are averaged over their uses, where
+    every use adds its own."""
+    if not (isinstance(expr, ast.Subscript) and isinstance(expr.value, ast.Name)
+            and isinstance(expr.slice, ast.Name)):
+        return
+    table, index = expr.value.id, expr.slice.id
+    scaled = ast.parse(
+        f"({table} / torch.bincount({index}.flatten(), minlength={table}.shape[0]).clamp(min=1)"
+        f".view(-1, *([1] * ({table}.dim() - 1))).to({table}.dtype))[{index}]",
+        mode="eval").body
+
+    def say(tensor: str, grad: str, ns: dict) -> str | None:
+        if tensor != table:
+            return None
+        return (f"{grad} divides each row by how many times `{line.source.strip()}` looks it "
+                "up, as a mean over its uses. Every lookup of a row sends its own gradient "
+                "back, and a repeated row's gradients add up: a sum, not an average.")
+
+    yield "lookup-mean", say, scaled
+
+
 # --- the extra factor of another line --------------------------------------------------------
 
 def _early_slope_slips(step: Step, pack: Pack, lines: list[ForwardLine]) -> Iterator[Slip]:
@@ -953,8 +1302,10 @@ def _early_slope_slips(step: Step, pack: Pack, lines: list[ForwardLine]) -> Iter
 
 # --- the slips of a step ---------------------------------------------------------------------
 
-def step_slips(pack: Pack, step: Step, ranks: dict[str, int]) -> list[Slip]:
-    """Every slip the operations of the step's lines admit, in a fixed order."""
+def step_slips(pack: Pack, step: Step, ranks: dict[str, int],
+               sizes: dict[str, int] | None = None) -> list[Slip]:
+    """Every slip the operations of the step's lines admit, in a fixed order (`sizes`: the
+    lesson's named sizes, for a constant that may have the wrong one)."""
     lines = [pack.line_for(t) for t in step.lines]
     dilations = set()
     for line in pack.forward_lines:
@@ -977,14 +1328,21 @@ def step_slips(pack: Pack, step: Step, ranks: dict[str, int]) -> list[Slip]:
             continue
         for node in [n for n in ast.walk(expr) if isinstance(n, ast.BinOp)
                      and isinstance(n.op, ast.MatMult)]:
-            for key, say, changed in _matmul_slips(node, line):
-                out.append(Slip(key, say, line, expr=_replaced(expr, node, changed)))
+            for key, say, changed in [*_matmul_slips(node, line),
+                                      *_matmul_count_slips(node, line, rank)]:
+                out.append(Slip(key, say, line, expr=_replaced(expr, node, changed),
+                                kind=_KINDS.get(key, "derived")))
+        for key, say, changed in [*_scale_slips(expr, line, set(ranks), sizes or {}),
+                                  *_sum_split_slips(expr, line), *_lookup_slips(expr, line)]:
+            out.append(Slip(key, say, line, expr=changed, kind=_KINDS.get(key, "derived")))
         for call in [n for n in ast.walk(expr) if isinstance(n, ast.Call)]:
             name = _name(call)
             if name in ("cross_entropy", "nll_loss", "mse_loss", "l1_loss"):
                 found = _loss_slips(call, line)
             elif name in ("conv1d", "conv2d", "conv3d"):
-                found = _conv_slips(call, line, dilations)
+                found = iter([*_conv_slips(call, line, dilations),
+                              *_conv_count_slips(call, line)])
+                out += _conv_stride_slips(call, line)
             elif name in ("max_pool1d", "max_pool2d"):
                 found = _pool_slips(call, line)
             elif name in _DIMMED:
@@ -1008,7 +1366,10 @@ def step_slips(pack: Pack, step: Step, ranks: dict[str, int]) -> list[Slip]:
 
 # The catalogue's kinds, for slips that are one of them: a count or a mean is a scale.
 _KINDS = {"count": "scale", "loss-no-mean": "scale", "bessel": "scale",
-          "mask-ignored": "partial"}
+          "mask-ignored": "partial", "matmul-mean": "scale", "conv-maps-mean": "scale",
+          "conv-batch-mean": "scale", "scale-missing": "scale", "scale-twice": "scale",
+          "scale-inverted": "scale", "scale-root": "scale", "scale-size": "scale",
+          "sum-split": "scale"}
 
 
 def _composite_slips(lines: list[ForwardLine], single: list[Slip]) -> list[Slip]:
@@ -1097,7 +1458,10 @@ def _explain(pack: Pack, step: Step, tensor: str, value: Tensor, ref: Tensor, be
         if len(_CACHE) > 32:
             _CACHE.clear()
         ranks = {k: v.dim() for k, v in before.items() if isinstance(v, Tensor)}
-        prepared = _CACHE[key] = _Prepared(step_slips(pack, step, ranks), {}, {},
+        sizes = {k: v for k, v in before.items() if isinstance(k, str) and k == k.lower()
+                 and not k.startswith("_") and isinstance(v, int) and not isinstance(v, bool)
+                 and v > 1}
+        prepared = _CACHE[key] = _Prepared(step_slips(pack, step, ranks, sizes), {}, {},
                                            [pack.line_for(t) for t in step.lines],
                                            loss=pack.loss)
         prepared.before = before  # type: ignore[attr-defined]  # keeps id(before) unique

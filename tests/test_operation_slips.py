@@ -1,0 +1,163 @@
+"""Slips of operations named wherever the operation occurs (tutor/core/slips.py): a constant
+factor inverted, a product's or a convolution's sum taken as a mean, a sum's gradient split
+among its terms, an embedding's repeats averaged, a softmax's backward without its normaliser,
+a max-pool's gradient sent to one fixed place of each window or read transposed, a dilated
+convolution's gradient with the dilation given as a stride or its taps read at another dilation
+from the same padding.
+
+They are checked on lessons the slip corpora were not written on: the lessons `pack new` makes
+of tests/packs/forward/attention.py and pool_relu.py, and the conv lesson's other layers.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tutor.authoring.new import make
+from tutor.config import Settings
+from tutor.pack.model import load_pack
+
+ROOT = Path(__file__).resolve().parent.parent
+FORWARD = ROOT / "tests" / "packs" / "forward"
+
+
+@pytest.fixture(scope="module")
+def engines(tmp_path_factory):
+    from tutor.core.engine import Engine
+
+    made: dict[str, Engine] = {}
+
+    def get(name: str) -> Engine:
+        if name not in made:
+            if name == "conv":
+                pack = load_pack(ROOT / "exercises" / "conv")
+            else:
+                folder = tmp_path_factory.mktemp(name) / name
+                make(FORWARD / f"{name}.py", folder)
+                pack = load_pack(folder)
+            made[name] = Engine(Settings(device="cpu"), pack=pack)
+        return made[name]
+
+    yield get
+    for engine in made.values():
+        engine.close()
+
+
+def _said(engine, step_id: str, code: str, tensor: str) -> str:
+    result = engine.check(step_id, code)
+    assert result.error is None, result.error
+    assert not result.passed
+    row = next(c for c in result.checks if c.tensor == tensor)
+    assert row.diagnosis is not None, row.message
+    return row.message
+
+
+def _step(engine, line: str):
+    pack = engine.pack
+    return next(s for s in pack.gradient_steps if s.lines[0] == line)
+
+
+def test_a_constant_factor_the_other_way_round_is_named(engines):
+    engine = engines("attention")
+    step = _step(engine, "scores")
+    code = step.solution + "dq = dq * C\n"  # C ** 0.5 where C ** -0.5 belongs: C times off
+    said = _said(engine, step.id, code, "q")
+    assert "inverted" in said and "C ** (-0.5)" in said
+
+
+def test_a_weight_s_gradient_divided_by_the_rows_is_named(engines):
+    engine = engines("attention")
+    step = _step(engine, "q")
+    code = step.solution + "dWq = dWq / (x.shape[0] * x.shape[1])\n"
+    said = _said(engine, step.id, code, "Wq")
+    assert "every row of `x`" in said and "not a mean" in said
+
+
+def test_a_sum_s_gradient_split_between_its_terms_is_named(engines):
+    engine = engines("attention")
+    step = _step(engine, "r")
+    code = step.solution + "dy = dy / 2\n"
+    said = _said(engine, step.id, code, "y")
+    assert "half" in said and "`r = x + y`" in said
+
+
+def test_an_embedding_s_repeats_averaged_is_named(engines):
+    engine = engines("attention")
+    step = _step(engine, "x")
+    index = step.solution.split("index_add_(0, ")[1].split(".view")[0]
+    code = step.solution + (f"dwte = dwte / torch.bincount({index}.flatten(), "
+                            "minlength=wte.shape[0]).clamp(min=1)[:, None]\n")
+    said = _said(engine, step.id, code, "wte")
+    assert "how many times" in said and "not an average" in said
+
+
+def test_a_softmax_s_backward_without_its_normaliser_is_named(engines):
+    engine = engines("attention")
+    step = _step(engine, "att")
+    code = ("e = masked.exp()\n"
+            "dmasked = e * (datt - (e * datt).sum(-1, keepdim=True))\n")
+    said = _said(engine, step.id, code, "masked")
+    assert "`exp(masked)`" in said
+
+
+@pytest.mark.parametrize("rows, cols, words", [
+    ("1::2", "1::2", "bottom-right"),
+    ("1::2", "::2", "position (1, 0)"),
+])
+def test_a_pool_s_gradient_sent_to_one_place_of_every_window_is_named(engines, rows, cols,
+                                                                       words):
+    engine = engines("pool_relu")
+    step = _step(engine, "pooled")
+    code = f"dh = torch.zeros_like(h)\ndh[:, :, {rows}, {cols}] = dpooled\n"
+    said = _said(engine, step.id, code, "h")
+    assert words in said and "same position in every window" in said
+
+
+def test_a_pool_s_arriving_gradient_transposed_is_named(engines):
+    engine = engines("pool_relu")
+    step = _step(engine, "pooled")
+    code = step.solution.replace("max_unpool2d(dpooled", "max_unpool2d(dpooled.transpose(2, 3)")
+    assert code != step.solution
+    said = _said(engine, step.id, code, "h")
+    assert "window (j, i)" in said and "transposed" in said
+
+
+def test_a_convolution_s_kernel_gradient_divided_by_the_batch_is_named(engines):
+    engine = engines("pool_relu")
+    step = _step(engine, "hpre")
+    code = step.solution + "dK = dK / Xb.shape[0]\n"
+    said = _said(engine, step.id, code, "K")
+    assert "the batch" in said and "not a mean" in said
+
+
+def test_a_dilation_given_as_a_stride_is_named(engines):
+    engine = engines("conv")
+    step = _step(engine, "h2pre")
+    code = step.solution.replace(
+        "F.conv1d(F.pad(dh2pre, (0, 2)), w2.transpose(0, 1).flip(2), dilation=2)",
+        "F.conv_transpose1d(dh2pre, w2, stride=2)[:, :, :h1.shape[-1]]")
+    assert code != step.solution
+    said = _said(engine, step.id, code, "h1")
+    assert "stride" in said and "dilation 2" in said
+
+
+def test_taps_read_next_to_each_other_from_the_dilated_padding_are_named(engines):
+    engine = engines("conv")
+    step = _step(engine, "h2pre")
+    code = step.solution.replace("unfold(2, 3, 1)[..., ::2]", "unfold(2, 2, 1)")
+    code = code.replace("F.pad(h1, (2, 0))", "F.pad(h1, (2, 0))[:, :, :-1]")
+    assert code != step.solution
+    said = _said(engine, step.id, code, "w2")
+    assert "next to each other (dilation 1)" in said and "for dilation 2" in said
+
+
+def test_a_pool_s_windows_made_by_a_plain_reshape_are_named(engines):
+    engine = engines("pool_relu")
+    step = _step(engine, "pooled")
+    code = ("rows = h.reshape(*h.shape[:2], -1, 4)\n"
+            "dh = (F.one_hot(rows.argmax(-1), 4) * dpooled.reshape(*h.shape[:2], -1, 1))"
+            ".reshape(h.shape)\n")
+    said = _said(engine, step.id, code, "h")
+    assert "4 entries in a row" in said and "2x2 squares" in said

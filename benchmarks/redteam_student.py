@@ -28,6 +28,7 @@ and a summary line. An attack that crashes or runs past its time counts as HELD,
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import json
 import os
@@ -91,10 +92,14 @@ class Ctx:
     def cli(self, *args: str, lesson: str = "makemore", stdin: str | None = None,
             timeout: float = 120) -> subprocess.CompletedProcess:
         self.tick()
-        return subprocess.run([sys.executable, "-I", "-m", "tutor", "--device", "cpu", "--home",
-                               str(self.home), "--pack", lesson, *args], input=stdin,
-                              capture_output=True, text=True, cwd=self.work,
-                              timeout=min(timeout, max(1.0, self.deadline - time.monotonic())))
+        try:
+            return subprocess.run([sys.executable, "-I", "-m", "tutor", "--device", "cpu",
+                                   "--home", str(self.home), "--pack", lesson, *args],
+                                  input=stdin, capture_output=True, text=True, cwd=self.work,
+                                  timeout=min(timeout, max(1.0,
+                                                           self.deadline - time.monotonic())))
+        except subprocess.TimeoutExpired:
+            raise Stop("time (a command ran past the attack's budget)") from None
 
     def engine(self, lesson: str):
         if lesson not in self._engines:
@@ -142,10 +147,8 @@ class Ctx:
 
     def close(self) -> None:
         for e in self._engines.values():
-            try:
+            with contextlib.suppress(Exception):
                 e.close()
-            except Exception:  # noqa: BLE001
-                pass
 
 
 # -- mechanical edits of code (plain syntax work, no knowledge of derivatives) ----------------
@@ -176,11 +179,12 @@ def _each_node(code: str, want, make):
             nodes2 = [n for n in ast.walk(t2) if want(n)]
             old = nodes2[i]
             replaced = _replace(t2, old, new)
+            text = None
             if replaced:
-                try:
-                    yield ast.unparse(ast.fix_missing_locations(t2))
-                except Exception:  # noqa: BLE001
-                    pass
+                with contextlib.suppress(Exception):
+                    text = ast.unparse(ast.fix_missing_locations(t2))
+            if text is not None:
+                yield text
             del t2
 
 
@@ -246,9 +250,10 @@ def scalings(code: str, factors=("n", "1.0 / n", "2", "0.5", "n / (n - 1)", "(n 
         if isinstance(s, (ast.Assign, ast.AugAssign)):
             for f in factors:
                 body = [ast.unparse(x) for x in tree.body]
-                body[i] = (ast.unparse(s).split("=", 1)[0] + "= (" + ast.unparse(s.value)
-                           + f") * ({f})") if isinstance(s, ast.Assign) else \
-                    ast.unparse(s)[:-len(ast.unparse(s.value))] + f"({ast.unparse(s.value)}) * ({f})"
+                value = ast.unparse(s.value)
+                body[i] = (ast.unparse(s).split("=", 1)[0] + f"= ({value}) * ({f})"
+                           if isinstance(s, ast.Assign)
+                           else ast.unparse(s)[:-len(value)] + f"({value}) * ({f})")
                 yield "\n".join(body)
 
 
@@ -332,6 +337,8 @@ def _attack_main(corpus: str, name: str, out: str, seconds: float) -> None:
         mod.ATTACKS[name](ctx)
     except Stop as exc:
         note = f"stopped ({exc})"
+    except Exception as exc:  # noqa: BLE001 - what it emitted before is judged all the same
+        note = f"crashed ({type(exc).__name__}: {str(exc)[:120]})"
     finally:
         ctx.close()
     Path(out).write_text(json.dumps({"candidates": ctx.candidates, "note": note,
@@ -396,8 +403,8 @@ def build(venv: Path) -> None:
         subprocess.run([sys.executable, "-m", "tutor", "autograder", "--student-wheel", tmp],
                        cwd=REPO, check=True, env={**os.environ, "PYTHONPATH": str(REPO)})
         wheel = next(Path(tmp).glob("*.whl"))
-        subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--force-reinstall",
-                        "--no-deps", str(wheel)], check=True)
+        subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q",
+                        "--force-reinstall", "--no-deps", str(wheel)], check=True)
 
 
 def main() -> int:

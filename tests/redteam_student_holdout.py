@@ -342,7 +342,7 @@ def pair_by_target(ctx):
                     continue
                 for pick in itertools.product((0, 1), repeat=len(diff)):
                     lines = list(a)
-                    for i, p in zip(diff, pick):
+                    for i, p in zip(diff, pick, strict=False):
                         lines[i] = (a, b)[p][i]
                     cands.append("\n".join(lines))
             ctx.search(lesson, step.id, cands[:40])
@@ -358,7 +358,7 @@ def vote_three(ctx):
             for trio in itertools.combinations(ms, 3):
                 if len({len(m) for m in trio}) != 1:
                     continue
-                for pick in itertools.islice(itertools.product(*zip(*trio)), 27):
+                for pick in itertools.islice(itertools.product(*zip(*trio, strict=False)), 27):
                     cands.append("\n".join(pick))
             ctx.search(lesson, step.id, cands[:20])
 
@@ -384,7 +384,7 @@ def template_fill_from_mistakes(ctx):
             cands = []
             for pick in itertools.islice(itertools.product(*options), 20):
                 text = step.template
-                for line, right in zip(slots, pick):
+                for line, right in zip(slots, pick, strict=False):
                     text = text.replace(line, line.split("=", 1)[0] + "= " + right, 1)
                 cands.append(text)
             ctx.search(lesson, step.id, cands)

@@ -9,6 +9,7 @@ held-out half (redteam_student_holdout.py) has the same families with other deta
 from __future__ import annotations
 
 import ast
+import contextlib
 import itertools
 import json
 import re
@@ -275,7 +276,7 @@ def pair_linewise(ctx):
         cands = []
         for a, b in itertools.combinations(ms, 2):
             if len(a) == len(b) and len(a) <= 6:
-                for pick in itertools.product(*zip(a, b)):
+                for pick in itertools.product(*zip(a, b, strict=False)):
                     cands.append("\n".join(pick))
         ctx.search("makemore", step.id, cands)
 
@@ -303,10 +304,8 @@ def hint_splice(ctx):
         frags = []
         for h in step.hints:
             for f in backticked(h):
-                try:
+                with contextlib.suppress(SyntaxError):
                     frags.append(ast.parse(f, mode="eval").body)
-                except SyntaxError:
-                    pass
         for code in _mistakes(step):
             try:
                 tree = ast.parse(code)

@@ -98,11 +98,31 @@ def test_what_needs_a_reference_says_so(copies, tmp_path):
     assert checked.returncode != 0 and "student's copy" in checked.stdout + checked.stderr
 
 
+# A module whose docstring and comment show a step's answer, and whose code must stay.
+LECTURE = '''"""Copied into a gradient: `dprobs = dlogprobs / probs`.
+
+Two lines more.
+"""
+NAME = "é"  # é: dprobs = g
+
+
+def f(x):
+    """Doubles (no gradient code here)."""
+    return x * 2  # dlogits += 1 in a comment
+'''
+
+
 def _fake_wheel(path: Path) -> Path:
     """A wheel laid out as the real one: the packs under tutor/_bundled, and a RECORD."""
     with zipfile.ZipFile(path, "w") as zf:
         zf.writestr("tutor/__init__.py", "")
         zf.writestr("tutor/authoring/derivative.py", "RULES = 'the rules that write code'\n")
+        zf.writestr("tutor/core/smallest.py", "def search_edit(*a):\n    return 'the fix'\n")
+        zf.writestr("tutor/course/lecture.py", LECTURE)
+        zf.writestr("backprop_tutor-0.1.0.dist-info/METADATA",
+                    "Metadata-Version: 2.1\nName: backprop-tutor\n"
+                    "Description-Content-Type: text/markdown\n\n# README\n"
+                    "backprop-tutor check atomic/probs --code 'dprobs = dlogprobs / probs'\n")
         zf.write(ROOT / "exercises" / "conv" / "forward.py",
                  "tutor/_bundled/exercises/conv/forward.py")
         for toml in sorted((ROOT / "exercises").rglob("*.toml")):
@@ -133,8 +153,20 @@ def test_the_student_wheel_holds_no_answers_and_a_true_record(tmp_path):
             assert text and _answers_in(text, lesson) == []
     assert {n for n in names} >= {f"tutor/_bundled/exercises/{p.relative_to(ROOT / 'exercises')}"
                                   for p in (ROOT / "exercises").rglob("*.toml")}
-    # Nothing that derives a step's code: no `pack new`, no rules, no forward file to run it on.
-    assert not [n for n in names if n.startswith("tutor/authoring/") or n.endswith("forward.py")]
+    # Nothing that derives a step's code: no `pack new`, no rules, no forward file to run it on,
+    # no search for the smallest change that makes a wrong answer right.
+    assert not [n for n in names if n.startswith("tutor/authoring/") or n.endswith("forward.py")
+                or n == "tutor/core/smallest.py"]
+    with zipfile.ZipFile(made) as zf:
+        lecture = zf.read("tutor/course/lecture.py").decode()
+        metadata = zf.read("backprop_tutor-0.1.0.dist-info/METADATA").decode()
+    # No docstring or comment that shows gradient code, no README in the metadata; the code stays.
+    assert "dprobs =" not in lecture and "dlogits +=" not in lecture and "dprobs" not in metadata
+    assert "Name: backprop-tutor" in metadata
+    assert len(lecture.splitlines()) == len(LECTURE.splitlines())
+    space: dict = {}
+    exec(compile(lecture, "lecture.py", "exec"), space)
+    assert space["NAME"] == "é" and space["f"](3) == 6 and "Doubles" in space["f"].__doc__
 
 
 def test_pack_new_without_its_rules_refuses_in_one_line(tmp_path, monkeypatch):
@@ -218,3 +250,61 @@ def test_no_kept_mistake_is_one_edit_a_sign_or_a_pair_from_the_answer(tmp_path, 
             if len(answer) >= 2:
                 for other in kept[i + 1:]:
                     assert not answer <= mine | other, step.id
+
+
+def test_the_checks_explain_without_the_smallest_change_search(copies, monkeypatch):
+    """The student's wheel has no tutor/core/smallest.py: a wrong answer nobody catalogued is
+    refused with a message all the same, and a right one passes."""
+    import builtins
+
+    from tutor.core.engine import Engine
+
+    real = builtins.__import__
+
+    def without(name, globals=None, locals=None, fromlist=(), level=0):
+        if name == "tutor.core.smallest" or (name == "tutor.core" and fromlist
+                                             and "smallest" in fromlist):
+            raise ImportError(name)
+        return real(name, globals, locals, fromlist, level)
+
+    monkeypatch.delitem(sys.modules, "tutor.core.smallest", raising=False)
+    monkeypatch.setattr(builtins, "__import__", without)
+    engine = Engine(Settings(device="cpu", pack=str(copies["makemore"])))
+    try:
+        # What only the search explains (a term too many): refused, the fix not named.
+        wrong = engine.check("atomic/probs", "dprobs = dlogprobs / probs + dlogprobs")
+        assert not wrong.passed and wrong.checks and wrong.checks[0].message
+        assert "one too many" not in wrong.checks[0].message
+        right = engine.check("atomic/probs", "dprobs = dlogprobs / probs")
+        assert right.passed
+    finally:
+        engine.close()
+
+
+def _tokens(code: str) -> list[str]:
+    import io
+    import tokenize
+
+    layout = {tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT, tokenize.ENCODING,
+              tokenize.ENDMARKER, tokenize.INDENT, tokenize.DEDENT}
+    return [t.string for t in tokenize.generate_tokens(io.StringIO(code.strip() + "\n").readline)
+            if t.type not in layout]
+
+
+@pytest.mark.parametrize("lesson", [*LESSONS, "conv"])
+def test_no_kept_mistake_is_a_few_tokens_from_the_answer(tmp_path, lesson):
+    """A mistake that differs from the answer by a dim, a `keepdim=True`, a sign or an index (four
+    tokens or fewer, changed, added or dropped) is one small edit away from it: a program trying
+    every such change through `check` finds the answer. The student's copy keeps none."""
+    from difflib import SequenceMatcher
+
+    full = load_pack(ROOT / "exercises" / lesson)
+    student_copy(ROOT / "exercises" / lesson, tmp_path / lesson)
+    copy = load_pack(tmp_path / lesson)
+    for step in full.gradient_steps:
+        answer = _tokens(step.solution)
+        for m in copy.step(step.id).mistakes:
+            mine = _tokens(m.code)
+            ops = SequenceMatcher(None, answer, mine, autojunk=False).get_opcodes()
+            apart = sum(max(i2 - i1, j2 - j1) for op, i1, i2, j1, j2 in ops if op != "equal")
+            assert apart > 4, (step.id, m.code)

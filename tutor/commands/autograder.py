@@ -27,7 +27,6 @@ from tutor.course.bundle import (
     checked_wheel,
     make_bundle,
     pack_files,
-    student_wheel,
 )
 from tutor.course.platforms import FORMATS, results, write_atomically
 from tutor.course.prairielearn import IMAGE, timeout_for, write_recipe
@@ -45,6 +44,7 @@ from tutor.course.scoring import TRAIN_STEPS, Grade, unreadable
 from tutor.course.session import GraderFailed, grade_file
 from tutor.evaluator.client import Evaluator, EvaluatorError
 from tutor.pack.model import Pack
+from tutor.pack.student import student_wheel
 
 # Per platform: the default root, the student's folder under it.
 PLATFORMS = {"gradescope": ("/autograder", "submission"), "prairielearn": ("/grade", "student")}
@@ -139,7 +139,7 @@ def _student_wheel(args: argparse.Namespace) -> int:
         with tempfile.TemporaryDirectory() as tmp:
             wheel = checked_wheel(Path(args.wheel) if args.wheel else None, Path(tmp))
             made = student_wheel(wheel, Path(args.student_wheel))
-    except BundleError as exc:
+    except (BundleError, ValueError) as exc:
         raise UsageError(str(exc)) from None
     except OSError as exc:
         raise UsageError(f"cannot write {args.student_wheel}: {exc.strerror or exc}") from None

@@ -210,11 +210,14 @@ def family_mistakes(engine, step: Step) -> Iterator[tuple[str, str, str]]:
     to say: a change may well be another way to the right answer."""
     import ast
 
-    from tutor.core import smallest
+    from tutor.core.kinds.base import smallest_search
 
+    smallest = smallest_search()
     try:
         tree = ast.parse(step.solution)
     except SyntaxError:
+        return
+    if smallest is None:  # the student's wheel: no families to make
         return
     if step.function:
         inputs = engine.function_cases(step)[0].inputs

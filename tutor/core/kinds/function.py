@@ -35,7 +35,7 @@ from tutor.core.functions import (
     time_steps,
 )
 from tutor.core.grading import grade, heatmap, rounding_note
-from tutor.core.kinds.base import Graded, StepCheck
+from tutor.core.kinds.base import Graded, StepCheck, smallest_search
 from tutor.core.kinds.records import (
     ChildAnswer,
     Foreign,
@@ -366,10 +366,9 @@ class FunctionCheck(StepCheck):
         code makes right too (a `v` updated from the wrong tensor also moves `param` wrong):
         it gets that change's message. Only the changed programs' values already sent back are
         compared: nothing runs again."""
-        from tutor.core import smallest
-
+        smallest = smallest_search()
         edits = self._edits.get((step.id, case.name, code))
-        if not edits or step.function is None:
+        if not edits or step.function is None or smallest is None:
             return
         for g in grades:
             value = values.get(g.tensor)
@@ -389,9 +388,8 @@ class FunctionCheck(StepCheck):
                       ) -> Diagnosis | None:
         """The change to the learner's function that gives an output of the wrong shape the
         right one, and the right values (an axis, a function): None where none does."""
-        from tutor.core import smallest
-
-        if step.function is None:
+        smallest = smallest_search()
+        if step.function is None or smallest is None:
             return None
         case = self.cases(step)[0]
         refs, starts = self._targets(step, name)
@@ -477,8 +475,10 @@ class FunctionCheck(StepCheck):
         """Nobody catalogued this one: rewrites of the reference function, the smallest change
         to the learner's own function (run in a child, tutor/core/smallest.py), then the state's own
         patterns (tutor/core/derived.py, tutor/core/rewrites.py)."""
-        from tutor.core import derived, smallest
+        from tutor.core import derived
         from tutor.core.rewrites import state_patterns
+
+        smallest = smallest_search()
 
         def call(source: str) -> dict | None:
             # A rewrite of the reference gives the same outputs on a case whoever asks: every
@@ -495,7 +495,7 @@ class FunctionCheck(StepCheck):
         start = start if isinstance(start, Tensor) and not is_gradient(name) else None
         found = derived.explain_function(step, name, value, ref, case.inputs, call, start,
                                          self.pack, code, confirm=self._confirm(step, name))
-        if found is None and code and step.function is not None:
+        if found is None and code and step.function is not None and smallest is not None:
             key = (step.id, case.name, code)
             refs, starts = self._targets(step, name)
             edit = smallest.search_edit(code, self._runner(step, code, name), value, refs,

@@ -22,7 +22,7 @@ from tutor.core import probe, slips
 from tutor.core.candidate import Output, compile_candidate, copy_namespace, execute
 from tutor.core.execution import BatchPlan, CheckSpec, Replay
 from tutor.core.grading import APPROXIMATE_WHY, grade, heatmap, rounding_note
-from tutor.core.kinds.base import Graded, StepCheck
+from tutor.core.kinds.base import Graded, StepCheck, smallest_search
 from tutor.core.kinds.records import (
     ChildAnswer,
     Foreign,
@@ -301,10 +301,10 @@ class LineCheck(StepCheck):
         """The search for the smallest change to the learner's own code (tutor/core/smallest.py),
         to be made only where nothing else explains the row: its changed programs run in a
         confined child on the main and the fresh batch, and the change must make both right."""
-        from tutor.core import smallest
+        smallest = smallest_search()
 
         def search() -> Any:
-            if not run.code or self.run_variants is None:
+            if not run.code or self.run_variants is None or smallest is None:
                 return None
             grad = gradient(tensor)
             refs = [ref]

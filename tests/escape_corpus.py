@@ -939,6 +939,13 @@ ATTEMPTS: list[Attempt] = [
         f._code = 1
         f.__defaults__ = (2,)
         """, REFUSED, ("__defaults__",)),
+    _a("simple-namespace-with-an-underscore-field", "functools", """
+        d = types.SimpleNamespace(__class__=int)
+        """, REFUSED, ("__class__",)),
+    _a("simple-namespace-field-set-through-getattr-of-its-dict", "functools", """
+        d = types.SimpleNamespace(a=1)
+        print(d.__dict__)
+        """, REFUSED, ("__dict__",)),
     _a("functools-partial-of-setattr", "functools", """
         functools.partial(setattr, torch, 'exp')(None)
         """, REFUSED, ("setattr",)),
@@ -1225,6 +1232,10 @@ CONTROLS = [
      "dprobs = back(dlogprobs)\nadd = functools.partial(functools.reduce, lambda a, b: a + b)\n"
      "print(back.calls, back.__name__, add([1, 2, 3]))\n",
      "1 back 6\n"),
+    ("a-simple-namespace-record",
+     "d = types.SimpleNamespace(k=2)\nd.dprobs = dlogprobs / probs\n"
+     "print(d.k, d.dprobs.shape[1])\n",
+     "2 27\n"),
     ("attributes-assigned-from-a-tuple",
      "class A:\n    pass\na = A()\na.x, (b, a.y) = 1, (2, 3)\nprint(a.x, b, a.y)\n",
      "1 2 3\n"),

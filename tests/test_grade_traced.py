@@ -175,9 +175,18 @@ def decorated(lines):
     return out, L.EX2_BACKWARD, L.EX3_BACKWARD
 
 
+def namespace_record(lines):
+    """Every gradient an attribute of a `types.SimpleNamespace`, imported by name, with
+    `from math import sqrt` beside it (imports bind what the sandbox has)."""
+    body = "\n".join(_GRAD.sub(lambda m: f"g.{m.group(1)}", c) for _, c in lines)
+    return [L.EX1_HEAD, "from types import SimpleNamespace\nfrom math import sqrt\n"
+            "g = SimpleNamespace(scale=sqrt(4.0))\n" + body], L.EX2_BACKWARD, L.EX3_BACKWARD
+
+
 STYLES = {f.__name__: f for f in (class_style, dict_style, list_style, tuple_function,
                                   dict_function, closure, lambdas, no_grad, running_variable,
-                                  model_class, check_in_loop, slots_record, decorated)}
+                                  model_class, check_in_loop, slots_record, decorated,
+                                  namespace_record)}
 
 
 def _grade(path: Path, wrong: bool, style: str) -> dict:

@@ -119,12 +119,15 @@ def _info_error(ev):
     return None
 
 
-def test_a_throwaway_function_name_is_allowed_and_other_underscore_names_are_not():
+def test_a_throwaway_or_private_name_is_allowed_and_pythons_own_names_are_not():
     from tutor.core.candidate import CodeError, compile_candidate
 
     compile_candidate("def _():\n    return 1\n_()\n")  # a decorator's registered closure
-    with pytest.raises(CodeError, match="underscore"):
-        compile_candidate("def _hidden():\n    return 1\n")
+    compile_candidate("def _ifgo(_dz):\n    _k = _dz * 2\n    return _k\n")  # a private name
+    for code in ("def __hidden():\n    return 1\n", "x = __builtins__\n",
+                 "def f(__a):\n    return __a\n", "print(__tutor_globals__)\n"):
+        with pytest.raises(CodeError, match="underscore"):
+            compile_candidate(code)
 
 
 def test_getattr_and_the_namespace_views_follow_the_guard():

@@ -204,52 +204,31 @@ def test_a_student_copy_passes_right_answers_with_the_rule_in_one_check(copies):
         engine.close()
 
 
-def _lines(code: str) -> set[str]:
-    """Simple statements at any depth, headers of compound ones alone (as a student reads)."""
-    import ast
-
-    out = set()
-    for node in ast.walk(ast.parse(code)):
-        if isinstance(node, ast.stmt) and not (isinstance(node, ast.Expr)
-                                               and isinstance(node.value, ast.Constant)):
-            text = ast.unparse(node)
-            out.add(text.splitlines()[0] if getattr(node, "body", None) else text)
-    return out
-
-
-def _negated(line: str) -> str | None:
-    import ast
-
-    node = ast.parse(line).body[0]
-    if not isinstance(node, ast.Assign):
-        return None
-    node.value = ast.UnaryOp(ast.USub(), node.value)
-    return ast.unparse(node)
-
-
 @pytest.mark.parametrize("lesson", [*LESSONS, "conv"])
-def test_no_kept_mistake_is_one_edit_a_sign_or_a_pair_from_the_answer(tmp_path, lesson):
-    """Every step of every lesson: no mistake the student copy keeps holds the answer with one
-    statement changed (of an answer of three or more, at any depth of a function), with one
-    assignment's sign flipped or a factor undone (kinds sign and scale), or together with
-    another kept mistake."""
+def test_a_student_copy_keeps_no_catalogued_mistake_and_the_rules_still_name_slips(tmp_path,
+                                                                                  lesson):
+    """Every step of every lesson: the student's copy holds no catalogued mistake (each is the
+    answer with one slip, one edit, vote or splice away from it); a sign slip of its first
+    checked step is still named there, by the rules, from the values."""
+    from tutor.core.engine import Engine
+
     full = load_pack(ROOT / "exercises" / lesson)
     student_copy(ROOT / "exercises" / lesson, tmp_path / lesson)
     copy = load_pack(tmp_path / lesson)
+    assert full.gradient_steps and any(s.mistakes for s in full.gradient_steps)
     for step in full.gradient_steps:
-        answer = _lines(step.solution)
-        assert not [m for m in copy.step(step.id).mistakes if m.kind in ("sign", "scale")]
-        kept = [_lines(m.code) for m in copy.step(step.id).mistakes]
-        for i, mine in enumerate(kept):
-            assert not answer <= mine, step.id
-            if len(answer) >= 3:
-                assert len(answer - mine) >= 2, (step.id, answer - mine)
-            for line in mine - answer:
-                flipped = _negated(line)
-                assert flipped is None or not answer <= (mine - {line}) | {flipped}, step.id
-            if len(answer) >= 2:
-                for other in kept[i + 1:]:
-                    assert not answer <= mine | other, step.id
+        assert not copy.step(step.id).mistakes, step.id
+    step = next(s for s in full.gradient_steps if s.function is None
+                and "\n" not in s.solution.strip() and " = " in s.solution)
+    target, _, value = step.solution.strip().partition(" = ")
+    engine = Engine(Settings(device="cpu", pack=str(tmp_path / lesson)))
+    try:
+        result = engine.check(step.id, f"{target} = -({value})")
+        wrong = next(c for c in result.checks if not c.accepted)
+        assert not result.passed and wrong.diagnosis is not None, wrong.message
+        assert "sign" in wrong.message.lower(), wrong.message
+    finally:
+        engine.close()
 
 
 def test_the_checks_explain_without_the_smallest_change_search(copies, monkeypatch):
@@ -279,32 +258,3 @@ def test_the_checks_explain_without_the_smallest_change_search(copies, monkeypat
         assert right.passed
     finally:
         engine.close()
-
-
-def _tokens(code: str) -> list[str]:
-    import io
-    import tokenize
-
-    layout = {tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT, tokenize.ENCODING,
-              tokenize.ENDMARKER, tokenize.INDENT, tokenize.DEDENT}
-    return [t.string for t in tokenize.generate_tokens(io.StringIO(code.strip() + "\n").readline)
-            if t.type not in layout]
-
-
-@pytest.mark.parametrize("lesson", [*LESSONS, "conv"])
-def test_no_kept_mistake_is_a_few_tokens_from_the_answer(tmp_path, lesson):
-    """A mistake that differs from the answer by a dim, a `keepdim=True`, a sign or an index (four
-    tokens or fewer, changed, added or dropped) is one small edit away from it: a program trying
-    every such change through `check` finds the answer. The student's copy keeps none."""
-    from difflib import SequenceMatcher
-
-    full = load_pack(ROOT / "exercises" / lesson)
-    student_copy(ROOT / "exercises" / lesson, tmp_path / lesson)
-    copy = load_pack(tmp_path / lesson)
-    for step in full.gradient_steps:
-        answer = _tokens(step.solution)
-        for m in copy.step(step.id).mistakes:
-            mine = _tokens(m.code)
-            ops = SequenceMatcher(None, answer, mine, autojunk=False).get_opcodes()
-            apart = sum(max(i2 - i1, j2 - j1) for op, i1, i2, j1, j2 in ops if op != "equal")
-            assert apart > 4, (step.id, m.code)

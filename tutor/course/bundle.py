@@ -12,8 +12,6 @@ target, whether the rule is required; `autograder --run` reads them there), and 
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import os
 import shlex
 import stat
@@ -141,51 +139,3 @@ def make_bundle(out: Path, pack: Pack, pack_arg: str, wheel: Path | None,
             Path(partial).unlink(missing_ok=True)
             raise
     return names
-
-
-# --- what students install ------------------------------------------------------------------
-
-BUNDLED_PACKS = "tutor/_bundled/exercises/"
-# What derives a step's code from a forward pass: `pack new` and its rules, and the forward files
-# it would run on. A student's tutor holds none of it (issue: the student build derives nothing).
-DERIVES = ("tutor/authoring/",)
-
-
-def _left_out(name: str) -> bool:
-    return name.startswith(DERIVES) or (name.startswith(BUNDLED_PACKS)
-                                        and name.endswith("/forward.py"))
-
-
-def student_wheel(wheel: Path, out: Path) -> Path:
-    """A copy of `wheel` in the folder `out` whose lessons hold no answers (tutor/pack/student.py)
-    and that holds nothing that derives them (`pack new`, its rules, the forward files): what a
-    course gives students, while the autograder keeps the wheel with the references.
-    Same name and version (a student's `pip install` of it is the ordinary one), each pack file
-    rewritten and the wheel's RECORD made again for the new contents."""
-    from tutor.pack.student import student_text
-
-    out.mkdir(parents=True, exist_ok=True)
-    target = out / wheel.name
-    if target.resolve() == wheel.resolve():
-        raise BundleError("the student's wheel must go to another folder than the wheel itself")
-    records: list[str] = []
-    record_name = None
-    with zipfile.ZipFile(wheel) as src, zipfile.ZipFile(target, "w",
-                                                        zipfile.ZIP_DEFLATED) as dst:
-        for info in src.infolist():
-            if info.filename.endswith(".dist-info/RECORD"):
-                record_name = info.filename
-                continue
-            if _left_out(info.filename):
-                continue
-            data = src.read(info)
-            if info.filename.startswith(BUNDLED_PACKS) and info.filename.endswith(".toml"):
-                data = student_text(data.decode("utf-8")).encode("utf-8")
-            dst.writestr(info, data)
-            digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=")
-            records.append(f"{info.filename},sha256={digest.decode()},{len(data)}")
-        if record_name is None:
-            raise BundleError(f"{wheel.name} has no RECORD: not a wheel")
-        records.append(f"{record_name},,")
-        dst.writestr(record_name, "\n".join(records) + "\n")
-    return target

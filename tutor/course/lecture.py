@@ -38,7 +38,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
 from tutor.code_facts import read, written
-from tutor.course.program import Line, Program, line_of, reads_autograd_only
+from tutor.course.program import (
+    Line,
+    Program,
+    first_line,
+    import_bindings,
+    line_of,
+    reads_autograd_only,
+)
 from tutor.course.vocabulary import (
     batch_sizes,
     comparers,
@@ -855,6 +862,13 @@ def _definitions(cells: list[str]) -> dict[str, str]:
             continue
         for node in body:
             instance = None
+            binding = import_bindings(node)
+            if binding is not None:  # what it binds, as the sandbox has it
+                for bound in written(ast.parse(binding).body[0]):
+                    defs.pop(bound, None)
+                    made.pop(bound, None)
+                    defs[bound] = binding
+                continue
             if isinstance(node, ast.ClassDef):
                 name = node.name
                 classes.add(name)
@@ -1295,10 +1309,10 @@ def _has_side_effects(node: ast.stmt, lesson: set[str], methods: frozenset[str])
 
 
 def _methods(trees: Iterable[ast.AST]) -> frozenset[str]:
-    """The names of the functions the notebook defines, its classes' methods included (a
-    `backward` of theirs is theirs to call)."""
+    """The names of the functions and classes the notebook defines, its classes' methods
+    included (a `backward` of theirs is theirs to call)."""
     return frozenset(f.name for tree in trees for f in ast.walk(tree)
-                     if isinstance(f, ast.FunctionDef))
+                     if isinstance(f, (ast.FunctionDef, ast.ClassDef)))
 
 
 def setup_names(pack: Pack) -> frozenset[str]:
@@ -1383,9 +1397,14 @@ def notebook_program(pack: Pack, cells: list[str], exercise: int,
                 continue
             if seen[2] is None:
                 # The same for every exercise's program: each reads the same cells before it.
-                runs = _runs_in_program(node, lesson, helpers, setup, methods, taken)
-                seen = memo[id(node)] = (node, seen[1], runs, line_of(node, text) if runs
-                                         else False)
+                binding = import_bindings(node)
+                if binding is not None:  # `from math import sqrt`: the sandbox's own
+                    seen = memo[id(node)] = (node, seen[1], True,
+                                             line_of(ast.parse(binding).body[0], binding))
+                else:
+                    runs = _runs_in_program(node, lesson, helpers, setup, methods, taken)
+                    seen = memo[id(node)] = (node, seen[1], runs, line_of(node, text) if runs
+                                             else False)
             if seen[2]:
                 line = seen[3]
                 taken |= line.writes & setup
@@ -1477,7 +1496,24 @@ def _inlined(cells: list[list[tuple[ast.stmt, str]]], grads: set[str]
 
 def _source(node: ast.stmt, text: str) -> str:
     lines = text.split("\n")
-    return textwrap.dedent("\n".join(lines[node.lineno - 1:node.end_lineno]))
+    return textwrap.dedent("\n".join(lines[first_line(node) - 1:node.end_lineno]))
+
+
+def _new_record(node: ast.stmt, methods: frozenset[str]) -> bool:
+    """`g = {}`, `g = SimpleNamespace()`, `g = Grads()`: a fresh record of the learner's, under
+    a name the lesson's setup also has (its generator is `g`): backward code from here on."""
+    if not (isinstance(node, ast.Assign) and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name)):
+        return False
+    value = node.value
+    if isinstance(value, (ast.Dict, ast.List)):
+        return not (value.keys if isinstance(value, ast.Dict) else value.elts)
+    if isinstance(value, ast.Call):
+        func = value.func
+        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+        return name in ("SimpleNamespace", "dict", "list") and not value.args \
+            or name in methods and name[:1].isupper()
+    return False
 
 
 def _runs_in_program(node: ast.stmt, lesson: set[str], helpers: set[str],
@@ -1500,7 +1536,7 @@ def _runs_in_program(node: ast.stmt, lesson: set[str], helpers: set[str],
         return False  # the notebook's forward pass or parameters: the tutor's stand in
     reads = read(node)
     if writes & setup and not gradient_writes and not (reads & lesson - setup) \
-            and not (reads | writes) & taken \
+            and not (reads | writes) & taken and not _new_record(node, methods) \
             and not any(tensor_of(n) is not None for n in reads - lesson):
         # The notebook's data and setup: the tutor's stand in. A setup name given the lesson's
         # tensors (`g = F.softmax(logits, 1)`, a running gradient called `g`) is backward code.

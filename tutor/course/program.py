@@ -28,6 +28,7 @@ from functools import lru_cache
 from tutor.code_facts import bound, read, written
 from tutor.pack.flow import gradients
 from tutor.pack.model import Pack, Step
+from tutor.sandbox.allowlist import IMPORTABLE, importable
 from tutor.sandbox.policy import inspect
 
 # Names the tutor's namespace or Python itself gives: a read of one is never followed.
@@ -200,6 +201,37 @@ class Program:
         return "\n".join(lines[j].source for j in sorted(taken)) + "\n" if taken else None
 
 
+def import_bindings(node: ast.stmt) -> str | None:
+    """A notebook's import as what it binds in the sandbox (`from types import SimpleNamespace`
+    -> `SimpleNamespace = types.SimpleNamespace`, `from math import sqrt, pi` -> `sqrt, pi =
+    math.sqrt, math.pi`), one statement; None where it binds nothing new or names a module the
+    sandbox does not have."""
+    pairs: list[tuple[str, str]] = []
+    if isinstance(node, ast.Import):
+        for alias in node.names:
+            held = IMPORTABLE.get(alias.name)
+            if held is None:
+                return None
+            bound = alias.asname or alias.name.split(".")[0]
+            if alias.asname and bound != held:
+                pairs.append((bound, held))
+    elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+        for alias in node.names:
+            whole = f"{node.module}.{alias.name}"
+            if whole in IMPORTABLE:  # `from torch.nn import functional as F`
+                value = IMPORTABLE[whole]
+            elif node.module in IMPORTABLE and importable(node.module, alias.name):
+                value = f"{IMPORTABLE[node.module]}.{alias.name}"
+            else:
+                return None
+            bound = alias.asname or alias.name
+            if bound != value:
+                pairs.append((bound, value))
+    if not pairs:
+        return None
+    return f"{', '.join(b for b, _ in pairs)} = {', '.join(v for _, v in pairs)}"
+
+
 class _AutogradReads(ast.NodeTransformer):
     """`t.grad` read as a call (`autograd_gradient_of(t)`, tutor/core/execution.py)."""
 
@@ -238,10 +270,16 @@ def _stand(lines: list[Line], name: str) -> int:
                 len(lines))
 
 
+def first_line(node: ast.stmt) -> int:
+    """Where a statement starts: a decorated function or class at its first decorator."""
+    decorators = getattr(node, "decorator_list", None) or []
+    return min([node.lineno, *(d.lineno for d in decorators)])
+
+
 def line_of(node: ast.stmt, text: str, compares: set[str] | None = None) -> Line:
     """A statement of a cell's text as a Line."""
     rows = text.split("\n")
-    source = textwrap.dedent("\n".join(rows[node.lineno - 1:node.end_lineno]))
+    source = textwrap.dedent("\n".join(rows[first_line(node) - 1:node.end_lineno]))
     writes = written(node)
     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
         writes = {node.name}  # what its body assigns stays inside it

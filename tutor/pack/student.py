@@ -1,13 +1,14 @@
 """A pack as students get it: the same lesson without its answers.
 
 A course grades with the reference solutions, so the tutor students install must not hold them:
-every step's `solution` goes, and so does its last hint (the one that nearly gives the answer).
-Everything else stays: the checks compare with autograd, which needs no reference; an earlier
-step the learner has not solved is stood in for by autograd's gradients (tutor/core/kinds/lines.py
-`_answers`); catalogued mistakes are wrong answers with what is wrong about them, said without the
-answer. What needs a reference says so instead of guessing: revealing a solution, training on the
+every step's `solution` goes, and so do its last hint (the one that nearly gives the answer) and
+its catalogued mistakes (each is the answer with one slip in it). Everything else stays: the
+checks compare with autograd, which needs no reference; an earlier step the learner has not
+solved is stood in for by autograd's gradients (tutor/core/kinds/lines.py `_answers`); a slip is
+named by the tutor's rules from the values (tutor/core/slips.py), never by writing the fix. What
+needs a reference says so instead of guessing: revealing a solution, training on the
 references, `pack check`, and the diagnoses derived by rewriting the reference (derived.py finds
-nothing to rewrite and leaves the row to the catalogue and the generic explainers).
+nothing to rewrite and leaves the row to the rules and the generic explainers).
 
 The TOML files are read and written again (comments are not kept): a text edit could leave a
 solution behind in a form nobody looked for.
@@ -51,140 +52,11 @@ def _strip_step(step: dict) -> dict:
     hints = step.get("hints")
     if isinstance(hints, list) and len(hints) >= 3:
         out["hints"] = hints[:-1]  # the last one is nearly the answer
-    mistakes = step.get("mistakes")
-    if isinstance(mistakes, list):
-        out.pop("mistakes", None)
-        kept = kept_mistakes(str(step.get("solution") or ""),
-                             [m for m in mistakes if isinstance(m, dict)])
-        if kept:
-            out["mistakes"] = kept
-    return out
-
-
-def kept_mistakes(solution: str, mistakes: list[dict]) -> list[dict]:
-    """The catalogued mistakes a student's copy may hold: none from which the answer follows
-    by one edit (one statement changed, added or dropped, at any depth of a function or a
-    loop), by changing a few tokens anywhere (`FEW_TOKENS`: a dim, a `keepdim=True`, a sign, a
-    `.T`, an index, which a program trying every small change through `check` would find), by
-    flipping the sign of one assignment or undoing a factor (a mistake of kind sign or scale), or
-    by putting two of them together (each holding the lines the other got wrong, which a vote
-    over several would also find)."""
-    answer = _statements(solution)
-    if not answer:
-        return list(mistakes)
-    kept: list[dict] = []
-    held: list[set[str]] = []
-    for m in mistakes:
-        if m.get("kind") in ("sign", "scale"):
-            # The answer times -1, or times the factor its message names: one line away,
-            # whatever the code looks like. The tutor still names such a slip from the values.
-            continue
-        mine = _statements(str(m.get("code", "")))
-        if _gives_away(answer, mine) or _sign_flip_gives(answer, mine) \
-                or _few_tokens_away(solution, str(m.get("code", ""))):
-            continue
-        if len(answer) >= 2 and any(answer <= (mine | other) for other in held):
-            continue
-        kept.append(m)
-        held.append(mine)
-    return kept
-
-
-# A mistake this many tokens or fewer from the answer (changed, added or dropped, in all) is one
-# small edit away from it: `sum(2, ...)` for `sum(-1, ...)`, a `keepdim=True` left out.
-FEW_TOKENS = 4
-_NOT_TOKENS = {tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT, tokenize.ENCODING,
-               tokenize.ENDMARKER, tokenize.INDENT, tokenize.DEDENT}
-
-
-def _tokens(code: str) -> list[str] | None:
-    try:
-        return [t.string for t in tokenize.generate_tokens(io.StringIO(code.strip() + "\n")
-                                                            .readline)
-                if t.type not in _NOT_TOKENS]
-    except (tokenize.TokenError, SyntaxError, ValueError, RecursionError):
-        return None
-
-
-def _few_tokens_away(solution: str, code: str) -> bool:
-    """The mistake's tokens and the answer's differ by `FEW_TOKENS` or fewer, in all (spacing,
-    comments and line breaks aside)."""
-    from difflib import SequenceMatcher
-
-    a, b = _tokens(solution), _tokens(code)
-    if a is None or b is None:
-        return False
-    ops = SequenceMatcher(None, a, b, autojunk=False).get_opcodes()
-    return sum(max(i2 - i1, j2 - j1) for op, i1, i2, j1, j2 in ops if op != "equal") \
-        <= FEW_TOKENS
-
-
-def _gives_away(answer: set[str], mistake: set[str]) -> bool:
-    """A catalogued mistake is the answer with one thing changed or one thing added. It hands
-    the answer over when it holds all of it (the answer, then a wrong line), or, for an answer of
-    three statements or more (a function, a loop through time), all of it but one: a student
-    would only have to find the one line that differs. A short answer's mistake that keeps a
-    line of it (`dlogprobs = torch.zeros_like(logprobs)`) gives away no more than the template."""
-    shared = len(answer & mistake)
-    return shared == len(answer) or (len(answer) >= 3 and shared >= len(answer) - 1)
-
-
-def _sign_flip_gives(answer: set[str], mistake: set[str]) -> bool:
-    """Negating one of the mistake's assignments (or taking a minus away) gives the answer."""
-    for line in mistake - answer:
-        for flipped in _sign_flips(line):
-            if answer <= (mistake - {line}) | {flipped}:
-                return True
-    return False
-
-
-def _sign_flips(line: str) -> list[str]:
-    try:
-        node = ast.parse(line).body[0]
-    except (SyntaxError, ValueError, IndexError, RecursionError, MemoryError):
-        return []
-    if not isinstance(node, (ast.Assign, ast.AugAssign)):
-        return []
-    value = node.value
-    out = [ast.UnaryOp(ast.USub(), value)]
-    if isinstance(value, ast.UnaryOp) and isinstance(value.op, ast.USub):
-        out.append(value.operand)
-    if isinstance(value, ast.BinOp) and isinstance(value.op, (ast.Mult, ast.Div)):
-        for side in ("left", "right"):
-            part = getattr(value, side)
-            if isinstance(part, ast.UnaryOp) and isinstance(part.op, ast.USub):
-                swapped = ast.BinOp(**{**{"left": value.left, "op": value.op,
-                                          "right": value.right}, side: part.operand})
-                out.append(swapped)
-    lines = []
-    for new in out:
-        node.value = new
-        lines.append(ast.unparse(node))
-    if isinstance(node, ast.AugAssign) and isinstance(node.op, (ast.Add, ast.Sub)):
-        node.value = value
-        node.op = ast.Sub() if isinstance(node.op, ast.Add) else ast.Add()
-        lines.append(ast.unparse(node))
-    return lines
-
-
-def _statements(code: str) -> set[str]:
-    """The code's simple statements, each as Python writes it back (spacing and quotes do not
-    hide one), at every depth: a function's or a loop's body counts line by line, and its
-    header (`def f(a, b):`, `for t in range(T):`) as a line of its own."""
-    try:
-        tree = ast.parse(code)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return {line.strip() for line in code.splitlines() if line.strip()}
-    out = set()
-    for node in ast.walk(tree):
-        if not isinstance(node, ast.stmt) or (isinstance(node, ast.Expr)
-                                               and isinstance(node.value, ast.Constant)):
-            continue
-        body = getattr(node, "body", None)
-        if isinstance(body, list) and body and isinstance(body[0], ast.stmt):
-            out.add(ast.unparse(node).splitlines()[0])  # the header line alone
-        else:
-            out.add(ast.unparse(node))
+    # No catalogued mistake either: each is the answer with a slip in it, and an edit, a vote
+    # or a splice of two finds the answer again, however far apart they look. The tutor's
+    # rules still name a slip from the values (a sign, a factor, a slip of the line's
+    # operation: tutor/core/slips.py), without writing the fix.
+    out.pop("mistakes", None)
     return out
 
 

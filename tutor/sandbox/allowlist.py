@@ -148,6 +148,20 @@ def tensor_allows(name: str) -> bool:
     return name in TENSOR or (name.endswith("_") and name[:-1] in TENSOR)
 
 
+# The modules a notebook's `import` may name, and the name each stand-in has in the sandbox's
+# namespace (sandbox/modules.py `MODULES`): `from math import sqrt` reads as `sqrt = math.sqrt`.
+IMPORTABLE = {"torch": "torch", "torch.nn.functional": "F", "math": "math",
+              "functools": "functools", "types": "types"}
+# What the two small stand-ins hold (sandbox/modules.py `_functools`, `_types`).
+SMALL_MODULES = {"functools": frozenset({"wraps", "partial", "reduce", "lru_cache", "cache"}),
+                 "types": frozenset({"SimpleNamespace"})}
+
+
+def importable(module: str, name: str) -> bool:
+    """Whether `from module import name` finds `name` in the sandbox's stand-in."""
+    held = SMALL_MODULES.get(module) or MODULES.get(module) or frozenset()
+    return name in held
+
 # Underscore names that answer only a string (the guard checks): `type(x).__name__` in a print.
 READABLE_DUNDERS = frozenset({"__name__"})
 

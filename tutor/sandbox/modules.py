@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from tutor.sandbox import allowlist
 from tutor.sandbox.classes import Tensor
 from tutor.sandbox.guard import Guard, Refused
-from tutor.sandbox.objects import learner_function
+from tutor.sandbox.objects import SimpleNamespace, learner_function
 
 
 def _zeros_like_empty() -> dict[str, Any]:
@@ -110,18 +110,27 @@ def _functools() -> types.ModuleType:
             return functools.update_wrapper(wrapper, wrapped, updated=())
         return decorate
 
-    for name, value in {"wraps": wraps, "partial": functools.partial,
-                        "reduce": functools.reduce, "lru_cache": functools.lru_cache,
-                        "cache": functools.cache}.items():
+    held = {"wraps": wraps, "partial": functools.partial, "reduce": functools.reduce,
+            "lru_cache": functools.lru_cache, "cache": functools.cache}
+    assert set(held) == allowlist.SMALL_MODULES["functools"]
+    for name, value in held.items():
         setattr(module, name, value)
     return module
 
 
+def _types() -> types.ModuleType:
+    """`types.SimpleNamespace`, the record a notebook keeps its gradients in."""
+    module = types.ModuleType("types")
+    module.SimpleNamespace = SimpleNamespace  # type: ignore[attr-defined]
+    return module
+
+
 _STAND_INS, GUARD = _build()
-_STAND_INS["functools"] = _functools()
-GUARD.modules["functools"] = frozenset(k for k in vars(_STAND_INS["functools"])
-                                       if not k.startswith("_"))
+for _name, _module in (("functools", _functools()), ("types", _types())):
+    _STAND_INS[_name] = _module
+    GUARD.modules[_name] = frozenset(k for k in vars(_module) if not k.startswith("_"))
 
 # The names learner code starts with.
 MODULES = {"torch": _STAND_INS["torch"], "F": _STAND_INS["torch.nn.functional"],
-           "math": _STAND_INS["math"], "functools": _STAND_INS["functools"]}
+           "math": _STAND_INS["math"], "functools": _STAND_INS["functools"],
+           "types": _STAND_INS["types"]}

@@ -50,6 +50,22 @@ class LearnerObject:
 _classes = LEARNER_CLASSES  # shared with the guard, which lets their own methods be called
 
 
+class SimpleNamespace(LearnerObject):
+    """`types.SimpleNamespace` in the sandbox: a record of the learner's (`d = SimpleNamespace();
+    d.logits = ...`), made with plain names only, whose attributes are set as on any object of
+    their own classes."""
+
+    def __init__(self, **fields: Any) -> None:
+        for name, value in fields.items():
+            set_attribute(self, name, value)
+
+    def __repr__(self) -> str:
+        return "namespace(" + ", ".join(f"{k}={v!r}" for k, v in vars(self).items()) + ")"
+
+
+_classes.add(SimpleNamespace)
+
+
 def build_class(body: Any, name: str, *bases: Any, **keywords: Any) -> type:
     """Python's `__build_class__` for the sandbox: a `class` statement of the learner's."""
     if keywords:

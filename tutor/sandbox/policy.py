@@ -164,13 +164,16 @@ def inspect(tree: ast.AST) -> Refusal | None:
             refusal = _class_refusal(node)
             if refusal:
                 return refusal
+        # `def _():` (a throwaway name) and `_helper` (a learner's private one) are plain
+        # names; a double underscore is Python's own.
         if isinstance(node, ast.FunctionDef) and node.name.startswith("_") \
-                and node.name != "_" and id(node) not in inits:  # `def _():`, a throwaway name
+                and node.name != "_" and not private(node.name) and id(node) not in inits:
             return _refusal(
                 node, f"the name {node.name}",
                 "names starting with an underscore reach into Python's internals",
             )
-        if isinstance(node, ast.ExceptHandler) and (node.name or "").startswith("_"):
+        if isinstance(node, ast.ExceptHandler) and (node.name or "").startswith("_") \
+                and not private(node.name or ""):
             return _refusal(node, f"the name {node.name}", "underscore names are closed")
         if isinstance(node, ast.keyword) and (node.arg or "").startswith("_"):
             return _refusal(node, f"the keyword {node.arg}", "underscore names are closed")
@@ -199,13 +202,14 @@ def inspect(tree: ast.AST) -> Refusal | None:
             if node.attr in REFUSED_ATTRIBUTES:
                 return _refusal(node, f"the attribute .{node.attr}", REFUSED_ATTRIBUTES[node.attr])
         if isinstance(node, ast.Name) and id(node) not in inits:  # `__slots__` in a class
-            if node.id.startswith("_") and node.id != "_":  # `for _ in ...` is fine
+            if node.id.startswith("_") and node.id != "_" and not private(node.id):
                 return _refusal(
                     node, f"the name {node.id}",
                     "names starting with an underscore reach into Python's internals",
                 )
             if node.id in REFUSED_NAMES:
                 return _refusal(node, f"{node.id}()", REFUSED_NAMES[node.id])
-        if isinstance(node, ast.arg) and node.arg.startswith("_") and node.arg != "_":
+        if isinstance(node, ast.arg) and node.arg.startswith("_") and node.arg != "_" \
+                and not private(node.arg):
             return _refusal(node, f"the name {node.arg}", "underscore names are closed")
     return None

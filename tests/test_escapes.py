@@ -302,7 +302,7 @@ def test_the_corpus_has_at_least_80_distinct_attempts_on_every_route():
     assert len({a.code for a in ATTEMPTS}) == len(ATTEMPTS)
     routes = Counter(a.route for a in ATTEMPTS)
     assert set(routes) == {"match", "format", "frames", "torch", "builtins", "answers",
-                           "classes"}
+                           "classes", "slots", "functools"}
     assert routes["classes"] >= 40, "every route to a class object, and variations"
     assert min(routes.values()) >= 5, routes
     assert all(a.expect in (REFUSED, CONTAINED, TIMEOUT) for a in ATTEMPTS)

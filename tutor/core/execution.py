@@ -979,13 +979,17 @@ def _traced(spec: CheckSpec, plan: BatchPlan, budget: Budget) -> dict:
     ns[AUTOGRAD_READ] = _autograd_reads(ns, plan.autograd)
     for own, code in spec.trace_cells or ():
         recorder.own = own
-        for compiled in _runnable(_with_autograd_reads(code)):
+        for compiled in _statements(_with_autograd_reads(code)):
             try:
                 with recorder:
                     execute(compiled, ns, Output(), budget)
             except CheckTimeout:
                 note_names(recorder, ns)
                 return traced(recorder, encode_tensor)  # the limit ran out: what ran stands
+            except NameError:
+                # A name the notebook gave its own data or setup, whose lines the tutor's stand
+                # in for (`bt = batch(32, 5, text)`): that statement alone is lost.
+                continue
             except Exception:  # noqa: BLE001 - as in a kernel: what ran before the error stands
                 break
         note_names(recorder, ns)
@@ -1033,21 +1037,17 @@ def _with_autograd_reads(code: str) -> str:
         return code
 
 
-def _runnable(code: str) -> list[types.CodeType]:
-    """A cell compiled behind the policy: whole, or, where the sandbox refuses part of it (a
-    comparison through `globals()`, say), each top-level statement it allows."""
-    try:
-        return [cached_compile(code)]
-    except CodeError:
-        pass
+def _statements(code: str) -> list[types.CodeType]:
+    """A traced cell's top-level statements, each compiled behind the policy (those it refuses
+    left out), so that one that fails for a missing name leaves the rest to run."""
     try:
         body = ast.parse(code).body
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return []
     out = []
     for node in body:
-        try:
-            out.append(cached_compile(ast.get_source_segment(code, node) or ""))
-        except CodeError:
+        try:  # written out again: a decorated function's source starts at its decorator
+            out.append(cached_compile(ast.unparse(node)))
+        except (CodeError, ValueError, RecursionError):
             continue
     return out

@@ -540,9 +540,11 @@ class _Read:
                     return True
         return False
 
-    def hinted(self, o: int, tensor: str) -> bool:
-        """Whether the program kept object `o` under a name for `tensor`'s gradient."""
-        return any(_gradient_of(h) == tensor for h in self.hints.get(o, ()))
+    def hinted(self, o: int, tensor: str, explicitly: bool = False) -> bool:
+        """Whether the program kept object `o` under a name for `tensor`'s gradient (with
+        `explicitly`, a gradient's own name, `dh` or `h_grad`, not the bare key `h`)."""
+        return any(_gradient_of(h) == tensor and not (explicitly and h == tensor)
+                   for h in self.hints.get(o, ()))
 
     def cuts(self, wanted: Wanted) -> dict[tuple[int, int], str]:
         """The versions that are a gradient the step is given: by value, else (the learner's
@@ -553,12 +555,14 @@ class _Read:
         for name, ref in wanted.given.items():
             for ov in self.matching(ref, floor):
                 cuts.setdefault(ov, name)
-        # By name only where no value is that gradient: a name is a hint, and the same key may
-        # hold a forward value elsewhere (`values['h']` beside `grads['h']`).
+        # By name too; but a bare key (`'h'`) only where no value is that gradient: the same
+        # key may hold a forward value elsewhere (`values['h']` beside `grads['h']`), where a
+        # gradient's own name (`dh`, `h_grad`) cannot.
         by_value = set(cuts.values())
         for ov in self.maker:
             for name in wanted.given:
-                if name not in by_value and ov not in cuts and self.hinted(ov[0], name):
+                if ov not in cuts and self.hinted(ov[0], name) and (
+                        name not in by_value or self.hinted(ov[0], name, explicitly=True)):
                     cuts[ov] = name
         for name in wanted.given:
             if name in cuts.values():

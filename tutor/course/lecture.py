@@ -778,8 +778,18 @@ def _unpacked_names(target: ast.expr) -> list[str]:
 
 
 def _calls(node: ast.AST, defs: Mapping[str, str]) -> set[str]:
-    """The names `node` calls, and those the learner's own functions it calls call in turn."""
+    """The names `node` calls, and those the learner's own functions (and the methods of their
+    classes it calls, by name) call in turn."""
+    methods: dict[str, list[ast.AST]] = {}  # `model.backward()`: each class's `backward`
+    for source in defs.values():
+        with contextlib.suppress(SyntaxError, ValueError, RecursionError):
+            for cls in ast.parse(source).body:
+                if isinstance(cls, ast.ClassDef):
+                    for f in cls.body:
+                        if isinstance(f, ast.FunctionDef):
+                            methods.setdefault(f.name, []).append(f)
     seen: set[str] = set()
+    followed: set[str] = set()
     todo = [node]
     while todo:
         for n in ast.walk(todo.pop()):
@@ -789,6 +799,10 @@ def _calls(node: ast.AST, defs: Mapping[str, str]) -> set[str]:
                 if n.func.id in defs:
                     with contextlib.suppress(SyntaxError, ValueError, RecursionError):
                         todo.append(ast.parse(defs[n.func.id]))
+            elif isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) \
+                    and n.func.attr in methods and n.func.attr not in followed:
+                followed.add(n.func.attr)
+                todo.extend(methods[n.func.attr])
     return seen
 
 
@@ -854,7 +868,7 @@ def _definitions(cells: list[str]) -> dict[str, str]:
     the last definition of a name kept."""
     defs: dict[str, str] = {}
     classes: set[str] = set()
-    made: dict[str, str] = {}  # name -> the class it holds an object of
+    made: dict[str, frozenset[str]] = {}  # name -> the classes it holds objects of
     for cell in cells:
         try:
             body, text = parse_cell(cell)
@@ -875,11 +889,11 @@ def _definitions(cells: list[str]) -> dict[str, str]:
             elif isinstance(node, ast.FunctionDef):
                 name = node.name
             elif isinstance(node, ast.Assign) and len(node.targets) == 1 \
-                    and isinstance(node.targets[0], ast.Name) and _made_of_constants(node.value):
-                # `model = Model()`: an object of the learner's own class, made from nothing
-                # of the lesson's (checked below, once every class is known).
+                    and isinstance(node.targets[0], ast.Name) and _objects_made(node.value):
+                # `model = Model()`, `layers = [Embedding(C), Tanh()]`: objects of the learner's
+                # own classes (checked below, once every class is known).
                 name = node.targets[0].id
-                instance = node.value.func.id  # type: ignore[attr-defined]
+                instance = _objects_made(node.value)
             elif isinstance(node, ast.Assign) and len(node.targets) == 1 \
                     and isinstance(node.targets[0], ast.Name) and _definable(node.value):
                 name = node.targets[0].id
@@ -892,17 +906,29 @@ def _definitions(cells: list[str]) -> dict[str, str]:
                 made[name] = instance
             defs.pop(name, None)
             defs[name] = _source(node, text)
-    for name, cls in made.items():
-        if cls not in classes:
+    for name, needs in made.items():
+        if not needs <= classes:
             del defs[name]
     return defs
 
 
-def _made_of_constants(value: ast.expr) -> bool:
-    """`Model()`, `Grads(n_layers=2)`: a call of a plain name with constant arguments."""
-    return isinstance(value, ast.Call) and isinstance(value.func, ast.Name) \
-        and all(_constants_or_key(a) for a in value.args) \
-        and all(k.arg is not None and _constants_or_key(k.value) for k in value.keywords)
+def _objects_made(value: ast.expr) -> frozenset[str]:
+    """The classes `value` makes objects of (`Model()`, `Linear(W1, b1, 2)`, or a list or
+    tuple of such calls), called with constants and names only; empty where it is anything
+    else."""
+    calls = value.elts if isinstance(value, (ast.List, ast.Tuple)) else [value]
+    out = set()
+    for call in calls:
+        if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name)
+                and all(_plain(a) for a in call.args)
+                and all(k.arg is not None and _plain(k.value) for k in call.keywords)):
+            return frozenset()
+        out.add(call.func.id)
+    return frozenset(out)
+
+
+def _plain(arg: ast.expr) -> bool:
+    return isinstance(arg, ast.Name) or _constants_or_key(arg)
 
 
 def _definable(value: ast.expr) -> bool:
@@ -1164,13 +1190,18 @@ def _needed_by(update: _Update, trees: list[ast.Module], theirs: set[str],
     loop = max(loops, key=lambda n: n.lineno)
     body = [n for n in loop.body if not any(sub is update.node for sub in ast.walk(n))]
     needed = read(update.source)
+    assigned_here = set().union(*(written(n) for n in body)) if body else set()
     kept: list[ast.stmt] = []
     for node in reversed(body):
         writes = written(node)
         # `G.linear(...)` fills `G`, and so does `loss = model.backward(...)`: a method called
-        # on what the update reads, whatever the call's result is kept as.
+        # on what the update reads, whatever the call's result is kept as. Where the update
+        # reads objects the loop never assigns (`layers`, filled by `back(dl)`), a call of a
+        # function of the learner's is what fills them.
         mutates = isinstance(node, ast.Expr) and bool(read(node) & needed) \
-            or _calls_on(node, (needed & made) - theirs)
+            or _calls_on(node, (needed & made) - theirs) \
+            or isinstance(node, ast.Expr) and _calls_own(node, own) \
+            and bool((needed & made) - theirs - assigned_here)
         if not (writes & needed or mutates) or _has_side_effects(node, theirs, own):
             continue
         if writes & needed <= theirs and not mutates and not _calls_own(node, own):

@@ -220,3 +220,22 @@ def test_a_method_called_for_what_it_fills_is_kept_with_the_object_it_fills():
     assert "model = Model()" in backward and "my_loss = model.backward(Xb)" in backward
     # A torch call is no method of the learner's object: the batch's draw stays out.
     assert "torch.randint" not in backward
+
+
+def test_an_optimizers_state_leads_back_to_the_gradient_and_the_loops_own_batch_is_the_tutors():
+    # Adam written out: the parameter moves by its first moment over the root of the second;
+    # the gradient is what the first moment is built from. The batch, under names of the
+    # learner's and drawn from their own data, is the tutor's.
+    found = _update("for k in P:\n"
+                    "    mom[k] = 0.9 * mom[k] + 0.1 * g[k]\n"
+                    "    sq[k] = 0.999 * sq[k] + 0.001 * g[k] ** 2\n"
+                    "    P[k] -= 3e-3 * (mom[k] / 0.1) / ((sq[k] / 0.001).sqrt() + 1e-8)\n")
+    assert found is not None and found.descends and ast_text(found.source) == "g"
+    defs = "def grads_of(x, y):\n    return [C * 1.0] * 7\n"
+    loop = ("# Exercise 4\nparameters = [C, W1, b1, W2, b2, bngain, bnbias]\n"
+            "for i in range(100):\n    ix = torch.randint(0, 10, (32,))\n"
+            "    xb_, yb_ = Xtr[ix], Ytr[ix]\n    got = grads_of(xb_, yb_)\n"
+            "    for p, grad in zip(parameters, got):\n        p.data += -0.1 * grad\n")
+    training = lecture.read_lecture(MAKEMORE, [defs, loop]).training
+    assert training is not None and "xb_, yb_ = Xb, Yb" in training, training
+    assert "Xtr[ix]" not in training

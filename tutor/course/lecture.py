@@ -1129,6 +1129,24 @@ def _is_name(expr: ast.expr, name: str) -> bool:
     return isinstance(expr, ast.Name) and expr.id == name
 
 
+def _momentum_source(body: list[ast.stmt], grad: ast.expr, key: str) -> ast.expr | None:
+    """Where the update moves a parameter by an optimizer's state (`P[k] -= lr * mom[k]`, with
+    `mom[k] = 0.9 * mom[k] + 0.1 * g[k]` above it): the gradient that state is built from."""
+    state = grad.value.id if isinstance(grad, ast.Subscript) and isinstance(
+        grad.value, ast.Name) else None
+    for stmt in body:
+        if not (state and isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
+                and isinstance(stmt.targets[0], ast.Subscript)
+                and _is_name(stmt.targets[0].value, state)
+                and _is_name(stmt.targets[0].slice, key)):
+            continue
+        for e in ast.walk(stmt.value):
+            if isinstance(e, ast.Subscript) and _is_name(e.slice, key) \
+                    and isinstance(e.value, ast.Name) and e.value.id != state:
+                return e
+    return None
+
+
 def _keyed_update(node: ast.For, parameters: set[str], keys: Mapping[str, list[str]],
                   updaters: frozenset[str]) -> _Update | None:
     """`for k in P: P[k] -= lr * grads[k]` (or `for k, p in P.items(): p -= lr * grads[k]`, or
@@ -1170,6 +1188,7 @@ def _keyed_update(node: ast.For, parameters: set[str], keys: Mapping[str, list[s
     if moves is None or not held and item is None:
         return None
     descends, grad = moves
+    grad = _momentum_source(node.body, grad, key) or grad
     order = listed or sorted(parameters)  # each is taken by its name
     return _Update(node, order, grad.value, None, descends,  # type: ignore[attr-defined]
                    keyed=held[0] if held else it.id)
@@ -1208,8 +1227,22 @@ def _needed_by(update: _Update, trees: list[ast.Module], theirs: set[str],
             continue  # the loop's own batch (`Xb, Yb = Xtr[ix], Ytr[ix]`): the tutor's stands in
         kept.append(node)
         needed |= read(node) - theirs
-    sources = [ast.unparse(n) for n in reversed(kept)]
+    sources = [_batch_alias(n, theirs) or ast.unparse(n) for n in reversed(kept)]
     return rename("\n".join(sources), names) + "\n" if sources else ""
+
+
+def _batch_alias(node: ast.stmt, theirs: set[str]) -> str | None:
+    """`xb_, yb_ = Xtr[ix], Ytr[ix]`: the loop's batch under names of the learner's, drawn from
+    the notebook's own data: the tutor's batch (`xb_, yb_ = Xb, Yb`) stands in."""
+    if not (isinstance(node, ast.Assign) and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Tuple) and isinstance(node.value, ast.Tuple)
+            and len(node.targets[0].elts) == len(node.value.elts) == 2
+            and all(isinstance(t, ast.Name) for t in node.targets[0].elts)
+            and all(isinstance(v, ast.Subscript) and isinstance(v.value, ast.Name)
+                    and v.value.id in theirs for v in node.value.elts)):
+        return None
+    a, b = (t.id for t in node.targets[0].elts)  # type: ignore[attr-defined]
+    return f"{a}, {b} = Xb, Yb  # your batch: the tutor's"
 
 
 def _assigned(trees: list[ast.Module]) -> frozenset[str]:
@@ -1271,6 +1304,11 @@ def _sign_found(expr: ast.expr, is_grad: Callable[[ast.expr], bool]
     """The sign with which `expr` holds its one gradient, and that gradient; None where it
     holds none or more, or not as a product (`_sign_of`)."""
     found = [n for n in ast.walk(expr) if is_grad(n)]
+    if len(found) > 1:
+        # Adam's `m / (v.sqrt() + eps)`: a second moment under a root scales the step, and
+        # is positive; the gradient is the one outside it.
+        rooted = {id(n) for r in ast.walk(expr) if _is_root(r) for n in ast.walk(r)}
+        found = [n for n in found if id(n) not in rooted]
     if len(found) != 1:
         return None
     marked = ast.parse(ast.unparse(expr).replace(ast.unparse(found[0]), GRAD_MARK),
@@ -1280,6 +1318,15 @@ def _sign_found(expr: ast.expr, is_grad: Callable[[ast.expr], bool]
 
 
 GRAD_MARK = "grad_of_param"  # the gradient, marked for `_sign_of`
+
+
+def _is_root(e: ast.expr) -> bool:
+    """`x.sqrt()`, `torch.sqrt(x)`, `math.sqrt(x)`, `x ** 0.5`."""
+    if isinstance(e, ast.Call):
+        f = e.func
+        return (f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", "")) == "sqrt"
+    return isinstance(e, ast.BinOp) and isinstance(e.op, ast.Pow) \
+        and isinstance(e.right, ast.Constant) and e.right.value == 0.5
 
 
 def _sign_of(expr: ast.expr, g: str) -> int | None:

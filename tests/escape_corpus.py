@@ -946,6 +946,16 @@ ATTEMPTS: list[Attempt] = [
         d = types.SimpleNamespace(a=1)
         print(d.__dict__)
         """, REFUSED, ("__dict__",)),
+    _a("a-method-given-to-torchs-tensor-class", "functools", """
+        def leak(self):
+            return 1
+        torch.Tensor.leak = leak
+        """, REFUSED, ("leak",)),
+    _a("a-method-given-to-a-builtin-class", "functools", """
+        def leak(self):
+            return 1
+        int.leak = leak
+        """, REFUSED, ("leak",)),
     _a("functools-partial-of-setattr", "functools", """
         functools.partial(setattr, torch, 'exp')(None)
         """, REFUSED, ("setattr",)),
@@ -1236,6 +1246,9 @@ CONTROLS = [
      "d = types.SimpleNamespace(k=2)\nd.dprobs = dlogprobs / probs\n"
      "print(d.k, d.dprobs.shape[1])\n",
      "2 27\n"),
+    ("a-class-given-a-method-afterwards",
+     "class G:\n    pass\ndef twice(self, t):\n    return 2 * t\nG.twice = twice\n"
+     "print(G().twice(3))\n", "6\n"),
     ("attributes-assigned-from-a-tuple",
      "class A:\n    pass\na = A()\na.x, (b, a.y) = 1, (2, 3)\nprint(a.x, b, a.y)\n",
      "1 2 3\n"),

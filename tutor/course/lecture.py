@@ -883,6 +883,13 @@ def _definitions(cells: list[str]) -> dict[str, str]:
                     made.pop(bound, None)
                     defs[bound] = binding
                 continue
+            patched = _patched_class(node, classes)
+            if patched is not None and patched in defs:
+                # `Grads.ce_fused = ce_fused`: it goes wherever the class goes, in its place.
+                key = f"{patched}.{node.targets[0].attr}"  # type: ignore[attr-defined]
+                defs.pop(key, None)
+                defs[key] = _source(node, text)
+                continue
             if isinstance(node, ast.ClassDef):
                 name = node.name
                 classes.add(name)
@@ -910,6 +917,16 @@ def _definitions(cells: list[str]) -> dict[str, str]:
         if not needs <= classes:
             del defs[name]
     return defs
+
+
+def _patched_class(node: ast.stmt, classes: set[str]) -> str | None:
+    """The class of the learner's that `node` gives an attribute (`Grads.f = f`), or None."""
+    if isinstance(node, ast.Assign) and len(node.targets) == 1:
+        target = node.targets[0]
+        if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) \
+                and target.value.id in classes:
+            return target.value.id
+    return None
 
 
 def _objects_made(value: ast.expr) -> frozenset[str]:
@@ -994,6 +1011,10 @@ def _with_functions(cells: list[str] | dict[str, str], code: str, itself: str | 
                     and n.id not in wanted and n.id != itself and n.id not in bound:
                 wanted.append(n.id)
                 todo.append(defs[n.id])
+                for key in defs:  # and what the notebook gave that class afterwards
+                    if key.startswith(n.id + ".") and key not in wanted:
+                        wanted.append(key)
+                        todo.append(defs[key])
     if not wanted:
         return code
     # In the notebook's order, which ran: a class's base and a decorator come before their use.

@@ -93,7 +93,9 @@ def learner_function(obj: Any) -> bool:
 
 
 def _assignable(obj: Any, name: str) -> None:
-    if learner_function(obj):
+    # A function of the learner's, or a class of theirs given a method afterwards
+    # (`Grads.ce_fused = ce_fused`), carries plain attributes of its own.
+    if learner_function(obj) or isinstance(obj, type) and obj in _classes:
         if not isinstance(name, str) or name.startswith("_"):
             raise Refused(f"the attribute .{name} is closed: names starting with an underscore "
                           "reach into Python's internals")

@@ -151,10 +151,12 @@ def _slip_pack(where: str, folder: Path) -> str:
 
 
 def slip_kind(result: CheckResult, tensor: str, words: tuple[str, ...]) -> str:
-    """specific (a diagnosis with one of the slip's words), other (a diagnosis without them:
-    read it, it may mislead), generic (no diagnosis: only the place), accepted or error."""
+    """specific (a diagnosis with one of the slip's words: a runtime error's message too, where
+    it says what the slip is, as a product's transposed operand), other (a diagnosis without
+    them: read it, it may mislead), generic (no diagnosis: only the place), accepted or error."""
     if result.error:
-        return "error"
+        said = result.error.message.lower()
+        return "specific" if any(w.lower() in said for w in words) else "error"
     if result.passed:
         return "accepted"
     row = next((c for c in result.checks if c.tensor == tensor), None)

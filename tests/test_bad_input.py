@@ -604,3 +604,15 @@ def test_control_sequences_typed_on_the_command_line_never_reach_the_terminal(tm
     said = done.stdout + done.stderr
     assert done.returncode == 2 and "\x1b" not in said and "\u202e" not in said, said
     assert "\\x1b[2J" in said  # shown as an escape, not as another step's id
+
+
+def test_a_product_whose_inner_sizes_differ_says_which_operand_transposed_fits():
+    from tutor.core.candidate import runtime_error
+
+    def said(a: int, b: int, c: int, d: int) -> str:
+        exc = RuntimeError(f"mat1 and mat2 shapes cannot be multiplied ({a}x{b} and {c}x{d})")
+        return runtime_error(exc, "dh = dlogits @ W2\n").payload["message"]
+
+    assert "right operand transposed, [27, 64], would fit" in said(32, 27, 64, 27)
+    assert "left operand transposed, [64, 32], would fit" in said(32, 64, 32, 27)
+    assert "other order" in said(27, 64, 32, 27)

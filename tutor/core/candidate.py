@@ -11,6 +11,7 @@ import contextlib
 import copy
 import difflib
 import marshal
+import re
 import signal
 import sys
 import threading
@@ -283,7 +284,7 @@ def runtime_error(exc: BaseException, code: str, names: list[str] | None = None,
         return CodeError("forbidden", f"{where}{text}.", line)
     hint = ""
     if "cannot be multiplied" in text:
-        hint = (
+        hint = _matmul_hint(text) or (
             " Compare the shapes on the forward line: a matmul needs the inner "
             "dimensions to agree, so one operand may need .T or the order swapped."
         )
@@ -300,6 +301,30 @@ def runtime_error(exc: BaseException, code: str, names: list[str] | None = None,
         return CodeError("runtime", f"{where}this line still holds the template's `...`: "
                                     "replace it with your expression.", line)
     return CodeError("runtime", f"{where}{type(exc).__name__}: {text}.{hint}", line)
+
+
+_MATMUL_SHAPES = re.compile(r"\((\d+)x(\d+) and (\d+)x(\d+)\)")
+
+
+def _matmul_hint(text: str) -> str | None:
+    """A product whose inner sizes differ, said from its shapes: which operand, transposed,
+    would fit (a gradient through `x @ W` multiplies by `W.T` on the right, `x.T` on the
+    left), or that the two are in the wrong order."""
+    m = _MATMUL_SHAPES.search(text)
+    if not m:
+        return None
+    a, b, c, d = (int(x) for x in m.groups())
+    left, right = f"[{a}, {b}]", f"[{c}, {d}]"
+    said = f" The product multiplies {left} by {right}: the inner sizes, {b} and {c}, differ."
+    if b == d and a != c:
+        return said + (f" The right operand transposed, [{d}, {c}], would fit: a gradient "
+                       "flows back through `x @ W` as `dout @ W.T` (W transposed).")
+    if a == c and b != d:
+        return said + (f" The left operand transposed, [{b}, {a}], would fit: a weight's "
+                       "gradient is `x.T @ dout` (x transposed).")
+    if d == a:
+        return said + " In the other order they would fit: check which operand comes first."
+    return said + " Compare both operands' shapes with the forward line's."
 
 
 def _name_hint(exc: NameError, names: list[str], scope: str | None = None) -> str:

@@ -136,7 +136,8 @@ def test_the_student_wheel_holds_no_answers_and_a_true_record(tmp_path):
     done = tutor("autograder", "--student-wheel", str(tmp_path / "students"), "--wheel",
                  str(wheel))
     assert done.returncode == 0, done.stderr
-    made = tmp_path / "students" / wheel.name
+    made = tmp_path / "students" / "backprop_tutor-0.1.0-1student-py3-none-any.whl"
+    assert [p.name for p in (tmp_path / "students").iterdir()] == [made.name]
     with zipfile.ZipFile(made) as zf:
         names = zf.namelist()
         record = zf.read("backprop_tutor-0.1.0.dist-info/RECORD").decode().splitlines()

@@ -110,10 +110,12 @@ def student_wheel(wheel: Path, out: Path) -> Path:
     """A copy of `wheel` in the folder `out` that holds no answers and nothing that derives
     them: its lessons without solutions (`student_text`), without what `LEFT_OUT` names, its
     modules without docstrings or comments that show gradient code (`student_module`), and its
-    METADATA without the README (whose examples are answers). Same name and version (a student's
-    `pip install` of it is the ordinary one), its RECORD made again for the new contents."""
+    METADATA without the README (whose examples are answers). Same project and version (a
+    student's `pip install` of it is the ordinary one), a file name of its own (the wheel's
+    build tag, `STUDENT_BUILD`, so the two are never mistaken for each other), its RECORD made
+    again for the new contents."""
     out.mkdir(parents=True, exist_ok=True)
-    target = out / wheel.name
+    target = out / student_wheel_name(wheel.name)
     if target.resolve() == wheel.resolve():
         raise ValueError("the student's wheel must go to another folder than the wheel itself")
     records: list[str] = []
@@ -134,6 +136,10 @@ def student_wheel(wheel: Path, out: Path) -> Path:
                 data = student_module(data.decode("utf-8")).encode("utf-8")
             elif name.endswith(".dist-info/METADATA"):
                 data = student_metadata(data.decode("utf-8")).encode("utf-8")
+            elif name.endswith(".dist-info/WHEEL"):
+                lines = [x for x in data.decode("utf-8").splitlines()
+                         if not x.startswith("Build:")]
+                data = ("\n".join([*lines, f"Build: {STUDENT_BUILD}"]) + "\n").encode("utf-8")
             dst.writestr(info, data)
             digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=")
             records.append(f"{name},sha256={digest.decode()},{len(data)}")
@@ -142,6 +148,21 @@ def student_wheel(wheel: Path, out: Path) -> Path:
         records.append(f"{record_name},,")
         dst.writestr(record_name, "\n".join(records) + "\n")
     return target
+
+
+STUDENT_BUILD = "1student"  # a wheel's build tag starts with a digit
+
+
+def student_wheel_name(name: str) -> str:
+    """`backprop_tutor-0.1.0-py3-none-any.whl` -> `backprop_tutor-0.1.0-1student-py3-none-any
+    .whl`: the student's wheel under a name of its own, still a valid wheel name."""
+    stem = name[:-len(".whl")] if name.endswith(".whl") else name
+    parts = stem.split("-")
+    if len(parts) == 6:  # it had a build tag already: replaced
+        parts.pop(2)
+    if len(parts) != 5:  # not a wheel's name: marked all the same
+        return f"{stem}.student.whl"
+    return "-".join([*parts[:2], STUDENT_BUILD, *parts[2:]]) + ".whl"
 
 
 def student_metadata(text: str) -> str:

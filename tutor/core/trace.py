@@ -540,6 +540,13 @@ class _Read:
                     return True
         return False
 
+    def kept_otherwise(self, tensor: str, ref: Tensor, floor: float) -> bool:
+        """Whether the program held a version under `tensor`'s gradient's own name (`dc`, not
+        a bare key) whose value is not `ref`, and none that is."""
+        named = [ov for ov in self.held if ov in self.values
+                 and self.hinted(ov[0], tensor, explicitly=True)]
+        return bool(named) and not any(_close(self.values[ov], ref, floor) for ov in named)
+
     def hinted(self, o: int, tensor: str, explicitly: bool = False) -> bool:
         """Whether the program kept object `o` under a name for `tensor`'s gradient (with
         `explicitly`, a gradient's own name, `dh` or `h_grad`, not the bare key `h`)."""
@@ -759,6 +766,12 @@ def _candidates(read: _Read, wanted: Wanted) -> dict[str, list[tuple[int, int]]]
         matches = read.own_matching(ref, floor)
         if not matches and wanted.theirs is not None and name in wanted.theirs:
             matches = read.own_matching(wanted.theirs[name], floor)
+        if matches and name not in wanted.partials \
+                and not any(ov in read.held for _, ov in matches) \
+                and read.kept_otherwise(name, ref, floor):
+            # The value passed by (a local of a function of a later exercise) while what the
+            # program keeps under this gradient's own name is another: that is its answer.
+            matches = []
         if not matches:
             hinted = [(i, ov) for ov, i in read.maker.items()
                       if read.ops[i]["own"] and read.hinted(ov[0], name)]

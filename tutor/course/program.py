@@ -76,6 +76,12 @@ class Program:
         return [line for cell in self.cells for line in cell]
 
     @property
+    def checked_lines(self) -> list[Line]:
+        """The lines a step's own code is cut from: not those only a trace may run (a `.grad`
+        read), which a check refuses."""
+        return [line for line in self.lines if not _traced_only(line.source)]
+
+    @property
     def written(self) -> set[str]:
         """Every name the program writes."""
         return set().union(*(line.writes for line in self.lines))
@@ -107,7 +113,7 @@ class Program:
     def _first_branch(self, pack: Pack, step: Step, name: str) -> int | None:
         """The statement that starts gradient `name` as the step of `step`'s exercise that
         starts it asks (its share, written fresh where that step's gradients stand), or None."""
-        lines = self.lines
+        lines = self.checked_lines
         flow = pack.flow
         starter = flow.starter(name, step.exercise)
         if starter is None:
@@ -125,7 +131,7 @@ class Program:
         """The step's own code: the statements its gradients (and the first branches it starts)
         need, in the program's order, from where the learner last compared them back to the
         gradients it is given. None when the program never writes one of them."""
-        lines = self.lines
+        lines = self.checked_lines
         flow = pack.flow
         order = {s.id: i for i, s in enumerate(pack.steps)}
         grads = flow.all

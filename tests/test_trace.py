@@ -204,3 +204,15 @@ def test_a_forward_value_kept_under_the_gradients_key_is_not_taken_for_it():
     ns = {**va, "torch": torch, "F": F, "dlogits": _reference(va)}
     exec(codes[0], ns)
     torch.testing.assert_close(ns["dprobs"], _reference(va) * va["logits"])
+
+
+def test_a_value_that_only_passed_by_is_not_the_answer_the_program_keeps_under_its_name():
+    # The right gradient exists only as a function's local; the program keeps a wrong one under
+    # the gradient's own name: that is its answer, and no right one is found for it.
+    code = ("def total():\n    a = F.softmax(logits, 1)\n    a[range(n), Yb] -= 1\n"
+            "    a = a / n\n    return a.sum()\n"
+            "s = total()\ndlogits = F.softmax(logits, 1) / n\n")
+    (a, va), (b, vb) = _trace(code, 8, names=True), _trace(code, 5, seed=1, names=True)
+    codes = written_out(Traces.of(a, b, (8, 5)), Wanted({"logits": _reference(va)}, {}),
+                        Wanted({"logits": _reference(vb)}, {}))
+    assert not any("a[range" in c or "sub" in c for c in codes), codes

@@ -518,7 +518,7 @@ WRONG: dict[str, tuple[str, str | None, str, tuple[str, ...]]] = {
         "step/hs", "Wy",
         "dhs = dlogits @ Wy.T\ndWy = (hs.transpose(1, 2) @ dlogits).mean(0)\n"
         "dby = dlogits.sum((0, 1))\n",
-        ("too small",),
+        ("a sum, not a mean",),
     ),
     "by-summed-over-the-wrong-axes": (
         "step/hs", "by",

@@ -92,10 +92,14 @@ def learner_function(obj: Any) -> bool:
     return type(obj) is types.FunctionType and obj.__code__.co_filename == CODE_FILE
 
 
-def _assignable(obj: Any, name: str) -> None:
-    # A function of the learner's, or a class of theirs given a method afterwards
-    # (`Grads.ce_fused = ce_fused`), carries plain attributes of its own.
-    if learner_function(obj) or isinstance(obj, type) and obj in _classes:
+def _assignable(obj: Any, name: str, value: Any = None) -> None:
+    # A class of the learner's may be given a method of theirs afterwards (`Grads.ce_fused =
+    # ce_fused`); nothing else is set on a class, theirs or not.
+    if isinstance(obj, type) and not (obj in _classes and learner_function(value)):
+        raise Refused(f"assigning to .{name} of a class: a class of yours may be given only "
+                      "a function of yours, as a method")
+    if learner_function(obj) or isinstance(obj, type):
+        # A function of the learner's carries plain attributes of its own.
         if not isinstance(name, str) or name.startswith("_"):
             raise Refused(f"the attribute .{name} is closed: names starting with an underscore "
                           "reach into Python's internals")
@@ -110,7 +114,7 @@ def _assignable(obj: Any, name: str) -> None:
 
 def set_attribute(obj: Any, name: str, value: Any) -> None:
     """`obj.name = value`, for an object of the learner's own classes."""
-    _assignable(obj, name)
+    _assignable(obj, name, value)
     setattr(obj, name, value)
 
 

@@ -303,3 +303,18 @@ def only_placeholders(code: str) -> bool:
                 continue
         return False
     return True
+
+
+# What a traced program's `.grad` read becomes (tutor/core/execution.py `_autograd_reads`).
+AUTOGRAD_READ = "autograd_gradient_of"
+
+
+class AutogradReads(ast.NodeTransformer):
+    """Each `t.grad` read written as `autograd_gradient_of(t)`."""
+
+    def visit_Attribute(self, node: ast.Attribute) -> ast.AST:
+        self.generic_visit(node)
+        if node.attr == "grad" and isinstance(node.ctx, ast.Load):
+            return ast.copy_location(
+                ast.Call(ast.Name(AUTOGRAD_READ, ast.Load()), [node.value], []), node)
+        return node

@@ -976,7 +976,8 @@ def _traced(spec: CheckSpec, plan: BatchPlan, budget: Budget) -> dict:
     shapes = {tuple(v.shape) for v in ns.values()
               if isinstance(v, Tensor) and v.is_floating_point()}
     recorder = Recorder(names, shapes)
-    ns[AUTOGRAD_READ] = _autograd_reads(ns, plan.autograd)
+    # `.grad` in a trace only: a check, where `.grad` is refused, never has it.
+    ns[code_facts.AUTOGRAD_READ] = _autograd_reads(ns, plan.autograd)
     for own, code in spec.trace_cells or ():
         recorder.own = own
         for compiled in _statements(_with_autograd_reads(code)):
@@ -996,8 +997,6 @@ def _traced(spec: CheckSpec, plan: BatchPlan, budget: Budget) -> dict:
     return traced(recorder, encode_tensor)
 
 
-# What a program's `.grad` read becomes in a trace (never in a check, where `.grad` is refused).
-AUTOGRAD_READ = "autograd_gradient_of"
 
 
 def _autograd_reads(ns: dict, gradients: dict) -> Any:
@@ -1017,21 +1016,12 @@ def _autograd_reads(ns: dict, gradients: dict) -> Any:
     return autograd_gradient_of
 
 
-class _AutogradReads(ast.NodeTransformer):
-    def visit_Attribute(self, node: ast.Attribute) -> ast.AST:
-        self.generic_visit(node)
-        if node.attr == "grad" and isinstance(node.ctx, ast.Load):
-            return ast.copy_location(
-                ast.Call(ast.Name(AUTOGRAD_READ, ast.Load()), [node.value], []), node)
-        return node
-
-
 def _with_autograd_reads(code: str) -> str:
     """A traced cell with each `.grad` it reads as autograd's gradient (`_autograd_reads`)."""
     if ".grad" not in code:
         return code
     try:
-        tree = _AutogradReads().visit(ast.parse(code))
+        tree = code_facts.AutogradReads().visit(ast.parse(code))
         return ast.unparse(ast.fix_missing_locations(tree))
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return code

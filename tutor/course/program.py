@@ -25,7 +25,7 @@ import textwrap
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from tutor.code_facts import bound, read, written
+from tutor.code_facts import AutogradReads, bound, read, written
 from tutor.pack.flow import gradients
 from tutor.pack.model import Pack, Step
 from tutor.sandbox.allowlist import IMPORTABLE, importable
@@ -238,23 +238,12 @@ def import_bindings(node: ast.stmt) -> str | None:
     return f"{', '.join(b for b, _ in pairs)} = {', '.join(v for _, v in pairs)}"
 
 
-class _AutogradReads(ast.NodeTransformer):
-    """`t.grad` read as a call (`autograd_gradient_of(t)`, tutor/core/execution.py)."""
-
-    def visit_Attribute(self, node: ast.Attribute) -> ast.AST:
-        self.generic_visit(node)
-        if node.attr == "grad" and isinstance(node.ctx, ast.Load):
-            return ast.copy_location(ast.Call(ast.Name("autograd_gradient_of", ast.Load()),
-                                              [node.value], []), node)
-        return node
-
-
 def reads_autograd_only(node: ast.stmt) -> bool:
     """Whether the sandbox refuses `node` only for the `.grad` it reads (`dstate =
     state.grad`, where a lesson gives `dstate`): a traced program runs it with autograd's
     gradient there, which is never the learner's own work; nothing else does."""
     try:
-        changed = _AutogradReads().visit(copy.deepcopy(node))
+        changed = AutogradReads().visit(copy.deepcopy(node))
         module = ast.fix_missing_locations(ast.Module([changed], []))
     except (RecursionError, MemoryError):
         return False

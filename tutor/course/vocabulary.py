@@ -48,10 +48,8 @@ def forward_names(pack: Pack, trees: Iterable[ast.AST], lesson: set[str]) -> dic
             lines.append((node.targets[0].id, node.value))
     # The notebook's own statements, not a function's locals (`lg = ft @ P['W']` inside a
     # training function is no name of the notebook's).
-    theirs = [(node.targets[0].id, node.value) for tree in trees
-              for node in _outside_functions(tree)
-              if isinstance(node, ast.Assign) and len(node.targets) == 1
-              and isinstance(node.targets[0], ast.Name)]
+    theirs = [pair for tree in trees for node in _outside_functions(tree)
+              if isinstance(node, ast.Assign) for pair in _pairs(node)]
     assigned = {target for target, _ in theirs}
     known = assigned | lesson
 
@@ -84,14 +82,23 @@ def forward_names(pack: Pack, trees: Iterable[ast.AST], lesson: set[str]) -> dic
     for _ in range(4):  # a few passes: a later line may anchor an earlier one
         before = len(names)
         for target, value in theirs:
-            if target in names:
-                continue
+            candidates = []
             for ours, line_value in lines:
                 if target in lesson and target != ours:
                     continue  # a name the lesson has stays the lesson's
-                bound = _match(skeletons[id(value)], skeletons[id(line_value)], names, lesson)
-                if bound is None or (ours in names.values() and target != ours):
+                if target in names and names[target] != ours:
+                    continue  # known: its line may still name what it reads (`xe = Emb[xb]`)
+                matched = _match(skeletons[id(value)], skeletons[id(line_value)], names, lesson,
+                                 anchored=names.get(target) == ours)
+                if matched is None or (ours in names.values() and names.get(target) != ours
+                                       and target != ours):
                     continue
+                candidates.append((ours, *matched))
+            # Anchored by nothing but the function both call (`run_lstm(...)`): only a line
+            # that no other line of the lesson's is like.
+            if not all(strong for _, _, strong in candidates) and len(candidates) > 1:
+                candidates = [c for c in candidates if c[2]]
+            for ours, bound, _ in candidates:
                 if bound and target == ours and ours not in losses:
                     # A lesson name of theirs on other inputs is their own code (evaluating on
                     # the training set); only their loss line names the batch they renamed.
@@ -105,6 +112,26 @@ def forward_names(pack: Pack, trees: Iterable[ast.AST], lesson: set[str]) -> dic
             break
     _by_data_flow(pack, trees, lesson, names, kept)
     return names
+
+
+def _pairs(node: ast.Assign) -> list[tuple[str, ast.expr]]:
+    """(name, value) for each name `node` gives a value of its own: `a = x`, and each side of
+    `a, b = x, y` (a forward pass written two tensors to a line), never a name that unpacks
+    one value (`a, b = f(x)`)."""
+    if len(node.targets) != 1:
+        return []
+    target = node.targets[0]
+    if isinstance(target, ast.Name):
+        return [(target.id, node.value)]
+    if (isinstance(target, (ast.Tuple, ast.List)) and isinstance(node.value, (ast.Tuple, ast.List))
+            and len(target.elts) == len(node.value.elts)
+            and all(isinstance(e, ast.Name) for e in target.elts)):
+        return [(e.id, v) for e, v in zip(target.elts, node.value.elts, strict=True)]  # type: ignore[attr-defined]
+    return []
+
+
+# Marks a called function's name among a skeleton's names.
+_CALLEE = "()"
 
 
 def _outside_functions(tree: ast.AST) -> list[ast.AST]:
@@ -203,6 +230,15 @@ def _skeleton(node: ast.AST) -> tuple[str, list[str]]:
             found.append(n.id)
             return ast.copy_location(ast.Name("_", n.ctx), n)
 
+        def visit_Call(self, n: ast.Call) -> ast.AST:
+            if isinstance(n.func, ast.Name) and n.func.id not in _MODULES:
+                # The function called is kept as itself: the same function on both sides is
+                # evidence, never a name to rename.
+                found.append(_CALLEE + n.func.id)
+                n.func = ast.copy_location(ast.Constant(_CALLEE), n.func)
+            self.generic_visit(n)
+            return n
+
         def visit_keyword(self, k: ast.keyword) -> ast.AST:
             self.generic_visit(k)
             if k.arg in _KEYWORDS:
@@ -216,14 +252,21 @@ def _skeleton(node: ast.AST) -> tuple[str, list[str]]:
 
 
 def _match(mine: tuple[str, list[str]], ours: tuple[str, list[str]], names: Mapping[str, str],
-           lesson: set[str]) -> dict[str, str] | None:
+           lesson: set[str], anchored: bool = False) -> tuple[dict[str, str], bool] | None:
     """The names a learner's expression binds when it is the lesson's line (same skeleton,
-    names agreeing where known, at least one known), else None."""
+    names agreeing where known, at least one known, or only the function both call), and
+    whether a known name anchored it (`anchored`: the target is known to be the line's); else
+    None."""
     if mine[0] != ours[0] or len(mine[1]) != len(ours[1]):
         return None
     bound: dict[str, str] = {}
-    anchored = False
+    callee = False
     for a, b in zip(mine[1], ours[1], strict=True):
+        if a.startswith(_CALLEE) or b.startswith(_CALLEE):
+            if a != b:
+                return None
+            callee = True
+            continue
         known = names.get(a, a if a in lesson else None)
         if known is not None:
             if known != b:
@@ -232,7 +275,9 @@ def _match(mine: tuple[str, list[str]], ours: tuple[str, list[str]], names: Mapp
             continue
         if bound.setdefault(a, b) != b:
             return None
-    return bound if anchored else None
+    if anchored or callee and bound:
+        return bound, anchored
+    return None
 
 
 def batch_sizes(pack: Pack, trees: Iterable[ast.Module], lesson: set[str],
@@ -295,12 +340,19 @@ def gradient_names(forward: Mapping[str, str]) -> dict[str, str]:
 
 def comparers(trees: Iterable[ast.AST], named: Iterable[str] = ("cmp",)) -> set[str]:
     """The notebook's comparison helpers: those the lesson names (`named`, pack.toml
-    [notebook] compare) and functions of the learner's that read `.grad`."""
+    [notebook] compare) and functions of the learner's that read the `.grad` of what they are
+    given (`t.grad`, `fwd[name].grad`). A function that reads a fixed tensor's `.grad`
+    (`acc('h', state.grad[0])` in a tape's closure) uses the gradient, it compares nothing."""
     out = set(named)
     for tree in trees:
         for node in ast.walk(tree):
-            if isinstance(node, ast.FunctionDef) and any(
-                    isinstance(n, ast.Attribute) and n.attr == "grad" for n in ast.walk(node)):
+            if not isinstance(node, ast.FunctionDef):
+                continue
+            given = {a.arg for a in [*node.args.posonlyargs, *node.args.args,
+                                     *node.args.kwonlyargs]}
+            if any(isinstance(n, ast.Attribute) and n.attr == "grad" and any(
+                    isinstance(m, ast.Name) and m.id in given for m in ast.walk(n.value))
+                   for n in ast.walk(node)):
                 out.add(node.name)
     return out
 

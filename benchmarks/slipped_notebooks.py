@@ -74,6 +74,26 @@ def _slipped(notebook: dict, held: str, slip: str) -> dict | None:
     return out
 
 
+def _untrained(notebook: dict, loop: str | None) -> dict:
+    """The notebook without its training loop (the statement containing `loop`): the slipped
+    step is a gradient step, and the loop only makes each run longer."""
+    if not loop:
+        return notebook
+    out = copy.deepcopy(notebook)
+    for cell, src in zip(out["cells"], _sources(notebook), strict=True):
+        try:
+            tree = ast.parse(src)
+        except SyntaxError:
+            continue
+        for node in tree.body:
+            text = ast.get_source_segment(src, node) or ""
+            if loop in text:
+                lines = src.splitlines(True)
+                cell["source"] = "".join(lines[:node.lineno - 1] + lines[node.end_lineno:])
+                return out
+    return out
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--corpus", nargs="+", default=["notebook_corpus_lessons_tune",
@@ -97,8 +117,9 @@ def main(argv: list[str]) -> int:
                     if step not in right:
                         continue
                     # One of the step's gradients slipped is the step slipped.
+                    base = _untrained(case["notebook"], (case.get("train") or {}).get("cell"))
                     notebook = next((nb for spec in specs if (nb := _slipped(
-                        case["notebook"], spec[0], args.slip)) is not None), None)
+                        base, spec[0], args.slip)) is not None), None)
                     if notebook is None:
                         continue
                     slipped = {**case, "notebook": notebook, "train": None,

@@ -160,3 +160,74 @@ def test_pack_new_that_fails_leaves_out_as_it_was(made, tmp_path):
     assert "surrogate" in done.stderr
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out.")]
+
+
+# What a pack's code would do if it got past the syntax check and the guard, run in a process
+# under `confine_lesson` (the worker's and `pack check`'s layers): each line prints what happened.
+_BEHIND_THE_GUARD = '''
+import os, subprocess, sys
+from tutor.sandbox.confine import confine_lesson
+report = confine_lesson("cpu", ({pack!r},), {workshop!r})
+print("applied", report.applied)
+def tried(what, fn):
+    try:
+        fn()
+        print(what, "done")
+    except OSError as exc:
+        print(what, "refused", exc.errno)
+os.system("touch {marker}")
+print("shell wrote", os.path.exists({marker!r}))
+tried("write", lambda: open({marker!r}, "w").write("x"))
+tried("read outside", lambda: open({secret!r}).read())
+tried("read the pack", lambda: open(os.path.join({pack!r}, "pack.toml")).read())
+tried("write the workshop", lambda: open(os.path.join({workshop!r}, "cache"), "w").write("x"))
+done = subprocess.run([sys.executable, "-c", "import torch; print(torch.ones(2).sum().item())"],
+                      capture_output=True, text=True)
+print("python starts", done.stdout.strip())
+pid = os.fork()
+if pid == 0:
+    os._exit(7)
+print("fork", os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+'''
+
+
+def test_the_process_that_runs_a_lessons_code_is_confined_by_the_os(made, tmp_path):
+    """The OS layer behind the guard: a pack's code that got past it could still start a
+    shell, but neither it nor the shell writes or reads outside the lesson; Python and its
+    children start as the worker needs them to."""
+    marker, secret = tmp_path / "escaped", tmp_path / "secret"
+    secret.write_text("the answer key")
+    workshop = tmp_path / "workshop"
+    workshop.mkdir()
+    code = _BEHIND_THE_GUARD.format(pack=str(made), workshop=str(workshop), marker=str(marker),
+                                    secret=str(secret))
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=ROOT, timeout=300)
+    said = done.stdout
+    if not _landlock_here():
+        pytest.skip("this kernel offers no Landlock")
+    assert "Landlock" in said, said + done.stderr
+    assert "shell wrote False" in said and not marker.exists(), said + done.stderr
+    assert "write refused" in said and "read outside refused" in said, said
+    assert "read the pack done" in said and "write the workshop done" in said, said
+    assert "python starts 2.0" in said and "fork 7" in said, said + done.stderr
+
+
+def test_the_worker_builds_the_lesson_under_the_os_layers(made):
+    from tutor.evaluator.client import Evaluator
+
+    with Evaluator(Settings(device="cpu", pack=str(made))) as evaluator:
+        applied = evaluator.info(timeout=300)["lesson_confined"]
+    if not _landlock_here():
+        pytest.skip("this kernel offers no Landlock")
+    assert any(layer.startswith("Landlock") for layer in applied) and "seccomp" in applied
+
+
+def _landlock_here() -> bool:
+    """Whether this kernel offers Landlock, asked apart from the code under test."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    return sys.platform.startswith("linux") and libc.syscall(444, None, ctypes.c_size_t(0),
+                                                            ctypes.c_uint32(1)) >= 1

@@ -4,6 +4,7 @@ from a forward pass (tutor/commands/pack_new.py). For people who write packs."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import warnings
 from pathlib import Path
@@ -30,6 +31,14 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     root = Path(args.folder).expanduser()
     if not (root / "pack.toml").is_file():
         raise UsageError(f"{args.folder} has no pack.toml; give the folder of a pack")
+    # The pack's own code runs in this process (its setup, data, forward pass, training): under
+    # the OS layers a worker puts it under, from before it first runs.
+    from tutor.evaluator.worker import confined
+    from tutor.pack.model import PackError, load_pack
+
+    # A pack that does not load runs none of its code: check_pack says why.
+    with contextlib.suppress(PackError, OSError, ValueError):
+        confined(load_pack(root), settings)
     problems = check_pack(root, settings,
                           progress=lambda text: print(f"  {text}", file=sys.stderr))
     if not problems:

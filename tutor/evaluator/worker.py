@@ -51,6 +51,7 @@ class Worker:
         self.requests: queue.Queue = queue.Queue()
         self.cancel = threading.Event()
         self.engine = None
+        self.confinement: list[str] = []  # the OS layers the lesson's code runs under here
 
     def send(self, message: dict) -> None:
         with self.lock:
@@ -76,6 +77,7 @@ class Worker:
         from tutor.config import Settings
         from tutor.core.engine import Engine
         from tutor.core.network import DeviceError
+        from tutor.pack.model import find_pack, load_pack
 
         settings = Settings.from_dict(init["settings"])
         import torch
@@ -83,8 +85,12 @@ class Worker:
         # The worker grades small tensors; a second thread only spins against the child's.
         torch.set_num_threads(1)
         try:
-            self.engine = Engine(settings)
-            info = self.engine.info()
+            pack = load_pack(find_pack(settings.pack))
+            # The lesson's own code (its setup, data and forward pass) runs here, whoever
+            # wrote the pack: behind the OS layers too, from before it first runs.
+            self.confinement = confined(pack, settings)
+            self.engine = Engine(settings, pack=pack)
+            info = {**self.engine.info(), "lesson_confined": self.confinement}
         except DeviceError as exc:
             self.send({"type": "failed", "message": str(exc)})
             return False
@@ -207,6 +213,24 @@ def inert(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [inert(v) for v in value]
     return value
+
+
+def confined(pack, settings) -> list[str]:
+    """This process under the OS layers for a lesson's code (sandbox/confine.py,
+    `confine_lesson`), on the CPU: what applied. A GPU's driver needs its device files, which
+    these rules do not grant, so there the lesson's code runs behind the syntax check and the
+    guard only (README, "Safety")."""
+    from tutor.core.network import resolve_device
+    from tutor.sandbox.confine import confine_lesson
+
+    if resolve_device(settings.device).type != "cpu":
+        return []
+    from tutor.pack.cache import cache_dir
+
+    # The parsed-pack cache is read by the children it starts, never written from here.
+    reads = (*pack.folders, *(str(p) for p in [cache_dir()] if p.is_dir()))
+    report = confine_lesson("cpu", reads, compile_workshop(settings))
+    return report.applied
 
 
 def compile_workshop(settings) -> str:

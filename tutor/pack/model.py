@@ -205,6 +205,15 @@ class Pack(FrozenRecord):
                 if k not in BATCH_KEYS and isinstance(v, (int, float)) and not isinstance(v, bool)}
 
     @property
+    def folders(self) -> tuple[str, ...]:
+        """Where the lesson's files are: all a process that runs its code needs to read
+        (tutor/sandbox/confine.py, `confine_lesson`)."""
+        found = [self.root, data_dir()]
+        if self.data_file is not None:
+            found.append(self.data_file.parent)
+        return tuple(dict.fromkeys(str(p.resolve()) for p in found if p.exists()))
+
+    @property
     def gradient_steps(self) -> tuple[Step, ...]:
         return tuple(s for s in self.steps if s.kind.checked)
 

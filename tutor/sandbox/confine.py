@@ -172,11 +172,11 @@ _COMPILER_READS = ("/usr", "/lib", "/lib64", "/bin", "/etc", "/proc/self",
 _FS_WRITE_FILE = 1 << 1
 
 
-def landlock(libc: ctypes.CDLL | None, device: str = "cpu", workshop: str | None = None
-             ) -> str | None:
+def landlock(libc: ctypes.CDLL | None, device: str = "cpu", workshop: str | None = None,
+             reads: tuple[str, ...] = ()) -> str | None:
     """Restrict this process with Landlock; the ABI version applied, or None. With a
     `workshop` folder, also what a compiler needs: running the system's programs, and every
-    right beneath that folder (and writing to /dev/null)."""
+    right beneath that folder (and writing to /dev/null). `reads`: more places to read."""
     if libc is None or not sys.platform.startswith("linux"):
         return None
     syscall = libc.syscall
@@ -198,7 +198,7 @@ def landlock(libc: ctypes.CDLL | None, device: str = "cpu", workshop: str | None
         return None
     try:
         read = _FS_READ_FILE | _FS_READ_DIR | _FS_EXECUTE
-        rules = [(root, read) for root in (*readable_roots(), *device_reads(device))]
+        rules = [(root, read) for root in (*readable_roots(), *device_reads(device), *reads)]
         if workshop is not None:
             rules += [(p, read) for p in _COMPILER_READS if os.path.exists(p)]
             rules += [(workshop, fs_all), (os.devnull, _FS_READ_FILE | _FS_WRITE_FILE)]
@@ -327,6 +327,60 @@ def seccomp(compiler: bool = False) -> bool:
         return lib.seccomp_load(ctx) == 0
     finally:
         lib.seccomp_release(ctx)
+
+
+# What the process that holds a lesson never needs: tracing, the kernel's own machinery, new
+# namespaces. Files and networking are Landlock's there (it starts its children, so new
+# processes stay possible).
+_LESSON_DENY = (
+    "ptrace process_vm_readv process_vm_writev mount umount2 pivot_root chroot unshare setns "
+    "keyctl add_key request_key bpf perf_event_open userfaultfd kexec_load init_module "
+    "finit_module delete_module reboot swapon swapoff"
+).split()
+
+
+_RANDOM = ("/dev/urandom", "/dev/random")
+
+
+def confine_lesson(device: str, reads: tuple[str, ...], workshop: str) -> Confinement:
+    """The OS layers for a process that runs a lesson's own code (its setup, data, forward pass
+    and training, `pack check`'s whole run, the worker that forks every check's child): it may
+    read the Python installation, the lesson's folder and its data (`reads`) and what a
+    compiler reads, write only beneath `workshop` (torch.compile's cache) and /dev/null, open
+    no TCP connection, and trace nothing. Its children are confined further (`confine`)."""
+    report = Confinement()
+    libc = _libc()
+    prepare()  # what a child's confinement loads, while files can still be opened
+    # A workshop's rules are also what starting Python or a compiler needs (the system's
+    # libraries): the process starts its children's interpreters.
+    # Where the tutor is installed (a checkout's root, or site-packages), from which a started
+    # interpreter imports it, and the random bytes torch reads as it starts.
+    package = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    ruleset = landlock(libc, device, workshop,
+                       (*reads, package, *(p for p in _RANDOM if os.path.exists(p))))
+    (report.applied if ruleset else report.missing).append(ruleset or "Landlock")
+    lib = _libseccomp()
+    loaded = False
+    if lib is not None:
+        lib.seccomp_init.restype = ctypes.c_void_p
+        lib.seccomp_syscall_resolve_name.argtypes = [ctypes.c_char_p]
+        lib.seccomp_rule_add_array.argtypes = [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_int,
+                                               ctypes.c_uint, ctypes.POINTER(_ArgCmp)]
+        ctx = lib.seccomp_init(ctypes.c_uint32(_SCMP_ACT_ALLOW))
+        if ctx:
+            ctx = ctypes.c_void_p(ctx)
+            try:
+                eperm = _scmp_errno(errno.EPERM)
+                ok = True
+                for call in _LESSON_DENY:
+                    nr = lib.seccomp_syscall_resolve_name(call.encode())
+                    if nr >= 0 and lib.seccomp_rule_add_array(ctx, eperm, nr, 0, None) != 0:
+                        ok = False
+                loaded = ok and lib.seccomp_load(ctx) == 0
+            finally:
+                lib.seccomp_release(ctx)
+    (report.applied if loaded else report.missing).append("seccomp")
+    return report
 
 
 def confine(parent: int, cpu_seconds: float, os_layers: bool = True,

@@ -216,3 +216,28 @@ def test_a_value_that_only_passed_by_is_not_the_answer_the_program_keeps_under_i
     codes = written_out(Traces.of(a, b, (8, 5)), Wanted({"logits": _reference(va)}, {}),
                         Wanted({"logits": _reference(vb)}, {}))
     assert not any("a[range" in c or "sub" in c for c in codes), codes
+
+
+def test_a_residuals_right_value_under_other_gradients_names_is_not_this_ones_answer():
+    # A residual: the step is given `dlogits` and answers `dprobs` and a first branch of
+    # `dcounts`, all three one value. The program keeps a wrong value under the answer's own
+    # key (a slip), while the given gradient and the other branch hold the right one: those are
+    # other gradients', and the answer is what the program keeps for this one.
+    code = ("a = F.softmax(logits, 1)\na[range(n), Yb] -= 1\na /= n\n"
+            "grads = {'logits': a}\n"
+            "grads['probs'] = grads['logits'].clone() * 1.25\n"
+            "grads['counts'] = grads['logits'].clone()\n")
+
+    def want(v):
+        ref = _reference(v)
+        return Wanted({"probs": ref}, {"logits": ref}, {"counts": ref})
+
+    def found(code: str) -> list[str]:
+        (a, va), (b, vb) = _trace(code, 8, names=True), _trace(code, 5, seed=1, names=True)
+        return written_out(Traces.of(a, b, (8, 5)), want(va), want(vb))
+
+    slipped = found(code)
+    assert slipped and all("1.25" in c for c in slipped), slipped
+    # Without the slip, the program's own copy is found and is right.
+    right = found(code.replace(" * 1.25", ""))
+    assert right and not any("1.25" in c for c in right), right

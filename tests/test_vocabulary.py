@@ -85,3 +85,12 @@ def test_a_helper_compares_what_it_is_given_a_closure_uses_a_gradient():
             acc('h', state.grad[0])
     '''))
     assert comparers([tree]) == {"cmp", "diff", "check"}
+
+
+def test_a_helper_may_walk_its_own_list_of_tensors():
+    tree = ast.parse(textwrap.dedent('''
+        def report(bw):
+            for name, t in [('logits', logits), ('h', h)]:
+                print(name, (getattr(bw, 'd' + name) - t.grad).abs().max())
+    '''))
+    assert "report" in comparers([tree])

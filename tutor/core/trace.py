@@ -540,11 +540,14 @@ class _Read:
                     return True
         return False
 
-    def kept_otherwise(self, tensor: str, ref: Tensor, floor: float) -> bool:
+    def kept_otherwise(self, tensor: str, ref: Tensor, floor: float, bare: bool = False
+                       ) -> bool:
         """Whether the program held a version under `tensor`'s gradient's own name (`dc`, not
-        a bare key) whose value is not `ref`, and none that is."""
-        named = [ov for ov in self.held if ov in self.values
-                 and self.hinted(ov[0], tensor, explicitly=True)]
+        a bare key unless `bare`, and then one its own code made) whose value is not `ref`,
+        and none that is."""
+        named = [ov for ov in self.held if ov in self.values and (
+            self.hinted(ov[0], tensor, explicitly=True) or bare and self.hinted(ov[0], tensor)
+            and ov in self.maker and self.ops[self.maker[ov]]["own"])]
         return bool(named) and not any(_close(self.values[ov], ref, floor) for ov in named)
 
     def hinted(self, o: int, tensor: str, explicitly: bool = False) -> bool:
@@ -768,9 +771,18 @@ def _candidates(read: _Read, wanted: Wanted) -> dict[str, list[tuple[int, int]]]
             matches = read.own_matching(wanted.theirs[name], floor)
         if matches and name not in wanted.partials \
                 and not any(ov in read.held for _, ov in matches) \
-                and read.kept_otherwise(name, ref, floor):
+                and read.kept_otherwise(name, ref, floor, bare=True):
             # The value passed by (a local of a function of a later exercise) while what the
             # program keeps under this gradient's own name is another: that is its answer.
+            matches = []
+        others = set(wanted.answers) | set(wanted.partials) | set(wanted.given)
+        others.discard(name)
+        if matches and name not in wanted.partials and all(
+                not read.hinted(ov[0], name) and any(read.hinted(ov[0], o) for o in others)
+                for _, ov in matches) and read.kept_otherwise(name, ref, floor, bare=True):
+            # Each value that is right is another gradient's (a residual's two branches and
+            # its given gradient are one value) while the program keeps another value under
+            # this one's name: that is its answer, whatever else equals the right one.
             matches = []
         if not matches:
             hinted = [(i, ov) for ov, i in read.maker.items()

@@ -205,7 +205,9 @@ def translated(pack: Pack, cells: list[str]) -> tuple[list[str], dict[str, str]]
     if not ours:
         return cells, {}
     names = {**gradient_names(forward), **ours}
-    return [rename(_without_magics(c), names) for c in cells], ours
+    # A tensor of theirs is also what they key its gradient by (`grads['mlp_out']`).
+    keys = {mine: t for mine, t in forward.items() if mine.isidentifier()}
+    return [rename(_without_magics(c), names, keys) for c in cells], ours
 
 
 def _statement(node: ast.stmt, text: str) -> Statement:
@@ -268,10 +270,12 @@ def renames_from_cmp(nodes: Iterable[ast.stmt], tensors: set[str], helpers: set[
     return out
 
 
-def rename(source: str, names: Mapping[str, str]) -> str:
+def rename(source: str, names: Mapping[str, str], keys: Mapping[str, str] | None = None) -> str:
     """`source` with each plain name in `names` replaced, comments and layout kept (attribute
-    names and keyword arguments are not plain names)."""
-    if not names:
+    names and keyword arguments are not plain names); with `keys`, also each string that is
+    exactly one of its names (`grads['mlp_out']`, a key the learner named after a tensor)."""
+    keys = keys or {}
+    if not names and not keys:
         return source
     try:
         tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
@@ -285,6 +289,11 @@ def rename(source: str, names: Mapping[str, str]) -> str:
             depth += 1
         elif tok.type == tokenize.OP and tok.string in ")]}":
             depth = max(0, depth - 1)
+        if tok.type == tokenize.STRING and len(tok.string) > 2 and tok.string[0] in "'\"" \
+                and tok.string[-1] == tok.string[0] and tok.string[1:-1] in keys:
+            quote = tok.string[0]
+            edits.append((tok.start, tok.end, quote + keys[tok.string[1:-1]] + quote))
+            continue
         if tok.type != tokenize.NAME or tok.string not in names:
             continue
         before = tokens[i - 1] if i else None

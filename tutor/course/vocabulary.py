@@ -341,15 +341,19 @@ def gradient_names(forward: Mapping[str, str]) -> dict[str, str]:
 def comparers(trees: Iterable[ast.AST], named: Iterable[str] = ("cmp",)) -> set[str]:
     """The notebook's comparison helpers: those the lesson names (`named`, pack.toml
     [notebook] compare) and functions of the learner's that read the `.grad` of what they are
-    given (`t.grad`, `fwd[name].grad`). A function that reads a fixed tensor's `.grad`
-    (`acc('h', state.grad[0])` in a tape's closure) uses the gradient, it compares nothing."""
+    given or name themselves (`t.grad`, `fwd[name].grad`, a loop's `t.grad`). A function that
+    reads a global tensor's `.grad` (`acc('h', state.grad[0])` in a tape's closure) uses the
+    gradient, it compares nothing."""
     out = set(named)
     for tree in trees:
         for node in ast.walk(tree):
             if not isinstance(node, ast.FunctionDef):
                 continue
+            # What it is given, and what it names itself (`for name, t in [...]: t.grad`).
             given = {a.arg for a in [*node.args.posonlyargs, *node.args.args,
-                                     *node.args.kwonlyargs]}
+                                     *node.args.kwonlyargs]} | {
+                n.id for n in ast.walk(node)
+                if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
             if any(isinstance(n, ast.Attribute) and n.attr == "grad" and any(
                     isinstance(m, ast.Name) and m.id in given for m in ast.walk(n.value))
                    for n in ast.walk(node)):

@@ -12,10 +12,13 @@ client ended), it exits at once, and its children die with it.
 
 from __future__ import annotations
 
+import atexit
 import os
 import queue
 import secrets
+import shutil
 import sys
+import tempfile
 import threading
 import traceback
 import warnings
@@ -67,6 +70,7 @@ class Worker:
             if message is None or message.get("op") == "exit":
                 # The client is gone or done: nothing may keep running for it, whatever the
                 # main thread is waiting on. Children get SIGKILL through PR_SET_PDEATHSIG.
+                remove_scratch()
                 os._exit(0)
             if message.get("op") == "cancel":
                 self.cancel.set()
@@ -229,8 +233,39 @@ def confined(pack, settings) -> list[str]:
 
     # The parsed-pack cache is read by the children it starts, never written from here.
     reads = (*pack.folders, *(str(p) for p in [cache_dir()] if p.is_dir()))
-    report = confine_lesson("cpu", reads, compile_workshop(settings))
+    workshop = compile_workshop(settings)
+    # The only place left to write: a temporary folder of this process's own inside it, for
+    # what torch and a lesson's libraries put in one (gone when the process ends).
+    _sweep(workshop)
+    scratch = tempfile.mkdtemp(prefix=f"lesson-{os.getpid()}-", dir=workshop)
+    _SCRATCH.append(scratch)
+    atexit.register(remove_scratch)
+    os.environ["TMPDIR"] = tempfile.tempdir = scratch
+    report = confine_lesson("cpu", reads, workshop)
     return report.applied
+
+
+_SCRATCH: list[str] = []  # this process's temporary folder, once it is confined
+
+
+def remove_scratch() -> None:
+    for folder in _SCRATCH:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _sweep(workshop: str) -> None:
+    """The temporary folders of workers that ended without removing theirs (killed)."""
+    with os.scandir(workshop) as entries:
+        for entry in entries:
+            parts = entry.name.split("-")
+            if len(parts) < 3 or parts[0] != "lesson" or not parts[1].isdigit():
+                continue
+            try:
+                os.kill(int(parts[1]), 0)
+            except ProcessLookupError:
+                shutil.rmtree(entry.path, ignore_errors=True)
+            except OSError:
+                continue  # alive, another user's: not ours to touch
 
 
 def compile_workshop(settings) -> str:

@@ -241,3 +241,20 @@ def test_a_residuals_right_value_under_other_gradients_names_is_not_this_ones_an
     # Without the slip, the program's own copy is found and is right.
     right = found(code.replace(" * 1.25", ""))
     assert right and not any("1.25" in c for c in right), right
+
+
+def test_a_fused_step_is_given_only_what_arrives_at_its_lines():
+    # The LSTM's fused gates step holds the lines `ai = ...` and `i = torch.sigmoid(ai)`: `di`
+    # arrives from outside, `dai` is the step's own work and never a place its code starts.
+    from pathlib import Path
+
+    from tutor.config import Settings
+    from tutor.core.engine import Engine
+
+    root = Path(__file__).resolve().parent.parent / "exercises" / "lstm"
+    engine = Engine(Settings(device="cpu", pack=str(root)))
+    try:
+        wanted = engine._wanted(engine.pack.step("fused/gates"), engine.network.main)
+    finally:
+        engine.close()
+    assert set(wanted.given) == {"i", "f", "g", "o"} and set(wanted.answers) == {"ifgo"}

@@ -380,7 +380,12 @@ class Engine:
         writes it) and what it is given, by autograd, on `batch`."""
         answers = {t: batch.reference[(step.id, t)] for t in step.checks
                    if (step.id, t) in batch.reference}
-        given = {t: batch.gradients[t] for t in step.lines if t in batch.gradients}
+        # A line's gradient arrives from outside the step unless another of its lines reads
+        # that line's output (`i = torch.sigmoid(ai)` in a fused step: `dai` is its own work).
+        inner = {op for line in self.pack.forward_lines if line.target in step.lines
+                 for op in line.operands}
+        given = {t: batch.gradients[t] for t in step.lines
+                 if t in batch.gradients and t not in inner}
         given |= {g: batch.given[(step.id, g)] for g in step.given
                   if (step.id, g) in batch.given}
         flow = self.pack.flow

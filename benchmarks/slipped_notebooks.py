@@ -101,6 +101,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--case")
     parser.add_argument("--slip", choices=sorted(SLIPS), default="factor")
     parser.add_argument("--train-steps", type=int, default=20)
+    parser.add_argument("--per-case", type=int, default=0,
+                        help="slip at most this many steps of each notebook, spread over it")
     args = parser.parse_args(argv)
     import lesson_corpus_truth as truth
 
@@ -113,9 +115,12 @@ def main(argv: list[str]) -> int:
                 if args.case and case["name"] != args.case:
                     continue
                 right = set(case["right"]) - set(case.get("wrong") or ())
-                for step, specs in (case.get("where") or {}).items():
-                    if step not in right:
-                        continue
+                steps = [(s, specs) for s, specs in (case.get("where") or {}).items()
+                         if s in right]
+                if args.per_case and len(steps) > args.per_case:
+                    every = len(steps) / args.per_case
+                    steps = [steps[int(k * every)] for k in range(args.per_case)]
+                for step, specs in steps:
                     # One of the step's gradients slipped is the step slipped.
                     base = _untrained(case["notebook"], (case.get("train") or {}).get("cell"))
                     notebook = next((nb for spec in specs if (nb := _slipped(

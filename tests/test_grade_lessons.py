@@ -133,3 +133,22 @@ def test_a_notebook_that_compares_inline_with_renamed_tensors_is_read(tmp_path):
     other = "".join(f"print({t}.grad.shape)\n" for t in sorted(
         {line.target for line in makemore.forward_lines}))
     assert not is_lesson_notebook(pack, ["import torch\n", other])
+
+
+def test_a_slip_is_diagnosed_as_written_not_through_the_notebooks_own_data(tmp_path):
+    # The notebook works out `vocab_size` from its own data; a slipped step that reads it is
+    # graded on its own statements, with the tutor's data, and its slip is named.
+    document = _notebook("gpt")
+    for cell in document["cells"]:
+        if cell["source"].startswith("import torch"):
+            cell["source"] += ("itos = sorted(set(''.join(words)))\n"
+                               "vocab_size = len(itos) + 1\n")
+        if cell["source"].startswith("dlnf = "):
+            first, rest = cell["source"].split("\n", 1)
+            cell["source"] = f"{first} * 1.25\n{rest}"
+            break
+    else:
+        raise AssertionError("no cell of the notebook starts the lnf step")
+    steps = _grade(tmp_path, "gpt", document)
+    assert steps["block/lnf"]["status"] == "failed"
+    assert "1.25 times" in steps["block/lnf"]["message"], steps["block/lnf"]["message"]

@@ -127,10 +127,13 @@ class Program:
             return None  # not its share: that is built from what the starting line is given
         return j
 
-    def answer(self, pack: Pack, step: Step, lesson: set[str]) -> str | None:
+    def answer(self, pack: Pack, step: Step, lesson: set[str],
+               data: frozenset[str] = frozenset()) -> str | None:
         """The step's own code: the statements its gradients (and the first branches it starts)
         need, in the program's order, from where the learner last compared them back to the
-        gradients it is given. None when the program never writes one of them."""
+        gradients it is given. None when the program never writes one of them. A statement
+        that computes from the notebook's own data (`data`: `vocab_size = len(itos)`) is never
+        one: the tutor's namespace has what it computes."""
         lines = self.checked_lines
         flow = pack.flow
         order = {s.id: i for i, s in enumerate(pack.steps)}
@@ -149,7 +152,7 @@ class Program:
 
         def follow(name: str, before: int, into: set[int]) -> None:
             j = last_def(name, before)
-            if j is None or j in into:
+            if j is None or j in into or (lines[j].reads & data and not lines[j].writes & grads):
                 return
             into.add(j)
             for r in lines[j].reads:

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from tutor import code_facts
-from tutor.course.lecture import lesson_names
+from tutor.course.lecture import lesson_names, setup_names
 from tutor.course.submission import Submission
 from tutor.evaluator.client import EvaluatorError
 from tutor.pack.flow import gradient, gradients
@@ -201,7 +201,10 @@ def _graded(lesson: Lesson, sub: Submission, step: Step, prior: dict[str, str],
     mark and the check's result. A verdict on the step's own statements is `settled`: no
     other reading of the submission overrides it."""
     program = sub.programs.get(step.exercise)
-    answer = program.answer(lesson.pack, step, tensors) if program else None
+    # The tutor's data and sizes stand in for the notebook's own (`vocab_size = len(itos)` is
+    # never a step's statement).
+    answer = program.answer(lesson.pack, step, tensors, setup_names(lesson.pack)) \
+        if program else None
     cut = sub.code.get(step.id)
     # What the step's code must write: its gradients, or the function it defines.
     grads = {step.function.name} if step.function is not None else gradients(step.checks)

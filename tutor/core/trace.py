@@ -575,10 +575,10 @@ class _Read:
                         name not in by_value or self.hinted(ov[0], name, explicitly=True)):
                     cuts[ov] = name
         for name in wanted.given:
-            if name in cuts.values():
-                continue
+            # Where the step that made it took it: the learner's own value, even where another
+            # version is the right one by value (a residual's branch), for their code reads it.
             for ov in self.took.get(_took_key(name, wanted), ()):
-                cuts.setdefault(ov, name)  # where the step that made it took it
+                cuts.setdefault(ov, name)
         return cuts
 
 

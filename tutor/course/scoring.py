@@ -176,7 +176,11 @@ def grade(lesson: Lesson, sub: Submission, rules: GradingRules = DEFAULT_RULES,
         if not (mark.status is Outcome.PASSED and mark.rule is not Rule.SKIPPED) and (
                 step.id not in settled or _right_as_run(lesson, sub, step, mark)):
             traced = _by_trace(lesson, sub, step, rules, traces)
-            if traced is not None:
+            if isinstance(traced, str):
+                if mark.status is Outcome.MISSING:
+                    mark.message += (" (what your submission computes for it, traced as it "
+                                     f"ran, is not right: {traced})")
+            elif traced is not None:
                 code, mark, result = traced
                 settled.add(step.id)
         if result is not None:
@@ -261,12 +265,13 @@ def _whole_program(lesson: Lesson, step: Step, program: str) -> CheckResult | No
 
 def _by_trace(lesson: Lesson, sub: Submission, step: Step, rules: GradingRules,
               traces: dict[int, dict[str, list[str]]]
-              ) -> tuple[str, StepGrade, CheckResult] | None:
+              ) -> tuple[str, StepGrade, CheckResult] | str | None:
     """A step that its names could not grade by its rule (no code found, or found only by
     values), graded on what the exercise's own code computes for it wherever it keeps it: the
     program run traced (tutor/core/trace.py, once per exercise), the computation of each value
     equal to the step's gradients written out from the step's inputs and checked as any answer
-    is, rule probe and fresh batch included. Only a pass by the rule is taken."""
+    is, rule probe and fresh batch included. Only a pass by the rule is taken; where what it
+    found fails, what the check said of it (for the learner's message), else None."""
     program = sub.programs.get(step.exercise)
     if program is None or step.kind.trained:
         return None
@@ -280,11 +285,14 @@ def _by_trace(lesson: Lesson, sub: Submission, step: Step, rules: GradingRules,
         except Exception:  # noqa: BLE001 - a trace that cannot be made grades nothing
             found = {}
         traces[step.exercise] = found
+    said = None
     for code in found.get(step.id, []):
         # From autograd's gradients for the steps before: the written-out code reads only what
         # the step is given, and the learner's earlier code, replayed, may have left other
         # values under those names.
         mark, result = _check(lesson, step, code, {}, rules)
+        if said is None and result is not None and result.error is None and not result.passed:
+            said = mark.message
         mark.feedback = (f"graded on what your submission computes for "
                          f"{', '.join(step.graded_names)}, traced as it ran and written "
                          "out from this step's inputs:\n"
@@ -293,8 +301,9 @@ def _by_trace(lesson: Lesson, sub: Submission, step: Step, rules: GradingRules,
         if result is not None and result.passed and result.rule is not Rule.SKIPPED:
             return code, mark, result
     # A failure is not taken: code found by a name alone may be another step's (the first
-    # branch an earlier step starts), and a step never written is missing, not failed.
-    return None
+    # branch an earlier step starts), and a step never written is missing, not failed. What
+    # the check said is still worth the learner's reading: it is about what their code computes.
+    return said
 
 
 def _check(lesson: Lesson, step: Step, code: str, prior: dict[str, str], rules: GradingRules

@@ -183,7 +183,7 @@ def slip_corpora(verbose: bool = False) -> None:
                 continue
             engine = Engine(Settings(device="cpu", pack=pack))
             try:
-                for half in ("holdout2", "holdout", "tune", "tune2"):
+                for half in ("holdout3", "holdout2", "holdout", "tune", "tune2", "tune3"):
                     try:
                         module = corpora.load(f"{corpus}_{half}")
                     except FileNotFoundError:

@@ -179,11 +179,12 @@ wrong("h_argmax_of_negated", "h", "h",
       "_, idx = F.max_pool2d(-h, 2, return_indices=True)\n"
       "dh = F.max_unpool2d(dpooled, idx, 2, output_size=h.shape[-2:])\n",
       "indices of the max of -h: the gradient goes to each window's minimum", W_POOL + ("min",))
-wrong("h_indices_from_hpre", "h", "h",
-      "_, idx = F.max_pool2d(hpre, 2, return_indices=True)\n"
-      "dh = F.max_unpool2d(dpooled, idx, 2, output_size=h.shape[-2:])\n",
-      "the max positions taken from hpre, before the ReLU, instead of from h",
-      ("hpre", "pre-activation", "relu", "input", "instead", "argmax"))
+wrong("h_max_along_one_window_axis", "h", "h",
+      "w6 = h.view(n, n_maps, 4, 2, 4, 2)\n"
+      "m = (w6 == w6.amax(dim=3, keepdim=True)).to(h.dtype)\n"
+      "dh = (m * dpooled[:, :, :, None, :, None]).view(h.shape)\n",
+      "the max taken down each column of the window only: two winners per window",
+      W_POOL + ("axis",))
 wrong("h_mask_without_upstream", "h", "h",
       IDX + "dh = F.max_unpool2d(torch.ones_like(dpooled), idx, 2, output_size=h.shape[-2:])\n",
       "the max positions marked with 1, the arriving gradient dpooled never multiplied in",

@@ -161,3 +161,21 @@ def test_a_pool_s_windows_made_by_a_plain_reshape_are_named(engines):
             ".reshape(h.shape)\n")
     said = _said(engine, step.id, code, "h")
     assert "4 entries in a row" in said and "2x2 squares" in said
+
+
+def test_a_weight_s_gradient_from_one_example_only_is_named(engines):
+    # The product sums every example's share into dWout; one example's share alone is what a
+    # loop that assigns where it must add leaves.
+    engine = engines("attention")
+    step = _step(engine, "logits")
+    code = step.solution + "dWout = pooled[-1:].T @ dlogits[-1:]\n"
+    said = _said(engine, step.id, code, "Wout")
+    assert "the last of the" in said and "examples of the batch" in said and "+=" in said
+
+
+def test_a_bias_gradient_averaged_over_positions_is_named(engines):
+    engine = engines("pool_relu")
+    step = _step(engine, "hpre")
+    code = step.solution + "dkb = dkb / (hpre.shape[2] * hpre.shape[3])\n"
+    said = _said(engine, step.id, code, "kb")
+    assert "divided by 64" in said and "positions along axis 2" in said and "not a mean" in said

@@ -21,6 +21,7 @@ dilation, a factor), never of code the learner may not have written.
 from __future__ import annotations
 
 import ast
+import itertools
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -183,10 +184,10 @@ def _conv_slips(call: ast.Call, line: ForwardLine, dilations: set[int]) -> Itera
                     "it, and those lie on the other side of it: the gradient meets the taps in "
                     "reverse order, so the kernel is flipped along its tap axis.")
         if r == "weight":
-            return (f"{grad} has its taps in reverse order. Tap k of `{tensor}` multiplies the "
-                    f"input k·dilation positions into each window of {what}: its gradient "
-                    "pairs the upstream gradient with the input at that tap's own offset, "
-                    "not the other end's.")
+            return (f"{grad} has its taps in reverse order (flipped). Tap k of `{tensor}` "
+                    f"multiplies the input k·dilation positions into each window of {what}: "
+                    "its gradient pairs the upstream gradient with the input at that tap's "
+                    "own offset, not the other end's.")
         return None
 
     yield "conv-taps", taps_say, _with_arg(call, 0, "weight", _flip(w, taps))
@@ -1489,7 +1490,8 @@ def _match(prepared: _Prepared, tensor: str, value: Tensor, ref: Tensor, before:
         found.append((slip, produced))
     if not found:
         return (_broadcast(prepared, tensor, value, ref64, before)
-                or _loss_count(prepared, tensor, value, ref64, before))
+                or _loss_count(prepared, tensor, value, ref64, before)
+                or _summed_share(prepared, tensor, value, ref64, before))
     for slip, produced in found:
         message = slip.say(tensor, grad, before)
         if not message:
@@ -1569,6 +1571,58 @@ def _shifted(tensor: str, value: Tensor, ref: Tensor) -> Diagnosis | None:
                     f"{gradient(tensor)} holds the right numbers moved along dim {d}: each "
                     f"value sits {n} position{'s' if n > 1 else ''} {way} than where it "
                     "belongs. Check the indices that place each contribution."))
+    return None
+
+
+def _axis(up: Tensor, d: int, before: dict) -> str:
+    """An axis of a line's output in words: the batch's, or the place along another."""
+    if d == 0 and up.shape[0] == before.get("n"):
+        return f"the {up.shape[0]} examples of the batch"
+    return f"the {up.shape[d]} positions along axis {d}"
+
+
+def _summed_share(prepared: _Prepared, tensor: str, value: Tensor, ref: Tensor, before: dict
+                  ) -> Diagnosis | None:
+    """A gradient that a line sums over entries of its output (a weight over the batch, a bias
+    over positions), taken from one entry only (`=` where a loop must add, an index where a
+    sum belongs) or averaged over them: what the numbers show, for any such line."""
+    v = value.detach().to("cpu", torch.float64)
+    for line in prepared.lines:
+        if tensor not in line.operands:
+            continue
+        up, x = before.get(gradient(line.target)), before.get(tensor)
+        if not isinstance(up, Tensor) or not isinstance(x, Tensor) or up.dim() == 0:
+            continue
+        src = f"`{line.source.strip()}`"
+        denom = float(ref.flatten() @ ref.flatten())
+        c = float(v.flatten() @ ref.flatten()) / denom if denom else 0.0
+        if 0 < c < 1 and close(v, c * ref):
+            dims = [d for d in range(up.dim()) if up.shape[d] > 1]
+            for k in range(1, len(dims) + 1):
+                for chosen in itertools.combinations(dims, k):
+                    count = math.prod(up.shape[d] for d in chosen)
+                    if abs(c * count - 1) <= 1e-3:
+                        said = " and ".join(_axis(up, d, before) for d in chosen)
+                        return diagnosis("derived", (
+                            f"{gradient(tensor)} is divided by {count}, {said} of {src}: "
+                            f"`{tensor}` takes a share from every one of them, and its gradient "
+                            "adds those shares up: a sum, not a mean."))
+        expr = _parsed(line.source)
+        for d in range(up.dim()):
+            if up.shape[d] < 2:
+                continue
+            for end, at in (("first", 0), ("last", up.shape[d] - 1)):
+                only = torch.zeros_like(up)
+                only.select(d, at).copy_(up.select(d, at))
+                got = _line_vjp(prepared, line, expr, tensor,
+                                {**before, gradient(line.target): only})
+                if got is None or got.shape != v.shape or close(got, ref) or not close(v, got):
+                    continue
+                return diagnosis("derived", (
+                    f"{gradient(tensor)} holds the share of the {end} of "
+                    f"{_axis(up, d, before)} of {src} only. `{tensor}` takes a share from "
+                    "every one of them, and its gradient adds them all up: a loop that assigns "
+                    "(`=`) where it must add (`+=`), or one entry taken where the sum belongs."))
     return None
 
 

@@ -1593,6 +1593,16 @@ def _summed_share(prepared: _Prepared, tensor: str, value: Tensor, ref: Tensor, 
         up, x = before.get(gradient(line.target)), before.get(tensor)
         if not isinstance(up, Tensor) or not isinstance(x, Tensor) or up.dim() == 0:
             continue
+        expr = _parsed(line.source)
+        if x.shape == up.shape:
+            # Elementwise in `tensor` (each entry gets one share, nothing to add up): one
+            # entry of the upstream reaches one entry of its gradient.
+            probe = torch.zeros_like(up)
+            probe.view(-1)[-1] = 1.0
+            reach = _line_vjp(prepared, line, expr, tensor,
+                              {**before, gradient(line.target): probe})
+            if reach is None or int((reach != 0).sum()) <= 1:
+                continue
         src = f"`{line.source.strip()}`"
         denom = float(ref.flatten() @ ref.flatten())
         c = float(v.flatten() @ ref.flatten()) / denom if denom else 0.0
@@ -1603,11 +1613,10 @@ def _summed_share(prepared: _Prepared, tensor: str, value: Tensor, ref: Tensor, 
                     count = math.prod(up.shape[d] for d in chosen)
                     if abs(c * count - 1) <= 1e-3:
                         said = " and ".join(_axis(up, d, before) for d in chosen)
-                        return diagnosis("derived", (
+                        return diagnosis("scale", (
                             f"{gradient(tensor)} is divided by {count}, {said} of {src}: "
                             f"`{tensor}` takes a share from every one of them, and its gradient "
                             "adds those shares up: a sum, not a mean."))
-        expr = _parsed(line.source)
         for d in range(up.dim()):
             if up.shape[d] < 2:
                 continue

@@ -581,3 +581,18 @@ def test_a_class_s_files_are_told_apart_by_their_folders(tmp_path):
     paths = [tmp_path / who / "backward.py" for who in ("ana", "ben")]
     assert [_shown(p, paths) for p in paths] == ["ana/backward.py", "ben/backward.py"]
     assert _shown(tmp_path / "one.py", [tmp_path / "one.py"]) == "one.py"
+
+
+def test_a_markdown_heading_opens_an_exercise_as_a_comment_would():
+    from tutor.course.lecture import regions
+
+    document = {"cells": [
+        {"cell_type": "code", "source": "dlogits = F.softmax(logits, 1)\n"},
+        {"cell_type": "markdown", "source": ["## Exercise 2 (the loss in one line)\n", "text"]},
+        {"cell_type": "code", "source": "dlogits_fast = F.softmax(logits, 1)\n"},
+        {"cell_type": "markdown", "source": "Some notes on exercise 3, later.\n"},
+    ]}
+    cells = code_cells(document)
+    assert cells[1] == "# Exercise 2\n" and len(cells) == 3
+    by = regions(cells)
+    assert by[0] == [cells[0]] and by[2] == cells[1:]

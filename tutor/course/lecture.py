@@ -64,6 +64,7 @@ from tutor.sandbox.policy import inspect
 
 EXERCISE_MARK = re.compile(r"^\s*#\s*exercise\s*(\d+)\b", re.IGNORECASE | re.MULTILINE)
 _MAGIC = re.compile(r"^\s*[%!]")
+_HEADING_MARK = re.compile(r"^\s*#+\s*exercise\s*(\d+)\b", re.IGNORECASE | re.MULTILINE)
 
 
 class NotebookError(ValueError):
@@ -139,6 +140,15 @@ def code_cells(document: dict) -> list[str]:
         raise NotebookError("it has no list of cells")
     out = []
     for cell in cells:
+        if isinstance(cell, dict) and cell.get("cell_type") == "markdown":
+            # A heading that opens an exercise (`## Exercise 2`) marks the code cells after it
+            # as a `# Exercise 2` comment would: a cell that runs nothing.
+            text = cell.get("source", "")
+            text = "".join(text) if isinstance(text, list) else text
+            found = _HEADING_MARK.search(text) if isinstance(text, str) else None
+            if found:
+                out.append(f"# Exercise {int(found.group(1))}\n")
+            continue
         if not isinstance(cell, dict) or cell.get("cell_type") != "code":
             continue
         source = cell.get("source", "")

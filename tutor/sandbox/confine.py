@@ -356,8 +356,10 @@ def confine_lesson(device: str, reads: tuple[str, ...], workshop: str) -> Confin
     # Where the tutor is installed (a checkout's root, or site-packages), from which a started
     # interpreter imports it, and the random bytes torch reads as it starts.
     package = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    # /proc: each child reads its own size there before it confines itself (`limit_memory`);
+    # "/proc/self" would name this process only.
     ruleset = landlock(libc, device, workshop,
-                       (*reads, package, *(p for p in _RANDOM if os.path.exists(p))))
+                       (*reads, package, "/proc", *(p for p in _RANDOM if os.path.exists(p))))
     (report.applied if ruleset else report.missing).append(ruleset or "Landlock")
     lib = _libseccomp()
     loaded = False

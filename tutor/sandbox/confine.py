@@ -281,10 +281,11 @@ _COMPILER_CALLS = frozenset(
     "mkdirat rmdir link linkat symlink symlinkat fchmod".split())
 
 
-def seccomp(compiler: bool = False) -> bool:
+def seccomp(compiler: bool = False, only: tuple[str, ...] | None = None) -> bool:
     """Load a seccomp filter through libseccomp; False when the library is not installed.
     `compiler` lets the process start programs and change files (to be paired with Landlock's
-    workshop, which says where); sockets, tracing and the rest stay refused."""
+    workshop, which says where); sockets, tracing and the rest stay refused. With `only`, those
+    calls alone are refused (`confine_lesson`'s filter)."""
     lib = _libseccomp()
     if lib is None:
         return False
@@ -302,12 +303,12 @@ def seccomp(compiler: bool = False) -> bool:
             return lib.seccomp_syscall_resolve_name(syscall.encode())
 
         eperm = _scmp_errno(errno.EPERM)
-        for call in _SECCOMP_DENY:
+        for call in _SECCOMP_DENY if only is None else only:
             if compiler and call in _COMPILER_CALLS:
                 continue
             if nr(call) >= 0 and add(ctx, eperm, nr(call), 0, None) != 0:
                 return False
-        if compiler:
+        if compiler or only is not None:
             return lib.seccomp_load(ctx) == 0
         # Threads are fine (clone with CLONE_THREAD); new processes are not.
         no_thread = (_ArgCmp * 1)(_ArgCmp(0, _SCMP_CMP_MASKED_EQ, _CLONE_THREAD, 0))
@@ -332,11 +333,10 @@ def seccomp(compiler: bool = False) -> bool:
 # What the process that holds a lesson never needs: tracing, the kernel's own machinery, new
 # namespaces. Files and networking are Landlock's there (it starts its children, so new
 # processes stay possible).
-_LESSON_DENY = (
+_LESSON_DENY = tuple(
     "ptrace process_vm_readv process_vm_writev mount umount2 pivot_root chroot unshare setns "
     "keyctl add_key request_key bpf perf_event_open userfaultfd kexec_load init_module "
-    "finit_module delete_module reboot swapon swapoff"
-).split()
+    "finit_module delete_module reboot swapon swapoff".split())
 
 
 _RANDOM = ("/dev/urandom", "/dev/random")
@@ -361,26 +361,7 @@ def confine_lesson(device: str, reads: tuple[str, ...], workshop: str) -> Confin
     ruleset = landlock(libc, device, workshop,
                        (*reads, package, "/proc", *(p for p in _RANDOM if os.path.exists(p))))
     (report.applied if ruleset else report.missing).append(ruleset or "Landlock")
-    lib = _libseccomp()
-    loaded = False
-    if lib is not None:
-        lib.seccomp_init.restype = ctypes.c_void_p
-        lib.seccomp_syscall_resolve_name.argtypes = [ctypes.c_char_p]
-        lib.seccomp_rule_add_array.argtypes = [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_int,
-                                               ctypes.c_uint, ctypes.POINTER(_ArgCmp)]
-        ctx = lib.seccomp_init(ctypes.c_uint32(_SCMP_ACT_ALLOW))
-        if ctx:
-            ctx = ctypes.c_void_p(ctx)
-            try:
-                eperm = _scmp_errno(errno.EPERM)
-                ok = True
-                for call in _LESSON_DENY:
-                    nr = lib.seccomp_syscall_resolve_name(call.encode())
-                    if nr >= 0 and lib.seccomp_rule_add_array(ctx, eperm, nr, 0, None) != 0:
-                        ok = False
-                loaded = ok and lib.seccomp_load(ctx) == 0
-            finally:
-                lib.seccomp_release(ctx)
+    loaded = seccomp(only=_LESSON_DENY)
     (report.applied if loaded else report.missing).append("seccomp")
     return report
 

@@ -213,11 +213,30 @@ def test_the_process_that_runs_a_lessons_code_is_confined_by_the_os(made, tmp_pa
     assert "python starts 2.0" in said and "fork 7" in said, said + done.stderr
 
 
-def test_the_worker_builds_the_lesson_under_the_os_layers(made):
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+@pytest.mark.parametrize("device", [
+    "cpu", "simulated cuda",
+    pytest.param("cuda", marks=[pytest.mark.cuda,
+                                pytest.mark.skipif(not _cuda(), reason="no CUDA device")])])
+def test_the_worker_builds_the_lesson_under_the_os_layers(made, device, monkeypatch):
+    """On every device: an accelerator keeps its driver's files open to the worker and its
+    children (which start the device before they confine themselves further), and nothing
+    else; the simulated one takes that path on a CPU."""
+    from tutor.config import SIMULATED_DEVICE
     from tutor.evaluator.client import Evaluator
 
-    with Evaluator(Settings(device="cpu", pack=str(made))) as evaluator:
+    if device == "simulated cuda":
+        monkeypatch.setenv(SIMULATED_DEVICE, "1")
+    with Evaluator(Settings(device=device.split()[-1], pack=str(made))) as evaluator:
         applied = evaluator.info(timeout=300)["lesson_confined"]
+        if device != "cpu":  # a check's child still starts and answers under those layers
+            result = evaluator.check("1", "x = 1")
+            assert result.error is None or result.error.kind.value != "internal", result.error
     if not _landlock_here():
         pytest.skip("this kernel offers no Landlock")
     assert any(layer.startswith("Landlock") for layer in applied) and "seccomp" in applied
@@ -231,3 +250,27 @@ def _landlock_here() -> bool:
     libc.syscall.restype = ctypes.c_long
     return sys.platform.startswith("linux") and libc.syscall(444, None, ctypes.c_size_t(0),
                                                             ctypes.c_uint32(1)) >= 1
+
+
+_DEVICE_FILE = """
+import os, sys
+from tutor.sandbox import confine
+print(confine.landlock(confine._libc(), devices=("/dev/zero",)))
+for path in ("/dev/zero", "/dev/full"):
+    try:
+        os.close(os.open(path, os.O_RDWR))
+        print(path, "opened")
+    except OSError:
+        print(path, "refused")
+"""
+
+
+def test_a_driver_file_stays_open_for_reading_and_writing():
+    """A GPU's device files (`confine.device_files`) are granted as `/dev/zero` is here: opened
+    for reading and writing, while another device file stays shut."""
+    done = subprocess.run([sys.executable, "-c", _DEVICE_FILE], capture_output=True, text=True,
+                          cwd=ROOT, timeout=120)
+    if not _landlock_here():
+        pytest.skip("this kernel offers no Landlock")
+    assert "/dev/zero opened" in done.stdout and "/dev/full refused" in done.stdout, (
+        done.stdout + done.stderr)

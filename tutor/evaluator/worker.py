@@ -221,15 +221,15 @@ def inert(value: Any) -> Any:
 
 def confined(pack, settings) -> list[str]:
     """This process under the OS layers for a lesson's code (sandbox/confine.py,
-    `confine_lesson`), on the CPU: what applied. A GPU's driver needs its device files, which
-    these rules do not grant, so there the lesson's code runs behind the syntax check and the
+    `confine_lesson`): what applied. On a GPU the driver's device files stay open (the process
+    and its children use the device); on a system without Landlock or seccomp (macOS, where
+    `mps` runs) nothing applies and the lesson's code runs behind the syntax check and the
     guard only (README, "Safety")."""
     from tutor.core.network import resolve_device
+    from tutor.pack.cache import cache_dir
     from tutor.sandbox.confine import confine_lesson
 
-    if resolve_device(settings.device).type != "cpu":
-        return []
-    from tutor.pack.cache import cache_dir
+    device = resolve_device(settings.device).type
 
     # The parsed-pack cache is read by the children it starts, never written from here.
     reads = (*pack.folders, *(str(p) for p in [cache_dir()] if p.is_dir()))
@@ -241,7 +241,7 @@ def confined(pack, settings) -> list[str]:
     _SCRATCH.append(scratch)
     atexit.register(remove_scratch)
     os.environ["TMPDIR"] = tempfile.tempdir = scratch
-    report = confine_lesson("cpu", reads, workshop)
+    report = confine_lesson(device, reads, workshop)
     return report.applied
 
 

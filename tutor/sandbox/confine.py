@@ -20,6 +20,7 @@ import ctypes
 import ctypes.util
 import errno
 import functools
+import glob
 import os
 import signal
 import sys
@@ -165,6 +166,23 @@ def device_reads(device: str) -> tuple[str, ...]:
     return tuple(p for p in _DEVICE_READS.get(device, ()) if os.path.exists(p))
 
 
+# The files a GPU's driver opens as a process starts using the device (its control file, one per
+# GPU, unified memory, and the capabilities MIG uses). A process that starts others which use the
+# GPU (the worker, whose children each open the device before confining themselves) must leave
+# them open to those children: reading, writing and the driver's ioctl calls (Landlock ABI 5).
+_DEVICE_FILES = {"cuda": ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools",
+                          "/dev/nvidia-modeset", "/dev/nvidia-caps")}
+_FS_IOCTL_DEV = 1 << 15
+
+
+def device_files(device: str) -> tuple[str, ...]:
+    """The driver's files for `device` on this machine (none where there is no such device)."""
+    if device not in _DEVICE_FILES:
+        return ()
+    gpus = sorted(glob.glob("/dev/nvidia[0-9]*"))
+    return tuple(p for p in (*_DEVICE_FILES[device], *gpus) if os.path.exists(p))
+
+
 # torch.compile runs the system's C++ compiler, which reads its headers and libraries and runs
 # its own programs from these; it writes only in the folder it is given (`workshop`).
 _COMPILER_READS = ("/usr", "/lib", "/lib64", "/bin", "/etc", "/proc/self",
@@ -173,10 +191,11 @@ _FS_WRITE_FILE = 1 << 1
 
 
 def landlock(libc: ctypes.CDLL | None, device: str = "cpu", workshop: str | None = None,
-             reads: tuple[str, ...] = ()) -> str | None:
+             reads: tuple[str, ...] = (), devices: tuple[str, ...] = ()) -> str | None:
     """Restrict this process with Landlock; the ABI version applied, or None. With a
     `workshop` folder, also what a compiler needs: running the system's programs, and every
-    right beneath that folder (and writing to /dev/null). `reads`: more places to read."""
+    right beneath that folder (and writing to /dev/null). `reads`: more places to read.
+    `devices`: device files to open for reading and writing, with their ioctl calls."""
     if libc is None or not sys.platform.startswith("linux"):
         return None
     syscall = libc.syscall
@@ -202,6 +221,8 @@ def landlock(libc: ctypes.CDLL | None, device: str = "cpu", workshop: str | None
         if workshop is not None:
             rules += [(p, read) for p in _COMPILER_READS if os.path.exists(p)]
             rules += [(workshop, fs_all), (os.devnull, _FS_READ_FILE | _FS_WRITE_FILE)]
+        driver = _FS_READ_FILE | _FS_WRITE_FILE | (_FS_IOCTL_DEV if abi >= 5 else 0)
+        rules += [(path, driver | _FS_READ_DIR) for path in devices]
         for root, granted in rules:
             try:
                 parent = os.open(root, os.O_PATH | os.O_CLOEXEC)
@@ -210,7 +231,7 @@ def landlock(libc: ctypes.CDLL | None, device: str = "cpu", workshop: str | None
             try:
                 # A rule on a single file may only grant rights that apply to files.
                 rights = granted if os.path.isdir(root) else granted & (
-                    _FS_READ_FILE | _FS_WRITE_FILE)
+                    _FS_READ_FILE | _FS_WRITE_FILE | _FS_IOCTL_DEV)
                 rule = _PathBeneath(rights, parent)
                 syscall(_SYS_LANDLOCK["add_rule"], ctypes.c_int(fd),
                         ctypes.c_int(_LANDLOCK_RULE_PATH_BENEATH), ctypes.byref(rule),
@@ -347,7 +368,8 @@ def confine_lesson(device: str, reads: tuple[str, ...], workshop: str) -> Confin
     and training, `pack check`'s whole run, the worker that forks every check's child): it may
     read the Python installation, the lesson's folder and its data (`reads`) and what a
     compiler reads, write only beneath `workshop` (torch.compile's cache) and /dev/null, open
-    no TCP connection, and trace nothing. Its children are confined further (`confine`)."""
+    no TCP connection, and trace nothing. On a GPU, the driver's files stay open to it (its
+    children each open the device before they confine themselves further, `confine`)."""
     report = Confinement()
     libc = _libc()
     prepare()  # what a child's confinement loads, while files can still be opened
@@ -359,7 +381,8 @@ def confine_lesson(device: str, reads: tuple[str, ...], workshop: str) -> Confin
     # /proc: each child reads its own size there before it confines itself (`limit_memory`);
     # "/proc/self" would name this process only.
     ruleset = landlock(libc, device, workshop,
-                       (*reads, package, "/proc", *(p for p in _RANDOM if os.path.exists(p))))
+                       (*reads, package, "/proc", *(p for p in _RANDOM if os.path.exists(p))),
+                       devices=device_files(device))
     (report.applied if ruleset else report.missing).append(ruleset or "Landlock")
     loaded = seccomp(only=_LESSON_DENY)
     (report.applied if loaded else report.missing).append("seccomp")

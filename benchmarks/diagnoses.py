@@ -170,12 +170,18 @@ def slip_kind(result: CheckResult, tensor: str, words: tuple[str, ...]) -> str:
     return "specific" if any(w.lower() in said for w in words) else "other"
 
 
-def slip_corpora(verbose: bool = False) -> None:
-    """Per lesson, the held-out half first: how many of its slips are named."""
+HALVES = ("holdout4", "holdout3", "holdout2", "holdout", "tune", "tune2", "tune3", "tune4")
+
+
+def slip_corpora(verbose: bool = False, halves: tuple[str, ...] = HALVES,
+                 lessons: tuple[str, ...] | None = None) -> None:
+    """Per lesson, the held-out halves first: how many of its slips are named."""
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
         for lesson, (corpus, where) in SLIP_CORPORA.items():
+            if lessons and lesson.split()[0] not in lessons:
+                continue
             try:
                 pack = _slip_pack(where, Path(tmp))
             except Exception as exc:  # noqa: BLE001 - a lesson that cannot be made is a figure
@@ -183,7 +189,7 @@ def slip_corpora(verbose: bool = False) -> None:
                 continue
             engine = Engine(Settings(device="cpu", pack=pack))
             try:
-                for half in ("holdout3", "holdout2", "holdout", "tune", "tune2", "tune3"):
+                for half in halves:
                     try:
                         module = corpora.load(f"{corpus}_{half}")
                     except FileNotFoundError:
@@ -221,8 +227,12 @@ def main() -> None:
     parser.add_argument("--slips-only", action="store_true",
                         help="only the slip corpora written apart (held-out half first)")
     parser.add_argument("--verbose", action="store_true")
+    parser.add_argument("--half", action="append", choices=HALVES,
+                        help="only these halves of the slip corpora (repeatable)")
+    parser.add_argument("--lesson", action="append", choices=("conv", "attention", "cnn2d"),
+                        help="only these lessons' slip corpora (repeatable)")
     args = parser.parse_args()
-    slip_corpora(args.verbose)
+    slip_corpora(args.verbose, tuple(args.half or HALVES), tuple(args.lesson or ()))
     if args.slips_only:
         return
     engines = {lesson: Engine(Settings(device="cpu", pack=pack))

@@ -205,10 +205,14 @@ wrong("Wv_helper_dW_transposed", "Wv", "Wv",
 wrong("Wv_helper_no_batch_sum", "Wv", "Wv", sub(WV, "torch.matmul(inp.transpose(-2, -1), g).sum(0)",
                                                  "torch.matmul(inp.transpose(-2, -1), g)"),
       "the per-example weight gradients not summed over the batch", W_AXIS)
+wrong("Wv_helper_w_not_transposed", "Wv", "x", sub(WV, "torch.matmul(g, w.transpose(-2, -1))", "torch.matmul(g, w)"),
+      "the helper's input gradient is dv @ Wv: Wv not transposed (square, so the shapes fit)", W_T)
 wrong("Wk_outer_mean", "Wk", "Wk", sub(WK, "dk.unsqueeze(-2)).sum((0, 1))", "dk.unsqueeze(-2)).mean((0, 1))"),
       "dWk averaged over batch and positions instead of summed", W_MEAN)
 wrong("Wk_negated", "Wk", "Wk", sub(WK, "dWk += (x.unsqueeze", "dWk -= (x.unsqueeze"),
       "-= into the buffer: dWk negated", W_SIGN)
+wrong("Wk_dx_assigned", "Wk", "x", sub(WK, "dx += torch.matmul(dk", "dx = torch.matmul(dk"),
+      "dx assigned instead of added: the value branch from the step before is lost", W_BRANCH)
 
 # ---- WRONG: q = x @ Wq (x's last branch) ---------------------------------------------
 wrong("x_fresh_zero_buffer", "x", "x",

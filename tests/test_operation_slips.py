@@ -179,3 +179,74 @@ def test_a_bias_gradient_averaged_over_positions_is_named(engines):
     code = step.solution + "dkb = dkb / (hpre.shape[2] * hpre.shape[3])\n"
     said = _said(engine, step.id, code, "kb")
     assert "divided by 64" in said and "positions along axis 2" in said and "not a mean" in said
+
+
+def test_a_pool_s_window_gradients_tiled_are_named(engines):
+    # `tile` repeats the whole map of window gradients; each belongs in its own 2x2 block.
+    engine = engines("pool_relu")
+    step = _step(engine, "pooled")
+    code = ("_, idx = F.max_pool2d(h, 2, return_indices=True)\n"
+            "hot = torch.zeros_like(h).flatten(2).scatter(2, idx.flatten(2), 1.0).view_as(h)\n"
+            "dh = dpooled.tile((1, 1, 2, 2)) * hot\n")
+    said = _said(engine, step.id, code, "h")
+    assert "tile" in said and "repeat_interleave" in said
+
+
+def test_a_pool_s_winner_with_row_and_column_swapped_is_named(engines):
+    engine = engines("pool_relu")
+    step = _step(engine, "pooled")
+    code = ("H, W = h.shape[-2:]\n"
+            "win = h.reshape(*h.shape[:2], H // 2, 2, W // 2, 2).permute(0, 1, 2, 4, 3, 5)\n"
+            "k = win.reshape(*win.shape[:4], 4).argmax(-1)\n"
+            "row = torch.arange(H // 2).view(-1, 1) * 2 + k % 2\n"
+            "col = torch.arange(W // 2).view(1, -1) * 2 + k // 2\n"
+            "dh = torch.zeros_like(h).flatten(2).scatter(2, (row * W + col).flatten(2),"
+            " dpooled.flatten(2)).view_as(h)\n")
+    said = _said(engine, step.id, code, "h")
+    assert "row and column swapped" in said and "right window" in said
+
+
+def test_a_pool_s_windows_spread_across_the_map_are_named(engines):
+    engine = engines("pool_relu")
+    step = _step(engine, "pooled")
+    code = ("H, W = h.shape[-2:]\n"
+            "_, idx = F.max_pool2d(h, 2, stride=1, dilation=(H // 2, W // 2),"
+            " return_indices=True)\n"
+            "dh = torch.zeros_like(h).flatten(2).scatter_add(2, idx.flatten(2),"
+            " dpooled.flatten(2)).view_as(h)\n")
+    said = _said(engine, step.id, code, "h")
+    assert "dilated window" in said and "block of neighbours" in said
+
+
+@pytest.mark.parametrize("lesson", ["pool_relu", "attention"])
+def test_a_cross_entropy_s_softmax_along_another_dim_is_named(engines, lesson):
+    # The rule (softmax less the one-hot target, over the count) with the softmax taken over
+    # the batch: what a helper softmax with the wrong dim gives.
+    engine = engines(lesson)
+    step = _step(engine, "loss")
+    code = ("p = F.softmax(logits, dim=0)\n"
+            "p[range(p.shape[0]), Yb] -= 1\n"
+            "dlogits = p / p.shape[0]\n")
+    said = _said(engine, step.id, code, "logits")
+    assert "softmax along dim 0" in said and "along the classes, dim 1" in said
+
+
+def test_a_broadcast_tensor_summed_over_its_own_axis_too_is_named(engines):
+    # The convolution's bias is copied over the batch and every position, not the channels.
+    engine = engines("pool_relu")
+    step = _step(engine, "hpre")
+    code = step.solution + "dkb = dhpre.sum().expand_as(kb).clone()\n"
+    said = _said(engine, step.id, code, "kb")
+    assert "an axis `kb` has entries of its own" in said
+
+
+def test_right_numbers_reversed_or_laid_out_by_a_reshape_are_named(engines):
+    engine = engines("pool_relu")
+    step = _step(engine, "flat")
+    flipped = step.solution + "dpooled = dpooled.flip(1)\n"
+    said = _said(engine, step.id, flipped, "pooled")
+    assert "reversed along dim 1" in said
+    mixed = step.solution + ("dpooled = dflat.reshape(pooled.shape[1], pooled.shape[0], "
+                             "*pooled.shape[2:]).transpose(0, 1)\n")
+    said = _said(engine, step.id, mixed, "pooled")
+    assert "laid out as if" in said and "then permute or transpose" in said

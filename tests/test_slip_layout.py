@@ -69,3 +69,17 @@ def test_a_row_sum_put_back_on_the_wrong_axis_is_named(tmp_path):
         engine.close()
     assert not result.passed
     assert "put back with `.unsqueeze(1)`" in result.checks[0].diagnosis.message
+
+
+def test_sizes_in_another_order_are_not_called_a_missing_dimension():
+    # [1, 8, 3, 3] for [8, 1, 3, 3]: the same sizes, moved; no dimension is missing.
+    import torch
+
+    from tutor.core.diagnosis import explain_shape, guessed, permuted
+
+    said = explain_shape("K", [1, 8, 3, 3], [8, 1, 3, 3])
+    assert "another order (dims 0, 1)" in said and "missing" not in said
+    assert guessed(said)  # the shapes alone: a layout found from the values may say more
+    ref = torch.randn(8, 2, 3)
+    assert permuted(ref.permute(2, 0, 1), ref) == (2, 0, 1)
+    assert permuted(ref.permute(2, 0, 1).contiguous().view(2, 3, 8), ref) is None

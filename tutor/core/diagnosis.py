@@ -38,12 +38,14 @@ GENERIC_SHAPE = "A gradient always has the shape of the tensor it belongs to."
 # A guess from the shapes alone (two sizes swapped): the learner's own code may say otherwise
 # (a `cat` along the wrong dim swaps the sizes too), so it is said only where that says nothing.
 SWAPPED = "The dimensions are swapped: check which operand needs a transpose."
+REORDERED = ("Check the order of the axes where your code transposes, permutes or lays the "
+             "gradient out.")
 
 
 def guessed(message: str) -> bool:
     """Whether a shape's message says nothing the code was asked about: the general sentence,
     or the guess of a transpose from two swapped sizes."""
-    return message.endswith(GENERIC_SHAPE) or message.endswith(SWAPPED)
+    return message.endswith((GENERIC_SHAPE, SWAPPED, REORDERED))
 
 
 def _reduced(shape: tuple, dims: tuple[int, ...], keep: bool) -> tuple:
@@ -98,7 +100,10 @@ def explain_shape(name: str, got: list[int], want: list[int], sources: list[tupl
             f"a {_shape(got)} tensor (or fail when done in place). Sum without keepdim, or "
             f"reshape to {name}.shape."
         )
-    if squeezed_got == squeezed_want:
+    if sorted(got) == sorted(want) and len(got) == len(want) and len(got) > 2:
+        moved = ", ".join(str(d) for d in range(len(got)) if got[d] != want[d])
+        return f"{head}: the right sizes in another order (dims {moved}). {REORDERED}"
+    if squeezed_got == squeezed_want and len(got) < len(want):
         return (
             f"{head}. The same numbers with a dimension missing: the forward pass kept a "
             "dimension of size 1 here, so keep it in the gradient too (keepdim=True)."
@@ -140,6 +145,22 @@ def shape_diagnosis(name: str, value: Tensor, ref: Tensor, sources: list[tuple] 
             f"has {name}'s shape.",
         )
     return diagnosis("shape", explain_shape(name, list(value.shape), list(ref.shape), sources))
+
+
+def permuted(value: Tensor, ref: Tensor) -> tuple[int, ...] | None:
+    """The order of `ref`'s dims that `value` is laid out in, where it is `ref` permuted."""
+    from itertools import permutations
+
+    if value.dim() != ref.dim() or value.dim() < 3 or value.dim() > 5 \
+            or sorted(value.shape) != sorted(ref.shape) or value.shape == ref.shape:
+        return None
+    v = value.detach().to("cpu", torch.float64)
+    r = ref.detach().to("cpu", torch.float64)
+    for order in permutations(range(r.dim())):
+        moved = r.permute(order)
+        if moved.shape == v.shape and close(v, moved):
+            return order
+    return None
 
 
 def _scale_message(name: str, c: float, n: int, source: str = "") -> str:

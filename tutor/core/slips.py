@@ -30,7 +30,7 @@ from functools import lru_cache
 import torch
 import torch.nn.functional as F
 
-from tutor.core.diagnosis import close, diagnosis
+from tutor.core.diagnosis import close, diagnosis, permuted
 from tutor.core.quick import vjp
 from tutor.pack.flow import gradient
 from tutor.pack.model import ForwardLine, Pack, Step
@@ -593,6 +593,8 @@ def _pool_slips(call: ast.Call, line: ForwardLine) -> Iterator[tuple]:
                     "window's gradient goes to the largest entry of its own square.")
 
         yield "pool-row-windows", rows_say, rowed
+    if dims == 2 and k is not None and s == k and _arg(call, 2, "padding") is None:
+        yield from _pool_window_slips(call, xs, k, what, role)
     if dims == 2:
         # The arriving gradient read transposed: window (i, j)'s gradient sent to the largest
         # entry of window (j, i).
@@ -607,6 +609,67 @@ def _pool_slips(call: ast.Call, line: ForwardLine) -> Iterator[tuple]:
                     "gradient.")
 
         yield "pool-transposed", turned_say, turned
+
+
+def _pool_window_slips(call: ast.Call, xs: str, k: int, what: str,
+                       role: Callable[[str], str | None]) -> Iterator[tuple]:
+    """A 2-D max-pool's windows put back in the wrong places: the windows' gradients tiled over
+    the map, the winner's row and column swapped inside its window, windows of entries spread
+    across the map (a dilation) instead of k x k neighbours."""
+    pooled = ast.unparse(call)
+    rows, cols = f"({xs}).shape[-2] // {k}", f"({xs}).shape[-1] // {k}"
+    # dh[r, c] = dpooled[r % H/k, c % W/k] at each window's largest entry: what `tile` gives.
+    # The largest entry of each window, one per window as the pool's indices say (a window of
+    # zeros after a ReLU has one too).
+    winners = (f"torch.zeros_like({xs}).flatten(-2).scatter(-1, F.max_pool2d({xs}, {k}, "
+               f"return_indices=True)[1].flatten(-2), 1.0).view_as({xs})")
+    tiled = ast.parse(
+        f"(({xs}) * {winners}).reshape(*({xs}).shape[:-2], {k}, {rows}, {k}, {cols})"
+        ".sum((-4, -2))", mode="eval").body
+
+    def tiled_say(tensor: str, grad: str, ns: dict) -> str | None:
+        if role(tensor) != "input":
+            return None
+        return (f"{grad} repeats the whole map of window gradients side by side (a tile), so "
+                f"the gradient of window (i, j) lands in other windows. Each window of {what} "
+                f"is a {k}x{k} block of neighbours: its gradient goes into that block "
+                "(each entry repeated into its own window, `repeat_interleave`), at its largest "
+                "entry.")
+
+    yield "pool-tiled", tiled_say, tiled
+    # The same with the mask tiled too: each entry compared with the tiled map of maxima.
+    both = ast.parse(
+        f"(({xs}) * (({xs}) == {pooled}.tile(({k}, {k})))).reshape(*({xs}).shape[:-2], {k}, "
+        f"{rows}, {k}, {cols}).sum((-4, -2))", mode="eval").body
+    yield "pool-tiled", tiled_say, both
+    # The winner's offset inside its window read with row and column swapped.
+    turned = (f"({xs}).reshape(*({xs}).shape[:-2], {rows}, {k}, {cols}, {k})"
+              f".transpose(-3, -1).reshape(({xs}).shape)")
+    indexed = ast.parse(
+        f"({turned}).flatten(-2).gather(-1, F.max_pool2d({xs}, {k}, return_indices=True)[1]"
+        f".flatten(-2)).view_as({pooled})", mode="eval").body
+
+    def offset_say(tensor: str, grad: str, ns: dict) -> str | None:
+        if role(tensor) != "input":
+            return None
+        return (f"{grad} sends each window's gradient into the right window, but to the entry "
+                "with the largest entry's row and column swapped. A window's entries count "
+                f"row by row: the winner at offset `idx` sits at row `idx // {k}`, column "
+                f"`idx % {k}` of its window.")
+
+    yield "pool-offset-swapped", offset_say, indexed
+    spread = ast.parse(f"F.max_pool2d({xs}, {k}, stride=1, dilation=({rows}, {cols}))",
+                       mode="eval").body
+
+    def spread_say(tensor: str, grad: str, ns: dict) -> str | None:
+        if role(tensor) != "input":
+            return None
+        return (f"{grad} takes each window as {k}x{k} entries spread across the map, "
+                f"{k} apart by a whole window's count of positions (a dilated window), not as "
+                f"the block of neighbours {what} pools: window (i, j) covers rows {k}i to "
+                f"{k}i+{k - 1} and columns {k}j to {k}j+{k - 1}.")
+
+    yield "pool-spread-windows", spread_say, spread
 
 
 _DIMMED = {"softmax": 0, "log_softmax": 0, "sum": 0, "mean": 0, "cumsum": 0, "logsumexp": 0,
@@ -710,6 +773,12 @@ def _broadcast_slips(line: ForwardLine, tensor: str, ns: dict, channels: bool = 
         t = up.sum(rest, keepdim=True) if rest else up
         yield ("mean", f"averages over {names[d]} where the copies' gradients add up",
                shaped(t.mean(d, keepdim=True)))
+    right = up.sum(dims, keepdim=True)
+    for d in kept:
+        if up.shape[d] > 1:
+            yield ("own-axis", f"adds up over {names[d]} too, an axis `{tensor}` has entries "
+                   "of its own along: each of them gets its own gradient, summed only over "
+                   "the copies", shaped(right.sum(d, keepdim=True).expand_as(right)))
 
 
 def _aligned(big: tuple[int, ...], small: tuple[int, ...]) -> list[int] | None:
@@ -816,6 +885,57 @@ def _loss_slips(call: ast.Call, line: ForwardLine) -> Iterator[tuple]:
                     "1 at its target's class, and nowhere else.")
 
         yield "loss-one-everywhere", every_say, every
+
+
+def _loss_dim_slips(call: ast.Call, line: ForwardLine,
+                    rank: Callable[[ast.expr], int | None]) -> Iterator[tuple]:
+    """The cross-entropy's rule, softmax less the one-hot target over the count, with the
+    softmax taken along another dim of the logits (of the tensor the line reads a view of:
+    `logits.view(-1, V)` has the logits' last dim for its classes)."""
+    x = _subject(call)
+    root = _root(x) if x is not None else None
+    r = rank(ast.Name(root, ast.Load())) if root else None
+    target = _arg(call, 0, "target")
+    plain = not {k.arg for k in call.keywords} - {"reduction"}
+    if _name(call) != "cross_entropy" or root is None or r is None or r < 2 \
+            or target is None or not plain or len(call.args) != 2 \
+            or _const(_arg(call, 99, "reduction")) not in (None, "mean"):
+        return
+    classes = 1 if isinstance(x, ast.Name) else r - 1
+    what = f"`{_text(call)}`"
+    up = gradient(line.target)
+
+    for d in range(r):
+        if d == classes:
+            continue
+
+        def local(ns: dict, d: int = d) -> Tensor | None:
+            logits, y = ns.get(root), _evaluate_call(target, ns)
+            if not isinstance(logits, Tensor) or not isinstance(y, Tensor) \
+                    or y.is_floating_point() or logits.dim() != r:
+                return None
+            z = logits.detach().to("cpu", torch.float64)
+            moved = z.movedim(classes, -1)
+            if y.numel() * moved.shape[-1] != moved.numel():
+                return None
+            hot = F.one_hot(y.reshape(-1).long(), moved.shape[-1]).to(z.dtype)
+            hot = hot.reshape(moved.shape).movedim(-1, classes)
+            scale = ns.get(up)
+            scale = float(scale) if isinstance(scale, Tensor) and scale.numel() == 1 else 1.0
+            return (F.softmax(z, dim=d) - hot) * scale / y.numel()
+
+        def say(tensor: str, grad: str, ns: dict, d: int = d) -> str | None:
+            return (f"{grad} takes the softmax along dim {d} of `{root}`, but {what} takes it "
+                    f"along the classes, dim {classes}: each example's probabilities add up to "
+                    f"one across the classes, not across dim {d}.")
+
+        yield "loss-softmax-dim", say, local, root
+
+
+def _root_node(x: ast.expr) -> ast.expr:
+    while isinstance(x, ast.Call) and isinstance(x.func, ast.Attribute):
+        x = x.func.value
+    return x
 
 
 def _root(x: ast.expr) -> str | None:
@@ -1340,6 +1460,8 @@ def step_slips(pack: Pack, step: Step, ranks: dict[str, int],
             name = _name(call)
             if name in ("cross_entropy", "nll_loss", "mse_loss", "l1_loss"):
                 found = _loss_slips(call, line)
+                for key, say, local, tensor in _loss_dim_slips(call, line, rank):
+                    out.append(Slip(key, say, line, local=local, tensor=tensor))
             elif name in ("conv1d", "conv2d", "conv3d"):
                 found = iter([*_conv_slips(call, line, dilations),
                               *_conv_count_slips(call, line)])
@@ -1907,10 +2029,52 @@ def _moved_entries(tensor: str, value: Tensor, ref: Tensor) -> Diagnosis | None:
     if v.numel() < 4 or close(v, r):
         return None
     if close(v.sort().values, r.sort().values) and _share_close(v, r) < 0.9:
+        how = _how_moved(tensor, value.detach().to("cpu", torch.float64), ref)
+        if how is not None:
+            return diagnosis("derived", how)
         return diagnosis("derived", (
             f"{gradient(tensor)} holds exactly the right numbers, but in other places: each "
             "entry's gradient belongs where that entry was. Follow where each one came from in "
             "the forward line."))
+    return None
+
+
+def _how_moved(tensor: str, value: Tensor, ref: Tensor) -> str | None:
+    """Where the right numbers went, where one move explains it: reversed along a dim, or laid
+    out by a reshape to the tensor's sizes in another order and moved back."""
+    from itertools import combinations, permutations
+
+    if value.shape != ref.shape or ref.dim() > 5:
+        return None
+    r = ref.detach().to("cpu", torch.float64)
+    grad = gradient(tensor)
+    for k in (1, 2):
+        for dims in combinations([d for d in range(r.dim()) if r.shape[d] > 1], k):
+            if close(value, r.flip(dims)):
+                which = " and ".join(f"dim {d} (size {r.shape[d]})" for d in dims)
+                return (f"{grad} holds the right numbers reversed along {which}: a flip that "
+                        f"`{tensor}`'s forward line does not make (or one it makes, not undone). "
+                        "Each entry's gradient belongs where that entry is.")
+    flat = r.reshape(-1)
+    for order in permutations(range(r.dim())):
+        if list(order) == list(range(r.dim())):
+            continue
+        sizes = [r.shape[i] for i in order]
+        back = flat.reshape(sizes).permute([order.index(i) for i in range(r.dim())])
+        read = r.permute(order).reshape(r.shape)
+        if close(value, read) and not close(read, r):
+            said = ", ".join(str(n) for n in sizes)
+            return (f"{grad} holds the right numbers with `{tensor}`'s axes taken in the order "
+                    f"[{said}] and then reshaped to its shape: a reshape (or view) keeps the "
+                    "order the entries are in, so a gradient built with its axes in another "
+                    "order must have them moved back (permute or transpose) before the reshape.")
+        if close(value, back) and not close(back, r):
+            said = ", ".join(str(n) for n in sizes)
+            return (f"{grad} holds the right numbers laid out as if `{tensor}`'s axes came in "
+                    f"another order: its entries read into a [{said}] tensor and the axes then "
+                    "moved back. A reshape (or view) reads the entries in the order of the "
+                    "tensor's own axes and never moves an axis: reshape to the shape the "
+                    "entries are in, then permute or transpose.")
     return None
 
 
@@ -2013,7 +2177,7 @@ def _line_vjp(prepared: _Prepared, line: ForwardLine, expr: ast.expr | None, ten
     up = before.get(gradient(line.target))
     x = before.get(tensor)
     result = None
-    if isinstance(up, Tensor) and isinstance(x, Tensor) and x.is_floating_point():
+    if isinstance(x, Tensor) and x.is_floating_point() and (up is None or isinstance(up, Tensor)):
         leaf = x.detach().to("cpu", torch.float64).requires_grad_()
         ns = {k: (v.detach().to("cpu", torch.float64) if isinstance(v, Tensor)
                   and v.is_floating_point() else v) for k, v in before.items()
@@ -2021,7 +2185,10 @@ def _line_vjp(prepared: _Prepared, line: ForwardLine, expr: ast.expr | None, ten
         ns[tensor] = leaf
         with torch.enable_grad():
             y = _evaluate_call(expr, ns)
-            if y is not None and y.shape == up.shape and y.requires_grad:
+            if up is None and y is not None and y.dim() == 0:
+                up = torch.ones((), dtype=torch.float64)  # the loss: its own gradient is one
+            if y is not None and isinstance(up, Tensor) and y.shape == up.shape \
+                    and y.requires_grad:
                 try:
                     (result,) = vjp(y, leaf, up.detach().to("cpu", torch.float64),
                                     allow_unused=True)
@@ -2057,6 +2224,13 @@ def explain_layout(pack: Pack, step: Step, tensor: str, value: Tensor, ref: Tens
             f"{grad} holds the right numbers with axes {i} and {j} swapped: "
             f"{list(value.shape)} where `{tensor}` is {list(ref.shape)}. A gradient is laid out "
             "as its tensor is."))
+    order = permuted(value, ref)
+    if order is not None:
+        return diagnosis("shape", (
+            f"{grad} holds the right numbers with its axes in another order: "
+            f"{list(value.shape)} is `{tensor}`'s {list(ref.shape)} with its dims taken in the "
+            f"order {tuple(order)}. Move the axes back (permute or transpose): a gradient is "
+            "laid out as its tensor is."))
     return None
 
 

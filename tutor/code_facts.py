@@ -307,6 +307,9 @@ def only_placeholders(code: str) -> bool:
 
 # What a traced program's `.grad` read becomes (tutor/core/execution.py `_autograd_reads`).
 AUTOGRAD_READ = "autograd_gradient_of"
+# The lesson's data as text, which a notebook run in its own frame reads where it opened its
+# data file (course/program.py `own_cells`, tutor/core/frame.py).
+LESSON_TEXT = "lesson_data_text"
 
 
 class AutogradReads(ast.NodeTransformer):

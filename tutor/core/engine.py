@@ -23,15 +23,16 @@ import torch
 from torch import Tensor
 
 from tutor import devices
+from tutor.code_facts import LESSON_TEXT
 from tutor.config import Settings
-from tutor.core import probe
+from tutor.core import frame, probe
 from tutor.core.candidate import CodeError, program, timeout_error
 from tutor.core.execution import BatchPlan, CheckSpec, FunctionCheckSpec, run_spec
 from tutor.core.functions import Case
 from tutor.core.kinds import Checks, NotChecked, Unreadable
 from tutor.core.kinds.function import FunctionCheck
 from tutor.core.kinds.records import ChildAnswer, clean_error
-from tutor.core.network import DeviceError, Network, resolve_device
+from tutor.core.network import DeviceError, Network, data_text, resolve_device
 from tutor.core.trace import Traces, Wanted, learner_upstream, written_out
 from tutor.pack.flow import tensor_of
 from tutor.pack.model import Pack, Step, find_pack, load_pack
@@ -134,7 +135,8 @@ class Engine:
     def _in_child(self, request: dict, _send: Callable, _cancel: threading.Event) -> dict:
         """The child's whole life: plan from the lesson, forget the answers, run the code."""
         if request.get("trace") is not None:
-            spec = self._trace_spec([(bool(o), str(c)) for o, c in request["trace"]])
+            spec = self._trace_spec([(bool(o), str(c)) for o, c in request["trace"]],
+                                    bool(request.get("own")))
             self._scrub()
             return run_spec(spec, False)
         spec = self._spec(self.pack.step(request["step"]), request["code"], request["prior"],
@@ -294,8 +296,14 @@ class Engine:
         return result
 
     # -- a whole program, traced ---------------------------------------------------------------
-    def _trace_spec(self, cells: list[tuple[bool, str]]) -> CheckSpec:
-        """The child's work for a trace: both batches' tensors, nothing replayed, no answers."""
+    def _trace_spec(self, cells: list[tuple[bool, str]], own: bool = False) -> CheckSpec:
+        """The child's work for a trace: both batches' tensors, nothing replayed, no answers.
+        `own`: the notebook in its own frame (tutor/core/frame.py): none of the lesson's
+        tensors, only its data's text for the notebook's own loading of it."""
+        if own:
+            plan = BatchPlan("main", {LESSON_TEXT: self._data_text()}, [])
+            return CheckSpec("trace", "", (), [plan], self.settings.timeout,
+                             trace_cells=tuple(cells), trace_own=True)
         # A copy of autograd's gradients: the child forgets the lesson's own (`_scrub`), and a
         # traced program's `.grad` reads these, never as the learner's own work.
         plans = [BatchPlan(name, batch.namespace(), [], autograd=dict(batch.gradients))
@@ -305,6 +313,48 @@ class Engine:
         # execution.run_trace), so the child's CPU limit holds as for a check.
         return CheckSpec("trace", "", (), plans, self.settings.timeout,
                          trace_cells=tuple(cells))
+
+    def _data_text(self) -> str:
+        """The lesson's data as text, read here (a check's child reads no file) and kept."""
+        if not hasattr(self, "_text"):
+            self._text = data_text(self.pack) or ""
+        return self._text
+
+    def trace_own(self, cells: list[tuple[bool, str]], step_ids: list[str]
+                  ) -> dict[str, list[str]]:
+        """`trace` for a notebook whose forward pass the names do not find: its cells run in
+        their own frame (its data, parameters and batch), the lesson's tensors found among its
+        values by running the lesson's forward pass on what it made (tutor/core/frame.py), and
+        each step's answer written out in the lesson's names, for an ordinary check."""
+        limit = self.settings.backstop * 3 + KILL_GRACE
+        self._data_text()  # before the child is forked: it cannot read the file
+        with self._lock:
+            if self.isolation == "spawn":
+                outcome = self._execute_spawned(self._trace_spec(cells, own=True), False, limit)
+            else:
+                outcome = _answer(self._fork().run(
+                    {"trace": [list(c) for c in cells], "own": True}, timeout=limit))
+        traces = outcome.get("traces") if isinstance(outcome, dict) else None
+        if not isinstance(traces, list) or len(traces) != 1:
+            return {}
+        traces[0]["values"] = {k: decode_tensor(v) for k, v in traces[0]["values"].items()}
+        framed = frame.found(self.network, traces[0])
+        if framed is None:
+            return {}
+        batch, read = framed
+        graph = probe.Graph.of(self.network, batch)
+        found: dict[str, list[str]] = {}
+        exercises = {self.pack.step(sid).exercise for sid in step_ids}
+        for step in self.pack.steps:
+            if step.exercise not in exercises or not step.kind.of_forward_tensors \
+                    or step.kind.trained:
+                continue
+            wanted = self._wanted(step, batch)
+            wanted.theirs = learner_upstream(read.first, wanted, self._rule(step, wanted, graph))
+            codes = written_out(read, wanted, wanted)
+            if codes and step.id in step_ids:
+                found[step.id] = codes
+        return found
 
     def trace(self, cells: list[tuple[bool, str]], step_ids: list[str]
               ) -> dict[str, list[str]]:

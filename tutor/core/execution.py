@@ -105,6 +105,9 @@ class CheckSpec:
     # When set, the child traces a whole program instead of checking (`run_trace`): its cells
     # in order, each with whether it is the exercise's own.
     trace_cells: tuple[tuple[bool, str], ...] | None = None
+    # A notebook run in its own frame (its own data, parameters and forward pass, none of the
+    # lesson's tensors): every value kept, a statement that fails lost alone (trace.py).
+    trace_own: bool = False
 
 
 # -- values as plain data --------------------------------------------------------------------
@@ -959,6 +962,9 @@ def run_trace(spec: CheckSpec) -> dict:
     """The program run once on each batch, as a kernel runs it (a part that fails stops there),
     every torch call it makes recorded: the traces, as plain data, for the engine to read."""
     with watching():
+        if spec.trace_own:  # one run: the notebook's own batch
+            return {"timeout": False, "traces": [
+                _traced(spec, spec.batches[0], Budget(spec.timeout, kill=True))]}
         # Each batch on half the limit: a runaway loop stops one batch's run there, and what
         # ran before it is still traced, on both batches alike.
         return {"timeout": False, "traces": [
@@ -975,7 +981,7 @@ def _traced(spec: CheckSpec, plan: BatchPlan, budget: Budget) -> dict:
     names = {id(v): k for k, v in ns.items() if isinstance(v, Tensor)}
     shapes = {tuple(v.shape) for v in ns.values()
               if isinstance(v, Tensor) and v.is_floating_point()}
-    recorder = Recorder(names, shapes)
+    recorder = Recorder(names, shapes, keep_all=spec.trace_own)
     # `.grad` in a trace only: a check, where `.grad` is refused, never has it.
     ns[code_facts.AUTOGRAD_READ] = _autograd_reads(ns, plan.autograd)
     for own, code in spec.trace_cells or ():
@@ -987,11 +993,19 @@ def _traced(spec: CheckSpec, plan: BatchPlan, budget: Budget) -> dict:
             except CheckTimeout:
                 note_names(recorder, ns)
                 return traced(recorder, encode_tensor)  # the limit ran out: what ran stands
-            except NameError:
+            except NameError as _e:
+                import os as _os, sys as _sys
+                if _os.environ.get("DBG_OWN"):
+                    print("OWNNAME", str(_e)[:200], file=_sys.stderr)
                 # A name the notebook gave its own data or setup, whose lines the tutor's stand
                 # in for (`bt = batch(32, 5, text)`): that statement alone is lost.
                 continue
-            except Exception:  # noqa: BLE001 - as in a kernel: what ran before the error stands
+            except Exception as _e:  # noqa: BLE001 - as in a kernel: what ran before the error stands
+                if spec.trace_own:
+                    import os as _os, sys as _sys
+                    if _os.environ.get("DBG_OWN"):
+                        print("OWNFAIL", type(_e).__name__, str(_e)[:200], file=_sys.stderr)
+                    continue  # its own checks (`.grad`, which its own frame has not) only
                 break
         note_names(recorder, ns)
     return traced(recorder, encode_tensor)

@@ -173,12 +173,15 @@ class Network:
         Xb, Yb = self.fns["sample_batch"](Xtr, Ytr, size, g)
         return self.make_batch(Xb, Yb)
 
-    def make_batch(self, Xb: Tensor, Yb: Tensor) -> Batch:
+    def make_batch(self, Xb: Tensor, Yb: Tensor, params: dict[str, Tensor] | None = None
+                   ) -> Batch:
+        """`Xb, Yb` through the forward pass, with the lesson's parameters or `params` (a
+        notebook's own, found in its own frame: tutor/core/frame.py)."""
         lines = list(self.pack.forward_lines)
         ns32, refs32, given, full = self._forward_backward(Xb, Yb, torch.float32, self.device,
-                                                           lines)
+                                                           lines, params)
         _, refs64, _, _ = self._forward_backward(Xb, Yb, torch.float64, torch.device("cpu"),
-                                                 lines)
+                                                 lines, params)
         # Computed on the lesson's device, kept on the CPU, where everything is judged: this is
         # where the network's tensors cross (docs/architecture.md, "Where tensors live").
         values = judged({k: v.detach() for k, v in ns32.items() if isinstance(v, Tensor)})
@@ -201,9 +204,10 @@ class Network:
         learners use them in their code."""
         return {**self.pack.sizes, **self.dataset.derived_sizes}
 
-    def _forward_backward(self, Xb, Yb, dtype, device, lines):
+    def _forward_backward(self, Xb, Yb, dtype, device, lines, params=None):
         """Run the forward lines with autograd on, then ask autograd for every graded gradient."""
-        ns = forward_namespace(self.pack, self.params, Xb, Yb, dtype, device,
+        ns = forward_namespace(self.pack, self.params if params is None else params, Xb, Yb,
+                               dtype, device,
                                [line.source for line in lines], self.sizes, fns=self.fns)
         loss = ns[self.pack.loss]
         differentiable = [

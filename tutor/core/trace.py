@@ -58,6 +58,7 @@ _RANDOM = {"randn", "rand", "randint", "randn_like", "rand_like", "randint_like"
 # trace records no more; what it needs from after that point is then unknown to it, and a
 # step that needs it is left to the names.
 MAX_KEPT_BYTES = 12 * 2**20
+MAX_OWN_NUMEL = 2**18  # in a notebook's own frame, a larger tensor is its data: not kept
 MAX_OPS = 40_000
 
 
@@ -114,6 +115,9 @@ class Recorder(TorchFunctionMode):
 
     names: dict[int, str]
     shapes: set[tuple[int, ...]]
+    # A notebook in its own frame: every value is kept (its batch's size is its own), and its
+    # integer tensors too (where its batch is).
+    keep_all: bool = False
     ops: list[dict] = field(default_factory=list)
     leaves: dict[int, str | None] = field(default_factory=dict)  # object -> name, None: foreign
     values: dict[tuple[int, int], Tensor] = field(default_factory=dict)
@@ -146,9 +150,11 @@ class Recorder(TorchFunctionMode):
         except OutOfTime:
             raise  # the learner's limit, arriving while this op was recorded
         except Exception as exc:  # noqa: BLE001 - an op that cannot be written back is marked
+            outs = self._fresh(out)
             self.ops.append({"bad": f"{type(exc).__name__}: {exc}"[:200],
-                             "outs": self._fresh(out), "own": self.own, "reads": [],
-                             "bumps": []})
+                             "outs": outs, "own": self.own, "reads": [], "bumps": []})
+            if self.keep_all:  # a notebook's own parameters, drawn at random
+                self._keep([(o, 0) for o in outs if o is not None])
         return out
 
     # -- objects and versions ----------------------------------------------------------------
@@ -243,8 +249,11 @@ class Recorder(TorchFunctionMode):
     def _keep(self, versions: list[tuple[int, int]]) -> None:
         for o, v in versions:
             t = self._alive[o]
-            if (t.is_floating_point() and tuple(t.shape) in self.shapes
-                    and self._kept < MAX_KEPT_BYTES and t.layout == torch.strided):
+            wanted = (tuple(t.shape) in self.shapes or self.keep_all) if t.is_floating_point() \
+                else self.keep_all and t.dtype == torch.int64 and 1 <= t.dim() <= 3
+            if self.keep_all and t.numel() > MAX_OWN_NUMEL:
+                wanted = False  # the notebook's whole dataset: no batch, no parameter
+            if (wanted and self._kept < MAX_KEPT_BYTES and t.layout == torch.strided):
                 value = t.detach().to("cpu", copy=True)
                 self._kept += value.numel() * value.element_size()
                 self.values[(o, v)] = value
@@ -367,6 +376,37 @@ class _Literals:
         raise Unrecordable(f"a literal that changes with the batch ({a!r} / {b!r})")
 
 
+class _OwnLiterals(_Literals):
+    """A run in the notebook's own frame has one batch, of its own size B: a literal that is
+    B (or B - 1, 1 / B, 1 / (B - 1), or k·B) is written as the batch size, for the check runs
+    the code on the tutor's batches. Where B is also another size of the notebook's, that may
+    be wrong: the check says so, and the code is also written without (`Traces.literals`)."""
+
+    def __init__(self, n: tuple[int, int], own: int):
+        super().__init__(n)
+        self.own = own
+
+    def write(self, a: Any, b: Any) -> str:
+        m = self.own
+        if isinstance(a, bool) or m < 2:
+            return repr(a)
+        if isinstance(a, int):
+            if a == m:
+                return "n"
+            if a == m - 1:
+                return "(n - 1)"
+            if a > m and a % m == 0 and a // m <= 64:
+                return f"(n * {a // m})"
+            return repr(a)
+        if isinstance(a, float) and a:
+            for text, value in (("n", m), ("(n - 1)", m - 1)):
+                if math.isclose(a * value, 1.0, rel_tol=1e-6):
+                    return f"(1.0 / {text})"
+                if math.isclose(a, value, rel_tol=1e-9):
+                    return f"float({text})"
+        return repr(a)
+
+
 _MISSING = object()
 
 
@@ -459,6 +499,9 @@ class _Read:
     took: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
     held: set[tuple[int, int]] = field(default_factory=set)
     readers: dict[tuple[int, int], list[int]] | None = None  # version -> ops that read it
+    # In a notebook's own frame, the versions found to be the lesson's tensors by value
+    # (tutor/core/frame.py): where the written code reads the lesson's tensor by its name.
+    named: set[tuple[int, int]] = field(default_factory=set)
 
     @classmethod
     def of(cls, trace: dict) -> _Read:
@@ -594,6 +637,13 @@ class Traces:
     second: _Read
     pairs: dict[int, int]
     n: tuple[int, int]  # the two batches' sizes
+    # One run in the notebook's own frame (tutor/core/frame.py): its batch size, whose
+    # literals are written as `n` (`literals`), and both "batches" are that run.
+    own: int | None = None
+
+    def literals(self, mapped: bool = True) -> _Literals:
+        return _OwnLiterals(self.n, self.own) if self.own is not None and mapped \
+            else _Literals(self.n)
 
     @classmethod
     def of(cls, trace: dict, fresh: dict, n: tuple[int, int]) -> Traces | None:
@@ -702,7 +752,7 @@ def written_out(traces: Traces, wanted: Wanted, wanted_fresh: Wanted) -> list[st
     `1.0 / n`). Where the two took different paths (a loop over the batch), each batch's own
     computation is written out and the code picks by the batch size: on either batch it is the
     program's own work."""
-    first, second, n = traces.first, traces.second, traces.n
+    first, second = traces.first, traces.second
     try:
         mine_found = _versions(first, wanted)
         if mine_found is None:
@@ -712,31 +762,45 @@ def written_out(traces: Traces, wanted: Wanted, wanted_fresh: Wanted) -> list[st
         shapes = {k: tuple(v.shape) for k, v in wanted.given.items()}
         fresh_shapes = {k: tuple(v.shape) for k, v in wanted_fresh.given.items()}
         out: list[str] = []
-        for k, copies in [(k, c) for c in (False, True) for k in range(ALTERNATIVES)]:
-            chosen = {name: ovs[min(k, len(ovs) - 1)] for name, ovs in mine_found.items()}
-            if copies and not any(ov in cuts for ov in chosen.values()):
-                continue
-            if copies and any(chosen[name] in cuts and not first.hinted(chosen[name][0], name)
-                              for name in wanted.answers if name in chosen):
-                # An answer that is the gradient the step is given, as it arrives, is the
-                # step's rule whoever wrote it: only where the program kept it under the
-                # answer's name is it the learner's (a step never written earns nothing).
-                continue
-            code = _code_for(first, cuts, chosen, _Literals(n), (second.ops, traces.pairs),
-                             copies, shapes)
-            if code is None and theirs_found is not None:
-                other = {name: ovs[min(k, len(ovs) - 1)] for name, ovs in theirs_found.items()}
-                mine = _code_for(first, cuts, chosen, _Literals(n), None, copies, shapes)
-                theirs = _code_for(second, fresh_cuts, other, _Literals(n), None, copies,
-                                   fresh_shapes)
-                if mine is not None and theirs is not None:
-                    code = (f"if n == {n[0]}:\n" + _indented(mine) + "else:\n"
-                            + _indented(theirs))
-            if code is not None and code not in out:
-                out.append(code)
+        for mapped in (True, False) if traces.own is not None else (True,):
+            for code in _written(traces, wanted, mine_found, theirs_found, cuts, fresh_cuts,
+                                 shapes, fresh_shapes, mapped):
+                if code not in out:
+                    out.append(code)
         return out
     except (Unrecordable, KeyError, IndexError, TypeError, ValueError, AttributeError):
         return []  # a trace that cannot be read (or a child that sent nonsense) answers nothing
+
+
+def _written(traces: Traces, wanted: Wanted, mine_found: dict, theirs_found: dict | None,
+             cuts: dict, fresh_cuts: dict, shapes: dict, fresh_shapes: dict, mapped: bool
+             ) -> list[str]:
+    """`written_out`'s codes, with the batch's literals written as `n` or not (`mapped`)."""
+    first, second, n = traces.first, traces.second, traces.n
+    out: list[str] = []
+    for k, copies in [(k, c) for c in (False, True) for k in range(ALTERNATIVES)]:
+        chosen = {name: ovs[min(k, len(ovs) - 1)] for name, ovs in mine_found.items()}
+        if copies and not any(ov in cuts for ov in chosen.values()):
+            continue
+        if copies and any(chosen[name] in cuts and not first.hinted(chosen[name][0], name)
+                          for name in wanted.answers if name in chosen):
+            # An answer that is the gradient the step is given, as it arrives, is the
+            # step's rule whoever wrote it: only where the program kept it under the
+            # answer's name is it the learner's (a step never written earns nothing).
+            continue
+        code = _code_for(first, cuts, chosen, traces.literals(mapped),
+                         (second.ops, traces.pairs), copies, shapes)
+        if code is None and theirs_found is not None and traces.own is None:
+            other = {name: ovs[min(k, len(ovs) - 1)] for name, ovs in theirs_found.items()}
+            mine = _code_for(first, cuts, chosen, _Literals(n), None, copies, shapes)
+            theirs = _code_for(second, fresh_cuts, other, _Literals(n), None, copies,
+                               fresh_shapes)
+            if mine is not None and theirs is not None:
+                code = (f"if n == {n[0]}:\n" + _indented(mine) + "else:\n"
+                        + _indented(theirs))
+        if code is not None and code not in out:
+            out.append(code)
+    return out
 
 
 def _indented(code: str) -> str:
@@ -867,7 +931,7 @@ def _code_for(read: _Read, cuts: dict[tuple[int, int], str],
             continue
         i = read.maker.get(ov)
         if i is None:
-            if ov[1] == 0 and read.leaves.get(ov[0]):
+            if (ov[1] == 0 or ov in read.named) and read.leaves.get(ov[0]):
                 continue  # one of the lesson's tensors, by its name
             return None  # something the code did not make here (or autograd's own answer)
         if "bad" in ops[i]:

@@ -25,7 +25,7 @@ import textwrap
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from tutor.code_facts import AutogradReads, bound, read, written
+from tutor.code_facts import LESSON_TEXT, AutogradReads, bound, read, written
 from tutor.pack.flow import gradients
 from tutor.pack.model import Pack, Step
 from tutor.sandbox.allowlist import IMPORTABLE, importable
@@ -297,3 +297,138 @@ def line_of(node: ast.stmt, text: str, compares: set[str] | None = None) -> Line
         # outside it; what it only subscripts into (`dC[ix] += ...`) is.
         reads -= bound(node)
     return Line(source, writes, reads, augmented, compares or set())
+
+
+def own_source(source: str) -> str:
+    """A notebook cell as its own frame runs it (tutor/core/frame.py): its imports as what they
+    bind in the sandbox, and its reads of its data file (`open('names.txt').read()`, `with open(
+    ...) as f`, `Path(...).read_text()`) as reads of the lesson's data, which the sandbox gives
+    as text (`LESSON_TEXT`): the sandbox opens no file."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return source
+    body: list[ast.stmt] = []
+    for node in tree.body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            binding = import_bindings(node)
+            if binding is not None:
+                body += ast.parse(binding).body
+            continue
+        if _own_autograd(node):
+            continue
+        body += [_Unmarked().visit(n) for n in _DataReads().visit_many(node)]
+    try:
+        return ast.unparse(ast.fix_missing_locations(ast.Module(body, [])))
+    except (ValueError, RecursionError):
+        return source
+
+
+def _text() -> ast.expr:
+    return ast.Name(LESSON_TEXT, ast.Load())
+
+
+def _lines() -> ast.expr:
+    return ast.Call(ast.Attribute(_text(), "splitlines", ast.Load()), [ast.Constant(True)], [])
+
+
+def _opens(node: ast.AST) -> bool:
+    """`open(...)`, `Path(...).open()`: a file opened for reading."""
+    if not isinstance(node, ast.Call):
+        return False
+    f = node.func
+    return (isinstance(f, ast.Name) and f.id == "open") or (
+        isinstance(f, ast.Attribute) and f.attr == "open" and isinstance(f.value, ast.Call)
+        and _is_path(f.value))
+
+
+def _is_path(node: ast.AST) -> bool:
+    if not isinstance(node, ast.Call):
+        return False
+    f = node.func
+    return (isinstance(f, ast.Name) and f.id == "Path") or (
+        isinstance(f, ast.Attribute) and f.attr == "Path")
+
+
+class _DataReads(ast.NodeTransformer):
+    """The data file's reads as the lesson's text (see `own_source`)."""
+
+    def __init__(self) -> None:
+        self.files: set[str] = set()  # names a `with open(...) as f` bound
+
+    def visit_many(self, node: ast.stmt) -> list[ast.stmt]:
+        if isinstance(node, ast.With) and len(node.items) == 1 and _opens(
+                node.items[0].context_expr) and isinstance(node.items[0].optional_vars, ast.Name):
+            self.files.add(node.items[0].optional_vars.id)
+            out = []
+            for inner in node.body:
+                out += self.visit_many(inner)
+            return out
+        return [self.visit(node)]
+
+    def visit_Call(self, node: ast.Call) -> ast.expr:
+        f = node.func
+        if isinstance(f, ast.Attribute) and (_opens(f.value) or (
+                isinstance(f.value, ast.Name) and f.value.id in self.files)):
+            if f.attr == "read":
+                return _text()
+            if f.attr == "readlines":
+                return _lines()
+        if isinstance(f, ast.Attribute) and f.attr == "read_text" and _is_path(f.value):
+            return _text()
+        if _opens(node):
+            return _lines()  # iterated over: its lines
+        self.generic_visit(node)
+        return node
+
+    def visit_Name(self, node: ast.Name) -> ast.expr:
+        if node.id in self.files and isinstance(node.ctx, ast.Load):
+            return _lines()
+        return node
+
+
+# What only marks a tensor for autograd or seeds a generator: the notebook's own frame needs
+# none of it (its values are compared with autograd's by the tutor), and the sandbox refuses it.
+_MARKS = frozenset({"requires_grad_", "retain_grad", "manual_seed"})
+_SEEDS = frozenset({"manual_seed", "seed", "manual_seed_all"})
+
+
+def _own_autograd(node: ast.stmt) -> bool:
+    """A statement that only runs autograd or reseeds (`loss.backward()`, `p.grad = None`,
+    `torch.manual_seed(0)`, `random.seed(1)`): the notebook's own check of its answers."""
+    if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) \
+            and isinstance(node.value.func, ast.Attribute):
+        f = node.value.func
+        if f.attr == "backward" or (f.attr in _SEEDS and isinstance(f.value, ast.Name)
+                                    and f.value.id in ("torch", "random", "np")):
+            return True
+    targets = node.targets if isinstance(node, ast.Assign) else []
+    return any(isinstance(t, ast.Attribute) and t.attr == "grad" for t in targets)
+
+
+class _Unmarked(ast.NodeTransformer):
+    """`p.requires_grad_()`, `t.retain_grad()`, `g.manual_seed(1)` as `p`, `t`, `g`;
+    `requires_grad=True` left out of a call."""
+
+    def visit_Call(self, node: ast.Call) -> ast.expr:
+        self.generic_visit(node)
+        f = node.func
+        if isinstance(f, ast.Attribute) and f.attr in _MARKS and not (
+                isinstance(f.value, ast.Name) and f.value.id in ("torch", "random")):
+            return f.value
+        node.keywords = [k for k in node.keywords if k.arg != "requires_grad"]
+        return node
+
+    def visit_Assign(self, node: ast.Assign) -> ast.stmt:
+        if any(isinstance(t, ast.Attribute) and t.attr in ("requires_grad", "grad")
+               for t in node.targets):
+            return ast.Pass()  # `p.requires_grad = True`, `p.grad = None`
+        self.generic_visit(node)
+        return node
+
+    def visit_Expr(self, node: ast.Expr) -> ast.stmt:
+        if isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Attribute) \
+                and node.value.func.attr == "backward":
+            return ast.Pass()  # a backward pass of autograd's, inside a loop or a function
+        self.generic_visit(node)
+        return node

@@ -260,12 +260,14 @@ class Evaluator:
                               limit)
         return ScratchResult.from_dict({"step": step_id, **result})
 
-    def trace(self, cells: list[tuple[bool, str]], steps: list[str]) -> dict[str, list[str]]:
+    def trace(self, cells: list[tuple[bool, str]], steps: list[str], own: bool = False
+              ) -> dict[str, list[str]]:
         """Each step's gradients as a whole program computes them, written out as code for an
-        ordinary check (Engine.trace); {} where the trace could not be made."""
+        ordinary check (Engine.trace; with `own`, the program in its own frame,
+        Engine.trace_own); {} where the trace could not be made."""
         limit = self.settings.backstop * 3 + HARD_KILL_GRACE
-        result = self.request("trace", {"cells": [list(c) for c in cells], "steps": steps},
-                              limit)
+        result = self.request("trace", {"cells": [list(c) for c in cells], "steps": steps,
+                                        "own": own}, limit)
         found = result.get("found") if isinstance(result, dict) else None
         if not isinstance(found, dict):
             return {}

@@ -143,8 +143,9 @@ class Worker:
             return self.engine.scratch(request["step"], request["code"],
                                        request.get("prior")).to_dict()
         if op == "trace":
-            return {"found": self.engine.trace([(bool(o), str(c)) for o, c in request["cells"]],
-                                               request["steps"])}
+            cells = [(bool(o), str(c)) for o, c in request["cells"]]
+            trace = self.engine.trace_own if request.get("own") else self.engine.trace
+            return {"found": trace(cells, request["steps"])}
         if op == "info":
             return self.engine.info()
         if op == "train":

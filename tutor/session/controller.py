@@ -175,12 +175,13 @@ class _CheckAndRecord:
         """Run the candidate against autograd; nothing is recorded."""
         return self.evaluator.check(step_id, code, self.prior() if prior is None else prior)
 
-    def traced(self, cells: list[tuple[bool, str]], step_ids: list[str]
+    def traced(self, cells: list[tuple[bool, str]], step_ids: list[str], own: bool = False
                ) -> dict[str, list[str]]:
         """What a whole program computes for each step, as code a check can run (the engine's
         trace: tutor/core/trace.py), best first; steps it does not compute are left out.
-        `cells`: the program's cells in order, each with whether it is the exercise's own."""
-        return self.evaluator.trace(cells, step_ids)
+        `cells`: the program's cells in order, each with whether it is the exercise's own.
+        `own`: the program is the whole notebook, run in its own frame (tutor/core/frame.py)."""
+        return self.evaluator.trace(cells, step_ids, own)
 
     def record(self, step_id: str, code: str, result: CheckResult) -> CheckOutcome:
         """Record an attempt and say what it changed."""

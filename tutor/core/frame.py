@@ -1,0 +1,142 @@
+"""A notebook in its own frame: where a learner's forward pass is their own (a model class, a dict
+of activations, their own names throughout), its tensors are found among what it computed by
+their values, not by their names.
+
+The notebook runs as it was written, on its own data, parameters and batch (tutor/core/trace.py
+records every op and keeps every value). Its parameters and batch are then the tensors of the
+lesson's parameters' and batch's shapes that its ops read first; the lesson's forward pass, run
+on them, must give the loss the notebook computed (else they were not). On that batch the
+lesson's forward values and autograd's gradients are the reference: each of the notebook's
+versions whose value is one of the lesson's forward tensors is read as that tensor, by its
+name, so that what made a step's answer is written out from the step's inputs in the lesson's
+names, and the ordinary check runs it on the tutor's own batches (trace.py `written_out`).
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import torch
+from torch import Tensor
+
+from tutor.core.network import Batch, Network
+from tutor.core.trace import Traces, _close, _Read
+
+# The notebook's full data is also an integer tensor of the batch's shape: a batch this large
+# is no batch (and running the forward pass on it would take long).
+MAX_BATCH = 4096
+MAX_TRIES = 48  # assignments of same-shaped parameters tried
+
+
+def found(network: Network, trace: dict) -> tuple[Batch, Traces] | None:
+    """The notebook's batch pushed through the lesson's forward pass with its parameters, and
+    its trace read with the lesson's tensors named; None where no assignment gives its loss."""
+    try:
+        read = _Read.of(trace)
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError):
+        return None
+    first_read: dict[tuple[int, int], int] = {}
+    for i, op in enumerate(read.ops):
+        for r in op["reads"]:
+            first_read.setdefault(tuple(r), i)
+    batch = _assigned(network, read, first_read)
+    if batch is None:
+        return None
+    _name(read, batch, network)
+    n = batch.n
+    return batch, Traces(read, read, {i: i for i in range(len(read.ops))}, (n, n), own=n)
+
+
+def _assigned(network: Network, read: _Read, first_read: dict[tuple[int, int], int]
+              ) -> Batch | None:
+    main = network.main
+    X, Y = main.values["Xb"], main.values["Yb"]
+    losses = [v for v in read.values.values() if v.is_floating_point() and v.dim() == 0]
+    if not losses:
+        return None
+    used = sorted(((i, ov) for ov, i in first_read.items() if ov in read.values
+                   and not _drawn_then_scaled(read, ov, i)), key=lambda t: t[0])
+    ints = [(ov, read.values[ov]) for _, ov in used if not read.values[ov].is_floating_point()]
+    floats = [(ov, read.values[ov]) for _, ov in used if read.values[ov].is_floating_point()]
+    batches = [(x, y) for (ox, x), (oy, y) in itertools.product(ints, ints)
+               if ox[0] != oy[0] and 0 < x.shape[0] <= MAX_BATCH and x.shape[0] == y.shape[0]
+               and tuple(x.shape[1:]) == tuple(X.shape[1:])
+               and tuple(y.shape[1:]) == tuple(Y.shape[1:])]
+    if not batches:
+        return None
+    # Each shape's parameters, in the order the lesson's forward pass first reads them, and
+    # the notebook's tensors of that shape in the order its ops first read them.
+    groups: dict[tuple[int, ...], list[str]] = {}
+    for name, p in network.params.items():
+        groups.setdefault(tuple(p.shape), []).append(name)
+    choices: dict[tuple[int, ...], list[Tensor]] = {}
+    for shape, names in groups.items():
+        seen: list[Tensor] = []
+        for _, t in floats:
+            if tuple(t.shape) == shape and not any(t is s for s in seen):
+                seen.append(t)
+            if len(seen) >= 2 * len(names) + 1:
+                break
+        if len(seen) < len(names):
+            return None
+        choices[shape] = seen
+    options = [[dict(zip(names, pick, strict=True))
+                for pick in itertools.islice(itertools.permutations(choices[shape], len(names)),
+                                             MAX_TRIES)]
+               for shape, names in groups.items()]
+    for x, y in batches[:8]:
+        for combo in itertools.islice(itertools.product(*options), MAX_TRIES):
+            params = {k: v for part in combo for k, v in part.items()}
+            loss = _loss(network, params, x, y)
+            if loss is not None and any(_close(loss, seen) for seen in losses):
+                return network.make_batch(x, y, params=params)
+    return None
+
+
+def _drawn_then_scaled(read: _Read, ov: tuple[int, int], first: int) -> bool:
+    """Whether `ov` was drawn at random and the first op to read it (`first`) read it alone
+    (with constants) into a tensor of its shape: a draw on the way to a parameter
+    (`torch.randn(...) * 0.1`), not the parameter."""
+    maker = read.maker.get(ov)
+    if maker is None or "bad" not in read.ops[maker]:
+        return False
+    op = read.ops[first]
+    if "bad" in op or [tuple(r) for r in op["reads"]] != [ov]:
+        return False
+    made = [(o, 0) for o in op.get("outs") or [] if o is not None] + [
+        tuple(b) for b in op.get("bumps") or []]
+    return any(m in read.values and read.values[m].shape == read.values[ov].shape
+               for m in made)
+
+
+def _loss(network: Network, params: dict[str, Tensor], x: Tensor, y: Tensor) -> Tensor | None:
+    from tutor.core.network import forward_namespace
+
+    pack = network.pack
+    try:
+        ns = forward_namespace(pack, params, x, y, torch.float32, torch.device("cpu"),
+                               [line.source for line in pack.forward_lines], network.sizes,
+                               fns=network.fns)
+    except Exception:  # noqa: BLE001 - an assignment that does not fit the forward pass
+        return None
+    loss = ns.get(pack.loss)
+    return loss.detach() if isinstance(loss, Tensor) and loss.dim() == 0 else None
+
+
+def _name(read: _Read, batch: Batch, network: Network) -> None:
+    """Each version whose value is one of the lesson's forward tensors (or its batch), read as
+    that tensor: where the written code starts from the lesson's own."""
+    lesson = {k: v for k, v in batch.values.items() if isinstance(v, Tensor)}
+    order = {line.target: i for i, line in enumerate(network.pack.forward_lines)}
+    for ov, value in read.values.items():
+        if value.numel() < 2 or not bool(value.abs().sum()):
+            continue  # zeros are anything's
+        names = [k for k, t in lesson.items() if t.shape == value.shape
+                 and t.dtype.is_floating_point == value.is_floating_point()
+                 and (_close(value, t) if value.is_floating_point() else torch.equal(value, t))]
+        if not names:
+            continue
+        name = min(names, key=lambda k: order.get(k, -1))
+        read.leaves[ov[0]] = name
+        read.named.add(ov)
+        read.maker.pop(ov, None)

@@ -958,13 +958,17 @@ def run_spec(spec: CheckSpec | FunctionCheckSpec, scratch: bool) -> dict:
 
 
 # -- a whole program, traced (tutor/core/trace.py) -------------------------------------------
+# A notebook in its own frame builds its own data and parameters as well: more of the limit.
+OWN_FRAME_TIME = 2.0
+
+
 def run_trace(spec: CheckSpec) -> dict:
     """The program run once on each batch, as a kernel runs it (a part that fails stops there),
     every torch call it makes recorded: the traces, as plain data, for the engine to read."""
     with watching():
-        if spec.trace_own:  # one run: the notebook's own batch
+        if spec.trace_own:  # one run: the notebook's own batch, its data made too
             return {"timeout": False, "traces": [
-                _traced(spec, spec.batches[0], Budget(spec.timeout, kill=True))]}
+                _traced(spec, spec.batches[0], Budget(spec.timeout * OWN_FRAME_TIME, kill=True))]}
         # Each batch on half the limit: a runaway loop stops one batch's run there, and what
         # ran before it is still traced, on both batches alike.
         return {"timeout": False, "traces": [
@@ -993,18 +997,12 @@ def _traced(spec: CheckSpec, plan: BatchPlan, budget: Budget) -> dict:
             except CheckTimeout:
                 note_names(recorder, ns)
                 return traced(recorder, encode_tensor)  # the limit ran out: what ran stands
-            except NameError as _e:
-                import os as _os, sys as _sys
-                if _os.environ.get("DBG_OWN"):
-                    print("OWNNAME", str(_e)[:200], file=_sys.stderr)
+            except NameError:
                 # A name the notebook gave its own data or setup, whose lines the tutor's stand
                 # in for (`bt = batch(32, 5, text)`): that statement alone is lost.
                 continue
-            except Exception as _e:  # noqa: BLE001 - as in a kernel: what ran before the error stands
+            except Exception:  # noqa: BLE001 - as in a kernel: what ran before the error stands
                 if spec.trace_own:
-                    import os as _os, sys as _sys
-                    if _os.environ.get("DBG_OWN"):
-                        print("OWNFAIL", type(_e).__name__, str(_e)[:200], file=_sys.stderr)
                     continue  # its own checks (`.grad`, which its own frame has not) only
                 break
         note_names(recorder, ns)

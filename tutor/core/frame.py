@@ -58,10 +58,11 @@ def _assigned(network: Network, read: _Read, first_read: dict[tuple[int, int], i
                    and not _drawn_then_scaled(read, ov, i)), key=lambda t: t[0])
     ints = [(ov, read.values[ov]) for _, ov in used if not read.values[ov].is_floating_point()]
     floats = [(ov, read.values[ov]) for _, ov in used if read.values[ov].is_floating_point()]
-    batches = [(x, y) for (ox, x), (oy, y) in itertools.product(ints, ints)
-               if ox[0] != oy[0] and 0 < x.shape[0] <= MAX_BATCH and x.shape[0] == y.shape[0]
-               and tuple(x.shape[1:]) == tuple(X.shape[1:])
-               and tuple(y.shape[1:]) == tuple(Y.shape[1:])]
+    xs = [(ox, x) for ox, x in ints if x.dim() == X.dim() and 0 < x.shape[0] <= MAX_BATCH
+          and tuple(x.shape[1:]) == tuple(X.shape[1:])]
+    batches = [(x, y) for ox, x in xs[:16] for oy, y in ints
+               if ox[0] != oy[0] and y.dim() == Y.dim() and y.shape[0] == x.shape[0]
+               and tuple(y.shape[1:]) == tuple(Y.shape[1:])][:32]
     if not batches:
         return None
     # Each shape's parameters, in the order the lesson's forward pass first reads them, and
@@ -88,17 +89,16 @@ def _assigned(network: Network, read: _Read, first_read: dict[tuple[int, int], i
         for combo in itertools.islice(itertools.product(*options), MAX_TRIES):
             params = {k: v for part in combo for k, v in part.items()}
             loss = _loss(network, params, x, y)
-            if loss is not None and any(_close(loss, seen) for seen in losses):
+            if loss is not None and any(_same(loss, seen) for seen in losses):
                 return network.make_batch(x, y, params=params)
     return None
 
 
 def _drawn_then_scaled(read: _Read, ov: tuple[int, int], first: int) -> bool:
-    """Whether `ov` was drawn at random and the first op to read it (`first`) read it alone
-    (with constants) into a tensor of its shape: a draw on the way to a parameter
-    (`torch.randn(...) * 0.1`), not the parameter."""
-    maker = read.maker.get(ov)
-    if maker is None or "bad" not in read.ops[maker]:
+    """Whether `ov` is a step on the way to a parameter (`torch.randn(...) * (5 / 3) / fan**0.5`
+    makes two): drawn at random, or made from such a step alone, and read first (`first`) alone,
+    with constants, into a tensor of its shape."""
+    if not _drawn(read, ov, 0):
         return False
     op = read.ops[first]
     if "bad" in op or [tuple(r) for r in op["reads"]] != [ov]:
@@ -107,6 +107,24 @@ def _drawn_then_scaled(read: _Read, ov: tuple[int, int], first: int) -> bool:
         tuple(b) for b in op.get("bumps") or []]
     return any(m in read.values and read.values[m].shape == read.values[ov].shape
                for m in made)
+
+
+def _drawn(read: _Read, ov: tuple[int, int], depth: int) -> bool:
+    """Made by a random draw, or from one alone (a scale, a division)."""
+    maker = read.maker.get(ov)
+    if maker is None or depth > 8:
+        return False
+    op = read.ops[maker]
+    if "bad" in op:
+        return True
+    reads = [tuple(r) for r in op["reads"]]
+    return len(reads) == 1 and _drawn(read, reads[0], depth + 1)
+
+
+def _same(a: Tensor, b: Tensor) -> bool:
+    """The same loss up to float32 rounding: two parameters swapped give a loss that is close,
+    not the same."""
+    return abs(float(a) - float(b)) <= 2e-6 * max(abs(float(b)), 1.0)
 
 
 def _loss(network: Network, params: dict[str, Tensor], x: Tensor, y: Tensor) -> Tensor | None:

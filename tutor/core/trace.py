@@ -59,6 +59,7 @@ _RANDOM = {"randn", "rand", "randint", "randn_like", "rand_like", "randint_like"
 # step that needs it is left to the names.
 MAX_KEPT_BYTES = 12 * 2**20
 MAX_OWN_NUMEL = 2**18  # in a notebook's own frame, a larger tensor is its data: not kept
+MAX_OWN_OPS = 150_000  # its own data built a tensor at a time comes first
 MAX_OPS = 40_000
 
 
@@ -134,6 +135,7 @@ class Recorder(TorchFunctionMode):
     _versions: list[int] = field(default_factory=list)
     _storage: list[int] = field(default_factory=list)
     _kept: int = 0
+    _floats: bool = False  # whether a float tensor was made or read yet
 
     def __post_init__(self) -> None:
         super().__init__()
@@ -143,7 +145,11 @@ class Recorder(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
-        if len(self.ops) >= MAX_OPS:
+        if self.keep_all and not self._floats and not _holds_float(out):
+            # A notebook's own data, built before any of its parameters (a tensor a name):
+            # no gradient is made of it, and recording it would take the time.
+            return out
+        if len(self.ops) >= (MAX_OWN_OPS if self.keep_all else MAX_OPS):
             return out
         try:
             self._record(func, args, kwargs, out)
@@ -170,6 +176,7 @@ class Recorder(TorchFunctionMode):
         return o
 
     def _new(self, t: Tensor) -> int:
+        self._floats = self._floats or t.is_floating_point()
         o = len(self._versions)
         self._objects[id(t)] = o
         self._alive.append(t)
@@ -257,6 +264,13 @@ class Recorder(TorchFunctionMode):
                 value = t.detach().to("cpu", copy=True)
                 self._kept += value.numel() * value.element_size()
                 self.values[(o, v)] = value
+
+
+def _holds_float(out: Any) -> bool:
+    if isinstance(out, Tensor):
+        return out.is_floating_point()
+    return isinstance(out, (tuple, list)) and any(
+        isinstance(x, Tensor) and x.is_floating_point() for x in out)
 
 
 def note_names(recorder: Recorder, ns: dict) -> None:
@@ -382,9 +396,10 @@ class _OwnLiterals(_Literals):
     the code on the tutor's batches. Where B is also another size of the notebook's, that may
     be wrong: the check says so, and the code is also written without (`Traces.literals`)."""
 
-    def __init__(self, n: tuple[int, int], own: int):
+    def __init__(self, n: tuple[int, int], own: int, less_one: bool = True):
         super().__init__(n)
         self.own = own
+        self.less_one = less_one
 
     def write(self, a: Any, b: Any) -> str:
         m = self.own
@@ -393,13 +408,13 @@ class _OwnLiterals(_Literals):
         if isinstance(a, int):
             if a == m:
                 return "n"
-            if a == m - 1:
+            if a == m - 1 and self.less_one:
                 return "(n - 1)"
             if a > m and a % m == 0 and a // m <= 64:
                 return f"(n * {a // m})"
             return repr(a)
         if isinstance(a, float) and a:
-            for text, value in (("n", m), ("(n - 1)", m - 1)):
+            for text, value in (("n", m), ("(n - 1)", m - 1))[:2 if self.less_one else 1]:
                 if math.isclose(a * value, 1.0, rel_tol=1e-6):
                     return f"(1.0 / {text})"
                 if math.isclose(a, value, rel_tol=1e-9):
@@ -641,9 +656,12 @@ class Traces:
     # literals are written as `n` (`literals`), and both "batches" are that run.
     own: int | None = None
 
-    def literals(self, mapped: bool = True) -> _Literals:
-        return _OwnLiterals(self.n, self.own) if self.own is not None and mapped \
-            else _Literals(self.n)
+    def literals(self, mapped: str | None = "full") -> _Literals:
+        """How literals are written: in a notebook's own frame, its batch size as `n`
+        ("full": B, B - 1, k·B and their inverses; "exact": B, k·B and 1 / B only, for a
+        notebook whose other sizes include B - 1), or not at all (None)."""
+        return _OwnLiterals(self.n, self.own, mapped == "full") \
+            if self.own is not None and mapped else _Literals(self.n)
 
     @classmethod
     def of(cls, trace: dict, fresh: dict, n: tuple[int, int]) -> Traces | None:
@@ -762,7 +780,7 @@ def written_out(traces: Traces, wanted: Wanted, wanted_fresh: Wanted) -> list[st
         shapes = {k: tuple(v.shape) for k, v in wanted.given.items()}
         fresh_shapes = {k: tuple(v.shape) for k, v in wanted_fresh.given.items()}
         out: list[str] = []
-        for mapped in (True, False) if traces.own is not None else (True,):
+        for mapped in ("full", "exact", None) if traces.own is not None else ("full",):
             for code in _written(traces, wanted, mine_found, theirs_found, cuts, fresh_cuts,
                                  shapes, fresh_shapes, mapped):
                 if code not in out:

@@ -44,6 +44,7 @@ from tutor.course.program import (
     first_line,
     import_bindings,
     line_of,
+    own_source,
     reads_autograd_only,
 )
 from tutor.course.vocabulary import (
@@ -1537,7 +1538,21 @@ def notebook_program(pack: Pack, cells: list[str], exercise: int,
     for lines, is_here in zip(out, owned, strict=True):
         if is_here:
             written_here |= set().union(*(line.writes for line in lines))
-    return Program(out, written_here, owned) if out else None
+    whole = own_cells(chosen, own, memo)
+    return Program(out, written_here, owned, whole) if out or whole else None
+
+
+def own_cells(chosen: list[str], own: set[int], memo: dict) -> list[tuple[bool, str]]:
+    """The cells as the notebook's own frame runs them (program.own_source), each with whether
+    it is the exercise's own; read once per cell for all of a submission's exercises."""
+    out = []
+    for cell in chosen:
+        key = ("own", cell)
+        if key not in memo:
+            memo[key] = own_source(_without_magics(cell))
+        if memo[key].strip():
+            out.append((id(cell) in own, memo[key] + "\n"))
+    return out
 
 
 def _running_cells(cells: list[list[Line]], grads: set[str], forward: set[str]

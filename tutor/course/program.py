@@ -59,6 +59,10 @@ class Program:
     # Whether each cell is the exercise's own (not an earlier exercise's): what a trace may
     # take a step's answer from (tutor/core/trace.py). Empty: every cell is.
     own: list[bool] = field(default_factory=list)
+    # The notebook's cells up to the exercise as its own frame runs them (`own_source`): its own
+    # data, parameters and forward pass, for a trace that finds the lesson's tensors among its
+    # values (tutor/core/frame.py), each with whether it is the exercise's own.
+    whole: list[tuple[bool, str]] = field(default_factory=list)
 
     def traced_cells(self) -> list[tuple[bool, str]]:
         """The cells as a trace runs them: each one's code (comparisons left out: they run
@@ -394,13 +398,14 @@ _SEEDS = frozenset({"manual_seed", "seed", "manual_seed_all"})
 
 
 def _own_autograd(node: ast.stmt) -> bool:
-    """A statement that only runs autograd or reseeds (`loss.backward()`, `p.grad = None`,
-    `torch.manual_seed(0)`, `random.seed(1)`): the notebook's own check of its answers."""
+    """A statement that only reseeds or clears autograd's answer (`torch.manual_seed(0)`,
+    `random.seed(1)`, `p.grad = None`). (`loss.backward()` stays: the sandbox refuses it on a
+    tensor as it runs, and a learner's own `model.backward()` is their work.)"""
     if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) \
             and isinstance(node.value.func, ast.Attribute):
         f = node.value.func
-        if f.attr == "backward" or (f.attr in _SEEDS and isinstance(f.value, ast.Name)
-                                    and f.value.id in ("torch", "random", "np")):
+        if f.attr in _SEEDS and isinstance(f.value, ast.Name) \
+                and f.value.id in ("torch", "random", "np"):
             return True
     targets = node.targets if isinstance(node, ast.Assign) else []
     return any(isinstance(t, ast.Attribute) and t.attr == "grad" for t in targets)
@@ -419,16 +424,18 @@ class _Unmarked(ast.NodeTransformer):
         node.keywords = [k for k in node.keywords if k.arg != "requires_grad"]
         return node
 
-    def visit_Assign(self, node: ast.Assign) -> ast.stmt:
+    def visit_Assign(self, node: ast.Assign) -> ast.stmt | list[ast.stmt]:
         if any(isinstance(t, ast.Attribute) and t.attr in ("requires_grad", "grad")
                for t in node.targets):
             return ast.Pass()  # `p.requires_grad = True`, `p.grad = None`
         self.generic_visit(node)
+        if len(node.targets) > 1 and all(isinstance(t, (ast.Name, ast.Attribute, ast.Subscript))
+                                         for t in node.targets):
+            # `c = self.cache = {}`: the sandbox sets an attribute on a line of its own.
+            last = node.targets[-1]
+            load = copy.deepcopy(last)
+            load.ctx = ast.Load()
+            return [ast.Assign([last], node.value), *(
+                ast.Assign([t], copy.deepcopy(load)) for t in node.targets[:-1])]
         return node
 
-    def visit_Expr(self, node: ast.Expr) -> ast.stmt:
-        if isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Attribute) \
-                and node.value.func.attr == "backward":
-            return ast.Pass()  # a backward pass of autograd's, inside a loop or a function
-        self.generic_visit(node)
-        return node

@@ -156,7 +156,7 @@ def grade(lesson: Lesson, sub: Submission, rules: GradingRules = DEFAULT_RULES,
     codes: dict[str, str] = {}
     settled: set[str] = set()  # steps whose verdict is on their own statements
     tensors = lesson_names(pack)
-    traces: dict[int, dict[str, list[str]]] = {}
+    traces: dict[tuple[int, bool], dict[str, list[str]]] = {}
     for step in pack.steps:
         if progress:
             progress(step.id)
@@ -264,7 +264,7 @@ def _whole_program(lesson: Lesson, step: Step, program: str) -> CheckResult | No
 
 
 def _by_trace(lesson: Lesson, sub: Submission, step: Step, rules: GradingRules,
-              traces: dict[int, dict[str, list[str]]]
+              traces: dict[tuple[int, bool], dict[str, list[str]]]
               ) -> tuple[str, StepGrade, CheckResult] | str | None:
     """A step that its names could not grade by its rule (no code found, or found only by
     values), graded on what the exercise's own code computes for it wherever it keeps it: the
@@ -275,18 +275,25 @@ def _by_trace(lesson: Lesson, sub: Submission, step: Step, rules: GradingRules,
     program = sub.programs.get(step.exercise)
     if program is None or step.kind.trained:
         return None
-    found = traces.get(step.exercise)
-    if found is None:
-        steps = [s.id for s in lesson.pack.steps if s.exercise == step.exercise]
-        try:
-            found = lesson.traced(program.traced_cells(), steps)
-        except EvaluatorError:
-            raise
-        except Exception:  # noqa: BLE001 - a trace that cannot be made grades nothing
-            found = {}
-        traces[step.exercise] = found
+    steps = [s.id for s in lesson.pack.steps if s.exercise == step.exercise]
+
+    def trace(own: bool) -> dict[str, list[str]]:
+        key = (step.exercise, own)
+        if key not in traces:
+            cells = program.whole if own else program.traced_cells()
+            try:
+                traces[key] = lesson.traced(cells, steps, own) if cells else {}
+            except EvaluatorError:
+                raise
+            except Exception:  # noqa: BLE001 - a trace that cannot be made grades nothing
+                traces[key] = {}
+        return traces[key]
+
+    # In the tutor's frame first (the notebook's forward pass read by its names); where that
+    # finds nothing for the step, in the notebook's own (tutor/core/frame.py).
+    codes = trace(False).get(step.id) or trace(True).get(step.id, [])
     said = None
-    for code in found.get(step.id, []):
+    for code in codes:
         # From autograd's gradients for the steps before: the written-out code reads only what
         # the step is given, and the learner's earlier code, replayed, may have left other
         # values under those names.

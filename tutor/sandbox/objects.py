@@ -37,6 +37,12 @@ METHODS = CLASS_METHODS
 # What `class` statements leave in a class's namespace besides the learner's own names.
 _MADE_BY_PYTHON = METHODS | {"__module__", "__qualname__", "__doc__", "__dict__",
                              "__weakref__", "__firstlineno__", "__static_attributes__"}
+# Single-underscore names that libraries look up on an object to treat it as one of theirs (a
+# named tuple's, a parameter, a view): a class of the learner's keeps its own `_norm` helpers,
+# never these.
+_HOOKS = frozenset({"_fields", "_make", "_asdict", "_replace", "_field_defaults", "_is_param",
+                    "_is_view", "_is_protocol", "_base", "_cdata", "_version", "_grad_fn",
+                    "_backward_hooks", "_torch_function", "_torch_dispatch"})
 _IN_PLACE = {"+=": operator.iadd, "-=": operator.isub, "*=": operator.imul,
              "/=": operator.itruediv, "//=": operator.ifloordiv, "%=": operator.imod,
              "**=": operator.ipow, "@=": operator.imatmul, "&=": operator.iand,
@@ -79,7 +85,8 @@ def build_class(body: Any, name: str, *bases: Any, **keywords: Any) -> type:
     body.__globals__.setdefault("__name__", "__learner__")
     cls = builtins.__build_class__(body, name, *(bases or (LearnerObject,)))
     odd = sorted(k for k in vars(cls) if k.startswith("_") and k not in _MADE_BY_PYTHON
-                 and not (k == SLOTS and slot_names(vars(cls)[k]) is not None))
+                 and not (k == SLOTS and slot_names(vars(cls)[k]) is not None)
+                 and not (private(k) and k not in _HOOKS))
     if odd or type(cls) is not type:
         raise Refused(f"class {name}: {', '.join(odd) or 'its metaclass'} is not allowed here")
     _classes.add(cls)

@@ -20,7 +20,8 @@ import torch
 from torch import Tensor
 
 from tutor.core.network import Batch, Network
-from tutor.core.trace import Traces, _close, _Read
+from tutor.core.trace import Traces, _gradient_of, _Read
+from tutor.pack.flow import gradient
 
 # The notebook's full data is also an integer tensor of the batch's shape: a batch this large
 # is no batch (and running the forward pass on it would take long).
@@ -39,19 +40,22 @@ def found(network: Network, trace: dict) -> tuple[Batch, Traces] | None:
     for i, op in enumerate(read.ops):
         for r in op["reads"]:
             first_read.setdefault(tuple(r), i)
-    batch = _assigned(network, read, first_read)
-    if batch is None:
+    assigned = _assigned(network, read, first_read)
+    if assigned is None:
         return None
-    _name(read, batch, network)
+    batch, made_loss = assigned
+    _name(read, batch, network, made_loss)
     n = batch.n
     return batch, Traces(read, read, {i: i for i in range(len(read.ops))}, (n, n), own=n)
 
 
 def _assigned(network: Network, read: _Read, first_read: dict[tuple[int, int], int]
-              ) -> Batch | None:
+              ) -> tuple[Batch, int] | None:
+    """The batch the notebook's parameters and batch give, and the op that made its loss."""
     main = network.main
     X, Y = main.values["Xb"], main.values["Yb"]
-    losses = [v for v in read.values.values() if v.is_floating_point() and v.dim() == 0]
+    losses = [(read.maker.get(ov, len(read.ops)), v) for ov, v in read.values.items()
+              if v.is_floating_point() and v.dim() == 0]
     if not losses:
         return None
     used = sorted(((i, ov) for ov, i in first_read.items() if ov in read.values
@@ -89,8 +93,9 @@ def _assigned(network: Network, read: _Read, first_read: dict[tuple[int, int], i
         for combo in itertools.islice(itertools.product(*options), MAX_TRIES):
             params = {k: v for part in combo for k, v in part.items()}
             loss = _loss(network, params, x, y)
-            if loss is not None and any(_same(loss, seen) for seen in losses):
-                return network.make_batch(x, y, params=params)
+            made = [i for i, seen in losses if loss is not None and _same(loss, seen)]
+            if made:
+                return network.make_batch(x, y, params=params), min(made)
     return None
 
 
@@ -121,6 +126,19 @@ def _drawn(read: _Read, ov: tuple[int, int], depth: int) -> bool:
     return len(reads) == 1 and _drawn(read, reads[0], depth + 1)
 
 
+def _tight(a: Tensor, b: Tensor) -> bool:
+    """`a` is `b` as another float32 computation of it gives it: a forward value of the
+    notebook's is one of the lesson's to rounding, where an epsilon added (`var + 1e-5`) or any
+    other change is not."""
+    a, b = a.double(), b.double()
+    finite = torch.isfinite(b)
+    if not torch.equal(finite, torch.isfinite(a)) or not torch.equal(a[~finite], b[~finite]):
+        return False  # a mask's -inf where the other has numbers
+    a, b = a[finite], b[finite]
+    scale = float(b.abs().max()) if b.numel() else 0.0
+    return bool(((a - b).abs() <= 1e-5 * scale + 1e-5 * b.abs()).all())
+
+
 def _same(a: Tensor, b: Tensor) -> bool:
     """The same loss up to float32 rounding: two parameters swapped give a loss that is close,
     not the same."""
@@ -141,20 +159,50 @@ def _loss(network: Network, params: dict[str, Tensor], x: Tensor, y: Tensor) -> 
     return loss.detach() if isinstance(loss, Tensor) and loss.dim() == 0 else None
 
 
-def _name(read: _Read, batch: Batch, network: Network) -> None:
-    """Each version whose value is one of the lesson's forward tensors (or its batch), read as
-    that tensor: where the written code starts from the lesson's own."""
+def _name(read: _Read, batch: Batch, network: Network, made_loss: int) -> None:
+    """Each version of the forward pass (made before its loss) whose value is one of the
+    lesson's forward tensors (or its batch), read as that tensor: where the written code starts
+    from the lesson's own. (A value its backward pass makes, `var + 1e-5`, may be close to one
+    and is not it.)"""
     lesson = {k: v for k, v in batch.values.items() if isinstance(v, Tensor)}
     order = {line.target: i for i, line in enumerate(network.pack.forward_lines)}
     for ov, value in read.values.items():
-        if value.numel() < 2 or not bool(value.abs().sum()):
-            continue  # zeros are anything's
+        if value.numel() < 2 or not bool(value.abs().sum()) \
+                or read.maker.get(ov, -1) > made_loss:
+            continue  # zeros are anything's; after the loss, the backward pass
         names = [k for k, t in lesson.items() if t.shape == value.shape
                  and t.dtype.is_floating_point == value.is_floating_point()
-                 and (_close(value, t) if value.is_floating_point() else torch.equal(value, t))]
+                 and (_tight(value, t) if value.is_floating_point() else torch.equal(value, t))]
         if not names:
             continue
         name = min(names, key=lambda k: order.get(k, -1))
         read.leaves[ov[0]] = name
         read.named.add(ov)
         read.maker.pop(ov, None)
+    _translate_hints(read)
+
+
+def _translate_hints(read: _Read) -> None:
+    """The notebook's own names for the lesson's tensors, learned from its forward pass (the
+    key `res2` it keeps `x2` under), read in its names for their gradients too (`grads['res2']`,
+    `d_res2`): hints, as the lesson's names are in the tutor's frame."""
+    alias: dict[str, str] = {}
+    clash: set[str] = set()
+    for o, _v in read.named:
+        for h in read.hints.get(o, ()):
+            lesson = read.leaves[o]
+            if h != lesson and alias.setdefault(h, lesson) != lesson:
+                clash.add(h)
+    for h in clash:
+        alias.pop(h, None)
+    if not alias:
+        return
+    for o, hints in read.hints.items():
+        more = []
+        for h in hints:
+            base = _gradient_of(h)
+            if base in alias and base != h:
+                more.append(gradient(alias[base]))
+            elif h in alias and o not in {ov[0] for ov in read.named}:
+                more.append(alias[h])
+        hints.extend(m for m in more if m not in hints)

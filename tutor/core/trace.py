@@ -288,16 +288,25 @@ def note_names(recorder: Recorder, ns: dict) -> None:
         if o is not None and len(recorder.held) < MAX_OPS:
             recorder.held.add((o, recorder._versions[o]))
 
-    for name, value in list(ns.items())[:10_000]:
-        hint(value, name)
-        hold(value)
+    def walk(value: Any, depth: int) -> None:
+        # One level into dicts and objects; in a notebook's own frame, deeper (`model.cache`
+        # is a dict of the model's: its keys are the names it keeps its tensors under).
         fields = value if isinstance(value, dict) else instance_attributes(value)
         for key, item in list(fields.items())[:1000]:
             hint(item, key)
             hold(item)
+            if depth and isinstance(item, dict) or depth and instance_attributes(item):
+                walk(item, depth - 1)
         if isinstance(value, (list, tuple)):
             for item in value[:1000]:
                 hold(item)
+                if depth and not isinstance(item, Tensor):
+                    walk(item, depth - 1)
+
+    for name, value in list(ns.items())[:10_000]:
+        hint(value, name)
+        hold(value)
+        walk(value, 2 if recorder.keep_all else 0)
 
 
 def _refs(encoded: list) -> list[tuple[int, int]]:

@@ -151,10 +151,15 @@ def tensor_allows(name: str) -> bool:
 # The modules a notebook's `import` may name, and the name each stand-in has in the sandbox's
 # namespace (sandbox/modules.py `MODULES`): `from math import sqrt` reads as `sqrt = math.sqrt`.
 IMPORTABLE = {"torch": "torch", "torch.nn.functional": "F", "math": "math",
-              "functools": "functools", "types": "types"}
-# What the two small stand-ins hold (sandbox/modules.py `_functools`, `_types`).
+              "functools": "functools", "types": "types", "random": "random",
+              "collections": "collections"}
+# What the small stand-ins hold (sandbox/modules.py `_functools`, `_types`, `_random`,
+# `_collections`): what a notebook builds its data with.
 SMALL_MODULES = {"functools": frozenset({"wraps", "partial", "reduce", "lru_cache", "cache"}),
-                 "types": frozenset({"SimpleNamespace"})}
+                 "types": frozenset({"SimpleNamespace"}),
+                 "random": frozenset({"seed", "shuffle", "random", "randint", "choice",
+                                      "sample", "uniform", "gauss", "randrange"}),
+                 "collections": frozenset({"deque", "Counter", "defaultdict", "OrderedDict"})}
 
 
 def importable(module: str, name: str) -> bool:

@@ -125,12 +125,36 @@ def _types() -> types.ModuleType:
     return module
 
 
+def _random() -> types.ModuleType:
+    """`random` as a notebook shuffles its words with it: a generator of its own (seeded by
+    `random.seed`), never the process's."""
+    import random
+
+    module = types.ModuleType("random")
+    own = random.Random(0)
+    for name in allowlist.SMALL_MODULES["random"]:
+        setattr(module, name, getattr(own, name))
+    return module
+
+
+def _collections() -> types.ModuleType:
+    """The containers a notebook builds its data with (a window of context as a `deque`)."""
+    import collections
+
+    module = types.ModuleType("collections")
+    for name in allowlist.SMALL_MODULES["collections"]:
+        setattr(module, name, getattr(collections, name))
+    return module
+
+
 _STAND_INS, GUARD = _build()
-for _name, _module in (("functools", _functools()), ("types", _types())):
+for _name, _module in (("functools", _functools()), ("types", _types()),
+                       ("random", _random()), ("collections", _collections())):
     _STAND_INS[_name] = _module
     GUARD.modules[_name] = frozenset(k for k in vars(_module) if not k.startswith("_"))
 
 # The names learner code starts with.
 MODULES = {"torch": _STAND_INS["torch"], "F": _STAND_INS["torch.nn.functional"],
            "math": _STAND_INS["math"], "functools": _STAND_INS["functools"],
-           "types": _STAND_INS["types"]}
+           "types": _STAND_INS["types"], "random": _STAND_INS["random"],
+           "collections": _STAND_INS["collections"]}

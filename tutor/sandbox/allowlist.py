@@ -159,7 +159,8 @@ SMALL_MODULES = {"functools": frozenset({"wraps", "partial", "reduce", "lru_cach
                  "types": frozenset({"SimpleNamespace"}),
                  "random": frozenset({"seed", "shuffle", "random", "randint", "choice",
                                       "sample", "uniform", "gauss", "randrange"}),
-                 "collections": frozenset({"deque", "Counter", "defaultdict", "OrderedDict"})}
+                 "collections": frozenset({"deque", "Counter", "defaultdict", "OrderedDict",
+                                           "namedtuple"})}
 
 
 def importable(module: str, name: str) -> bool:

@@ -62,11 +62,15 @@ def _assigned(network: Network, read: _Read, first_read: dict[tuple[int, int], i
                    and not _drawn_then_scaled(read, ov, i)), key=lambda t: t[0])
     ints = [(ov, read.values[ov]) for _, ov in used if not read.values[ov].is_floating_point()]
     floats = [(ov, read.values[ov]) for _, ov in used if read.values[ov].is_floating_point()]
+    # A batch of the lesson's rank: its sequences may be of the notebook's own length (the
+    # lesson's forward pass then runs on that length, or the assignment fails).
     xs = [(ox, x) for ox, x in ints if x.dim() == X.dim() and 0 < x.shape[0] <= MAX_BATCH
-          and tuple(x.shape[1:]) == tuple(X.shape[1:])]
+          and x.numel() <= MAX_BATCH * 64]
+    xs.sort(key=lambda item: tuple(item[1].shape[1:]) != tuple(X.shape[1:]))
     batches = [(x, y) for ox, x in xs[:16] for oy, y in ints
                if ox[0] != oy[0] and y.dim() == Y.dim() and y.shape[0] == x.shape[0]
-               and tuple(y.shape[1:]) == tuple(Y.shape[1:])][:32]
+               and (Y.dim() < 2 or y.shape[1:] == x.shape[1:] or Y.shape[1:] != X.shape[1:])
+               ][:32]
     if not batches:
         return None
     # Each shape's parameters, in the order the lesson's forward pass first reads them, and
@@ -89,14 +93,38 @@ def _assigned(network: Network, read: _Read, first_read: dict[tuple[int, int], i
                 for pick in itertools.islice(itertools.permutations(choices[shape], len(names)),
                                              MAX_TRIES)]
                for shape, names in groups.items()]
+    # Every assignment that gives the notebook's loss (a masked loss is the same over padding
+    # the notebook never computed), the one under which most of its forward values are the
+    # lesson's taken.
+    fits: list[tuple[int, int, dict, Tensor, Tensor]] = []
     for x, y in batches[:8]:
         for combo in itertools.islice(itertools.product(*options), MAX_TRIES):
             params = {k: v for part in combo for k, v in part.items()}
-            loss = _loss(network, params, x, y)
-            made = [i for i, seen in losses if loss is not None and _same(loss, seen)]
+            ns = _forward(network, params, x, y)
+            loss = ns.get(network.pack.loss) if ns is not None else None
+            made = [i for i, seen in losses if isinstance(loss, Tensor) and loss.dim() == 0
+                    and _same(loss.detach(), seen)]
             if made:
-                return network.make_batch(x, y, params=params), min(made)
-    return None
+                fits.append((_named_count(read, ns, min(made)), min(made), params, x, y))
+                break
+        if len(fits) >= 4:
+            break
+    if not fits:
+        return None
+    _, made_loss, params, x, y = max(fits, key=lambda f: f[0])
+    return network.make_batch(x, y, params=params), made_loss
+
+
+def _named_count(read: _Read, ns: dict, made_loss: int) -> int:
+    """How many of the lesson's forward tensors are among the notebook's forward values."""
+    mine = [v for ov, v in read.values.items() if v.is_floating_point()
+            and read.maker.get(ov, -1) <= made_loss and v.numel() > 1]
+    count = 0
+    for value in ns.values():
+        if isinstance(value, Tensor) and value.is_floating_point() and value.numel() > 1:
+            v = value.detach()
+            count += any(m.shape == v.shape and _tight(m, v) for m in mine)
+    return count
 
 
 def _drawn_then_scaled(read: _Read, ov: tuple[int, int], first: int) -> bool:
@@ -145,18 +173,18 @@ def _same(a: Tensor, b: Tensor) -> bool:
     return abs(float(a) - float(b)) <= 2e-6 * max(abs(float(b)), 1.0)
 
 
-def _loss(network: Network, params: dict[str, Tensor], x: Tensor, y: Tensor) -> Tensor | None:
+def _forward(network: Network, params: dict[str, Tensor], x: Tensor, y: Tensor
+             ) -> dict | None:
+    """The lesson's forward pass on the notebook's parameters and batch (its namespace)."""
     from tutor.core.network import forward_namespace
 
     pack = network.pack
     try:
-        ns = forward_namespace(pack, params, x, y, torch.float32, torch.device("cpu"),
-                               [line.source for line in pack.forward_lines], network.sizes,
-                               fns=network.fns)
+        return forward_namespace(pack, params, x, y, torch.float32, torch.device("cpu"),
+                                 [line.source for line in pack.forward_lines], network.sizes,
+                                 fns=network.fns)
     except Exception:  # noqa: BLE001 - an assignment that does not fit the forward pass
         return None
-    loss = ns.get(pack.loss)
-    return loss.detach() if isinstance(loss, Tensor) and loss.dim() == 0 else None
 
 
 def _name(read: _Read, batch: Batch, network: Network, made_loss: int) -> None:

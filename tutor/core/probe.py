@@ -151,7 +151,9 @@ class Graph:
 
         sources = [line.source for line in network.pack.forward_lines]
         Xb, Yb = batch.values["Xb"], batch.values["Yb"]
-        return cls(*(forward_namespace(network.pack, network.params, Xb, Yb, dtype, device,
+        # The batch's own parameters: a notebook's, in its own frame (tutor/core/frame.py).
+        params = {k: batch.values.get(k, p) for k, p in network.params.items()}
+        return cls(*(forward_namespace(network.pack, params, Xb, Yb, dtype, device,
                                        sources, network.sizes, fns=network.fns)
                      for dtype, device in ((torch.float32, network.device),
                                            (torch.float64, torch.device("cpu")))))

@@ -321,10 +321,12 @@ def own_source(source: str) -> str:
             continue
         if _own_autograd(node):
             continue
-        body += [_Unmarked().visit(n) for n in _DataReads().visit_many(node)]
+        for made in _DataReads().visit_many(node):
+            out = _Unmarked().visit(made)
+            body += out if isinstance(out, list) else [out]
     try:
         return ast.unparse(ast.fix_missing_locations(ast.Module(body, [])))
-    except (ValueError, RecursionError):
+    except Exception:  # noqa: BLE001 - a cell it cannot rewrite runs as it was written
         return source
 
 

@@ -1,0 +1,173 @@
+"""A notebook whose forward pass is its own (a model class, its own names, its own data and
+seed) is graded on what it computes, found by value in its own frame (tutor/core/frame.py):
+its parameters and batch are what the lesson's forward pass gives its loss with, and its
+tensors are the lesson's where their values are."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tutor.course.program import own_source
+
+ROOT = Path(__file__).resolve().parent.parent
+
+DATA = '''import torch
+import torch.nn.functional as F
+import random
+with open('names.txt') as f:
+    names = [w.strip() for w in f if w.strip()]
+random.seed(3)
+random.shuffle(names)
+s2i = {ch: k + 1 for k, ch in enumerate('abcdefghijklmnopqrstuvwxyz')}
+T = 8
+def build(ws):
+    X, Y = [], []
+    for w in ws:
+        ctx = [0] * T
+        for ch in w + '.':
+            X.append(ctx)
+            Y.append(s2i.get(ch, 0))
+            ctx = ctx[1:] + [s2i.get(ch, 0)]
+    return torch.tensor(X), torch.tensor(Y)
+Xall, Yall = build(names[:2000])
+'''
+
+MODEL = '''gen = torch.Generator().manual_seed(1234)
+class WaveNet:
+    def __init__(self):
+        self.E = torch.randn((27, 10), generator=gen)
+        self.k = [torch.randn((64, 10, 2), generator=gen) * 0.3,
+                  torch.randn((64, 64, 2), generator=gen) * 0.1,
+                  torch.randn((64, 64, 2), generator=gen) * 0.1]
+        self.c = [torch.randn(64, generator=gen) * 0.1 for _ in range(3)]
+        self.Wout = torch.randn((64, 27), generator=gen) * 0.1
+        self.bout = torch.randn(27, generator=gen) * 0.1
+        for p in [self.E, self.Wout, self.bout, *self.k, *self.c]:
+            p.requires_grad_()
+
+    def _conv(self, a, j):
+        d = 2 ** j
+        return F.conv1d(F.pad(a, (d, 0)), self.k[j], self.c[j], dilation=d)
+
+    def forward(self, xb, yb):
+        self.acts = {'e': self.E[xb]}
+        a = self.acts['e'].transpose(1, 2)
+        self.acts['xt'] = a
+        for j in range(3):
+            self.acts[f'z{j}'] = self._conv(a, j)
+            a = self.acts[f'a{j}'] = torch.tanh(self.acts[f'z{j}'])
+        self.acts['fin'] = a[:, :, -1]
+        self.acts['out'] = self.acts['fin'] @ self.Wout + self.bout
+        return F.cross_entropy(self.acts['out'], yb)
+
+net = WaveNet()
+ix = torch.randint(0, Xall.shape[0], (20,), generator=gen)
+xb, yb = Xall[ix], Yall[ix]
+loss = net.forward(xb, yb)
+loss.backward()
+'''
+
+BACKWARD = '''B = xb.shape[0]
+g = {}
+p = F.softmax(net.acts['out'], 1)
+p[range(B), yb] -= 1
+g['out'] = p / B
+g['fin'] = g['out'] @ net.Wout.T
+g['Wout'] = net.acts['fin'].T @ g['out']
+g['bout'] = g['out'].sum(0)
+g['a2'] = torch.zeros_like(net.acts['a2'])
+g['a2'][:, :, -1] = g['fin']
+
+def conv_back(dz, a_in, k, d):
+    L = a_in.shape[2]
+    ap = F.pad(a_in, (d, 0))
+    dk = torch.stack([torch.einsum('bot,bit->oi', dz, ap[:, :, :L]),
+                      torch.einsum('bot,bit->oi', dz, ap[:, :, d:d + L])], 2)
+    dap = torch.zeros_like(ap)
+    dap[:, :, :L] += torch.einsum('bot,oi->bit', dz, k[:, :, 0])
+    dap[:, :, d:d + L] += torch.einsum('bot,oi->bit', dz, k[:, :, 1])
+    return dap[:, :, d:], dk, dz.sum((0, 2))
+
+ins = [net.acts['xt'], net.acts['a0'], net.acts['a1']]
+for j in (2, 1, 0):
+    g[f'z{j}'] = (1 - net.acts[f'a{j}'] ** 2) * g[f'a{j}']
+    below = 'xt' if j == 0 else f'a{j - 1}'
+    g[below], g[f'k{j}'], g[f'c{j}'] = conv_back(g[f'z{j}'], ins[j], net.k[j], 2 ** j)
+g['e'] = g['xt'].transpose(1, 2)
+g['E'] = torch.zeros_like(net.E).index_add_(0, xb.view(-1), g['e'].reshape(-1, 10))
+for key in ['out', 'fin', 'a2', 'z2', 'a1', 'z1', 'a0', 'z0', 'xt', 'e']:
+    print(key, torch.allclose(g[key], net.acts[key].grad, atol=1e-6))
+'''
+
+
+def _notebook(path: Path, cells: list[str]) -> Path:
+    path.write_text(json.dumps({
+        "cells": [{"cell_type": "code", "execution_count": None, "id": f"c{i}",
+                   "metadata": {}, "outputs": [], "source": c.splitlines(keepends=True)}
+                  for i, c in enumerate(cells)],
+        "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+    return path
+
+
+def _grade(path: Path) -> dict:
+    done = subprocess.run([sys.executable, "-m", "tutor", "--device", "cpu", "--pack", "conv",
+                           "grade", "--json", "--train-steps", "1", str(path)],
+                          capture_output=True, text=True, cwd=ROOT, timeout=600)
+    return json.loads(done.stdout)
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("frame")
+    right = _grade(_notebook(folder / "own.ipynb", [DATA, MODEL, BACKWARD]))
+    # One slip: the middle layer's tanh slope taken at its input, not its output.
+    slipped = BACKWARD.replace("g[f'z{j}'] = (1 - net.acts[f'a{j}'] ** 2) * g[f'a{j}']",
+                               "g[f'z{j}'] = (1 - (net.acts[f'a{j}'] if j != 1 else "
+                               "net.acts['z1']) ** 2) * g[f'a{j}']")
+    assert slipped != BACKWARD
+    wrong = _grade(_notebook(folder / "slip.ipynb", [DATA, MODEL, slipped]))
+    return {s["id"]: s for s in right["steps"]}, {s["id"]: s for s in wrong["steps"]}, right
+
+
+def test_a_forward_pass_of_its_own_is_graded_by_value(graded):
+    right, _, _ = graded
+    steps = [sid for sid in right if sid != "conv/train"]
+    assert all(right[sid]["score"] == right[sid]["max_score"] for sid in steps), {
+        sid: right[sid]["message"] for sid in steps if not right[sid]["score"]}
+
+
+def test_a_slip_in_its_own_layout_earns_nothing_and_costs_one_step(graded):
+    right, wrong, _ = graded
+    assert wrong["conv/h2pre"]["score"] == 0  # its z1: the slope taken at the wrong tensor
+    # every other step earns what it did: one mistake costs one step
+    others = [sid for sid in right if sid not in ("conv/train", "conv/h2pre")]
+    assert all(wrong[sid]["score"] == right[sid]["score"] for sid in others), {
+        sid: wrong[sid]["message"] for sid in others if wrong[sid]["score"] != right[sid]["score"]}
+
+
+def test_a_notebook_that_checks_nothing_is_still_refused(tmp_path):
+    path = _notebook(tmp_path / "plain.ipynb", [DATA, "print(len(names))\n"])
+    done = subprocess.run([sys.executable, "-m", "tutor", "--device", "cpu", "--pack", "conv",
+                           "grade", str(path)], capture_output=True, text=True, cwd=ROOT,
+                          timeout=300)
+    assert done.returncode != 0 and "has neither" in done.stderr + done.stdout
+
+
+def test_its_own_frame_reads_its_data_and_leaves_autograd_s_marks_out():
+    text = own_source(
+        "import random\nfrom collections import deque\n"
+        "words = open('names.txt', 'r').read().splitlines()\n"
+        "with open('names.txt') as f:\n    lines = [w for w in f]\n"
+        "g = torch.Generator().manual_seed(7)\ntorch.manual_seed(1)\n"
+        "W = torch.randn(3, 4, generator=g, requires_grad=True)\nW.requires_grad_()\n"
+        "c = self.cache = {}\nW.grad = None\n")
+    assert "open(" not in text and "lesson_data_text.splitlines()" in text
+    assert "[w for w in lesson_data_text.splitlines(True)]" in text
+    assert "manual_seed" not in text and "requires_grad" not in text and ".grad" not in text
+    assert "self.cache = {}\nc = self.cache" in text
+    assert "deque = collections.deque" in text

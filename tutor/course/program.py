@@ -321,6 +321,7 @@ def own_source(source: str) -> str:
             continue
         if _own_autograd(node):
             continue
+        node = _record_class(node) or node
         for made in _DataReads().visit_many(node):
             out = _Unmarked().visit(made)
             body += out if isinstance(out, list) else [out]
@@ -328,6 +329,29 @@ def own_source(source: str) -> str:
         return ast.unparse(ast.fix_missing_locations(ast.Module(body, [])))
     except Exception:  # noqa: BLE001 - a cell it cannot rewrite runs as it was written
         return source
+
+
+def _record_class(node: ast.stmt) -> ast.stmt | None:
+    """A `@dataclass` of fields only (a notebook's cache of its activations) as the record the
+    sandbox has: `def Cache(e=None, h=None): return types.SimpleNamespace(e=e, h=h)`."""
+    if not isinstance(node, ast.ClassDef) or len(node.decorator_list) != 1 or node.bases:
+        return None
+    mark = node.decorator_list[0]
+    mark = mark.func if isinstance(mark, ast.Call) else mark
+    if not (isinstance(mark, ast.Name) and mark.id == "dataclass"
+            or isinstance(mark, ast.Attribute) and mark.attr == "dataclass"):
+        return None
+    body = [n for n in node.body if not (isinstance(n, ast.Expr)
+                                         and isinstance(n.value, ast.Constant))]
+    if not body or not all(isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)
+                           for n in body):
+        return None
+    names = [n.target.id for n in body]  # type: ignore[attr-defined]
+    defaults = [n.value or ast.Constant(None) for n in body]  # type: ignore[attr-defined]
+    made = ast.Call(ast.Attribute(ast.Name("types", ast.Load()), "SimpleNamespace", ast.Load()),
+                    [], [ast.keyword(k, ast.Name(k, ast.Load())) for k in names])
+    args = ast.arguments([], [ast.arg(k) for k in names], None, [], [], None, defaults)
+    return ast.FunctionDef(node.name, args, [ast.Return(made)], [], None)
 
 
 def _text() -> ast.expr:

@@ -1,0 +1,53 @@
+"""What a notebook builds its data and records with is open in the sandbox (random with a
+generator of its own, collections' containers and named tuples, a class's `_private`
+helpers), and what libraries look up on an object stays closed."""
+
+from __future__ import annotations
+
+import pytest
+
+from tutor.core.clock import Budget
+from tutor.core.execution import Output, cached_compile, copy_namespace, execute
+from tutor.sandbox.guard import Refused
+
+
+def _run(code: str) -> dict:
+    from tutor.sandbox.modules import MODULES
+
+    ns = copy_namespace(dict(MODULES))
+    execute(cached_compile(code), ns, Output(), Budget(10))
+    return ns
+
+
+def test_a_class_keeps_private_helpers_of_its_own():
+    ns = _run("class Model:\n"
+              "    def _norm(self, x):\n        return x * 2\n"
+              "    def forward(self, x):\n        return self._norm(x) + 1\n"
+              "y = Model().forward(3)\n")
+    assert ns["y"] == 7
+
+
+def test_a_name_libraries_look_up_on_an_object_stays_closed():
+    with pytest.raises(Refused):
+        _run("class Fake:\n    _fields = ('a',)\n")
+
+
+def test_random_and_collections_build_a_notebook_s_data():
+    import ast
+
+    from tutor.course.program import import_bindings
+
+    binding = import_bindings(ast.parse("from collections import namedtuple").body[0])
+    assert binding == "namedtuple = collections.namedtuple"
+    ns = _run(f"{binding}\n"
+              "words = ['ab', 'cd', 'ef']\nrandom.shuffle(words)\n"
+              "window = collections.deque([0, 0], maxlen=2)\nwindow.append(5)\n"
+              "Pair = namedtuple('Pair', 'x y')\np = Pair(1, 2)\n"
+              "counts = collections.Counter('abca')\n")
+    assert sorted(ns["words"]) == ["ab", "cd", "ef"] and list(ns["window"]) == [0, 5]
+    assert ns["p"].y == 2 and ns["counts"]["a"] == 2
+
+
+def test_random_gives_no_generator_class_of_its_own():
+    with pytest.raises(Exception):  # noqa: B017 - refused by the policy or the guard
+        _run("g = random.Random(1)\n")

@@ -114,10 +114,13 @@ def _notebook(path: Path, cells: list[str]) -> Path:
     return path
 
 
-def _grade(path: Path) -> dict:
-    done = subprocess.run([sys.executable, "-m", "tutor", "--device", "cpu", "--pack", "conv",
+def _grade(path: Path, device: str = "cpu", env: dict | None = None) -> dict:
+    import os
+
+    done = subprocess.run([sys.executable, "-m", "tutor", "--device", device, "--pack", "conv",
                            "grade", "--json", "--train-steps", "1", str(path)],
-                          capture_output=True, text=True, cwd=ROOT, timeout=600)
+                          capture_output=True, text=True, cwd=ROOT, timeout=600,
+                          env={**os.environ, **(env or {})})
     return json.loads(done.stdout)
 
 
@@ -171,3 +174,13 @@ def test_its_own_frame_reads_its_data_and_leaves_autograd_s_marks_out():
     assert "manual_seed" not in text and "requires_grad" not in text and ".grad" not in text
     assert "self.cache = {}\nc = self.cache" in text
     assert "deque = collections.deque" in text
+
+
+def test_its_own_frame_runs_on_the_cpu_whatever_the_lesson_s_device(tmp_path):
+    # The notebook's own generators are the CPU's: on an accelerator (here the simulated one)
+    # its frame still runs where it was written, and the written code runs on the lesson's.
+    from tutor.config import SIMULATED_DEVICE
+
+    path = _notebook(tmp_path / "own.ipynb", [DATA, MODEL, BACKWARD])
+    steps = {s["id"]: s for s in _grade(path, "cuda", {SIMULATED_DEVICE: "1"})["steps"]}
+    assert all(s["score"] == s["max_score"] for sid, s in steps.items() if sid != "conv/train")

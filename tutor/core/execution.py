@@ -967,6 +967,10 @@ def run_trace(spec: CheckSpec) -> dict:
     every torch call it makes recorded: the traces, as plain data, for the engine to read."""
     with watching():
         if spec.trace_own:  # one run: the notebook's own batch, its data made too
+            # On the CPU, as the notebook was written: its own generators are the CPU's (what
+            # it computes is judged there anyway; the written code then runs on the lesson's
+            # device, as any answer does).
+            devices.use(torch.device("cpu"))
             return {"timeout": False, "traces": [
                 _traced(spec, spec.batches[0], Budget(spec.timeout * OWN_FRAME_TIME, kill=True))]}
         # Each batch on half the limit: a runaway loop stops one batch's run there, and what

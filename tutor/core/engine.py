@@ -301,7 +301,8 @@ class Engine:
         `own`: the notebook in its own frame (tutor/core/frame.py): none of the lesson's
         tensors, only its data's text for the notebook's own loading of it."""
         if own:
-            plan = BatchPlan("main", {LESSON_TEXT: self._data_text()}, [])
+            plan = BatchPlan("main", {LESSON_TEXT: self._data_text()}, [],
+                             autograd=dict(getattr(self, "_own_gradients", {})))
             return CheckSpec("trace", "", (), [plan], self.settings.timeout,
                              trace_cells=tuple(cells), trace_own=True)
         # A copy of autograd's gradients: the child forgets the lesson's own (`_scrub`), and a
@@ -326,19 +327,15 @@ class Engine:
         their own frame (its data, parameters and batch), the lesson's tensors found among its
         values by running the lesson's forward pass on what it made (tutor/core/frame.py), and
         each step's answer written out in the lesson's names, for an ordinary check."""
-        limit = self.settings.backstop * 3 + KILL_GRACE
-        self._data_text()  # before the child is forked: it cannot read the file
-        with self._lock:
-            if self.isolation == "spawn":
-                outcome = self._execute_spawned(self._trace_spec(cells, own=True), False, limit)
-            else:
-                outcome = _answer(self._fork().run(
-                    {"trace": [list(c) for c in cells], "own": True}, timeout=limit))
-        traces = outcome.get("traces") if isinstance(outcome, dict) else None
-        if not isinstance(traces, list) or len(traces) != 1:
-            return {}
-        traces[0]["values"] = {k: decode_tensor(v) for k, v in traces[0]["values"].items()}
-        framed = frame.found(self.network, traces[0])
+        trace = self._own_run(cells, {})
+        framed = frame.found(self.network, trace) if trace is not None else None
+        if framed is not None and trace.get("misses"):
+            # Its code read autograd's gradient of its own tensors (`state.grad`, where the
+            # lesson gives `dstate`): run again, with autograd's gradients of those the first
+            # run found to be the lesson's, by the trace's numbers for them.
+            given = frame.gradients_by_number(*framed)
+            again = self._own_run(cells, given) if given else None
+            framed = (frame.found(self.network, again) if again is not None else None) or framed
         if framed is None:
             return {}
         batch, read = framed
@@ -355,6 +352,23 @@ class Engine:
             if codes and step.id in step_ids:
                 found[step.id] = codes
         return found
+
+    def _own_run(self, cells: list[tuple[bool, str]], gradients: dict) -> dict | None:
+        """One run of a notebook in its own frame (`gradients`: what its `.grad` reads)."""
+        limit = self.settings.backstop * 3 + KILL_GRACE
+        self._data_text()  # before the child is forked: it cannot read the file
+        self._own_gradients = gradients
+        with self._lock:
+            if self.isolation == "spawn":
+                outcome = self._execute_spawned(self._trace_spec(cells, own=True), False, limit)
+            else:
+                outcome = _answer(self._fork().run(
+                    {"trace": [list(c) for c in cells], "own": True}, timeout=limit))
+        traces = outcome.get("traces") if isinstance(outcome, dict) else None
+        if not isinstance(traces, list) or len(traces) != 1:
+            return None
+        traces[0]["values"] = {k: decode_tensor(v) for k, v in traces[0]["values"].items()}
+        return traces[0]
 
     def trace(self, cells: list[tuple[bool, str]], step_ids: list[str]
               ) -> dict[str, list[str]]:

@@ -991,7 +991,8 @@ def _traced(spec: CheckSpec, plan: BatchPlan, budget: Budget) -> dict:
               if isinstance(v, Tensor) and v.is_floating_point()}
     recorder = Recorder(names, shapes, keep_all=spec.trace_own)
     # `.grad` in a trace only: a check, where `.grad` is refused, never has it.
-    ns[code_facts.AUTOGRAD_READ] = _autograd_reads(ns, plan.autograd)
+    ns[code_facts.AUTOGRAD_READ] = _autograd_reads(ns, plan.autograd,
+                                                   recorder if spec.trace_own else None)
     for own, code in spec.trace_cells or ():
         recorder.own = own
         for compiled in _statements(_with_autograd_reads(code)):
@@ -1015,15 +1016,23 @@ def _traced(spec: CheckSpec, plan: BatchPlan, budget: Budget) -> dict:
 
 
 
-def _autograd_reads(ns: dict, gradients: dict) -> Any:
+def _autograd_reads(ns: dict, gradients: dict, recorder: Recorder | None = None) -> Any:
     """`t.grad` in a traced program: autograd's gradient where `t` is one of the lesson's
     forward tensors, made where the trace does not see it, so that it is never the learner's
     own work; its value may be a gradient a step is given, which the written-out code then
-    starts from (tutor/core/trace.py). Anything else has no gradient here."""
+    starts from (tutor/core/trace.py). Anything else has no gradient here. In a notebook's own
+    frame its tensors are known by the trace's numbers (`#12`: the twelfth object it saw), as
+    the first run of that frame found them to be the lesson's (tutor/core/frame.py); each read
+    that finds none is counted (`recorder.misses`), which asks for that second run."""
     by_id = {id(ns[k]): g for k, g in gradients.items() if isinstance(ns.get(k), Tensor)}
+    by_number = {k: g for k, g in gradients.items() if isinstance(k, str) and k[:1] == "#"}
 
     def autograd_gradient_of(t: Any) -> Tensor:
         g = by_id.get(id(t))
+        if g is None and recorder is not None:
+            g = by_number.get(f"#{recorder._objects.get(id(t))}")
+            if g is None:
+                recorder.misses += 1
         if g is None:
             raise AttributeError("only the lesson's own tensors have a gradient here")
         with torch._C.DisableTorchFunction():

@@ -234,3 +234,11 @@ def _translate_hints(read: _Read) -> None:
             elif h in alias and o not in {ov[0] for ov in read.named}:
                 more.append(alias[h])
         hints.extend(m for m in more if m not in hints)
+
+
+def gradients_by_number(batch: Batch, traces: Traces) -> dict[str, Tensor]:
+    """Autograd's gradient of each of the notebook's tensors found to be the lesson's, by the
+    trace's number for it (`#12`), for a second run whose `.grad` reads read them."""
+    read = traces.first
+    return {f"#{o}": batch.gradients[read.leaves[o]] for o, _v in sorted(read.named)
+            if read.leaves.get(o) in batch.gradients}

@@ -136,6 +136,7 @@ class Recorder(TorchFunctionMode):
     _storage: list[int] = field(default_factory=list)
     _kept: int = 0
     _floats: bool = False  # whether a float tensor was made or read yet
+    misses: int = 0  # `.grad` reads of a notebook's own frame that found no gradient
 
     def __post_init__(self) -> None:
         super().__init__()
@@ -324,7 +325,7 @@ def _refs(encoded: list) -> list[tuple[int, int]]:
 def traced(recorder: Recorder, encode: Callable[[Tensor], tuple]) -> dict:
     """A recorder's trace as plain data for the engine (tensors as `encode` writes them)."""
     return {"ops": recorder.ops, "leaves": recorder.leaves, "hints": recorder.hints,
-            "held": sorted(recorder.held),
+            "held": sorted(recorder.held), "misses": recorder.misses,
             "values": {f"{o}:{v}": encode(t) for (o, v), t in recorder.values.items()}}
 
 
@@ -705,9 +706,15 @@ def learner_upstream(read: _Read, wanted: Wanted, rule: StepRule) -> dict[str, T
     upstream: set[tuple[int, int]] = set()
     unknown: list[str] = []
     for name, right in wanted.given.items():
-        if read.matching(right, floor):
-            continue
         took = read.took.get(_took_key(name, wanted), [])
+        # Right where what the step before took is right; where no step took it, where any
+        # version is. In a notebook's own frame, any version its own code made: a value
+        # autograd's `.grad` gave it (its own check) says nothing of its backward pass.
+        if took and took[0] in read.values and read.values[took[0]].shape == right.shape:
+            if _close(read.values[took[0]], right, floor):
+                continue
+        elif any(ov in read.maker or not read.named for ov in read.matching(right, floor)):
+            continue
         value = _as(read.values.get(took[0]), right) if took else None
         if value is not None:
             shift[name] = value - right.detach().float().cpu()

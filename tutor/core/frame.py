@@ -20,7 +20,7 @@ import torch
 from torch import Tensor
 
 from tutor.core.network import Batch, Network
-from tutor.core.trace import Traces, _gradient_of, _Read
+from tutor.core.trace import Read, Traces, gradient_of
 from tutor.pack.flow import gradient
 
 # The notebook's full data is also an integer tensor of the batch's shape: a batch this large
@@ -33,7 +33,7 @@ def found(network: Network, trace: dict) -> tuple[Batch, Traces] | None:
     """The notebook's batch pushed through the lesson's forward pass with its parameters, and
     its trace read with the lesson's tensors named; None where no assignment gives its loss."""
     try:
-        read = _Read.of(trace)
+        read = Read.of(trace)
     except (KeyError, IndexError, TypeError, ValueError, AttributeError):
         return None
     first_read: dict[tuple[int, int], int] = {}
@@ -49,7 +49,7 @@ def found(network: Network, trace: dict) -> tuple[Batch, Traces] | None:
     return batch, Traces(read, read, {i: i for i in range(len(read.ops))}, (n, n), own=n)
 
 
-def _assigned(network: Network, read: _Read, first_read: dict[tuple[int, int], int]
+def _assigned(network: Network, read: Read, first_read: dict[tuple[int, int], int]
               ) -> tuple[Batch, int] | None:
     """The batch the notebook's parameters and batch give, and the op that made its loss."""
     main = network.main
@@ -115,7 +115,7 @@ def _assigned(network: Network, read: _Read, first_read: dict[tuple[int, int], i
     return network.make_batch(x, y, params=params), made_loss
 
 
-def _named_count(read: _Read, ns: dict, made_loss: int) -> int:
+def _named_count(read: Read, ns: dict, made_loss: int) -> int:
     """How many of the lesson's forward tensors are among the notebook's forward values."""
     mine = [v for ov, v in read.values.items() if v.is_floating_point()
             and read.maker.get(ov, -1) <= made_loss and v.numel() > 1]
@@ -127,7 +127,7 @@ def _named_count(read: _Read, ns: dict, made_loss: int) -> int:
     return count
 
 
-def _drawn_then_scaled(read: _Read, ov: tuple[int, int], first: int) -> bool:
+def _drawn_then_scaled(read: Read, ov: tuple[int, int], first: int) -> bool:
     """Whether `ov` is a step on the way to a parameter (`torch.randn(...) * (5 / 3) / fan**0.5`
     makes two): drawn at random, or made from such a step alone, and read first (`first`) alone,
     with constants, into a tensor of its shape."""
@@ -142,7 +142,7 @@ def _drawn_then_scaled(read: _Read, ov: tuple[int, int], first: int) -> bool:
                for m in made)
 
 
-def _drawn(read: _Read, ov: tuple[int, int], depth: int) -> bool:
+def _drawn(read: Read, ov: tuple[int, int], depth: int) -> bool:
     """Made by a random draw, or from one alone (a scale, a division)."""
     maker = read.maker.get(ov)
     if maker is None or depth > 8:
@@ -187,7 +187,7 @@ def _forward(network: Network, params: dict[str, Tensor], x: Tensor, y: Tensor
         return None
 
 
-def _name(read: _Read, batch: Batch, network: Network, made_loss: int) -> None:
+def _name(read: Read, batch: Batch, network: Network, made_loss: int) -> None:
     """Each version of the forward pass (made before its loss) whose value is one of the
     lesson's forward tensors (or its batch), read as that tensor: where the written code starts
     from the lesson's own. (A value its backward pass makes, `var + 1e-5`, may be close to one
@@ -210,7 +210,7 @@ def _name(read: _Read, batch: Batch, network: Network, made_loss: int) -> None:
     _translate_hints(read)
 
 
-def _translate_hints(read: _Read) -> None:
+def _translate_hints(read: Read) -> None:
     """The notebook's own names for the lesson's tensors, learned from its forward pass (the
     key `res2` it keeps `x2` under), read in its names for their gradients too (`grads['res2']`,
     `d_res2`): hints, as the lesson's names are in the tutor's frame."""
@@ -228,7 +228,7 @@ def _translate_hints(read: _Read) -> None:
     for o, hints in read.hints.items():
         more = []
         for h in hints:
-            base = _gradient_of(h)
+            base = gradient_of(h)
             if base in alias and base != h:
                 more.append(gradient(alias[base]))
             elif h in alias and o not in {ov[0] for ov in read.named}:

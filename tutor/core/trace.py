@@ -509,7 +509,7 @@ def _statement(op: dict, other: dict | None, names: Callable[[int], str], lits: 
 
 
 @dataclass
-class _Read:
+class Read:
     """A trace as the engine reads it: who made each version, and the kept values by version."""
 
     ops: list[dict]
@@ -529,7 +529,7 @@ class _Read:
     named: set[tuple[int, int]] = field(default_factory=set)
 
     @classmethod
-    def of(cls, trace: dict) -> _Read:
+    def of(cls, trace: dict) -> Read:
         values = {}
         for key, value in trace["values"].items():
             o, v = (int(x) for x in key.split(":"))
@@ -621,7 +621,7 @@ class _Read:
     def hinted(self, o: int, tensor: str, explicitly: bool = False) -> bool:
         """Whether the program kept object `o` under a name for `tensor`'s gradient (with
         `explicitly`, a gradient's own name, `dh` or `h_grad`, not the bare key `h`)."""
-        return any(_gradient_of(h) == tensor and not (explicitly and h == tensor)
+        return any(gradient_of(h) == tensor and not (explicitly and h == tensor)
                    for h in self.hints.get(o, ()))
 
     def cuts(self, wanted: Wanted) -> dict[tuple[int, int], str]:
@@ -658,8 +658,8 @@ class Traces:
     """Both batches' traces of one program, read once for all of its steps: each op of the
     first paired with the same op of the fresh batch's where the two runs agree."""
 
-    first: _Read
-    second: _Read
+    first: Read
+    second: Read
     pairs: dict[int, int]
     n: tuple[int, int]  # the two batches' sizes
     # One run in the notebook's own frame (tutor/core/frame.py): its batch size, whose
@@ -676,7 +676,7 @@ class Traces:
     @classmethod
     def of(cls, trace: dict, fresh: dict, n: tuple[int, int]) -> Traces | None:
         try:
-            first, second = _Read.of(trace), _Read.of(fresh)
+            first, second = Read.of(trace), Read.of(fresh)
             return cls(first, second, _aligned(first.ops, second.ops), n)
         except (KeyError, IndexError, TypeError, ValueError, AttributeError):
             return None  # a child that sent nonsense traced nothing
@@ -689,14 +689,14 @@ MAX_UPSTREAM_TRIES = 64
 StepRule = Callable[[dict[str, Tensor]], "dict[str, Tensor] | None"]
 
 
-def learner_upstream(read: _Read, wanted: Wanted, rule: StepRule) -> dict[str, Tensor] | None:
+def learner_upstream(read: Read, wanted: Wanted, rule: StepRule) -> dict[str, Tensor] | None:
     """The step's answers as its rule gives them from the learner's own upstream gradients,
     where those differ from autograd's (a mistake earlier in the learner's backward pass): None
     where every gradient the step is given is right, or where nothing the exercise made is what
     the rule gives from the learner's upstream.
 
     The learner's upstream gradient is the version an earlier step took for it
-    (`_Read.took`); where none did (that step was wrong, and nothing names its value), each of
+    (`Read.took`); where none did (that step was wrong, and nothing names its value), each of
     the exercise's own versions of its shape is tried, latest first, and the one from which the
     rule gives values the exercise also made is taken. `rule(shift)` is the step's answers
     (and first branches) when each given gradient `name` arrives changed by `shift[name]`
@@ -841,10 +841,10 @@ def _indented(code: str) -> str:
     return "".join(f"    {line}\n" for line in code.splitlines())
 
 
-def _versions(read: _Read, wanted: Wanted) -> dict[str, list[tuple[int, int]]] | None:
+def _versions(read: Read, wanted: Wanted) -> dict[str, list[tuple[int, int]]] | None:
     """Each wanted gradient's candidate versions, latest first (None where an answer has
     none; a first branch without one is left to the check). Each answer's first candidate is
-    what a later step given that gradient starts from (`_Read.took`)."""
+    what a later step given that gradient starts from (`Read.took`)."""
     found = _candidates(read, wanted)
     if found is not None:
         for name, ovs in found.items():
@@ -855,12 +855,12 @@ def _versions(read: _Read, wanted: Wanted) -> dict[str, list[tuple[int, int]]] |
 
 
 def _took_key(name: str, wanted: Wanted) -> str:
-    """Where `_Read.took` keeps a gradient the step is given: a first branch it completes (it is
+    """Where `Read.took` keeps a gradient the step is given: a first branch it completes (it is
     also one of its answers) under its own key, apart from the complete gradient."""
     return f"{name}/first" if name in wanted.answers else name
 
 
-def _candidates(read: _Read, wanted: Wanted) -> dict[str, list[tuple[int, int]]] | None:
+def _candidates(read: Read, wanted: Wanted) -> dict[str, list[tuple[int, int]]] | None:
     found: dict[str, list[tuple[int, int]]] = {}
     floor = _floor(wanted)
     for name, ref in {**wanted.answers, **wanted.partials}.items():
@@ -901,7 +901,7 @@ def _candidates(read: _Read, wanted: Wanted) -> dict[str, list[tuple[int, int]]]
     return found
 
 
-def _gradient_of(name: str) -> str:
+def gradient_of(name: str) -> str:
     for prefix in ("grad_", "d_", "d"):
         if name.startswith(prefix) and len(name) > len(prefix):
             return name[len(prefix):]
@@ -932,7 +932,7 @@ def _aligned(a: list[dict], b: list[dict]) -> dict[int, int]:
     return pairs
 
 
-def _code_for(read: _Read, cuts: dict[tuple[int, int], str],
+def _code_for(read: Read, cuts: dict[tuple[int, int], str],
               chosen: dict[str, tuple[int, int]], lits: _Literals,
               fresh: tuple[list[dict], dict[int, int]] | None, copies: bool = False,
               shapes: dict[str, tuple[int, ...]] | None = None) -> str | None:

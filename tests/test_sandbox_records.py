@@ -51,3 +51,13 @@ def test_random_and_collections_build_a_notebook_s_data():
 def test_random_gives_no_generator_class_of_its_own():
     with pytest.raises(Exception):  # noqa: B017 - refused by the policy or the guard
         _run("g = random.Random(1)\n")
+
+
+def test_a_notebook_runs_the_fused_lstm_its_lesson_s_setup_runs():
+    # The LSTM lesson's setup runs its steps before and after `t` through torch.lstm; a notebook
+    # that copies the setup runs the same call.
+    ns = _run("xs = torch.randn(2, 3, 4)\nh = torch.zeros(1, 2, 5)\nc = torch.zeros(1, 2, 5)\n"
+              "Wx = torch.randn(4, 20)\nWh = torch.randn(5, 20)\nb = torch.zeros(20)\n"
+              "hs, hn, cn = torch.lstm(xs, (h, c), (Wx.T, Wh.T, b, b * 0), True, 1, 0.0,"
+              " False, False, True)\n")
+    assert tuple(ns["hs"].shape) == (2, 3, 5)

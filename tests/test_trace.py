@@ -218,6 +218,22 @@ def test_a_value_that_only_passed_by_is_not_the_answer_the_program_keeps_under_i
     assert not any("a[range" in c or "sub" in c for c in codes), codes
 
 
+def test_a_gradient_completed_in_place_with_another_s_branch_answers_as_it_was_before():
+    # The forward pass read a state out of `logits` (an LSTM's last hidden state out of the
+    # stacked early ones): the program adds that state's gradient into its slice, later. What it
+    # held before that is its answer; a constant added the same way is a slip of its own.
+    base = "grads = {}\ngrads['h_in'] = logits[:, -1] * 3\ngrads['logits'] = (logits * 2).clone()\n"
+    for completion, found in (("grads['logits'][:, -1] += grads['h_in']\n", True),
+                              ("grads['logits'][:, -1] += 1.0\n", False)):
+        code = base + completion
+        (a, va), (b, vb) = _trace(code, 8, names=True), _trace(code, 5, seed=1, names=True)
+        codes = written_out(Traces.of(a, b, (8, 5)), Wanted({"logits": 2 * va["logits"]}, {}),
+                            Wanted({"logits": 2 * vb["logits"]}, {}))
+        ns = {**va, "torch": torch, "F": F}
+        exec(codes[0], ns)
+        assert torch.allclose(ns["dlogits"], 2 * va["logits"]) == found, (completion, codes)
+
+
 def test_a_residuals_right_value_under_other_gradients_names_is_not_this_ones_answer():
     # A residual: the step is given `dlogits` and answers `dprobs` and a first branch of
     # `dcounts`, all three one value. The program keeps a wrong value under the answer's own

@@ -608,15 +608,31 @@ class Read:
                     return True
         return False
 
-    def kept_otherwise(self, tensor: str, ref: Tensor, floor: float, bare: bool = False
-                       ) -> bool:
+    def kept_otherwise(self, tensor: str, ref: Tensor, floor: float, bare: bool = False,
+                       objects: frozenset[int] = frozenset()) -> bool:
         """Whether the program held a version under `tensor`'s gradient's own name (`dc`, not
         a bare key unless `bare`, and then one its own code made) whose value is not `ref`,
-        and none that is."""
+        and none that is. A later version of one of `objects` is the same answer completed
+        in place (`dhs_before[:, -1] += dh_prev`, where its forward pass read a state out of
+        it): that is no other value kept."""
         named = [ov for ov in self.held if ov in self.values and (
             self.hinted(ov[0], tensor, explicitly=True) or bare and self.hinted(ov[0], tensor)
             and ov in self.maker and self.ops[self.maker[ov]]["own"])]
-        return bool(named) and not any(_close(self.values[ov], ref, floor) for ov in named)
+        return bool(named) and not any(
+            ov[0] in objects and self.added_another(ov, tensor)
+            or _close(self.values[ov], ref, floor) for ov in named)
+
+    def added_another(self, ov: tuple[int, int], tensor: str) -> bool:
+        """Whether an op that changed object `ov[0]` on its way to version `ov` added what
+        the program keeps under another tensor's name (`dearly[:, -1] += dh_in`): a branch
+        of another gradient, not a correction of this one."""
+        o, v = ov
+        for op in self.ops:
+            if any(b[0] == o and 0 < b[1] <= v for b in op.get("bumps") or ()) and any(
+                    r[0] != o and any(gradient_of(h) != tensor for h in self.hints.get(r[0], ()))
+                    for r in op["reads"]):
+                return True
+        return False
 
     def hinted(self, o: int, tensor: str, explicitly: bool = False) -> bool:
         """Whether the program kept object `o` under a name for `tensor`'s gradient (with
@@ -867,9 +883,10 @@ def _candidates(read: Read, wanted: Wanted) -> dict[str, list[tuple[int, int]]] 
         matches = read.own_matching(ref, floor)
         if not matches and wanted.theirs is not None and name in wanted.theirs:
             matches = read.own_matching(wanted.theirs[name], floor)
+        objects = frozenset(ov[0] for _, ov in matches)
         if matches and name not in wanted.partials \
                 and not any(ov in read.held for _, ov in matches) \
-                and read.kept_otherwise(name, ref, floor, bare=True):
+                and read.kept_otherwise(name, ref, floor, bare=True, objects=objects):
             # The value passed by (a local of a function of a later exercise) while what the
             # program keeps under this gradient's own name is another: that is its answer.
             matches = []
@@ -877,7 +894,8 @@ def _candidates(read: Read, wanted: Wanted) -> dict[str, list[tuple[int, int]]] 
         others.discard(name)
         if matches and name not in wanted.partials and all(
                 not read.hinted(ov[0], name) and any(read.hinted(ov[0], o) for o in others)
-                for _, ov in matches) and read.kept_otherwise(name, ref, floor, bare=True):
+                for _, ov in matches) and read.kept_otherwise(name, ref, floor, bare=True,
+                                                              objects=objects):
             # Each value that is right is another gradient's (a residual's two branches and
             # its given gradient are one value) while the program keeps another value under
             # this one's name: that is its answer, whatever else equals the right one.

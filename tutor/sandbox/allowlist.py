@@ -68,13 +68,15 @@ _DTYPES = _words("""
     int64 long short uint8 bool complex64 complex128 cfloat cdouble
 """)
 _CONSTANTS = _words("e pi inf nan newaxis")
+# The fused recurrent layers a lesson's setup runs; a notebook that copies the setup runs them too.
+_RECURRENT = _words("lstm gru rnn_tanh rnn_relu lstm_cell gru_cell rnn_tanh_cell rnn_relu_cell")
 # no_grad only narrows what autograd records; learners wrap training code in it. (inference_mode
 # is left out: its state cannot be put back from outside once code leaves it held.)
 _CONTEXTS = _words("no_grad")
 
 TORCH = (
     _CREATION | _ELEMENTWISE | _REDUCTIONS | _INDEXING | _SHAPES | _LINEAR_ALGEBRA | _DTYPES
-    | _CONSTANTS | _CONTEXTS
+    | _CONSTANTS | _CONTEXTS | _RECURRENT
 )
 
 # Uninitialised memory may still hold numbers an earlier computation freed (autograd's among

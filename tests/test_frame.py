@@ -153,6 +153,20 @@ def test_a_slip_in_its_own_layout_earns_nothing_and_costs_one_step(graded):
         sid: wrong[sid]["message"] for sid in others if wrong[sid]["score"] != right[sid]["score"]}
 
 
+def test_a_parameter_kept_the_other_way_round_is_read_through_its_layout(tmp_path):
+    # `Wout` as [vocab, hidden], read as `Wout.T` where the lesson keeps `W` as [hidden,
+    # vocab]: its gradient, the other way round too, is the lesson's through the same op.
+    model = MODEL.replace("self.Wout = torch.randn((64, 27)", "self.Wout = torch.randn((27, 64)")
+    model = model.replace("self.acts['fin'] @ self.Wout", "self.acts['fin'] @ self.Wout.T")
+    backward = BACKWARD.replace("g['out'] @ net.Wout.T", "g['out'] @ net.Wout").replace(
+        "net.acts['fin'].T @ g['out']", "g['out'].T @ net.acts['fin']")
+    assert model != MODEL and backward != BACKWARD
+    steps = {s["id"]: s for s in _grade(_notebook(tmp_path / "t.ipynb",
+                                                  [DATA, model, backward]))["steps"]}
+    assert steps["conv/last"]["score"] == steps["conv/last"]["max_score"], steps["conv/last"]
+    assert all(s["score"] == s["max_score"] for sid, s in steps.items() if sid != "conv/train")
+
+
 def test_a_notebook_that_checks_nothing_is_still_refused(tmp_path):
     path = _notebook(tmp_path / "plain.ipynb", [DATA, "print(len(names))\n"])
     done = subprocess.run([sys.executable, "-m", "tutor", "--device", "cpu", "--pack", "conv",

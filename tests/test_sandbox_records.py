@@ -61,3 +61,13 @@ def test_a_notebook_runs_the_fused_lstm_its_lesson_s_setup_runs():
               "hs, hn, cn = torch.lstm(xs, (h, c), (Wx.T, Wh.T, b, b * 0), True, 1, 0.0,"
               " False, False, True)\n")
     assert tuple(ns["hs"].shape) == (2, 3, 5)
+
+
+def test_locals_in_a_function_are_its_own_names():
+    # A notebook keeps a function's activations for its checks with `cache.update(locals())`.
+    ns = _run("cache = {}\n"
+              "def forward(x):\n    h = x * 2\n    _hidden = 1\n    cache.update(locals())\n"
+              "    return h\n"
+              "forward(3)\ntop = sorted(k for k in locals() if k in ('cache', 'forward'))\n")
+    assert ns["cache"] == {"x": 3, "h": 6}
+    assert ns["top"] == ["cache", "forward"]

@@ -234,6 +234,23 @@ def test_a_gradient_completed_in_place_with_another_s_branch_answers_as_it_was_b
         assert torch.allclose(ns["dlogits"], 2 * va["logits"]) == found, (completion, codes)
 
 
+def test_a_gradient_kept_in_pieces_is_put_together_from_them():
+    # One piece per column (a list of per-head gradients): no single tensor the program made
+    # is the gradient, the pieces stacked are.
+    code = "parts = [logits[:, i] * 2 for i in range(5)]\n"
+    (a, va), (b, vb) = _trace(code, 8, names=True), _trace(code, 6, seed=1, names=True)
+    traces = Traces.of(a, b, (8, 6))
+    wanted = [Wanted({"logits": 2 * v["logits"]}, {}) for v in (va, vb)]
+    assert not written_out(traces, *wanted)  # by value alone, nothing
+    traces.first.assembles = traces.second.assembles = True
+    codes = written_out(traces, *wanted)
+    assert codes and "torch.stack" in codes[0], codes
+    for values in (va, vb):
+        ns = {**values, "torch": torch, "F": F}
+        exec(codes[0], ns)
+        torch.testing.assert_close(ns["dlogits"], 2 * values["logits"])
+
+
 def test_a_residuals_right_value_under_other_gradients_names_is_not_this_ones_answer():
     # A residual: the step is given `dlogits` and answers `dprobs` and a first branch of
     # `dcounts`, all three one value. The program keeps a wrong value under the answer's own

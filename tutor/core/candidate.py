@@ -151,7 +151,7 @@ def _builtins(print_: Callable, cmp: Callable) -> dict:
 
             "__import__": _loaded_import, GUARD_NAME: GUARD, "cmp": cmp,
             VIEWS["getattr"]: _GETATTR, VIEWS["globals"]: views.namespace_view,
-            VIEWS["vars"]: views.vars_view,
+            VIEWS["locals"]: views.locals_view, VIEWS["vars"]: views.vars_view,
             "__build_class__": objects.build_class, objects.SET_NAME: objects.set_attribute,
             objects.AUGMENT_NAME: objects.augment_attribute}
 

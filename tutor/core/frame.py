@@ -45,8 +45,13 @@ def found(network: Network, trace: dict) -> tuple[Batch, Traces] | None:
         return None
     batch, made_loss = assigned
     _name(read, batch, network, made_loss)
+    _through_layouts(read, made_loss)
+    _sliced(read, batch, network, made_loss)
+    read.assembles = True
     n = batch.n
-    return batch, Traces(read, read, {i: i for i in range(len(read.ops))}, (n, n), own=n)
+    sizes = frozenset(d for p in network.params.values() for d in p.shape)
+    return batch, Traces(read, read, {i: i for i in range(len(read.ops))}, (n, n), own=n,
+                         sizes=sizes)
 
 
 def _assigned(network: Network, read: Read, first_read: dict[tuple[int, int], int]
@@ -208,6 +213,126 @@ def _name(read: Read, batch: Batch, network: Network, made_loss: int) -> None:
         read.named.add(ov)
         read.maker.pop(ov, None)
     _translate_hints(read)
+
+
+# The ops that only lay a tensor out anew: a notebook that keeps a parameter the other way
+# round (`W_out` as [V, H], read as `W_out.T` where the lesson keeps `Wy` as [H, V]) has the
+# lesson's tensor as that op's result, and its own gradient, of what it keeps, through the same
+# op is the lesson's gradient.
+_LAYOUTS = frozenset({("prop", "T"), ("prop", "mT"), ("method", "t"), ("method", "transpose"),
+                      ("method", "permute"), ("method", "swapaxes"), ("method", "swapdims"),
+                      ("func", "torch.t"), ("func", "torch.transpose"),
+                      ("func", "torch.permute")})
+MAX_LAID_OUT = 64  # of the notebook's own gradients, per tensor it reads through such an op
+
+
+def _through_layouts(read: Read, made_loss: int) -> None:
+    """For each of the lesson's tensors the notebook made by laying out a tensor of its own
+    anew (`W_out.T`): each value its backward pass made in that tensor's shape, laid out by the
+    same op, as an op of its own. Where that is the lesson's gradient, the written code is the
+    notebook's own work followed by that op."""
+    made = {o: i for i, op in enumerate(read.ops) for o in op.get("outs") or [] if o is not None}
+    for o, v in sorted(read.named):
+        i = made.get(o)
+        op = read.ops[i] if i is not None and v == 0 else None
+        if op is None or tuple(op.get("call") or ()) not in _LAYOUTS \
+                or len({tuple(r) for r in op["reads"]}) != 1:
+            continue
+        source = tuple(op["reads"][0])
+        if source in read.named or source not in read.values:
+            continue  # one lesson tensor laid out as another: the search sees both already
+        back = _undone(op, read.leaves[o])
+        if back is not None:
+            # What the notebook keeps is the lesson's tensor laid out back: its forward and
+            # backward passes read it, and the written code reads it so.
+            read.expressed[source] = back
+        shape = read.values[source].shape
+        mine = [ov for ov, value in read.values.items() if value.shape == shape
+                and value.is_floating_point() and read.maker.get(ov, -1) > made_loss
+                and read.ops[read.maker[ov]]["own"]]
+        for ov in sorted(mine, key=read.maker.__getitem__, reverse=True)[:MAX_LAID_OUT]:
+            laid = _laid_out(op, read.values[ov])
+            if laid is None:
+                continue
+            ref = ("t", ov[0], ov[1])
+            read.add_op({**op, "args": [ref if tuple(a) == ("t", *source) else a
+                                        for a in op["args"]], "reads": [ov]}, laid)
+
+
+def _undone(op: dict, name: str | None) -> str | None:
+    """The code for what a layout op read, from its result `name` (`Wy.T` for `W_out.T`)."""
+    kind, call = op["call"][0], op["call"][1]
+    args = op["args"][1:]
+    if not name or op.get("kwargs"):
+        return None
+    if kind == "prop" or call in ("t", "torch.t"):
+        return f"{name}.{'mT' if call == 'mT' else 'T'}"
+    lits = [a[1] if a[0] == "lit" else None for a in args]
+    if call.endswith(("transpose", "swapaxes", "swapdims")) and len(lits) == 2 \
+            and all(isinstance(x, int) for x in lits):
+        return f"{name}.transpose({lits[0]}, {lits[1]})"
+    if call.endswith("permute"):
+        order = [x[1] for x in args[0][1]] if len(args) == 1 and args[0][0] in (
+            "tuple", "list") else lits
+        if order and all(isinstance(x, int) and x >= 0 for x in order) \
+                and sorted(order) == list(range(len(order))):
+            back = sorted(range(len(order)), key=order.__getitem__)
+            return f"{name}.permute({', '.join(map(str, back))})"
+    return None
+
+
+def _laid_out(op: dict, value: Tensor) -> Tensor | None:
+    """`op` (a layout op, see `_LAYOUTS`) run on `value` in place of what it read."""
+    def plain(a: tuple) -> object:
+        if a[0] == "lit":
+            return a[1]
+        if a[0] in ("tuple", "list"):
+            return tuple(plain(x) for x in a[1])
+        raise ValueError(a[0])
+
+    kind, name = op["call"][0], op["call"][1]
+    try:
+        rest = [plain(tuple(a)) for a in op["args"][1:]]
+        kwargs = {k: plain(tuple(a)) for k, a in (op.get("kwargs") or {}).items()}
+        if kind == "prop":
+            return getattr(value, name)
+        if kind == "method":
+            return getattr(value, name)(*rest, **kwargs)
+        return getattr(torch, name.removeprefix("torch."))(value, *rest, **kwargs)
+    except (ValueError, TypeError, RuntimeError, IndexError):
+        return None
+
+
+MAX_CHUNKS = 16  # a tensor of the notebook's that is one of at most this many equal slices
+
+
+def _sliced(read: Read, batch: Batch, network: Network, made_loss: int) -> None:
+    """Each version of the forward pass that is an equal slice of one of the lesson's tensors
+    along one dim (a gate's own weight, where the lesson keeps the four gates side by side),
+    written as that slice: the written code reads it so."""
+    lesson = {k: v for k, v in batch.values.items()
+              if isinstance(v, Tensor) and v.is_floating_point() and v.dim() >= 1}
+    order = {line.target: i for i, line in enumerate(network.pack.forward_lines)}
+    names = sorted(lesson, key=lambda k: order.get(k, -1))
+    for ov, value in list(read.values.items()):
+        if ov in read.named or ov in read.expressed or not value.is_floating_point() \
+                or value.numel() < 2 or not bool(value.abs().sum()) \
+                or read.maker.get(ov, -1) > made_loss:
+            continue
+        for name in names:
+            t = lesson[name]
+            other = [d for d in range(t.dim()) if t.dim() == value.dim()
+                     and t.shape[d] != value.shape[d]]
+            if len(other) != 1:
+                continue
+            d, size = other[0], value.shape[other[0]]
+            if t.shape[d] % size or t.shape[d] // size > MAX_CHUNKS:
+                continue
+            start = next((k for k in range(0, t.shape[d], size)
+                          if _tight(value, t.narrow(d, k, size))), None)
+            if start is not None:
+                read.expressed[ov] = f"{name}.narrow({d}, {start}, {size})"
+                break
 
 
 def _translate_hints(read: Read) -> None:

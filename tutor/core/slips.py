@@ -972,6 +972,18 @@ def _normaliser_slips(call: ast.Call, line: ForwardLine) -> Iterator[tuple]:
 
     yield f"{name}-sum-constant", say, ast.parse(text, mode="eval").body
     if name == "softmax":
+        # Only the Jacobian's diagonal, `s·(1 - s)`, as for an elementwise sigmoid: a line
+        # whose local derivative is that, held constant.
+        probs = f"torch.softmax({ast.unparse(x)}, {d})"
+        diagonal = f"({ast.unparse(x)}) * ({probs} * (1 - {probs})).detach()"
+
+        def diagonal_say(tensor: str, grad: str, ns: dict) -> str:
+            return (f"{grad} takes only the diagonal of the softmax's Jacobian, `s * (1 - s)` "
+                    f"for each entry, as for an elementwise sigmoid. In {what} every output "
+                    "of a row also depends on the row's other inputs, through the sum that "
+                    "normalises them: those entries, `-s_i * s_j`, are missing.")
+
+        yield "softmax-diagonal", diagonal_say, ast.parse(diagonal, mode="eval").body
         # The softmax's backward taken with the exponentials for the probabilities: a line
         # whose Jacobian is `diag(e) - e e^T`, e = exp(x), left unnormalised.
         xs = ast.unparse(x)
@@ -1484,6 +1496,102 @@ def step_slips(pack: Pack, step: Step, ranks: dict[str, int],
                                 kind=_KINDS.get(key, "derived")))
     out += _early_slope_slips(step, pack, lines)
     out += _composite_slips(lines, out)
+    out += _branch_slips(step, lines)
+    out += _branch_again_slips(pack, step, lines)
+    return out
+
+
+def _branch(expr: ast.expr, tensor: str, up: object, ns: dict) -> Tensor | None:
+    """One line's branch of `tensor`'s gradient: the line differentiated with its upstream."""
+    x = ns.get(tensor)
+    if not isinstance(x, Tensor) or not isinstance(up, Tensor) or not x.is_floating_point():
+        return None
+    scope = {k: (v.detach().to("cpu", torch.float64) if isinstance(v, Tensor)
+                 and v.is_floating_point() else v) for k, v in ns.items() if isinstance(k, str)}
+    leaf = scope[tensor] = x.detach().to("cpu", torch.float64).requires_grad_()
+    with torch.enable_grad():
+        y = _evaluate_call(expr, scope)
+        if y is None or not y.requires_grad or y.shape != up.shape:
+            return None
+        try:
+            (result,) = vjp(y, leaf, up.detach().to("cpu", torch.float64), allow_unused=True)
+        except RuntimeError:
+            return None
+    return result if result is not None else torch.zeros_like(leaf)
+
+
+def _branch_again_slips(pack: Pack, step: Step, lines: list[ForwardLine]) -> list[Slip]:
+    """A tensor other lines also read gets its gradient a branch at a time: another line's
+    branch, added in its own step, added again here."""
+    out: list[Slip] = []
+    mine = {line.target for line in lines}
+    for tensor in step.checks:
+        here = [line for line in lines if tensor in _reads(_parsed(line.source))]
+        others = [line for line in pack.forward_lines if line.target not in mine
+                  and line.target != tensor and tensor in _reads(_parsed(line.source))]
+        if len(here) != 1 or not others:
+            continue
+        line, expr = here[0], _parsed(here[0].source)
+        for other in others:
+            other_expr = _parsed(other.source)
+            if expr is None or other_expr is None:
+                continue
+
+            def local(ns: dict, expr=expr, other=other, other_expr=other_expr,
+                      line=line, tensor=tensor) -> Tensor | None:
+                a = _branch(expr, tensor, ns.get(gradient(line.target)), ns)
+                b = _branch(other_expr, tensor, ns.get(gradient(other.target)), ns)
+                return a + b if a is not None and b is not None else None
+
+            def say(t: str, grad: str, ns: dict, other=other, tensor=tensor) -> str | None:
+                if t != tensor:
+                    return None
+                return (f"{grad} has the branch through `{other.source.strip()}` twice: that "
+                        f"line's share of {grad} was added in its own step, and added again "
+                        "here. Each line that reads "
+                        f"`{tensor}` sends its share back once.")
+
+            out.append(Slip("branch-again", say, line, local=local, tensor=tensor))
+    return out
+
+
+class _Named(ast.NodeTransformer):
+    """Every read of one name replaced by an expression."""
+
+    def __init__(self, name: str, new: ast.expr):
+        self.name, self.new = name, new
+
+    def visit_Name(self, node: ast.Name) -> ast.AST:
+        return _copy(self.new) if node.id == self.name else node
+
+
+def _branch_slips(step: Step, lines: list[ForwardLine]) -> list[Slip]:
+    """A tensor that several of the step's lines read has a branch from each: one of them
+    counted twice (added to a gradient that already held it)."""
+    out: list[Slip] = []
+    for tensor in step.checks:
+        readers = [line for line in lines
+                   if tensor in _reads(_parsed(line.source)) and line.target != tensor]
+        if len(readers) < 2:
+            continue
+        doubled = ast.parse(f"(2 * {tensor} - {tensor}.detach())", mode="eval").body
+        count = len(readers)
+        for line in readers:
+            expr = _parsed(line.source)
+            if expr is None:
+                continue
+            changed = _Named(tensor, doubled).visit(_copy(expr))
+
+            def say(t: str, grad: str, ns: dict, line=line, tensor=tensor,
+                    count=count) -> str | None:
+                if t != tensor:
+                    return None
+                return (f"{grad} has the branch through `{line.source.strip()}` twice: each "
+                        f"of the {count} lines that read `{tensor}` sends its share back once, "
+                        "and this one's was added again (a gradient that already held it, "
+                        "added to).")
+
+            out.append(Slip("branch-twice", say, line, expr=changed))
     return out
 
 

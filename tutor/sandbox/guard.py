@@ -36,7 +36,7 @@ class Refused(Exception):
 # the names are rewritten, so that no namespace, not even one whose builtins hold the real ones
 # (torch.compile's, in training), hands them the real functions.
 VIEWS = {"getattr": "__tutor_getattr_fn__", "globals": "__tutor_globals__",
-         "locals": "__tutor_globals__", "vars": "__tutor_vars__"}
+         "locals": "__tutor_locals__", "vars": "__tutor_vars__"}
 
 
 class _Rewrite(ast.NodeTransformer):

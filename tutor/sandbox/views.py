@@ -2,9 +2,10 @@
 
 `getattr(obj, name)` is `obj.name` with the name computed: it goes through the same guard as
 every attribute read (tutor/sandbox/guard.py), so it reaches nothing `obj.name` could not.
-`globals()`, `locals()` and `vars()` give a copy of the learner's own names (none starting with
-an underscore, where the sandbox keeps its own): reading `globals()[name]` works, and writing to
-the copy changes nothing. `vars(obj)` works on the learner's own objects only.
+`globals()` gives a copy of the learner's own global names, `locals()` and `vars()` of the names
+of the function they are called in (a notebook's `cache.update(locals())`), none starting with an
+underscore, where the sandbox keeps its own: reading `globals()[name]` works, and writing to the
+copy changes nothing. `vars(obj)` works on the learner's own objects only.
 """
 
 from __future__ import annotations
@@ -42,9 +43,14 @@ def namespace_view() -> dict:
     return _own(sys._getframe(1).f_globals)
 
 
+def locals_view() -> dict:
+    """The caller's local names (its global ones at a cell's top level), as a copy."""
+    return _own(sys._getframe(1).f_locals)
+
+
 def vars_view(*args: Any) -> dict:
     if not args:
-        return _own(sys._getframe(1).f_globals)
+        return _own(sys._getframe(1).f_locals)
     if len(args) > 1:
         raise TypeError("vars() takes at most one argument")
     obj = args[0]

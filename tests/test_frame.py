@@ -105,6 +105,80 @@ for key in ['out', 'fin', 'a2', 'z2', 'a1', 'z1', 'a0', 'z0', 'xt', 'e']:
 '''
 
 
+# The same network with its parameters as globals of the notebook's own names, its forward and
+# backward passes as functions, and a training loop over its own list of them.
+GLOBALS = '''gen = torch.Generator().manual_seed(99)
+V, D, H = 27, 10, 64
+E = torch.randn((V, D), generator=gen)
+K0 = torch.randn((H, D, 2), generator=gen) * 0.3
+K1 = torch.randn((H, H, 2), generator=gen) * 0.1
+K2 = torch.randn((H, H, 2), generator=gen) * 0.1
+c0 = torch.randn(H, generator=gen) * 0.1
+c1 = torch.randn(H, generator=gen) * 0.1
+c2 = torch.randn(H, generator=gen) * 0.1
+Wout = torch.randn((H, V), generator=gen) * 0.1
+bout = torch.randn(V, generator=gen) * 0.1
+params = [E, K0, c0, K1, c1, K2, c2, Wout, bout]
+for p in params:
+    p.requires_grad_()
+
+def run(xb, yb):
+    acts = {'e': E[xb]}
+    a = acts['xt'] = acts['e'].transpose(1, 2)
+    for j, (k, c) in enumerate([(K0, c0), (K1, c1), (K2, c2)]):
+        d = 2 ** j
+        acts[f'z{j}'] = F.conv1d(F.pad(a, (d, 0)), k, c, dilation=d)
+        a = acts[f'a{j}'] = torch.tanh(acts[f'z{j}'])
+    acts['out'] = a[:, :, -1] @ Wout + bout
+    return F.cross_entropy(acts['out'], yb), acts
+
+def back(dz, a_in, k, d):
+    L = a_in.shape[2]
+    ap = F.pad(a_in, (d, 0))
+    dk = torch.stack([torch.einsum('bot,bit->oi', dz, ap[:, :, :L]),
+                      torch.einsum('bot,bit->oi', dz, ap[:, :, d:d + L])], 2)
+    dap = torch.zeros_like(ap)
+    dap[:, :, :L] += torch.einsum('bot,oi->bit', dz, k[:, :, 0])
+    dap[:, :, d:d + L] += torch.einsum('bot,oi->bit', dz, k[:, :, 1])
+    return dap[:, :, d:], dk, dz.sum((0, 2))
+
+def grads_of(xb, yb, acts):
+    B = xb.shape[0]
+    p_ = F.softmax(acts['out'], 1)
+    p_[range(B), yb] -= 1
+    dout = p_ / B
+    da = torch.zeros_like(acts['a2'])
+    da[:, :, -1] = dout @ Wout.T
+    dWout = acts['a2'][:, :, -1].T @ dout
+    ks, ins, dk, dc = [K0, K1, K2], [acts['xt'], acts['a0'], acts['a1']], {}, {}
+    for j in (2, 1, 0):
+        dz = (1 - acts[f'a{j}'] ** 2) * da
+        da, dk[j], dc[j] = back(dz, ins[j], ks[j], 2 ** j)
+    dE = torch.zeros_like(E).index_add_(0, xb.view(-1), da.transpose(1, 2).reshape(-1, D))
+    return [dE, dk[0], dc[0], dk[1], dc[1], dk[2], dc[2], dWout, dout.sum(0)]
+
+ix = torch.randint(0, Xall.shape[0], (20,), generator=gen)
+xb, yb = Xall[ix], Yall[ix]
+loss, acts = run(xb, yb)
+for t_ in acts.values():
+    t_.retain_grad()
+loss.backward()
+grads = grads_of(xb, yb, acts)
+print([torch.allclose(p.grad, g, atol=1e-6) for p, g in zip(params, grads)])
+'''
+
+TRAIN = '''for p in params:
+    p.requires_grad_(False)
+for i in range(100):
+    bi = torch.randint(0, Xall.shape[0], (32,), generator=gen)
+    xs, ys = Xall[bi], Yall[bi]
+    loss, acts = run(xs, ys)
+    grads = grads_of(xs, ys, acts)
+    for p, g in zip(params, grads):
+        p -= 0.1 * g
+'''
+
+
 def _notebook(path: Path, cells: list[str]) -> Path:
     path.write_text(json.dumps({
         "cells": [{"cell_type": "code", "execution_count": None, "id": f"c{i}",
@@ -165,6 +239,16 @@ def test_a_parameter_kept_the_other_way_round_is_read_through_its_layout(tmp_pat
                                                   [DATA, model, backward]))["steps"]}
     assert steps["conv/last"]["score"] == steps["conv/last"]["max_score"], steps["conv/last"]
     assert all(s["score"] == s["max_score"] for sid, s in steps.items() if sid != "conv/train")
+
+
+def test_a_training_loop_over_its_own_names_trains_the_lesson_s_network(tmp_path):
+    # Its loop reads the parameters by its own names (`K1`), which its own frame found to be
+    # the lesson's (`w2`): the loop is read again with those names, its batch the tutor's.
+    steps = {s["id"]: s for s in _grade(_notebook(tmp_path / "g.ipynb",
+                                                  [DATA, GLOBALS, TRAIN]))["steps"]}
+    assert steps["conv/train"]["score"] == steps["conv/train"]["max_score"], steps["conv/train"]
+    assert all(s["score"] == s["max_score"] for s in steps.values()), {
+        sid: s["message"] for sid, s in steps.items() if s["score"] != s["max_score"]}
 
 
 def test_a_notebook_that_checks_nothing_is_still_refused(tmp_path):

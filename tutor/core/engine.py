@@ -40,7 +40,7 @@ from tutor.process import forkserver, isolate, spawn
 from tutor.process.isolate import decode_tensor
 from tutor.sandbox.clean import MAX_MESSAGE, clean
 from tutor.sandbox.confine import prepare
-from tutor.values.results import CheckError, CheckResult, Defined, ScratchResult
+from tutor.values.results import CheckError, CheckResult, Defined, ScratchResult, Traced
 
 # How long past its wall-clock backstop (`Settings.backstop`: the learner's limit counts CPU
 # time, the tutor's own work wall-clock time) a child may run before it is killed.
@@ -321,8 +321,7 @@ class Engine:
             self._text = data_text(self.pack) or ""
         return self._text
 
-    def trace_own(self, cells: list[tuple[bool, str]], step_ids: list[str]
-                  ) -> dict[str, list[str]]:
+    def trace_own(self, cells: list[tuple[bool, str]], step_ids: list[str]) -> Traced:
         """`trace` for a notebook whose forward pass the names do not find: its cells run in
         their own frame (its data, parameters and batch), the lesson's tensors found among its
         values by running the lesson's forward pass on what it made (tutor/core/frame.py), and
@@ -337,7 +336,7 @@ class Engine:
             again = self._own_run(cells, given) if given else None
             framed = (frame.found(self.network, again) if again is not None else None) or framed
         if framed is None:
-            return {}
+            return Traced()
         batch, read = framed
         graph = probe.Graph.of(self.network, batch)
         found: dict[str, list[str]] = {}
@@ -351,7 +350,7 @@ class Engine:
             codes = written_out(read, wanted, wanted)
             if codes and step.id in step_ids:
                 found[step.id] = codes
-        return found
+        return Traced(found, frame.own_names(read.first, set(self.network.params)))
 
     def _own_run(self, cells: list[tuple[bool, str]], gradients: dict) -> dict | None:
         """One run of a notebook in its own frame (`gradients`: what its `.grad` reads)."""
@@ -370,8 +369,7 @@ class Engine:
         traces[0]["values"] = {k: decode_tensor(v) for k, v in traces[0]["values"].items()}
         return traces[0]
 
-    def trace(self, cells: list[tuple[bool, str]], step_ids: list[str]
-              ) -> dict[str, list[str]]:
+    def trace(self, cells: list[tuple[bool, str]], step_ids: list[str]) -> Traced:
         """Each step's gradients as a program computes them (tutor/core/trace.py): its cells
         in order (each with whether it is the exercise's own), run traced in a confined child
         on both batches; for each of `step_ids` whose gradients the exercise's own cells
@@ -386,13 +384,13 @@ class Engine:
                                                    timeout=limit))
         traces = outcome.get("traces") if isinstance(outcome, dict) else None
         if not isinstance(traces, list) or len(traces) != 2:
-            return {}
+            return Traced()
         for t in traces:
             t["values"] = {k: decode_tensor(v) for k, v in t["values"].items()}
         main, fresh = self.network.main, self.network.heldout
         read = Traces.of(traces[0], traces[1], (main.n, fresh.n))
         if read is None:
-            return {}
+            return Traced()
         found = {}
         graphs = (probe.Graph.of(self.network, main), probe.Graph.of(self.network, fresh))
         # Every step of the exercises asked about, in order: where the learner's own upstream
@@ -411,7 +409,7 @@ class Engine:
             codes = written_out(read, *wanted)
             if codes and step.id in step_ids:
                 found[step.id] = codes
-        return found
+        return Traced(found)
 
     def _rule(self, step: Step, wanted: Wanted, graph: probe.Graph
               ) -> Callable[[dict[str, Tensor]], dict[str, Tensor] | None]:

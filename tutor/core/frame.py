@@ -361,6 +361,19 @@ def _translate_hints(read: Read) -> None:
         hints.extend(m for m in more if m not in hints)
 
 
+def own_names(read: Read, params: set[str]) -> dict[str, str]:
+    """The notebook's own names for the lesson's parameters (`K1` for `w1`: a global or a
+    dict's key it kept the tensor under), where one name is one parameter's only."""
+    seen: dict[str, set[str]] = {}
+    for o, _v in read.named:
+        lesson = read.leaves.get(o)
+        if lesson in params:
+            for h in read.hints.get(o, ()):
+                if h.isidentifier() and h != lesson and h not in params:
+                    seen.setdefault(h, set()).add(lesson)
+    return {h: next(iter(names)) for h, names in seen.items() if len(names) == 1}
+
+
 def gradients_by_number(batch: Batch, traces: Traces) -> dict[str, Tensor]:
     """Autograd's gradient of each of the notebook's tensors found to be the lesson's, by the
     trace's number for it (`#12`), for a second run whose `.grad` reads read them."""

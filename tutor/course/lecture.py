@@ -594,7 +594,8 @@ def read_lecture(pack: Pack, cells: list[str]) -> LectureAnswers:
         steps = list(exercise.steps)
         for step in steps:
             if step.function is not None:
-                defs = _definitions(cells) if defs is None else defs  # read once
+                defs = _definitions(cells, setup_names(pack) | forward) if defs is None \
+                    else defs  # read once
                 code = _function_answer(step.function.name, defs)
                 if code is not None:
                     answers.code[step.id] = code
@@ -630,6 +631,21 @@ def read_lecture(pack: Pack, cells: list[str]) -> LectureAnswers:
         answers.training = _training_answer(pack, loop, renames_all, forward, answers, helpers,
                                             cells)
     return answers
+
+
+def own_training(pack: Pack, cells: list[str], names: Mapping[str, str]) -> str | None:
+    """The training step of a notebook whose loop reads the parameters by names of its own,
+    as its own frame found them (`K1` is `w1`, tutor/core/frame.py): its cells read again with
+    those names, and their gradients', as the tutor's. A name the notebook also loops over
+    (`for p in params`) is no parameter's."""
+    looped = {n.id for tree in _trees(cells) for node in ast.walk(tree)
+              if isinstance(node, (ast.For, ast.comprehension))
+              for n in ast.walk(node.target) if isinstance(n, ast.Name)}
+    names = {mine: ours for mine, ours in names.items() if mine not in looped}
+    if not names:
+        return None
+    every = {**gradient_names(names), **names}
+    return read_lecture(pack, [rename(c, every, names) for c in cells]).training
 
 
 def _training_cells(pack: Pack, cells: list[str]) -> list[str]:
@@ -694,8 +710,12 @@ def _training_answer(pack: Pack, cells: list[str], renames: dict[str, str], forw
         answers.notes.append(f"the training loop's code is not Python (line {exc.lineno}: "
                              f"{exc.msg})")
         return "\n".join(_without_magics(c) for c in cells) if cells else None
-    statements = [_statement(n, text) for n, text in nodes if not is_comparison(n, forward, helpers)
-                  and not _no_answer(n)]
+    # The loop's batch, drawn from data of the notebook's own made outside the loop: the
+    # tutor's batch stands in (`xb, yb = Xtr[ix], Ytr[ix]`).
+    inside = set().union(*(written(n) for n, _ in nodes)) if nodes else set()
+    data = forward | setup_names(pack) | (_assigned(_trees(everything)) - inside)
+    statements = [_batch_statement(n, data) or _statement(n, text) for n, text in nodes
+                  if not is_comparison(n, forward, helpers) and not _no_answer(n)]
     statements = _renamed(statements, {**renames, **pack.notebook.aliases})
     wanted = pack.flow.completes(step)
     typos = _typo_renames(statements, wanted, grads | forward)
@@ -705,7 +725,7 @@ def _training_answer(pack: Pack, cells: list[str], renames: dict[str, str], forw
     backward = "\n".join(cut.get(step.id, []))
     names = {**renames, **pack.notebook.aliases, **typos}
     trees = _trees(cells)
-    update = _update(trees, set(step.checks), names)
+    update = _update(trees, set(step.checks), names, _trees(everything))
     if update is not None and update.listed is None:
         # The update reads its gradients through an expression (a dict's values, a list of an
         # object's attributes, what a function returned): the statements it needs, as run.
@@ -719,11 +739,13 @@ def _training_answer(pack: Pack, cells: list[str], renames: dict[str, str], forw
         applied = update.applied() if update is not None else []
     # The update may read its gradients straight from a function or class of the notebook's
     # (`zip(parameters, TrainGrads.as_list(Xb, Yb, n))`): then that is the backward pass.
-    defined = _with_functions(everything, "\n".join(applied)) if applied else ""
+    reserved = setup_names(pack) | forward
+    defined = _with_functions(everything, "\n".join(applied), reserved=reserved) \
+        if applied else ""
     if not backward.strip() and defined == "\n".join(applied):
         return None
     lines = forward_for(pack, "\n".join([backward, defined]), settings.loss_line)
-    backward = _with_functions(everything, "\n".join([backward, *applied]))
+    backward = _with_functions(everything, "\n".join([backward, *applied]), reserved=reserved)
     return "\n".join(["# forward pass (the tutor's)", *lines, settings.loss_line, "",
                       "# backward pass (yours, from the training loop)", backward]) + "\n"
 
@@ -882,10 +904,12 @@ def _descends_somewhere(loop: ast.For | ast.While, defs: Mapping[str, str],
     return False
 
 
-def _definitions(cells: list[str]) -> dict[str, str]:
+def _definitions(cells: list[str], reserved: frozenset[str] | set[str] = frozenset()
+                 ) -> dict[str, str]:
     """The source of each function, class, lambda (`onehot = lambda y: ...`) and list of
     constants (`order = ['C', 'W1', ...]`) the notebook defines at the top of a cell, by name,
-    the last definition of a name kept."""
+    the last definition of a name kept. `reserved`: the names the tutor's namespace sets (the
+    lesson's sizes), which a line of the notebook's own sizes must not set again."""
     defs: dict[str, str] = {}
     classes: set[str] = set()
     made: dict[str, frozenset[str]] = {}  # name -> the classes it holds objects of
@@ -924,6 +948,22 @@ def _definitions(cells: list[str]) -> dict[str, str]:
             elif isinstance(node, ast.Assign) and len(node.targets) == 1 \
                     and isinstance(node.targets[0], ast.Name) and _definable(node.value):
                 name = node.targets[0].id
+            elif isinstance(node, ast.Assign) and len(node.targets) == 1 \
+                    and isinstance(node.targets[0], ast.Tuple) \
+                    and isinstance(node.value, ast.Tuple) \
+                    and len(node.targets[0].elts) == len(node.value.elts) \
+                    and all(isinstance(t, ast.Name) for t in node.targets[0].elts) \
+                    and all(_constants(v) or isinstance(v, ast.Constant)
+                            and type(v.value) in (int, float) for v in node.value.elts) \
+                    and not {t.id for t in node.targets[0].elts} & reserved:  # type: ignore[attr-defined]
+                # `V, nE, nH = 27, 10, 64`: the notebook's own sizes, as it unpacks them (a
+                # lesson's size it names so has the lesson's value); each name's definition is
+                # the whole line.
+                for target in node.targets[0].elts:
+                    defs.pop(target.id, None)  # type: ignore[attr-defined]
+                    made.pop(target.id, None)  # type: ignore[attr-defined]
+                    defs[target.id] = _source(node, text)  # type: ignore[attr-defined]
+                continue
             else:
                 continue
             # In the order of the last definitions, as the notebook ran them: a class's base
@@ -1011,12 +1051,12 @@ def _function_answer(name: str, defs: dict[str, str]) -> str | None:
     return _with_functions(defs, defined, itself=name) + "\n" if defined else None
 
 
-def _with_functions(cells: list[str] | dict[str, str], code: str, itself: str | None = None
-                    ) -> str:
+def _with_functions(cells: list[str] | dict[str, str], code: str, itself: str | None = None,
+                    reserved: frozenset[str] | set[str] = frozenset()) -> str:
     """`code` after the definitions of the learner's own functions, classes, lambdas and lists
     of constants it uses (`ce_backward`, `Grads`, `onehot`), wherever in the notebook they were
     defined, last definition first found from the end, and those those use in turn."""
-    defs = cells if isinstance(cells, dict) else _definitions(cells)  # or already read
+    defs = cells if isinstance(cells, dict) else _definitions(cells, reserved)  # or read
     wanted: list[str] = []
     todo = [code]
     while todo:
@@ -1037,8 +1077,10 @@ def _with_functions(cells: list[str] | dict[str, str], code: str, itself: str | 
                         todo.append(defs[key])
     if not wanted:
         return code
-    # In the notebook's order, which ran: a class's base and a decorator come before their use.
-    return "\n\n".join([*(defs[name] for name in defs if name in wanted), code])
+    # In the notebook's order, which ran: a class's base and a decorator come before their use
+    # (a line that defines several names, once).
+    sources = list(dict.fromkeys(defs[name] for name in defs if name in wanted))
+    return "\n\n".join([*sources, code])
 
 
 @dataclass
@@ -1097,16 +1139,17 @@ class _Update:
                   "list" for param in still)]
 
 
-def _update(trees: list[ast.Module], parameters: set[str], names: Mapping[str, str]
-            ) -> _Update | None:
+def _update(trees: list[ast.Module], parameters: set[str], names: Mapping[str, str],
+            context: list[ast.Module] | None = None) -> _Update | None:
     """The loop that moves the parameters (`for p, grad in zip(parameters, grads)` or the pair
     the other way round, whose body steps `p` along `grad`, hands the pair to an update of the
-    learner's or sets `p.grad` for an optimizer), or None."""
+    learner's or sets `p.grad` for an optimizer), or None. `context`: the notebook's other
+    cells, where its list of parameters may have been made."""
     lists: dict[str, list[str]] = {}
     keys: dict[str, list[str]] = {}
     updaters = _updaters(trees)
     found = None
-    for tree in trees:
+    for tree in [*(context or []), *trees]:
         for node in ast.walk(tree):
             if (isinstance(node, ast.Assign) and len(node.targets) == 1
                     and isinstance(node.targets[0], ast.Name)
@@ -1116,6 +1159,8 @@ def _update(trees: list[ast.Module], parameters: set[str], names: Mapping[str, s
                     lists[node.targets[0].id] = [names.get(e.id, e.id) for e in elts]  # type: ignore[attr-defined]
                 elif all(isinstance(e, ast.Constant) and isinstance(e.value, str) for e in elts):
                     keys[node.targets[0].id] = [e.value for e in elts]  # type: ignore[attr-defined]
+            if not any(tree is t for t in trees):
+                continue  # only a list of names read there
             keyed = (_keyed_update(node, parameters, keys, updaters)
                      if isinstance(node, ast.For) else None)
             if keyed is not None:
@@ -1252,6 +1297,8 @@ def _needed_by(update: _Update, trees: list[ast.Module], theirs: set[str],
     needed = read(update.source)
     assigned_here = set().union(*(written(n) for n in body)) if body else set()
     kept: list[ast.stmt] = []
+    # Its data, drawn from outside the loop (its own `Xtr`, where the lecture's are the tutor's).
+    data = theirs | (made - assigned_here)
     for node in reversed(body):
         writes = written(node)
         # `G.linear(...)` fills `G`, and so does `loss = model.backward(...)`: a method called
@@ -1267,9 +1314,18 @@ def _needed_by(update: _Update, trees: list[ast.Module], theirs: set[str],
         if writes & needed <= theirs and not mutates and not _calls_own(node, own):
             continue  # the loop's own batch (`Xb, Yb = Xtr[ix], Ytr[ix]`): the tutor's stands in
         kept.append(node)
-        needed |= read(node) - theirs
-    sources = [_batch_alias(n, theirs) or ast.unparse(n) for n in reversed(kept)]
+        if _batch_alias(node, data) is None:  # the tutor's batch reads none of its names
+            needed |= read(node) - theirs
+    sources = [_batch_alias(n, data) or ast.unparse(n) for n in reversed(kept)]
     return rename("\n".join(sources), names) + "\n" if sources else ""
+
+
+def _batch_statement(node: ast.stmt, data: set[str]) -> Statement | None:
+    """`_batch_alias` as a statement of the loop: it reads the tutor's batch only."""
+    alias = _batch_alias(node, data)
+    if alias is None:
+        return None
+    return Statement(alias, written(node), {"Xb", "Yb"}, False, node.lineno)
 
 
 def _batch_alias(node: ast.stmt, theirs: set[str]) -> str | None:
@@ -1280,7 +1336,9 @@ def _batch_alias(node: ast.stmt, theirs: set[str]) -> str | None:
             and len(node.targets[0].elts) == len(node.value.elts) == 2
             and all(isinstance(t, ast.Name) for t in node.targets[0].elts)
             and all(isinstance(v, ast.Subscript) and isinstance(v.value, ast.Name)
-                    and v.value.id in theirs for v in node.value.elts)):
+                    and v.value.id in theirs for v in node.value.elts)
+            # the same rows of both (`Xtr[ix], Ytr[ix]`), not two entries of one tensor
+            and len({ast.dump(v.slice) for v in node.value.elts}) == 1):  # type: ignore[attr-defined]
         return None
     a, b = (t.id for t in node.targets[0].elts)  # type: ignore[attr-defined]
     return f"{a}, {b} = Xb, Yb  # your batch: the tutor's"

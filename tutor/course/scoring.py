@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from tutor import code_facts
-from tutor.course.lecture import lesson_names, setup_names
+from tutor.course.lecture import lesson_names, own_training, setup_names
 from tutor.course.submission import Submission
 from tutor.evaluator.client import EvaluatorError
 from tutor.pack.flow import gradient, gradients
@@ -36,7 +36,7 @@ from tutor.sandbox.clean import MAX_MESSAGE, clean
 from tutor.session.controller import Lesson
 from tutor.session.report import format_result, shortened
 from tutor.source import size_problem
-from tutor.values.results import CheckResult, ErrorKind, Rule
+from tutor.values.results import CheckResult, ErrorKind, Rule, Traced
 from tutor.values.runs import ExerciseVerdict, RunStatus, TrainingRun
 
 TRAIN_STEPS = 1000  # long enough for the loss to fall measurably, short enough for a container
@@ -156,7 +156,7 @@ def grade(lesson: Lesson, sub: Submission, rules: GradingRules = DEFAULT_RULES,
     codes: dict[str, str] = {}
     settled: set[str] = set()  # steps whose verdict is on their own statements
     tensors = lesson_names(pack)
-    traces: dict[tuple[int, bool], dict[str, list[str]]] = {}
+    traces: dict[tuple[int, bool], Traced] = {}
     for step in pack.steps:
         if progress:
             progress(step.id)
@@ -169,7 +169,13 @@ def grade(lesson: Lesson, sub: Submission, rules: GradingRules = DEFAULT_RULES,
             if sub.training is not None and wrong:
                 out.steps.append(_trained_on_wrong(step, wrong))
                 continue
-            out.steps.append(_training(lesson, step, sub.training, rules.train_steps,
+            training = sub.training
+            own = {k: v for key, t in traces.items() if key[1] for k, v in t.names.items()}
+            if training is None and own and sub.cells:
+                # Its loop reads the parameters by its own names: read again with the names
+                # its own frame found for them.
+                training = own_training(pack, sub.cells, own)
+            out.steps.append(_training(lesson, step, training, rules.train_steps,
                                        deadline, rules.train_loss))
             continue
         code, mark, result = _graded(lesson, sub, step, prior, rules, tensors, settled)
@@ -264,7 +270,7 @@ def _whole_program(lesson: Lesson, step: Step, program: str) -> CheckResult | No
 
 
 def _by_trace(lesson: Lesson, sub: Submission, step: Step, rules: GradingRules,
-              traces: dict[tuple[int, bool], dict[str, list[str]]]
+              traces: dict[tuple[int, bool], Traced]
               ) -> tuple[str, StepGrade, CheckResult] | str | None:
     """A step that its names could not grade by its rule (no code found, or found only by
     values), graded on what the exercise's own code computes for it wherever it keeps it: the
@@ -282,12 +288,12 @@ def _by_trace(lesson: Lesson, sub: Submission, step: Step, rules: GradingRules,
         if key not in traces:
             cells = program.whole if own else program.traced_cells()
             try:
-                traces[key] = lesson.traced(cells, steps, own) if cells else {}
+                traces[key] = lesson.traced(cells, steps, own) if cells else Traced()
             except EvaluatorError:
                 raise
             except Exception:  # noqa: BLE001 - a trace that cannot be made grades nothing
-                traces[key] = {}
-        return traces[key]
+                traces[key] = Traced()
+        return traces[key].found
 
     # In the tutor's frame first (the notebook's forward pass read by its names); where that
     # finds nothing for the step, in the notebook's own (tutor/core/frame.py).

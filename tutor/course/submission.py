@@ -53,6 +53,9 @@ class Submission:
     # through the learner's functions (lecture._assembled_training): where the notebook's
     # answer to one of them is wrong, its loop trained on that wrong gradient.
     training_needs: list[str] = field(default_factory=list)
+    # A notebook's cells (as its names were read): its training loop is read again where its
+    # own frame finds its names for the lesson's parameters (scoring, lecture.own_training).
+    cells: list[str] = field(default_factory=list)
 
 
 def read_submission(path: Path, pack: Pack) -> Submission:
@@ -188,7 +191,7 @@ def _lecture(name: str, cells: list[str], pack: Pack) -> Submission:
     cells, forward = translated(pack, cells)
     answers = read_lecture(pack, cells)
     sub = Submission(name, "lecture", training=answers.training,
-                     training_needs=answers.training_needs)
+                     training_needs=answers.training_needs, cells=cells)
     if forward:
         sub.notes.append("your names for the lesson's tensors read as the tutor's: " + ", ".join(
             f"{yours} as {ours}" for yours, ours in sorted(forward.items())))

@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 from tutor.config import Settings
 from tutor.process import protocol
-from tutor.values.results import CheckError, CheckResult, ErrorKind, ScratchResult
+from tutor.values.results import CheckError, CheckResult, ErrorKind, ScratchResult, Traced
 from tutor.values.runs import RunProgress, TrainingRun
 
 # How much longer than the worker's own limits to wait before killing the process: the worker
@@ -261,17 +261,14 @@ class Evaluator:
         return ScratchResult.from_dict({"step": step_id, **result})
 
     def trace(self, cells: list[tuple[bool, str]], steps: list[str], own: bool = False
-              ) -> dict[str, list[str]]:
+              ) -> Traced:
         """Each step's gradients as a whole program computes them, written out as code for an
         ordinary check (Engine.trace; with `own`, the program in its own frame,
-        Engine.trace_own); {} where the trace could not be made."""
+        Engine.trace_own); nothing found where the trace could not be made."""
         limit = self.settings.backstop * 3 + HARD_KILL_GRACE
         result = self.request("trace", {"cells": [list(c) for c in cells], "steps": steps,
                                         "own": own}, limit)
-        found = result.get("found") if isinstance(result, dict) else None
-        if not isinstance(found, dict):
-            return {}
-        return {str(k): [str(c) for c in v] for k, v in found.items() if isinstance(v, list)}
+        return Traced.from_dict(result)
 
     def train(self, code: str, steps: int | None, *, gradcheck_steps: int | None = None,
               compile: bool = False, reference: bool = False,

@@ -145,7 +145,7 @@ class Worker:
         if op == "trace":
             cells = [(bool(o), str(c)) for o, c in request["cells"]]
             trace = self.engine.trace_own if request.get("own") else self.engine.trace
-            return {"found": trace(cells, request["steps"])}
+            return trace(cells, request["steps"]).to_dict()
         if op == "info":
             return self.engine.info()
         if op == "train":

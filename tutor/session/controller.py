@@ -34,7 +34,14 @@ from tutor.session.store import Store, StoreError
 from tutor.source import size_problem
 from tutor.values.evaluation import Evaluator
 from tutor.values.records import Record
-from tutor.values.results import CheckError, CheckResult, ErrorKind, ScratchResult, Status
+from tutor.values.results import (
+    CheckError,
+    CheckResult,
+    ErrorKind,
+    ScratchResult,
+    Status,
+    Traced,
+)
 
 if TYPE_CHECKING:
     from tutor.session.cells import Cell
@@ -176,7 +183,7 @@ class _CheckAndRecord:
         return self.evaluator.check(step_id, code, self.prior() if prior is None else prior)
 
     def traced(self, cells: list[tuple[bool, str]], step_ids: list[str], own: bool = False
-               ) -> dict[str, list[str]]:
+               ) -> Traced:
         """What a whole program computes for each step, as code a check can run (the engine's
         trace: tutor/core/trace.py), best first; steps it does not compute are left out.
         `cells`: the program's cells in order, each with whether it is the exercise's own.

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
-from tutor.values.results import CheckResult, ScratchResult
+from tutor.values.results import CheckResult, ScratchResult, Traced
 
 
 @runtime_checkable
@@ -25,6 +25,6 @@ class Evaluator(Protocol):
         """Run `code` against the lesson without grading it."""
         ...
 
-    def trace(self, cells: list[tuple[bool, str]], steps: list[str]) -> dict[str, list[str]]:
+    def trace(self, cells: list[tuple[bool, str]], steps: list[str]) -> Traced:
         """What a program computes for each step, as code a check can run (best first)."""
         ...

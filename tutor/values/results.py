@@ -389,3 +389,25 @@ class ScratchResult(Record):
         return {"step": self.step, "stdout": self.stdout,
                 "error": self.error.to_dict() if self.error else None,
                 "defined": [{"name": x.name, "what": x.what} for x in self.defined]}
+
+
+@dataclass(repr=False, eq=False)
+class Traced(Record):
+    """What a whole program computes for each step, as code a check can run (best first), and,
+    for a notebook run in its own frame, its own names for the lesson's parameters (`K1` is
+    `w1`): what its training loop reads them by."""
+
+    found: dict[str, list[str]] = field(default_factory=dict)
+    names: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, d: object) -> Traced:
+        d = d if isinstance(d, dict) else {}
+        found, names = d.get("found"), d.get("names")
+        return cls({str(k): [str(c) for c in v] for k, v in found.items() if isinstance(v, list)}
+                   if isinstance(found, dict) else {},
+                   {str(k): str(v) for k, v in names.items()} if isinstance(names, dict)
+                   else {})
+
+    def to_dict(self) -> dict:
+        return {"found": self.found, "names": self.names}

@@ -1162,9 +1162,17 @@ CLASS_ATTEMPTS: list[Attempt] = [
     _a("class-name-that-is-not-a-string", "classes", """
         print(probs.__name__)
         """, CONTAINED),
+    # nn.Parameter is the sandbox's stand-in: the tensor itself, nothing of torch's class.
     _a("class-nn-parameter", "classes", """
         p = torch.nn.Parameter(probs)
-        """, REFUSED, ("Parameter",)),
+        print(type(p).__name__, p is probs)
+        """, CONTAINED),
+    _a("class-nn-module-insides", "classes", """
+        class M(torch.nn.Module):
+            pass
+        m = M()
+        print(m._parameters)
+        """, REFUSED, ("_parameters",)),
     _a("class-nn-module-class", "classes", """
         m = torch.nn.Linear(27, 27)
         """, REFUSED, ("Linear",)),

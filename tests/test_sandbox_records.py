@@ -71,3 +71,27 @@ def test_locals_in_a_function_are_its_own_names():
               "forward(3)\ntop = sorted(k for k in locals() if k in ('cache', 'forward'))\n")
     assert ns["cache"] == {"x": 3, "h": 6}
     assert ns["top"] == ["cache", "forward"]
+
+
+def test_a_model_builds_on_nn_module_and_keeps_gradients_as_notes_on_tensors():
+    # The style one course teaches: layers as nn.Module subclasses whose backward methods keep
+    # each gradient on its tensor as `.g`.
+    ns = _run("nn = torch.nn\n"
+              "class Lin(nn.Module):\n"
+              "    def __init__(self, i, o):\n        super().__init__()\n"
+              "        self.w = nn.Parameter(torch.ones(i, o))\n"
+              "    def forward(self, x):\n        self.x = x\n        return x @ self.w\n"
+              "    def backward(self, dy):\n        self.w.g = self.x.T @ dy\n"
+              "        self.x.g = dy @ self.w.T\n"
+              "m = Lin(3, 2)\ny = m(torch.ones(4, 3))\nm.backward(torch.ones(4, 2))\n"
+              "count = len(m.parameters())\ng = m.w.g\n")
+    assert tuple(ns["y"].shape) == (4, 2) and ns["count"] == 1
+    assert float(ns["g"].sum()) == 24.0
+
+
+@pytest.mark.parametrize("code", ["x = torch.ones(2)\nx.data = x * 2\n",
+                                  "x = torch.ones(2)\nx._hidden = 1\n",
+                                  "x = torch.ones(2)\ny = x.nothing_set\n"])
+def test_a_tensor_keeps_no_note_that_reaches_what_a_tensor_has(code):
+    with pytest.raises(Refused):
+        _run(code)

@@ -152,7 +152,7 @@ def tensor_allows(name: str) -> bool:
 
 # The modules a notebook's `import` may name, and the name each stand-in has in the sandbox's
 # namespace (sandbox/modules.py `MODULES`): `from math import sqrt` reads as `sqrt = math.sqrt`.
-IMPORTABLE = {"torch": "torch", "torch.nn.functional": "F", "math": "math",
+IMPORTABLE = {"torch": "torch", "torch.nn": "torch.nn", "torch.nn.functional": "F", "math": "math",
               "functools": "functools", "types": "types", "random": "random",
               "collections": "collections"}
 # What the small stand-ins hold (sandbox/modules.py `_functools`, `_types`, `_random`,
@@ -168,7 +168,11 @@ SMALL_MODULES = {"functools": frozenset({"wraps", "partial", "reduce", "lru_cach
 def importable(module: str, name: str) -> bool:
     """Whether `from module import name` finds `name` in the sandbox's stand-in."""
     held = SMALL_MODULES.get(module) or MODULES.get(module) or frozenset()
-    return name in held
+    return name in held or module == "torch.nn" and name in NN
+
+# What torch.nn offers besides functional: its base class and parameter, as stand-ins
+# (sandbox/objects.py `Module`, `parameter`).
+NN = frozenset({"Module", "Parameter"})
 
 # Underscore names that answer only a string (the guard checks): `type(x).__name__` in a print.
 READABLE_DUNDERS = frozenset({"__name__"})

@@ -212,6 +212,9 @@ class Guard:
             raise _refuse(obj, name, allowlist.reason(name))
         if obj is self.alias:
             obj = self.tensor_type
+        if type(obj) is self.tensor_type and not hasattr(self.tensor_type, name) \
+                and name in object.__getattribute__(obj, "__dict__"):
+            return object.__getattribute__(obj, "__dict__")[name]  # a note of the learner's
         if isinstance(obj, self.tensor_type) or (
                 isinstance(obj, type) and issubclass(obj, self.tensor_type)):
             if not allowlist.tensor_allows(name):

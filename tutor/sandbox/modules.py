@@ -17,7 +17,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from tutor.sandbox import allowlist
+from tutor.sandbox import allowlist, objects
 from tutor.sandbox.classes import Tensor
 from tutor.sandbox.guard import Guard, Refused
 from tutor.sandbox.objects import SimpleNamespace, learner_function
@@ -148,6 +148,10 @@ def _collections() -> types.ModuleType:
 
 
 _STAND_INS, GUARD = _build()
+# torch.nn's base class and parameter, as a learner's model builds on them (sandbox/objects.py).
+_STAND_INS["torch.nn"].Module = objects.Module
+_STAND_INS["torch.nn"].Parameter = objects.parameter
+GUARD.modules["torch.nn"] = GUARD.modules["torch.nn"] | allowlist.NN
 for _name, _module in (("functools", _functools()), ("types", _types()),
                        ("random", _random()), ("collections", _collections())):
     _STAND_INS[_name] = _module

@@ -21,7 +21,10 @@ from __future__ import annotations
 import builtins
 import operator
 import types
+import weakref
 from typing import Any
+
+import torch
 
 from tutor.sandbox.allowlist import CLASS_METHODS, SLOTS, private, slot_names
 from tutor.sandbox.guard import LEARNER_CLASSES, Refused
@@ -72,6 +75,71 @@ class SimpleNamespace(LearnerObject):
 _classes.add(SimpleNamespace)
 
 
+class Module(LearnerObject):
+    """`torch.nn.Module` as the sandbox offers it: a class of the learner's own to build on
+    (its layers keep their tensors as attributes, or in lists and dicts of them), whose call is
+    its `forward`. Nothing of autograd's or of torch's own modules comes with it."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.forward(*args, **kwargs)  # type: ignore[attr-defined]
+
+    def parameters(self, recurse: bool = True) -> list:
+        """Every parameter it holds (a tensor made by `nn.Parameter`), its layers' included,
+        each once, in the order it set them."""
+        out: list = []
+
+        def walk(value: Any, depth: int) -> None:
+            if isinstance(value, torch.Tensor):
+                if _is_parameter(value) and not any(value is t for t in out):
+                    out.append(value)
+            elif depth > 8:
+                return
+            elif isinstance(value, Module):
+                for item in vars(value).values():
+                    walk(item, depth + 1)
+            elif isinstance(value, (list, tuple)):
+                for item in value:
+                    walk(item, depth + 1)
+            elif isinstance(value, dict):
+                for item in value.values():
+                    walk(item, depth + 1)
+
+        walk(self, 0)
+        return out
+
+    def zero_grad(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def train(self, mode: bool = True) -> Module:
+        return self
+
+    def eval(self) -> Module:
+        return self
+
+
+_classes.add(Module)
+
+
+# The tensors `nn.Parameter` was given, by id, each with a weak reference to tell a reused id.
+_PARAMETERS: dict[int, weakref.ref] = {}
+
+
+def parameter(data: Any = None, requires_grad: bool = True) -> Any:
+    """`torch.nn.Parameter` in the sandbox: the tensor itself (no gradient is autograd's here),
+    which a module's `parameters()` then lists."""
+    if isinstance(data, torch.Tensor):
+        _PARAMETERS[id(data)] = weakref.ref(data)
+    return data
+
+
+def _is_parameter(t: torch.Tensor) -> bool:
+    ref = _PARAMETERS.get(id(t))
+    return ref is not None and ref() is t
+
+
 def build_class(body: Any, name: str, *bases: Any, **keywords: Any) -> type:
     """Python's `__build_class__` for the sandbox: a `class` statement of the learner's."""
     if keywords:
@@ -99,6 +167,13 @@ def learner_function(obj: Any) -> bool:
     return type(obj) is types.FunctionType and obj.__code__.co_filename == CODE_FILE
 
 
+def noted(obj: Any, name: str) -> bool:
+    """Whether `obj.name` is a note a learner keeps on a plain tensor (`x.g`, its gradient, as
+    one course writes it): a name of their own, none a tensor has."""
+    return type(obj) is torch.Tensor and isinstance(name, str) and name.isidentifier() \
+        and not name.startswith("_") and not hasattr(torch.Tensor, name)
+
+
 def _assignable(obj: Any, name: str, value: Any = None) -> None:
     # A class of the learner's may be given a method of theirs afterwards (`Grads.ce_fused =
     # ce_fused`); nothing else is set on a class, theirs or not.
@@ -111,9 +186,12 @@ def _assignable(obj: Any, name: str, value: Any = None) -> None:
             raise Refused(f"the attribute .{name} is closed: names starting with an underscore "
                           "reach into Python's internals")
         return
+    if noted(obj, name):
+        return
     if type(obj) not in _classes:
         raise Refused(f"assigning to .{name} of a {type(obj).__name__}: attributes can be set "
-                      "only on objects of your own classes; assign to a plain name instead")
+                      "only on objects of your own classes (or a name of your own on a tensor, "
+                      "`x.g`); assign to a plain name instead")
     if not isinstance(name, str) or name.startswith("_") and not private(name):
         raise Refused(f"the attribute .{name} is closed: names starting with an underscore "
                       "reach into Python's internals")

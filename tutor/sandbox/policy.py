@@ -86,13 +86,21 @@ def _refusal(node: ast.AST, construct: str, why: str) -> Refusal:
     return Refusal(construct, why, getattr(node, "lineno", 1), getattr(node, "col_offset", 0) + 1)
 
 
+def _nn_module(base: ast.expr) -> bool:
+    """`nn.Module` or `torch.nn.Module`: the sandbox's stand-in (the build checks it again)."""
+    return isinstance(base, ast.Attribute) and base.attr == "Module" and (
+        isinstance(base.value, ast.Name) and base.value.id == "nn"
+        or isinstance(base.value, ast.Attribute) and base.value.attr == "nn"
+        and isinstance(base.value.value, ast.Name) and base.value.value.id == "torch")
+
+
 def _class_refusal(node: ast.ClassDef) -> Refusal | None:
     """A class of the learner's is a record of methods and attributes (sandbox/objects.py)."""
     if node.decorator_list or node.keywords:
         return _refusal(node, "class", "a class of yours takes no decorators or keywords")
-    if not all(isinstance(b, ast.Name) for b in node.bases):
-        return _refusal(node, "class", "a class of yours builds only on your own classes, "
-                                       "named plainly")
+    if not all(isinstance(b, ast.Name) or _nn_module(b) for b in node.bases):
+        return _refusal(node, "class", "a class of yours builds only on your own classes "
+                                       "(or torch.nn.Module), named plainly")
     for stmt in node.body:
         # A method may be decorated (`@staticmethod`, `@torch.no_grad()`): a decorator is an
         # expression like any other, read through the guard.

@@ -275,10 +275,19 @@ def test_stopping_serve_ends_every_process_it_started(stop, isolation, when, tmp
         tmp_path, "--pack", "makemore",
         env={"SERVE_TEST_MARK": mark, "BACKPROP_TUTOR_ISOLATION": isolation})
 
+    def cmdline(p) -> list[str]:  # noqa: ANN001
+        try:
+            return p.cmdline()
+        except psutil.Error:  # a short-lived child gone (or a zombie) while we looked
+            return []
+
     def started() -> bool:
         below = psutil.Process(server.pid).children(recursive=True)
-        workers = [p for p in below if "tutor.evaluator.worker" in p.cmdline()]
-        return bool(workers) and (when == "starting" or bool(workers[0].children()))
+        workers = [p for p in below if "tutor.evaluator.worker" in cmdline(p)]
+        try:
+            return bool(workers) and (when == "starting" or bool(workers[0].children()))
+        except psutil.Error:
+            return False
 
     async def connect_then_stop() -> None:
         async with aiohttp.ClientSession() as session:

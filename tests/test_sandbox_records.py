@@ -48,9 +48,12 @@ def test_random_and_collections_build_a_notebook_s_data():
     assert ns["p"].y == 2 and ns["counts"]["a"] == 2
 
 
-def test_random_gives_no_generator_class_of_its_own():
-    with pytest.raises(Exception):  # noqa: B017 - refused by the policy or the guard
-        _run("g = random.Random(1)\n")
+def test_random_gives_a_seeded_generator_but_not_its_class():
+    # `rng = random.Random(7)`: a generator of the notebook's own, the same for the same seed
+    ns = _run("a = random.Random(7)\nb = random.Random(7)\nx = [a.random(), b.random()]\n")
+    assert ns["x"][0] == ns["x"][1]
+    with pytest.raises(Exception):  # noqa: B017 - the class itself builds nothing here
+        _run("g = random.Random(1)\nh = type(g)(2)\n")
 
 
 def test_a_notebook_runs_the_fused_lstm_its_lesson_s_setup_runs():
@@ -95,3 +98,54 @@ def test_a_model_builds_on_nn_module_and_keeps_gradients_as_notes_on_tensors():
 def test_a_tensor_keeps_no_note_that_reaches_what_a_tensor_has(code):
     with pytest.raises(Refused):
         _run(code)
+
+
+def test_a_dataclass_of_the_learner_s_keeps_a_layer_s_tensors():
+    ns = _run("class Acts:\n    h: torch.Tensor\n    n: int = 3\n    xs: list = None\n"
+              "Acts = dataclasses.dataclass(Acts)\n"
+              "@dataclasses.dataclass\nclass Grads:\n    dW: torch.Tensor\n"
+              "    seen: list = dataclasses.field(default_factory=list)\n"
+              "a = Acts(torch.ones(2), n=4)\ng = Grads(torch.zeros(3))\ng.seen.append(1)\n"
+              "names = [f.name for f in dataclasses.fields(a)]\n"
+              "d = dataclasses.asdict(g)\nb = dataclasses.replace(a, n=5)\n")
+    assert ns["names"] == ["h", "n", "xs"] and ns["a"].n == 4 and ns["b"].n == 5
+    assert ns["d"]["seen"] == [1] and "Grads(dW=" in repr(ns["g"])
+    with pytest.raises(TypeError):
+        _run("@dataclasses.dataclass\nclass R:\n    x: int\nr = R()\n")  # a field left out
+
+
+def test_a_record_is_made_only_of_the_learner_s_own_classes():
+    with pytest.raises(Refused):
+        _run("d = dataclasses.dataclass(collections.Counter)\n")
+
+
+def test_an_import_the_sandbox_does_not_hold_fails_only_where_it_is_used():
+    from tutor.core.candidate import Output as CheckOutput
+    from tutor.core.candidate import compile_candidate, sandbox_globals
+    from tutor.core.candidate import execute as run
+    from tutor.course.program import own_source
+
+    code = own_source("from typing import Dict, Optional\nimport numpy as np\n"
+                      "import matplotlib.pyplot as plt\nfrom tqdm import tqdm\n"
+                      "def f(x: Dict[str, int], y: Optional[int] = None) -> int | None:\n"
+                      "    return len(x)\n"
+                      "n = f({'a': 1})\nplt.plot([1, 2])\nplt.show()\n"
+                      "total = sum(i for i in tqdm(range(4)))\n"
+                      "letters = [ord(c) - 96 for c in 'abc'] + [hasattr(n, 'real')]\n")
+    out = CheckOutput()
+    ns = sandbox_globals(out)
+    run(compile_candidate(code), ns, out)
+    assert ns["n"] == 1 and ns["total"] == 6 and ns["letters"] == [1, 2, 3, True]
+    with pytest.raises(Refused, match="numpy.zeros is not available"):
+        run(compile_candidate("np.zeros(3)"), ns, out)
+
+
+def test_as_strided_reads_a_tensor_s_own_entries_only():
+    ns = _run("x = torch.arange(10.)\nw = x.as_strided((4, 3), (2, 1))\n"
+              "v = torch.as_strided(x, (2, 2), (1, 1), 3)\n")
+    assert ns["w"][3].tolist() == [6.0, 7.0, 8.0] and ns["v"].tolist() == [[3.0, 4.0], [4.0, 5.0]]
+    for code in ("x = torch.arange(10.)\nw = x.as_strided((5, 3), (2, 1))\n",
+                 "x = torch.arange(10.)[2:5]\nw = x.as_strided((10,), (1,), 0)\n",
+                 "x = torch.arange(6.).view(2, 3).t()\nw = x.as_strided((2,), (1,))\n"):
+        with pytest.raises(Refused):
+            _run(code)

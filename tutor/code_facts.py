@@ -310,6 +310,9 @@ AUTOGRAD_READ = "autograd_gradient_of"
 # The lesson's data as text, which a notebook run in its own frame reads where it opened its
 # data file (course/program.py `own_cells`, tutor/core/frame.py).
 LESSON_TEXT = "lesson_data_text"
+# What a notebook's import of a module the sandbox does not hold binds, in its own frame
+# (sandbox/objects.py `Unavailable`): an annotation may name it; a call says it is not there.
+UNAVAILABLE = "not_in_sandbox"
 
 
 class AutogradReads(ast.NodeTransformer):

@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from tutor import devices
+from tutor.code_facts import UNAVAILABLE
 from tutor.core.clock import Budget, CheckTimeout
 from tutor.pack.flow import tensor_of
 from tutor.sandbox import objects, views
@@ -68,6 +69,8 @@ SAFE_BUILTINS = {
         "abs all any bool callable dict divmod enumerate filter float frozenset int isinstance "
         "issubclass iter len list map max min next pow range repr reversed round set slice "
         "sorted str sum tuple zip staticmethod classmethod property super "
+        # a notebook's own encoding of its characters (`ord(ch) - 96`)
+        "ord chr hex bin oct hash complex OverflowError "
         "Ellipsis True False None ArithmeticError AssertionError "
         "AttributeError Exception IndexError KeyError LookupError NameError NotImplementedError "
         "RuntimeError StopIteration TypeError ValueError ZeroDivisionError"
@@ -146,14 +149,26 @@ def sandbox_globals(out: Output) -> dict:
     }
 
 
+def _hasattr(obj: Any, name: Any) -> bool:
+    """`hasattr` as the guard answers: an attribute learner code could read (`self.cache` of
+    a class of theirs), never one it could not."""
+    if not isinstance(name, str):
+        raise TypeError("hasattr(): attribute name must be string")
+    try:
+        GUARD(obj, name)
+    except (AttributeError, Refused):
+        return False
+    return True
+
+
 def _builtins(print_: Callable, cmp: Callable) -> dict:
     return {**SAFE_BUILTINS, "print": print_, "type": _type, "format": _format,
 
-            "__import__": _loaded_import, GUARD_NAME: GUARD, "cmp": cmp,
+            "__import__": _loaded_import, GUARD_NAME: GUARD, "cmp": cmp, "hasattr": _hasattr,
             VIEWS["getattr"]: _GETATTR, VIEWS["globals"]: views.namespace_view,
             VIEWS["locals"]: views.locals_view, VIEWS["vars"]: views.vars_view,
             "__build_class__": objects.build_class, objects.SET_NAME: objects.set_attribute,
-            objects.AUGMENT_NAME: objects.augment_attribute}
+            objects.AUGMENT_NAME: objects.augment_attribute, UNAVAILABLE: objects.Unavailable}
 
 
 class _Listening(threading.local):

@@ -457,7 +457,12 @@ class Engine:
                 given[key[1]] = batch.reference[key]
         partials = {t: batch.reference[(step.id, t)] for t in step.partials
                     if (step.id, t) in batch.reference}
-        return Wanted(answers, given, partials)
+        before = self.pack.steps[:self.pack.index(step.id)]
+        earlier = {t: batch.reference[(s.id, t)] for s in before
+                   if s.exercise == step.exercise and s.kind.of_forward_tensors
+                   for t in s.checks if (s.id, t) in batch.reference
+                   and t not in given and t not in answers and t not in partials}
+        return Wanted(answers, given, partials, earlier=earlier)
 
     def _check(self, step_id: str, code: str, prior: dict[str, str]) -> CheckResult:
         """One pipeline for every kind of step (docs/architecture.md, the path of one check):

@@ -905,11 +905,11 @@ def _loss_dim_slips(call: ast.Call, line: ForwardLine,
     what = f"`{_text(call)}`"
     up = gradient(line.target)
 
-    for d in range(r):
+    for d in [*range(r), "log"]:
         if d == classes:
             continue
 
-        def local(ns: dict, d: int = d) -> Tensor | None:
+        def local(ns: dict, d: int | str = d) -> Tensor | None:
             logits, y = ns.get(root), _evaluate_call(target, ns)
             if not isinstance(logits, Tensor) or not isinstance(y, Tensor) \
                     or y.is_floating_point() or logits.dim() != r:
@@ -922,14 +922,24 @@ def _loss_dim_slips(call: ast.Call, line: ForwardLine,
             hot = hot.reshape(moved.shape).movedim(-1, classes)
             scale = ns.get(up)
             scale = float(scale) if isinstance(scale, Tensor) and scale.numel() == 1 else 1.0
+            if d == "log":
+                # the log-probabilities where the probabilities belong
+                return (F.log_softmax(z, dim=classes) - hot) * scale / y.numel()
             return (F.softmax(z, dim=d) - hot) * scale / y.numel()
 
-        def say(tensor: str, grad: str, ns: dict, d: int = d) -> str | None:
+        def say(tensor: str, grad: str, ns: dict, d: int | str = d) -> str | None:
             return (f"{grad} takes the softmax along dim {d} of `{root}`, but {what} takes it "
                     f"along the classes, dim {classes}: each example's probabilities add up to "
                     f"one across the classes, not across dim {d}.")
 
-        yield "loss-softmax-dim", say, local, root
+        def log_say(tensor: str, grad: str, ns: dict) -> str | None:
+            return (f"{grad} starts from the log-probabilities (`log_softmax`) where {what}'s "
+                    "gradient has the probabilities themselves: softmax of the logits, less "
+                    "the one-hot target, over the count. The log belongs to the loss, not to "
+                    "its derivative.")
+
+        yield ("loss-log-softmax", log_say, local, root) if d == "log" else (
+            "loss-softmax-dim", say, local, root)
 
 
 def _root_node(x: ast.expr) -> ast.expr:
@@ -1122,6 +1132,19 @@ def _activation_slips(call: ast.Call, line: ForwardLine) -> Iterator[tuple]:
         return up * (1 - s)
 
     yield "mask-inverted", inverted_say, local(inverted), inp
+
+    def sign_say(tensor: str, grad: str, ns: dict) -> str:
+        return (f"{grad} takes the sign of `{inp}` for {name}'s slope: that is -1 where it is "
+                f"negative, but {what} lets nothing through there, so its slope is 0 at those "
+                "entries, and 1 where it passes.")
+
+    def sign(s, y, up, xv):
+        # A slope that is a mask read as the input's sign: -1 where it blocks.
+        if not bool(((s == 0) | (s == 1)).all()) or not bool((xv < 0).any()):
+            return None
+        return up * torch.sign(xv)
+
+    yield "mask-as-sign", sign_say, local(sign), inp
 
     def output_say(tensor: str, grad: str, ns: dict) -> str:
         return (f"{grad} takes {name}'s slope at `{out}`, the line's output: the slope belongs "

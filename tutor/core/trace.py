@@ -353,6 +353,10 @@ class Wanted:
     # as its rule gives them from that upstream (`learner_upstream`). Their code for this step,
     # right, made these values; the check then runs it from the right upstream.
     theirs: dict[str, Tensor] | None = None
+    # The complete gradients earlier steps of the exercise answer: code that works several
+    # lines in one go (a layer norm's backward in one formula) starts from one of them, not
+    # from what this step is given; the check's fork probe varies it (tutor/core/probe.py).
+    earlier: dict[str, Tensor] = field(default_factory=dict)
 
 
 def _close(a: Tensor, b: Tensor, floor: float = 0.0) -> bool:
@@ -370,6 +374,14 @@ def _close(a: Tensor, b: Tensor, floor: float = 0.0) -> bool:
     if not math.isfinite(scale):
         return False
     return bool(((a - b).abs() <= 1e-4 * scale + 1e-3 * b.abs() + floor).all())
+
+
+def _fits(a: Tensor, b: Tensor) -> bool:
+    """Whether `a` has `b`'s shape, up to axes of one: a value of another shape kept under a
+    gradient's name (`dtok` for an embedding table's gradient, beside the lesson's `tok`) is no
+    answer for it, right or wrong."""
+    return a.shape == b.shape or a.numel() == b.numel() and [d for d in a.shape if d != 1] == [
+        d for d in b.shape if d != 1]
 
 
 def _floor(wanted: Wanted) -> float:
@@ -665,6 +677,13 @@ class Read:
                             out.append((i, ov))
         return [ov for _, ov in sorted(out)]
 
+    def read_on(self, ov: tuple[int, int]) -> bool:
+        """Whether an op of the exercise's own reads version `ov`."""
+        if self.readers is None:
+            self.descendants(set())  # builds the readers
+        assert self.readers is not None
+        return any(self.ops[i]["own"] for i in self.readers.get(ov, ()))
+
     def own_matching(self, ref: Tensor, floor: float) -> list[tuple[int, tuple[int, int]]]:
         """(op, version) of each version the exercise's own code made whose value is `ref`,
         less a passing value the code went on to change into what it kept
@@ -702,7 +721,8 @@ class Read:
         and none that is. A later version of one of `objects` is the same answer completed
         in place (`dhs_before[:, -1] += dh_prev`, where its forward pass read a state out of
         it): that is no other value kept."""
-        named = [ov for ov in self.held if ov in self.values and (
+        named = [ov for ov in self.held if ov in self.values
+                 and _fits(self.values[ov], ref) and (
             self.hinted(ov[0], tensor, explicitly=True) or bare and self.hinted(ov[0], tensor)
             and ov in self.maker and self.ops[self.maker[ov]]["own"])]
         return bool(named) and not any(
@@ -734,6 +754,9 @@ class Read:
         floor = _floor(wanted)
         cuts: dict[tuple[int, int], str] = {}
         for name, ref in wanted.given.items():
+            for ov in self.matching(ref, floor):
+                cuts.setdefault(ov, name)
+        for name, ref in wanted.earlier.items():
             for ov in self.matching(ref, floor):
                 cuts.setdefault(ov, name)
         # By name too; but a bare key (`'h'`) only where no value is that gradient: the same
@@ -949,8 +972,9 @@ def written_out(traces: Traces, wanted: Wanted, wanted_fresh: Wanted) -> list[st
             return []
         theirs_found = _versions(second, wanted_fresh)
         cuts, fresh_cuts = first.cuts(wanted), second.cuts(wanted_fresh)
-        shapes = {k: tuple(v.shape) for k, v in wanted.given.items()}
-        fresh_shapes = {k: tuple(v.shape) for k, v in wanted_fresh.given.items()}
+        shapes = {k: tuple(v.shape) for k, v in {**wanted.earlier, **wanted.given}.items()}
+        fresh_shapes = {k: tuple(v.shape)
+                        for k, v in {**wanted_fresh.earlier, **wanted_fresh.given}.items()}
         out: list[str] = []
         for mapped in ("full", "exact", "blind", None) if traces.own is not None \
                 else ("full",):
@@ -974,10 +998,13 @@ def _written(traces: Traces, wanted: Wanted, mine_found: dict, theirs_found: dic
         if copies and not any(ov in cuts for ov in chosen.values()):
             continue
         if copies and any(chosen[name] in cuts and not first.hinted(chosen[name][0], name)
+                          and not (traces.own is not None and first.read_on(chosen[name]))
                           for name in wanted.answers if name in chosen):
             # An answer that is the gradient the step is given, as it arrives, is the
             # step's rule whoever wrote it: only where the program kept it under the
-            # answer's name is it the learner's (a step never written earns nothing).
+            # answer's name is it the learner's (a step never written earns nothing). In a
+            # notebook's own frame, one its own code goes on from is its own too (a residual's
+            # branch, handed as it is to the layer's backward).
             continue
         code = _code_for(first, cuts, chosen, traces.literals(mapped),
                          (second.ops, traces.pairs), copies, shapes)
@@ -1051,7 +1078,8 @@ def _candidates(read: Read, wanted: Wanted) -> dict[str, list[tuple[int, int]]] 
             matches = []
         if not matches:
             hinted = [(i, ov) for ov, i in read.maker.items()
-                      if read.ops[i]["own"] and read.hinted(ov[0], name)]
+                      if read.ops[i]["own"] and read.hinted(ov[0], name)
+                      and (ov not in read.values or _fits(read.values[ov], ref))]
             if not hinted:
                 if name in wanted.partials:
                     continue

@@ -25,7 +25,7 @@ import textwrap
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from tutor.code_facts import LESSON_TEXT, AutogradReads, bound, read, written
+from tutor.code_facts import LESSON_TEXT, UNAVAILABLE, AutogradReads, bound, read, written
 from tutor.pack.flow import gradients
 from tutor.pack.model import Pack, Step
 from tutor.sandbox.allowlist import IMPORTABLE, importable
@@ -245,6 +245,38 @@ def import_bindings(node: ast.stmt) -> str | None:
     return f"{', '.join(b for b, _ in pairs)} = {', '.join(v for _, v in pairs)}"
 
 
+def _unavailable(node: ast.stmt) -> str | None:
+    """An import the sandbox does not hold all of, as what it binds: what the sandbox holds as
+    itself, the rest bound to what says so when used (`sandbox/objects.py` `Unavailable`), so
+    that `from typing import Dict` leaves annotations working and `import numpy as np` fails
+    only where `np` is used, as the rest of the notebook runs."""
+    pairs: list[tuple[str, str]] = []
+    if isinstance(node, ast.Import):
+        for alias in node.names:
+            bound = alias.asname or alias.name.split(".")[0]
+            if alias.name in IMPORTABLE:
+                if alias.asname and bound != IMPORTABLE[alias.name]:
+                    pairs.append((bound, IMPORTABLE[alias.name]))
+                continue  # `import torch.nn` binds `torch`, which is there
+            pairs.append((bound, f"{UNAVAILABLE}({(alias.name if alias.asname else bound)!r})"))
+    elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+        for alias in node.names:
+            if alias.name == "*":
+                continue
+            bound, whole = alias.asname or alias.name, f"{node.module}.{alias.name}"
+            if whole in IMPORTABLE:
+                value = IMPORTABLE[whole]
+            elif node.module in IMPORTABLE and importable(node.module, alias.name):
+                value = f"{IMPORTABLE[node.module]}.{alias.name}"
+            else:
+                value = f"{UNAVAILABLE}({whole!r})"
+            if bound != value:
+                pairs.append((bound, value))
+    if not pairs:
+        return None
+    return f"{', '.join(b for b, _ in pairs)} = {', '.join(v for _, v in pairs)}"
+
+
 def reads_autograd_only(node: ast.stmt) -> bool:
     """Whether the sandbox refuses `node` only for the `.grad` it reads (`dstate =
     state.grad`, where a lesson gives `dstate`): a traced program runs it with autograd's
@@ -316,6 +348,8 @@ def own_source(source: str) -> str:
     for node in tree.body:
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             binding = import_bindings(node)
+            if binding is None:
+                binding = _unavailable(node)
             if binding is not None:
                 body += ast.parse(binding).body
             continue

@@ -114,6 +114,9 @@ FFT = _words("""
 MODULES: dict[str, frozenset[str]] = {
     "torch": TORCH | _words("nn linalg special fft"),
     "torch.nn": _words("functional"),
+    # `pad_sequence`, which a notebook builds its batches of names with: tensors in, a tensor
+    # out. Held under a name of its own (`rnn_utils`): `.utils` stays closed on torch.
+    "torch.nn.utils.rnn": _words("pad_sequence"),
     "torch.nn.functional": FUNCTIONAL,
     "torch.linalg": LINALG,
     "torch.special": SPECIAL,
@@ -137,6 +140,7 @@ _TENSOR_ONLY = _words("""
     scatter_add_ scatter_reduce_ masked_fill_ masked_scatter_ put_ unfold apply_ map_
     clamp_ clip_ exp_ log_ neg_ abs_ sqrt_ pow_ mul_ div_ add_ sub_ tanh_ sigmoid_ relu_
     squeeze_ unsqueeze_ t_ transpose_ to_dense type fill_diagonal_ nan_to_num_ ne_ eq_
+    as_strided
 """)
 TENSOR = (
     (_ELEMENTWISE | _REDUCTIONS | _INDEXING | _SHAPES | _LINEAR_ALGEBRA | _TENSOR_ONLY)
@@ -153,16 +157,34 @@ def tensor_allows(name: str) -> bool:
 # The modules a notebook's `import` may name, and the name each stand-in has in the sandbox's
 # namespace (sandbox/modules.py `MODULES`): `from math import sqrt` reads as `sqrt = math.sqrt`.
 IMPORTABLE = {"torch": "torch", "torch.nn": "torch.nn", "torch.nn.functional": "F", "math": "math",
+              "torch.nn.utils.rnn": "rnn_utils",
               "functools": "functools", "types": "types", "random": "random",
-              "collections": "collections"}
+              "collections": "collections", "dataclasses": "dataclasses",
+              "itertools": "itertools", "string": "string", "time": "time",
+              "hashlib": "hashlib"}
 # What the small stand-ins hold (sandbox/modules.py `_functools`, `_types`, `_random`,
 # `_collections`): what a notebook builds its data with.
 SMALL_MODULES = {"functools": frozenset({"wraps", "partial", "reduce", "lru_cache", "cache"}),
                  "types": frozenset({"SimpleNamespace"}),
                  "random": frozenset({"seed", "shuffle", "random", "randint", "choice",
-                                      "sample", "uniform", "gauss", "randrange"}),
+                                      "sample", "uniform", "gauss", "randrange", "Random"}),
                  "collections": frozenset({"deque", "Counter", "defaultdict", "OrderedDict",
-                                           "namedtuple"})}
+                                           "namedtuple"}),
+                 # records of a layer's weights or activations (sandbox/modules.py)
+                 "dataclasses": frozenset({"dataclass", "field", "fields", "asdict",
+                                           "replace", "is_dataclass"}),
+                 # pure functions over what they are given
+                 "itertools": frozenset({"chain", "product", "islice", "count", "repeat",
+                                         "cycle", "accumulate", "zip_longest", "pairwise",
+                                         "combinations", "permutations", "groupby",
+                                         "starmap", "takewhile", "dropwhile", "tee"}),
+                 "string": frozenset({"ascii_lowercase", "ascii_uppercase", "ascii_letters",
+                                      "digits", "punctuation", "whitespace", "printable"}),
+                 # a training loop's timing: the clock only, never a sleep
+                 "time": frozenset({"time", "perf_counter", "monotonic", "process_time",
+                                    "time_ns", "perf_counter_ns"}),
+                 # a notebook's own deterministic shuffle (`sort(key=md5 of the word)`)
+                 "hashlib": frozenset({"md5", "sha1", "sha256"})}
 
 
 def importable(module: str, name: str) -> bool:
@@ -224,7 +246,7 @@ REASONS: dict[str, str] = {
     "PyTorchFileReader": _FILES, "hub": "the sandbox has no network", "numpy": _STORAGE,
     "storage": _STORAGE, "untyped_storage": _STORAGE, "data_ptr": _STORAGE,
     "const_data_ptr": _STORAGE, "share_memory_": _STORAGE, "pin_memory": _STORAGE,
-    "set_": _STORAGE, "resize_": _STORAGE, "resize_as_": _STORAGE, "as_strided": _STORAGE,
+    "set_": _STORAGE, "resize_": _STORAGE, "resize_as_": _STORAGE,
     "as_strided_": _STORAGE, "frombuffer": _STORAGE, "from_numpy": _STORAGE,
     "from_dlpack": _STORAGE, "to_dlpack": _STORAGE, "as_subclass": _STORAGE,
     "UntypedStorage": _STORAGE, "TypedStorage": _STORAGE, "Storage": _STORAGE,

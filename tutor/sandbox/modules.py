@@ -17,7 +17,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from tutor.sandbox import allowlist, objects
+from tutor.sandbox import allowlist, objects, records
 from tutor.sandbox.classes import Tensor
 from tutor.sandbox.guard import Guard, Refused
 from tutor.sandbox.objects import SimpleNamespace, learner_function
@@ -63,7 +63,34 @@ def _tensor_wrappers() -> dict[str, Any]:
     def new_empty_strided(t: torch.Tensor) -> Any:
         return lambda size, stride, **kw: t.new_empty_strided(size, stride, **kw).zero_()
 
-    return {"new_empty": new_empty, "new_empty_strided": new_empty_strided}
+    def as_strided(t: torch.Tensor) -> Any:
+        return lambda size, stride, storage_offset=None: strided_view(t, size, stride,
+                                                                       storage_offset)
+
+    return {"new_empty": new_empty, "new_empty_strided": new_empty_strided,
+            "as_strided": as_strided}
+
+
+def strided_view(t: torch.Tensor, size: Any, stride: Any, storage_offset: Any = None
+                 ) -> torch.Tensor:
+    """`t.as_strided(size, stride)`, the windows of a convolution or a pool, over `t`'s own
+    entries only: a view that reaches past them would read what else its memory holds (another
+    tensor's values, or memory never written)."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError("as_strided needs a tensor")
+    size, stride = tuple(int(n) for n in size), tuple(int(s) for s in stride)
+    start = t.storage_offset() if storage_offset is None else int(storage_offset)
+    if len(size) != len(stride) or any(n < 0 for n in size) or any(s < 0 for s in stride):
+        raise Refused("as_strided takes as many sizes as strides, none of them negative")
+    if not t.is_contiguous():
+        raise Refused("as_strided in the sandbox reads a contiguous tensor's own entries: call "
+                      ".contiguous() on it first")
+    if all(n > 0 for n in size):
+        last = start + sum((n - 1) * s for n, s in zip(size, stride, strict=True))
+        if start < t.storage_offset() or last >= t.storage_offset() + t.numel():
+            raise Refused("as_strided in the sandbox reads only the tensor's own entries: this "
+                          "view reaches past them (check its sizes and strides)")
+    return torch.as_strided(t, size, stride, start)
 
 
 def _table(module_name: str, real: types.ModuleType, stand_ins: dict[str, types.ModuleType]
@@ -76,6 +103,7 @@ def _table(module_name: str, real: types.ModuleType, stand_ins: dict[str, types.
         elif hasattr(real, name):
             values[name] = getattr(real, name)
     if module_name == "torch":
+        values["as_strided"] = strided_view
         values.update(_zeros_like_empty())
         values.update(_bytes_refusing_asarray())
         values["Tensor"] = Tensor
@@ -85,6 +113,7 @@ def _table(module_name: str, real: types.ModuleType, stand_ins: dict[str, types.
 def _build() -> tuple[dict[str, types.ModuleType], Guard]:
     real = {"torch": torch, "torch.nn": torch.nn, "torch.nn.functional": F,
             "torch.linalg": torch.linalg, "torch.special": torch.special, "torch.fft": torch.fft,
+            "torch.nn.utils.rnn": torch.nn.utils.rnn,
             "math": math}
     stand_ins = {name: types.ModuleType(name) for name in real}
     held = {}
@@ -132,8 +161,14 @@ def _random() -> types.ModuleType:
 
     module = types.ModuleType("random")
     own = random.Random(0)
-    for name in allowlist.SMALL_MODULES["random"]:
+    for name in allowlist.SMALL_MODULES["random"] - {"Random"}:
         setattr(module, name, getattr(own, name))
+
+    def Random(seed: Any = None) -> random.Random:  # noqa: N802 - the class's own name
+        """A generator of the notebook's own (`rng = random.Random(7)`), seeded as it says."""
+        return random.Random(seed)
+
+    module.Random = Random  # type: ignore[attr-defined]
     return module
 
 
@@ -147,13 +182,29 @@ def _collections() -> types.ModuleType:
     return module
 
 
+def _held(name: str) -> types.ModuleType:
+    """A module of Python's own, holding only what its allow list names: each a plain function
+    of what it is given (or a constant), none of them a door to the process."""
+    import importlib
+
+    real = importlib.import_module(name)
+    module = types.ModuleType(name)
+    for attr in allowlist.SMALL_MODULES[name]:
+        if hasattr(real, attr):
+            setattr(module, attr, getattr(real, attr))
+    return module
+
+
 _STAND_INS, GUARD = _build()
 # torch.nn's base class and parameter, as a learner's model builds on them (sandbox/objects.py).
 _STAND_INS["torch.nn"].Module = objects.Module
 _STAND_INS["torch.nn"].Parameter = objects.parameter
 GUARD.modules["torch.nn"] = GUARD.modules["torch.nn"] | allowlist.NN
 for _name, _module in (("functools", _functools()), ("types", _types()),
-                       ("random", _random()), ("collections", _collections())):
+                       ("random", _random()), ("collections", _collections()),
+                       ("dataclasses", records.module()), ("itertools", _held("itertools")),
+                       ("string", _held("string")), ("time", _held("time")),
+                       ("hashlib", _held("hashlib"))):
     _STAND_INS[_name] = _module
     GUARD.modules[_name] = frozenset(k for k in vars(_module) if not k.startswith("_"))
 
@@ -161,4 +212,7 @@ for _name, _module in (("functools", _functools()), ("types", _types()),
 MODULES = {"torch": _STAND_INS["torch"], "F": _STAND_INS["torch.nn.functional"],
            "math": _STAND_INS["math"], "functools": _STAND_INS["functools"],
            "types": _STAND_INS["types"], "random": _STAND_INS["random"],
-           "collections": _STAND_INS["collections"]}
+           "collections": _STAND_INS["collections"], "dataclasses": _STAND_INS["dataclasses"],
+           "itertools": _STAND_INS["itertools"], "string": _STAND_INS["string"],
+           "time": _STAND_INS["time"], "hashlib": _STAND_INS["hashlib"],
+           "rnn_utils": _STAND_INS["torch.nn.utils.rnn"]}

@@ -39,7 +39,10 @@ AUGMENT_NAME = "__tutor_augattr__"
 METHODS = CLASS_METHODS
 # What `class` statements leave in a class's namespace besides the learner's own names.
 _MADE_BY_PYTHON = METHODS | {"__module__", "__qualname__", "__doc__", "__dict__",
-                             "__weakref__", "__firstlineno__", "__static_attributes__"}
+                             "__weakref__", "__firstlineno__", "__static_attributes__",
+                             # a record's fields (`h: torch.Tensor`): their annotations
+                             "__annotations__", "__annotate__", "__annotate_func__",
+                             "__annotations_cache__"}
 # Single-underscore names that libraries look up on an object to treat it as one of theirs (a
 # named tuple's, a parameter, a view): a class of the learner's keeps its own `_norm` helpers,
 # never these.
@@ -125,6 +128,59 @@ _classes.add(Module)
 
 # The tensors `nn.Parameter` was given, by id, each with a weak reference to tell a reused id.
 _PARAMETERS: dict[int, weakref.ref] = {}
+
+
+# Modules that only show things (plots, progress bars, rich output).
+_DISPLAY = frozenset({"matplotlib", "seaborn", "IPython", "tqdm", "plotly"})
+
+
+class Unavailable:
+    """What a notebook's import of something the sandbox does not hold binds (`from typing import
+    Dict`, `import numpy as np`): the notebook goes on as a kernel would run it, an annotation
+    may name it (`Dict[str, Tensor]`, `int | None`), and only a use of it says that it is not
+    there. It holds nothing: every attribute is another such name, and a call is refused."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        object.__setattr__(self, "name", str(name))
+
+    def __getattr__(self, attr: str) -> Unavailable:
+        if attr.startswith("_"):
+            raise AttributeError(attr)
+        return Unavailable(f"{self.name}.{attr}")
+
+    def __setattr__(self, attr: str, value: Any) -> None:
+        raise Refused(f"{self.name} is not available in the sandbox")
+
+    def __getitem__(self, key: Any) -> Unavailable:
+        return self
+
+    def __or__(self, other: Any) -> Unavailable:
+        return self
+
+    __ror__ = __or__
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        root = self.name.split(".")[0]
+        if root in _DISPLAY:
+            # Showing, not computing: a plot or a progress bar changes no value, so it does
+            # nothing here (a progress bar gives back what it wraps).
+            last = self.name.rsplit(".", 1)[-1]
+            if last == "tqdm" and args:
+                return args[0]
+            if last == "trange":
+                return range(*args)
+            return self
+        raise Refused(f"{self.name} is not available in the sandbox: the notebook imported it, "
+                      "but the tutor runs your code with torch, F, math and a few of Python's "
+                      "own modules only")
+
+    def __iter__(self) -> Any:
+        return iter(())
+
+    def __repr__(self) -> str:
+        return f"<{self.name}: not available in the sandbox>"
 
 
 def parameter(data: Any = None, requires_grad: bool = True) -> Any:

@@ -94,17 +94,30 @@ def _nn_module(base: ast.expr) -> bool:
         and isinstance(base.value.value, ast.Name) and base.value.value.id == "torch")
 
 
+def _record_decorator(node: ast.expr) -> bool:
+    """`@dataclass`, `@dataclass(...)` or `@dataclasses.dataclass(...)`: the sandbox's record
+    maker (sandbox/records.py), which checks again that the class is the learner's own."""
+    if isinstance(node, ast.Call):
+        node = node.func
+    return isinstance(node, ast.Name) and node.id == "dataclass" or isinstance(
+        node, ast.Attribute) and node.attr == "dataclass" and isinstance(
+        node.value, ast.Name) and node.value.id == "dataclasses"
+
+
 def _class_refusal(node: ast.ClassDef) -> Refusal | None:
     """A class of the learner's is a record of methods and attributes (sandbox/objects.py)."""
-    if node.decorator_list or node.keywords:
-        return _refusal(node, "class", "a class of yours takes no decorators or keywords")
+    if node.keywords or not all(_record_decorator(d) for d in node.decorator_list):
+        return _refusal(node, "class", "a class of yours takes no decorators (but @dataclass) "
+                                       "or keywords")
     if not all(isinstance(b, ast.Name) or _nn_module(b) for b in node.bases):
         return _refusal(node, "class", "a class of yours builds only on your own classes "
                                        "(or torch.nn.Module), named plainly")
     for stmt in node.body:
         # A method may be decorated (`@staticmethod`, `@torch.no_grad()`): a decorator is an
         # expression like any other, read through the guard.
-        if not isinstance(stmt, (ast.FunctionDef, ast.Assign, ast.Expr, ast.Pass)):
+        # A field of a record (`h: torch.Tensor`, `n: int = 3`): an annotated plain name.
+        field = isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)
+        if not field and not isinstance(stmt, (ast.FunctionDef, ast.Assign, ast.Expr, ast.Pass)):
             return _refusal(stmt, "this statement in a class",
                             "a class of yours holds methods and plain attributes only")
     return None

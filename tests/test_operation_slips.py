@@ -250,3 +250,35 @@ def test_right_numbers_reversed_or_laid_out_by_a_reshape_are_named(engines):
                              "*pooled.shape[2:]).transpose(0, 1)\n")
     said = _said(engine, step.id, mixed, "pooled")
     assert "laid out as if" in said and "then permute or transpose" in said
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("line, weight, unpaired", [
+    ("v", "Wv", "torch.einsum('btc,bse->ce', x, dv)"),  # positions given two letters
+    ("y", "v", "torch.einsum('bts,bue->bse', att, dy)"),  # query positions two letters
+])
+def test_a_product_s_contraction_split_between_its_operands_is_named(engines, line, weight,
+                                                                     unpaired):
+    """An einsum that gives a contracted axis a letter on each operand adds each up apart and
+    multiplies the sums: named on any product, weight or activation."""
+    engine = engines("attention")
+    step = _step(engine, line)
+    said = _said(engine, step.id, step.solution + f"d{weight} = {unpaired}\n", weight)
+    assert "each on its own" in said and "pairs with" in said
+
+
+@pytest.mark.slow
+def test_two_gradients_that_traded_places_are_named(engines):
+    engine = engines("attention")
+    step = _step(engine, "scores")
+    said = _said(engine, step.id, step.solution + "dq, dk = dk, dq\n", "q")
+    assert "traded places" in said and "`dk`" in said
+
+
+@pytest.mark.slow
+def test_a_cross_entropy_from_the_log_probabilities_is_named(engines):
+    engine = engines("attention")
+    step = next(s for s in engine.pack.gradient_steps if "logits" in s.checks)
+    code = ("dlogits = F.log_softmax(logits, 1)\ndlogits[range(logits.shape[0]), Yb] -= 1\n"
+            "dlogits /= logits.shape[0]\n")
+    assert "log-probabilities" in _said(engine, step.id, code, "logits")

@@ -313,6 +313,9 @@ LESSON_TEXT = "lesson_data_text"
 # What a notebook's import of a module the sandbox does not hold binds, in its own frame
 # (sandbox/objects.py `Unavailable`): an annotation may name it; a call says it is not there.
 UNAVAILABLE = "not_in_sandbox"
+# The base a notebook's dict of attributes (`class Grads(dict): __getattr__ = dict.__getitem__`)
+# builds on in its own frame (sandbox/objects.py `AttributeDict`).
+ATTRIBUTE_DICT = "attribute_dict"
 
 
 class AutogradReads(ast.NodeTransformer):

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from tutor import devices
-from tutor.code_facts import UNAVAILABLE
+from tutor.code_facts import ATTRIBUTE_DICT, UNAVAILABLE
 from tutor.core.clock import Budget, CheckTimeout
 from tutor.pack.flow import tensor_of
 from tutor.sandbox import objects, views
@@ -168,7 +168,8 @@ def _builtins(print_: Callable, cmp: Callable) -> dict:
             VIEWS["getattr"]: _GETATTR, VIEWS["globals"]: views.namespace_view,
             VIEWS["locals"]: views.locals_view, VIEWS["vars"]: views.vars_view,
             "__build_class__": objects.build_class, objects.SET_NAME: objects.set_attribute,
-            objects.AUGMENT_NAME: objects.augment_attribute, UNAVAILABLE: objects.Unavailable}
+            objects.AUGMENT_NAME: objects.augment_attribute, UNAVAILABLE: objects.Unavailable,
+            ATTRIBUTE_DICT: objects.AttributeDict}
 
 
 class _Listening(threading.local):

@@ -302,7 +302,8 @@ def note_names(recorder: Recorder, ns: dict) -> None:
         # One level into dicts and objects; in a notebook's own frame, deeper (`model.cache`
         # is a dict of the model's: its keys are the names it keeps its tensors under).
         fields = value if isinstance(value, dict) else instance_attributes(value)
-        for key, item in list(fields.items())[:1000]:
+        # dict's own items, never a method a learner's dict class gave itself
+        for key, item in list(dict.items(fields))[:1000]:
             hint(item, key)
             hold(item)
             if depth and isinstance(item, dict) or depth and instance_attributes(item):
@@ -606,6 +607,49 @@ class Read:
         self.maker[(o, 0)] = len(self.ops) - 1
         self.sums = self.readers = None  # built again with the new op
         return (o, 0)
+
+    def _synthetic(self, call: tuple, args: list, reads: list, value: Tensor) -> tuple[int, int]:
+        """`add_op`, or the version an op of the same call on the same inputs made already."""
+        for i in range(len(self.ops) - 1, -1, -1):
+            if not self.ops[i].get("synthetic"):
+                break
+            if self.ops[i]["call"] == call and self.ops[i]["args"] == args:
+                return (self.ops[i]["outs"][0], 0)
+        return self.add_op({"call": call, "args": args, "reads": reads}, value)
+
+    def cut_out(self, ref: Tensor, floor: float) -> list[tuple[int, int]]:
+        """`ref` as a part of a larger value the exercise made (`dch[:, H:]`, where a notebook
+        keeps the cell's and the hidden state's gradients side by side in one tensor, or one
+        entry of a stack): the new versions that cut it out, from the latest such value on."""
+        if not ref.is_floating_point() or not float(ref.abs().sum()) > floor:
+            return []
+        out: list[tuple[int, int]] = []
+        for ov, i in sorted(self.maker.items(), key=lambda item: -item[1]):
+            op, value = self.ops[i], self.values.get(ov)
+            if not op["own"] or op.get("synthetic") or value is None \
+                    or not value.is_floating_point() or value.numel() <= ref.numel() \
+                    or value.numel() > MAX_PIECES * ref.numel():
+                continue
+            found = None
+            if value.dim() == ref.dim():
+                wider = [d for d in range(value.dim()) if value.shape[d] != ref.shape[d]]
+                if len(wider) == 1 and value.shape[wider[0]] % ref.shape[wider[0]] == 0:
+                    d, size = wider[0], ref.shape[wider[0]]
+                    found = next((("narrow", [("lit", d), ("lit", start), ("lit", size)],
+                                   value.narrow(d, start, size))
+                                  for start in range(0, value.shape[d], size)
+                                  if _close(value.narrow(d, start, size), ref, floor)), None)
+            elif value.dim() == ref.dim() + 1:
+                found = next((("select", [("lit", d), ("lit", k)], value.select(d, k))
+                              for d in range(value.dim())
+                              if value.shape[:d] + value.shape[d + 1:] == ref.shape
+                              for k in range(value.shape[d])
+                              if _close(value.select(d, k), ref, floor)), None)
+            if found is not None:
+                name, args, part = found
+                out.append(self._synthetic(("method", name), [("t", *ov), *args], [ov],
+                                           part.clone()))
+        return out
 
     def assembled(self, ref: Tensor, floor: float) -> tuple[int, int] | None:
         """`ref` put together from versions the exercise made, one per slice along a dim (a
@@ -1076,6 +1120,12 @@ def _candidates(read: Read, wanted: Wanted) -> dict[str, list[tuple[int, int]]] 
             # its given gradient are one value) while the program keeps another value under
             # this one's name: that is its answer, whatever else equals the right one.
             matches = []
+        if not matches:
+            # Kept inside a larger value of the program's (its gradients side by side).
+            parts = read.cut_out(ref, floor) or (
+                read.cut_out(wanted.theirs[name], floor)
+                if wanted.theirs is not None and name in wanted.theirs else [])
+            matches = [(read.maker[p], p) for p in parts]
         if not matches:
             hinted = [(i, ov) for ov, i in read.maker.items()
                       if read.ops[i]["own"] and read.hinted(ov[0], name)

@@ -21,11 +21,20 @@ from __future__ import annotations
 import ast
 import builtins
 import copy
+import sys
 import textwrap
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from tutor.code_facts import LESSON_TEXT, UNAVAILABLE, AutogradReads, bound, read, written
+from tutor.code_facts import (
+    ATTRIBUTE_DICT,
+    LESSON_TEXT,
+    UNAVAILABLE,
+    AutogradReads,
+    bound,
+    read,
+    written,
+)
 from tutor.pack.flow import gradients
 from tutor.pack.model import Pack, Step
 from tutor.sandbox.allowlist import IMPORTABLE, importable
@@ -355,7 +364,7 @@ def own_source(source: str) -> str:
             continue
         if _own_autograd(node):
             continue
-        node = _record_class(node) or node
+        node = _attribute_dict(node) or node
         for made in _DataReads().visit_many(node):
             out = _Unmarked().visit(made)
             body += out if isinstance(out, list) else [out]
@@ -365,27 +374,29 @@ def own_source(source: str) -> str:
         return source
 
 
-def _record_class(node: ast.stmt) -> ast.stmt | None:
-    """A `@dataclass` of fields only (a notebook's cache of its activations) as the record the
-    sandbox has: `def Cache(e=None, h=None): return types.SimpleNamespace(e=e, h=h)`."""
-    if not isinstance(node, ast.ClassDef) or len(node.decorator_list) != 1 or node.bases:
-        return None
-    mark = node.decorator_list[0]
-    mark = mark.func if isinstance(mark, ast.Call) else mark
-    if not (isinstance(mark, ast.Name) and mark.id == "dataclass"
-            or isinstance(mark, ast.Attribute) and mark.attr == "dataclass"):
+_ITEM_ALIASES = {"__getattr__": "__getitem__", "__setattr__": "__setitem__",
+                 "__delattr__": "__delitem__"}
+
+
+def _attribute_dict(node: ast.stmt) -> ast.stmt | None:
+    """`class Grads(dict): __getattr__ = dict.__getitem__; __setattr__ = dict.__setitem__`, a
+    dict whose entries are attributes too, as the sandbox's own such dict (sandbox/objects.py
+    `AttributeDict`): the class's body reaches into Python's own methods, which the sandbox
+    keeps closed, to say only that."""
+    if not isinstance(node, ast.ClassDef) or node.decorator_list or node.keywords \
+            or [ast.unparse(b) for b in node.bases] != ["dict"]:
         return None
     body = [n for n in node.body if not (isinstance(n, ast.Expr)
-                                         and isinstance(n.value, ast.Constant))]
-    if not body or not all(isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)
-                           for n in body):
+                                         and isinstance(n.value, ast.Constant)
+                                         or isinstance(n, ast.Pass))]
+    if not body or not all(
+            isinstance(n, ast.Assign) and len(n.targets) == 1
+            and isinstance(n.targets[0], ast.Name) and n.targets[0].id in _ITEM_ALIASES
+            and ast.unparse(n.value) == f"dict.{_ITEM_ALIASES[n.targets[0].id]}"
+            for n in body):
         return None
-    names = [n.target.id for n in body]  # type: ignore[attr-defined]
-    defaults = [n.value or ast.Constant(None) for n in body]  # type: ignore[attr-defined]
-    made = ast.Call(ast.Attribute(ast.Name("types", ast.Load()), "SimpleNamespace", ast.Load()),
-                    [], [ast.keyword(k, ast.Name(k, ast.Load())) for k in names])
-    args = ast.arguments([], [ast.arg(k) for k in names], None, [], [], None, defaults)
-    return ast.FunctionDef(node.name, args, [ast.Return(made)], [], None)
+    return ast.ClassDef(node.name, [ast.Name(ATTRIBUTE_DICT, ast.Load())], [], [ast.Pass()],
+                        [], **({"type_params": []} if sys.version_info >= (3, 12) else {}))
 
 
 def _text() -> ast.expr:

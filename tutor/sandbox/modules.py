@@ -71,6 +71,15 @@ def _tensor_wrappers() -> dict[str, Any]:
             "as_strided": as_strided}
 
 
+def _linear(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
+            ) -> torch.Tensor:
+    """`F.linear`, as the product it is (`input @ weight.T + bias`): a notebook that keeps its
+    weights as (out, in) is traced reading each one laid out (tutor/core/frame.py), where the
+    lesson keeps it as (in, out)."""
+    out = input @ weight.T
+    return out if bias is None else out + bias
+
+
 def strided_view(t: torch.Tensor, size: Any, stride: Any, storage_offset: Any = None
                  ) -> torch.Tensor:
     """`t.as_strided(size, stride)`, the windows of a convolution or a pool, over `t`'s own
@@ -102,6 +111,8 @@ def _table(module_name: str, real: types.ModuleType, stand_ins: dict[str, types.
             values[name] = stand_ins[qualified]
         elif hasattr(real, name):
             values[name] = getattr(real, name)
+    if module_name == "torch.nn.functional":
+        values["linear"] = _linear
     if module_name == "torch":
         values["as_strided"] = strided_view
         values.update(_zeros_like_empty())

@@ -130,6 +130,32 @@ _classes.add(Module)
 _PARAMETERS: dict[int, weakref.ref] = {}
 
 
+class AttributeDict(dict):
+    """A dict whose entries read and write as attributes too (`d.logits` is `d['logits']`),
+    as a notebook's `class Grads(dict)` with `__getattr__ = dict.__getitem__` makes one; the
+    learner's class builds on it (course/program.py rewrites theirs so)."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        self[name] = value
+
+    def __delattr__(self, name: str) -> None:
+        try:
+            del self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+_classes.add(AttributeDict)
+
+
 # Modules that only show things (plots, progress bars, rich output).
 _DISPLAY = frozenset({"matplotlib", "seaborn", "IPython", "tqdm", "plotly"})
 

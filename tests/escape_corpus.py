@@ -1175,7 +1175,12 @@ CLASS_ATTEMPTS: list[Attempt] = [
         """, REFUSED, ("_parameters",)),
     _a("class-nn-module-class", "classes", """
         m = torch.nn.Linear(27, 27)
-        """, REFUSED, ("Linear",)),
+        print(m(probs).shape, type(m).__name__)
+        """, CONTAINED),
+    _a("class-nn-layer-insides", "classes", """
+        m = torch.nn.Linear(27, 27)
+        print(m.forward.__globals__)
+        """, REFUSED, ("__globals__",)),
     _a("class-storage-classes", "classes", """
         s = torch.UntypedStorage(64)
         print(torch.FloatStorage(8).tolist())

@@ -195,21 +195,126 @@ for name, mod in [('qkv', m.attn_in), ('aproj', m.attn_out), ('fc', m.fc), ('pro
 
 '''
 
+# The same network of torch.nn's layers (the sandbox's, tutor/sandbox/layers.py): weights kept
+# as (out, in) and read through `F.linear`, three layer norms whose scales start as ones (equal
+# in value: each is the one its own layer reads), the gradients kept as `.g` notes.
+NN_LAYERS = '''import torch.nn as nn
+torch.manual_seed(5)
+
+def ln_back(x, w, dout):
+    mu = x.mean(-1, keepdim=True)
+    rstd = ((x - mu) ** 2).mean(-1, keepdim=True).add(1e-5).rsqrt()
+    xh = (x - mu) * rstd
+    dxh = dout * w
+    dx = rstd * (dxh - dxh.mean(-1, keepdim=True) - xh * (dxh * xh).mean(-1, keepdim=True))
+    return dx, (dout * xh).sum((0, 1)), dout.sum((0, 1))
+
+def lin_back(layer, x, dout):
+    layer.weight.g = dout.reshape(-1, dout.shape[-1]).T @ x.reshape(-1, x.shape[-1])
+    layer.bias.g = dout.sum((0, 1))
+    return dout @ layer.weight
+
+class GPT(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.tok = nn.Embedding(V, C)
+        self.pos = nn.Parameter(torch.randn(T, C) * 0.1)
+        self.ln1 = nn.LayerNorm(C)
+        self.qkv = nn.Linear(C, 3 * C)
+        self.proj = nn.Linear(C, C)
+        self.ln2 = nn.LayerNorm(C)
+        self.fc = nn.Linear(C, 4 * C)
+        self.out = nn.Linear(4 * C, C)
+        self.lnf = nn.LayerNorm(C)
+    def forward(self, X, Y):
+        B = X.shape[0]
+        self.X = X
+        self.x0 = self.tok(X) + self.pos
+        self.a = self.ln1(self.x0)
+        self.qkv_out = self.qkv(self.a)
+        q, k, v = self.qkv_out.split(C, -1)
+        self.q = q.view(B, T, NH, HS).transpose(1, 2)
+        self.k = k.view(B, T, NH, HS).transpose(1, 2)
+        self.v = v.view(B, T, NH, HS).transpose(1, 2)
+        s = self.q @ self.k.transpose(-2, -1) * HS ** -0.5
+        s = s.masked_fill(torch.tril(torch.ones(T, T)) == 0, float('-inf'))
+        self.p = F.softmax(s, -1)
+        self.y = (self.p @ self.v).transpose(1, 2).contiguous().view(B, T, C)
+        self.x1 = self.x0 + self.proj(self.y)
+        self.b = self.ln2(self.x1)
+        self.h = self.fc(self.b)
+        u = math.sqrt(2 / math.pi) * (self.h + 0.044715 * self.h ** 3)
+        self.hg = 0.5 * self.h * (1 + torch.tanh(u))
+        self.x2 = self.x1 + self.out(self.hg)
+        self.f = self.lnf(self.x2)
+        self.logits = self.f @ self.tok.weight.T
+        self.tg = torch.cat([X[:, 1:], Y[:, None]], 1)
+        return F.cross_entropy(self.logits.view(-1, V), self.tg.view(-1))
+    def backward(self):
+        B = self.X.shape[0]
+        g = F.softmax(self.logits, -1)
+        g = g - F.one_hot(self.tg, V).float()
+        g = g / (B * T)
+        self.logits.g = g
+        self.tok.weight.g = g.reshape(-1, V).T @ self.f.reshape(-1, C)
+        df = g @ self.tok.weight
+        dx2, self.lnf.weight.g, self.lnf.bias.g = ln_back(self.x2, self.lnf.weight, df)
+        dhg = lin_back(self.out, self.hg, dx2)
+        u = math.sqrt(2 / math.pi) * (self.h + 0.044715 * self.h ** 3)
+        th = torch.tanh(u)
+        slope = math.sqrt(2 / math.pi) * (1 + 3 * 0.044715 * self.h ** 2)
+        dh = dhg * (0.5 * (1 + th) + 0.5 * self.h * (1 - th ** 2) * slope)
+        db = lin_back(self.fc, self.b, dh)
+        d, self.ln2.weight.g, self.ln2.bias.g = ln_back(self.x1, self.ln2.weight, db)
+        dx1 = dx2 + d
+        dy = lin_back(self.proj, self.y, dx1)
+        do = dy.view(B, T, NH, HS).transpose(1, 2)
+        dp = do @ self.v.transpose(-2, -1)
+        dv = self.p.transpose(-2, -1) @ do
+        ds = self.p * (dp - (dp * self.p).sum(-1, keepdim=True)) * HS ** -0.5
+        dq = ds @ self.k
+        dk = ds.transpose(-2, -1) @ self.q
+        m = lambda t: t.transpose(1, 2).reshape(B, T, C)
+        da = lin_back(self.qkv, self.a, torch.cat([m(dq), m(dk), m(dv)], -1))
+        d, self.ln1.weight.g, self.ln1.bias.g = ln_back(self.x0, self.ln1.weight, da)
+        dx0 = dx1 + d
+        self.x0.g = dx0
+        self.pos.g = dx0.sum(0)
+        self.tok.weight.g = self.tok.weight.g.index_add(0, self.X.view(-1), dx0.view(-1, C))
+
+'''
+
+NN_RUN = '''model = GPT()
+ix = torch.randint(0, Xtr.shape[0], (5,))
+loss = model(Xtr[ix], Ytr[ix])
+model.x0.retain_grad(); model.logits.retain_grad()
+loss.backward()
+model.backward()
+for name, p in [('tok', model.tok.weight), ('pos', model.pos), ('qkv', model.qkv.weight),
+                ('fc.b', model.fc.bias), ('ln1', model.ln1.weight)]:
+    print(name, torch.allclose(p.g, p.grad, atol=1e-5))
+print('x0', torch.allclose(model.x0.g, model.x0.grad, atol=1e-6))
+'''
+
 ATOMS = ("block/lnf_rstd", "block/lnf_var", "block/lnf_xc", "block/lnf_mean")
 
 
-@pytest.fixture(scope="module")
-def steps(tmp_path_factory):
-    path = tmp_path_factory.mktemp("layers") / "layers.ipynb"
+def _graded(folder: Path, cells: list[str]) -> dict:
+    path = folder / "layers.ipynb"
     path.write_text(json.dumps({
         "cells": [{"cell_type": "code", "execution_count": None, "id": f"c{i}",
                    "metadata": {}, "outputs": [], "source": c.splitlines(keepends=True)}
-                  for i, c in enumerate([DATA, LAYERS, RUN])],
+                  for i, c in enumerate(cells)],
         "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
     done = subprocess.run([sys.executable, "-m", "tutor", "--device", "cpu", "--pack", "gpt",
                            "grade", "--json", str(path)], capture_output=True, text=True,
                           cwd=ROOT, timeout=600)
     return {s["id"]: s for s in json.loads(done.stdout)["steps"]}
+
+
+@pytest.fixture(scope="module")
+def steps(tmp_path_factory):
+    return _graded(tmp_path_factory.mktemp("layers"), [DATA, LAYERS, RUN])
 
 
 def _earned(step: dict) -> bool:
@@ -236,6 +341,14 @@ def test_a_residual_s_branch_handed_on_as_it_arrives_is_its_own(steps):
 def test_a_name_of_its_own_of_another_shape_is_no_answer(steps):
     # `self.dtok` is the table's gradient ([27, 32]); the lesson's `tok` is [n, 16, 32]
     assert _earned(steps["block/wpe"]), steps["block/wpe"]["message"]
+    everything = [sid for sid in steps if sid.startswith("block/") and sid not in ATOMS]
+    assert all(_earned(steps[sid]) for sid in everything), {
+        sid: steps[sid]["message"] for sid in everything if not _earned(steps[sid])}
+
+
+@pytest.mark.slow
+def test_a_model_of_torch_s_layers_is_graded_as_the_lesson_s(tmp_path):
+    steps = _graded(tmp_path, [DATA, NN_LAYERS, NN_RUN])
     everything = [sid for sid in steps if sid.startswith("block/") and sid not in ATOMS]
     assert all(_earned(steps[sid]) for sid in everything), {
         sid: steps[sid]["message"] for sid in everything if not _earned(steps[sid])}

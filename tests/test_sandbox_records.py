@@ -149,3 +149,17 @@ def test_as_strided_reads_a_tensor_s_own_entries_only():
                  "x = torch.arange(6.).view(2, 3).t()\nw = x.as_strided((2,), (1,))\n"):
         with pytest.raises(Refused):
             _run(code)
+
+
+def test_torch_s_layers_are_modules_of_the_sandbox_s():
+    ns = _run("class Net(torch.nn.Module):\n"
+              "    def __init__(self):\n        super().__init__()\n"
+              "        self.emb = torch.nn.Embedding(5, 3)\n"
+              "        self.body = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Tanh())\n"
+              "        self.norm = torch.nn.LayerNorm(4)\n"
+              "        torch.nn.init.zeros_(self.body[0].bias)\n"
+              "    def forward(self, i):\n        return self.norm(self.body(self.emb(i)))\n"
+              "net = Net()\ny = net(torch.tensor([0, 4]))\nn = len(net.parameters())\n"
+              "w = net.body[0].weight\nw.g = torch.ones_like(w)\n")
+    assert tuple(ns["y"].shape) == (2, 4) and ns["n"] == 5
+    assert tuple(ns["w"].shape) == (4, 3) and not bool(ns["net"].body[0].bias.any())

@@ -43,8 +43,8 @@ def found(network: Network, trace: dict) -> tuple[Batch, Traces] | None:
     assigned = _assigned(network, read, first_read)
     if assigned is None:
         return None
-    batch, made_loss = assigned
-    _name(read, batch, network, made_loss)
+    batch, made_loss, chosen = assigned
+    _name(read, batch, network, made_loss, chosen)
     _through_layouts(read, made_loss)
     _sliced(read, batch, network, made_loss)
     read.assembles = True
@@ -55,8 +55,9 @@ def found(network: Network, trace: dict) -> tuple[Batch, Traces] | None:
 
 
 def _assigned(network: Network, read: Read, first_read: dict[tuple[int, int], int]
-              ) -> tuple[Batch, int] | None:
-    """The batch the notebook's parameters and batch give, and the op that made its loss."""
+              ) -> tuple[Batch, int, dict[str, tuple[int, int]]] | None:
+    """The batch the notebook's parameters and batch give, the op that made its loss, and
+    the version that is each parameter."""
     main = network.main
     X, Y = main.values["Xb"], main.values["Yb"]
     losses = [(read.maker.get(ov, len(read.ops)), v) for ov, v in read.values.items()
@@ -117,7 +118,9 @@ def _assigned(network: Network, read: Read, first_read: dict[tuple[int, int], in
     if not fits:
         return None
     _, made_loss, params, x, y = max(fits, key=lambda f: f[0])
-    return network.make_batch(x, y, params=params), made_loss
+    where = {id(t): ov for ov, t in floats}
+    chosen = {name: where[id(t)] for name, t in params.items() if id(t) in where}
+    return network.make_batch(x, y, params=params), made_loss, chosen
 
 
 def _named_count(read: Read, ns: dict, made_loss: int) -> int:
@@ -192,27 +195,70 @@ def _forward(network: Network, params: dict[str, Tensor], x: Tensor, y: Tensor
         return None
 
 
-def _name(read: Read, batch: Batch, network: Network, made_loss: int) -> None:
+def _name(read: Read, batch: Batch, network: Network, made_loss: int,
+          chosen: dict[str, tuple[int, int]] | None = None) -> None:
     """Each version of the forward pass (made before its loss) whose value is one of the
     lesson's forward tensors (or its batch), read as that tensor: where the written code starts
     from the lesson's own. (A value its backward pass makes, `var + 1e-5`, may be close to one
     and is not it.)"""
     lesson = {k: v for k, v in batch.values.items() if isinstance(v, Tensor)}
     order = {line.target: i for i, line in enumerate(network.pack.forward_lines)}
-    for ov, value in read.values.items():
+    # What the lesson's lines read besides each tensor: where two of its tensors are equal (a
+    # layer norm's scale of ones, as `nn.LayerNorm` starts, makes `lnf` the same as
+    # `lnf_norm`), the notebook's value is the one its own ops go on to read it with.
+    beside: dict[str, set[str]] = {}
+    for line in network.pack.forward_lines:
+        for operand in line.operands:
+            beside.setdefault(operand, set()).update(set(line.operands) - {operand})
+    if read.readers is None:
+        read.descendants(set())  # builds the readers
+    # Its parameters are the versions the assignment took (three layer norms' scales of ones
+    # are equal in value, but each is the one its own layer reads).
+    chosen = chosen or {}
+    for name, ov in chosen.items():
+        read.leaves[ov[0]] = name
+        read.named.add(ov)
+        read.maker.pop(ov, None)
+    taken = set(chosen.values())
+    for ov, value in sorted(read.values.items(), key=lambda item: read.maker.get(item[0], -1)):
+        if ov in taken:
+            continue
         if value.numel() < 2 or not bool(value.abs().sum()) \
                 or read.maker.get(ov, -1) > made_loss:
             continue  # zeros are anything's; after the loss, the backward pass
-        names = [k for k, t in lesson.items() if t.shape == value.shape
+        names = [k for k, t in lesson.items() if t.shape == value.shape and k not in chosen
                  and t.dtype.is_floating_point == value.is_floating_point()
                  and (_tight(value, t) if value.is_floating_point() else torch.equal(value, t))]
         if not names:
             continue
         name = min(names, key=lambda k: order.get(k, -1))
+        if len(names) > 1:
+            with_it = _read_with(read, ov)
+            name = min(names, key=lambda k: (-len(beside.get(k, set()) & with_it),
+                                             order.get(k, -1)))
         read.leaves[ov[0]] = name
         read.named.add(ov)
         read.maker.pop(ov, None)
     _translate_hints(read)
+
+
+def _read_with(read: Read, ov: tuple[int, int]) -> set[str]:
+    """The lesson's names of what the notebook's own ops read together with `ov` (through a
+    layout op: `f @ W.T` reads `W`)."""
+    out: set[str] = set()
+    for i in (read.readers or {}).get(ov, ()):
+        for r in read.ops[i]["reads"]:
+            r = tuple(r)
+            if r == ov:
+                continue
+            name = read.leaves.get(r[0])
+            if name is None and r in read.maker:
+                made = read.ops[read.maker[r]]
+                if tuple(made.get("call") or ()) in _LAYOUTS and made["reads"]:
+                    name = read.leaves.get(tuple(made["reads"][0])[0])
+            if name:
+                out.add(name)
+    return out
 
 
 # The ops that only lay a tensor out anew: a notebook that keeps a parameter the other way

@@ -800,7 +800,9 @@ class Read:
         for name, ref in wanted.given.items():
             for ov in self.matching(ref, floor):
                 cuts.setdefault(ov, name)
-        for name, ref in wanted.earlier.items():
+        # The latest first: a value equal to two of them (a scale of ones makes `dlnf_norm`
+        # equal `dlnf`) is the one nearest this step, where the code walking back meets it.
+        for name, ref in reversed(list(wanted.earlier.items())):
             for ov in self.matching(ref, floor):
                 cuts.setdefault(ov, name)
         # By name too; but a bare key (`'h'`) only where no value is that gradient: the same

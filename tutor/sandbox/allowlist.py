@@ -194,7 +194,9 @@ def importable(module: str, name: str) -> bool:
 
 # What torch.nn offers besides functional: its base class and parameter, as stand-ins
 # (sandbox/objects.py `Module`, `parameter`).
-NN = frozenset({"Module", "Parameter"})
+NN = frozenset({"Module", "Parameter", "init", "Linear", "Embedding", "LayerNorm", "Tanh",
+                "ReLU", "Sigmoid", "GELU", "Softmax", "Identity", "Dropout", "Sequential",
+                "ModuleList", "ModuleDict"})
 
 # Underscore names that answer only a string (the guard checks): `type(x).__name__` in a print.
 READABLE_DUNDERS = frozenset({"__name__"})

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from tutor.sandbox import allowlist, objects, records
+from tutor.sandbox import allowlist, layers, objects, records
 from tutor.sandbox.classes import Tensor
 from tutor.sandbox.guard import Guard, Refused
 from tutor.sandbox.objects import SimpleNamespace, learner_function
@@ -210,7 +210,12 @@ _STAND_INS, GUARD = _build()
 # torch.nn's base class and parameter, as a learner's model builds on them (sandbox/objects.py).
 _STAND_INS["torch.nn"].Module = objects.Module
 _STAND_INS["torch.nn"].Parameter = objects.parameter
+for _name, _layer in layers.LAYERS.items():  # and its layers (sandbox/layers.py)
+    setattr(_STAND_INS["torch.nn"], _name, _layer)
+_STAND_INS["torch.nn"].init = layers.init_module()
+assert set(layers.LAYERS) | {"Module", "Parameter", "init"} == allowlist.NN
 GUARD.modules["torch.nn"] = GUARD.modules["torch.nn"] | allowlist.NN
+GUARD.modules["torch.nn.init"] = layers.INIT
 for _name, _module in (("functools", _functools()), ("types", _types()),
                        ("random", _random()), ("collections", _collections()),
                        ("dataclasses", records.module()), ("itertools", _held("itertools")),

@@ -282,3 +282,15 @@ def test_a_cross_entropy_from_the_log_probabilities_is_named(engines):
     code = ("dlogits = F.log_softmax(logits, 1)\ndlogits[range(logits.shape[0]), Yb] -= 1\n"
             "dlogits /= logits.shape[0]\n")
     assert "log-probabilities" in _said(engine, step.id, code, "logits")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("step_id, code", [
+    ("conv/h2pre", "dh2pre = (1 - torch.tanh(h2pre - b2[:, None]) ** 2) * dh2\n"),
+    ("conv/h3pre", "dh3pre = (1 - torch.tanh(h3pre - b3[:, None]) ** 2) * dh3\n"),
+])
+def test_a_slope_taken_without_the_layer_s_bias_is_named(engines, step_id, code):
+    """The activation's input recomputed without the bias the layer before it adds: named on
+    every layer of a lesson the slip corpora were not written on."""
+    said = _said(engines("conv"), step_id, code, step_id.split("/")[1])
+    assert "without `b" in said and "bias" in said

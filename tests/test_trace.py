@@ -9,13 +9,14 @@ import torch.nn.functional as F
 from tutor.core.trace import Recorder, Traces, Wanted, learner_upstream, note_names, written_out
 
 
-def _trace(code: str, n: int, seed: int = 0, names: bool = False) -> tuple[dict, dict]:
+def _trace(code: str, n: int, seed: int = 0, names: bool = False, keep_all: bool = False
+           ) -> tuple[dict, dict]:
     g = torch.Generator().manual_seed(seed)
     logits = torch.randn(n, 5, generator=g)
     Yb = torch.randint(0, 5, (n,), generator=g)
     ns = {"logits": logits, "Yb": Yb, "n": n, "torch": torch, "F": F}
     rec = Recorder({id(v): k for k, v in ns.items() if isinstance(v, torch.Tensor)},
-                   {(n, 5), (n,)})
+                   {(n, 5), (n,)}, keep_all=keep_all)
     rec.own = True
     with rec:
         exec(code, ns)  # the test's own code, not a learner's: no sandbox needed
@@ -291,3 +292,30 @@ def test_a_fused_step_is_given_only_what_arrives_at_its_lines():
     finally:
         engine.close()
     assert set(wanted.given) == {"i", "f", "g", "o"} and set(wanted.answers) == {"ifgo"}
+
+
+def test_a_gradient_kept_inside_a_larger_value_is_cut_out_of_it():
+    # The gradient beside another in one tensor, one column of zeros above it (a bias row):
+    # the answer is that part of it, at whatever offset.
+    code = "both = torch.cat([torch.zeros(n, 1), logits, 2 * logits], 1) * 3\n"
+    (a, va), (b, vb) = _trace(code, 8, keep_all=True), _trace(code, 6, seed=1, keep_all=True)
+    traces = Traces.of(a, b, (8, 6))
+    wanted = [Wanted({"logits": 3 * v["logits"]}, {}) for v in (va, vb)]
+    codes = written_out(traces, *wanted)
+    assert codes and ".narrow(1, 1, 5)" in codes[0], codes
+    for values in (va, vb):
+        ns = {**values, "torch": torch, "F": F}
+        exec(codes[0], ns)
+        torch.testing.assert_close(ns["dlogits"], 3 * values["logits"])
+
+
+def test_a_step_worked_inside_a_larger_formula_starts_from_the_earlier_gradient():
+    # `dprobs` never made: the code goes from `dlogits` (an earlier step's answer) straight to
+    # the one this step answers, and is cut there.
+    code = "d = 2 * logits\nout = d * logits.exp()\n"
+    (a, va), (b, vb) = _trace(code, 8), _trace(code, 6, seed=1)
+    traces = Traces.of(a, b, (8, 6))
+    wanted = [Wanted({"probs": 2 * v["logits"] * v["logits"].exp()}, {},
+                     earlier={"logits": 2 * v["logits"]}) for v in (va, vb)]
+    codes = written_out(traces, *wanted)
+    assert codes and codes[0].startswith("t") and "dlogits.clone()" in codes[0], codes

@@ -1569,6 +1569,54 @@ def _early_slope_slips(step: Step, pack: Pack, lines: list[ForwardLine]) -> Iter
                 yield Slip(f"slope-early-{name}", say, line, local=value, tensor=f"*{tensor}")
 
 
+def _biasless_slope_slips(pack: Pack, lines: list[ForwardLine]) -> Iterator[Slip]:
+    """An activation's slope taken at its input recomputed without the bias the line before it
+    adds (`F.conv2d(img, K)` for the mask, where the layer is `F.conv2d(img, K, kb)`)."""
+    made = {line.target: line for line in pack.forward_lines}
+    for line in lines:
+        call = _parsed(line.source)
+        if not isinstance(call, ast.Call) or _name(call) not in _ELEMENTWISE:
+            continue
+        x = _subject(call)
+        before = made.get(x.id) if isinstance(x, ast.Name) else None
+        expr = _parsed(before.source) if before is not None else None
+        bias, channel = None, False
+        if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Add) \
+                and isinstance(expr.right, ast.Name):
+            bias = expr.right.id  # `x @ W + b`
+        elif isinstance(expr, ast.Call) and _name(expr) in ("conv1d", "conv2d", "conv3d", "linear"):
+            b = _arg(expr, 1, "bias")
+            bias, channel = (b.id if isinstance(b, ast.Name) else None), _name(expr) != "linear"
+        if bias is None or not isinstance(x, ast.Name):
+            continue
+        inp, up, name = x.id, gradient(line.target), _name(call)
+
+        def value(ns: dict, inp=inp, up=up, bias=bias, channel=channel, call=call
+                  ) -> Tensor | None:
+            xv, g, b = ns.get(inp), ns.get(up), ns.get(bias)
+            if not all(isinstance(t, Tensor) for t in (xv, g, b)) or b.dim() != 1:
+                return None
+            shift = b.detach().double().view(-1, *([1] * (xv.dim() - 2))) if channel else \
+                b.detach().double()
+            leaf = (xv.detach().double() - shift).requires_grad_()
+            with torch.enable_grad():
+                y = _evaluate_call(call, {**ns, inp: leaf})
+                if y is None or not y.requires_grad or y.shape != g.shape:
+                    return None
+                (slope,) = torch.autograd.grad(y.sum(), leaf)
+            return g.detach().double() * slope
+
+        def say(t: str, grad: str, ns: dict, inp=inp, bias=bias, name=name, before=before
+                ) -> str | None:
+            if t != inp:
+                return None
+            return (f"{grad} takes {name}'s slope at `{inp}` without `{bias}`: "
+                    f"`{before.source.strip()}` adds the bias before {name}, so its slope "
+                    f"belongs at `{inp}` as that line made it, bias and all.")
+
+        yield Slip("slope-without-bias", say, line, local=value, tensor=inp)
+
+
 # --- the slips of a step ---------------------------------------------------------------------
 
 def step_slips(pack: Pack, step: Step, ranks: dict[str, int],
@@ -1633,6 +1681,7 @@ def step_slips(pack: Pack, step: Step, ranks: dict[str, int],
                 out.append(Slip(key, say, line, expr=_replaced(expr, call, changed),
                                 kind=_KINDS.get(key, "derived")))
     out += _early_slope_slips(step, pack, lines)
+    out += _biasless_slope_slips(pack, lines)
     out += _composite_slips(lines, out)
     out += _branch_slips(step, lines)
     out += _branch_again_slips(pack, step, lines)

@@ -633,12 +633,16 @@ class Read:
             found = None
             if value.dim() == ref.dim():
                 wider = [d for d in range(value.dim()) if value.shape[d] != ref.shape[d]]
-                if len(wider) == 1 and value.shape[wider[0]] % ref.shape[wider[0]] == 0:
+                if len(wider) == 1 and value.shape[wider[0]] > ref.shape[wider[0]]:
+                    # At any offset (a bias row kept above the weights, `W[1:1 + D]`): each
+                    # start is tried on the slice's first entry along `d` before the whole.
                     d, size = wider[0], ref.shape[wider[0]]
+                    head = ref.select(d, 0)
                     found = next((("narrow", [("lit", d), ("lit", start), ("lit", size)],
                                    value.narrow(d, start, size))
-                                  for start in range(0, value.shape[d], size)
-                                  if _close(value.narrow(d, start, size), ref, floor)), None)
+                                  for start in range(value.shape[d] - size + 1)
+                                  if _close(value.select(d, start), head, floor)
+                                  and _close(value.narrow(d, start, size), ref, floor)), None)
             elif value.dim() == ref.dim() + 1:
                 found = next((("select", [("lit", d), ("lit", k)], value.select(d, k))
                               for d in range(value.dim())

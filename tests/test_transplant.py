@@ -60,6 +60,11 @@ WRITTEN_ONCE = {
     "tanh-slope-missing": ("conv", "conv/h1pre", "h1pre", "dh1pre = dh1", ["slope"]),
     "tanh-slope-of-sigmoid": (
         "conv", "conv/h2pre", "h2pre", "dh2pre = h2 * (1 - h2) * dh2", ["sigmoid"]),
+    "conv-kernel-positions-unpaired": (
+        "conv", "conv/h1", "w2",
+        "dh1 = F.conv1d(F.pad(dh2pre, (0, 2)), w2.transpose(0, 1).flip(2), dilation=2)\n"
+        "dw2 = torch.einsum('bot,bisk->oik', dh2pre, F.pad(h1, (2, 0)).unfold(2, 3, 1)[..., ::2])\n"
+        "db2 = dh2pre.sum((0, 2))", ["each on its own"]),
 }
 
 

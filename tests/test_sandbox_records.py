@@ -163,3 +163,18 @@ def test_torch_s_layers_are_modules_of_the_sandbox_s():
               "w = net.body[0].weight\nw.g = torch.ones_like(w)\n")
     assert tuple(ns["y"].shape) == (2, 4) and ns["n"] == 5
     assert tuple(ns["w"].shape) == (4, 3) and not bool(ns["net"].body[0].bias.any())
+
+
+def test_a_module_keeps_buffers_and_names_its_parameters():
+    ns = _run("class Block(torch.nn.Module):\n"
+              "    def __init__(self):\n        super().__init__()\n"
+              "        self.fc = torch.nn.Linear(3, 3)\n"
+              "        self.register_buffer('mask', torch.ones(3, 3).tril())\n"
+              "class Net(torch.nn.Module):\n"
+              "    def __init__(self):\n        super().__init__()\n"
+              "        self.blocks = torch.nn.ModuleList([Block(), Block()])\n"
+              "net = Net().to('cpu')\n"
+              "names = [k for k, _ in net.named_parameters()]\nm = net.blocks[1].mask\n")
+    assert ns["names"] == ["blocks.0.fc.weight", "blocks.0.fc.bias", "blocks.1.fc.weight",
+                           "blocks.1.fc.bias"]
+    assert float(ns["m"].sum()) == 6.0

@@ -113,6 +113,51 @@ class Module(LearnerObject):
         walk(self, 0)
         return out
 
+    def named_parameters(self, prefix: str = "", recurse: bool = True) -> list:
+        """Each parameter with the dotted path it is kept under (`blocks.0.attn.weight`)."""
+        out: list = []
+        seen: list = []
+
+        def walk(value: Any, path: str, depth: int) -> None:
+            if isinstance(value, torch.Tensor):
+                if _is_parameter(value) and not any(value is t for t in seen):
+                    seen.append(value)
+                    out.append((path, value))
+            elif depth > 8:
+                return
+            elif isinstance(value, Module):
+                for key, item in vars(value).items():
+                    walk(item, f"{path}.{key}".lstrip(".") if not key.startswith("_")
+                         else path, depth + 1)
+            elif isinstance(value, (list, tuple)):
+                for i, item in enumerate(value):
+                    walk(item, f"{path}.{i}".lstrip("."), depth + 1)
+            elif isinstance(value, dict):
+                for key, item in value.items():
+                    walk(item, f"{path}.{key}".lstrip("."), depth + 1)
+
+        walk(self, prefix, 0)
+        return out
+
+    def register_buffer(self, name: str, tensor: Any, persistent: bool = True) -> None:
+        """A tensor the module keeps that is no parameter (a causal mask)."""
+        set_attribute(self, name, tensor)
+
+    def register_parameter(self, name: str, param: Any) -> None:
+        set_attribute(self, name, param)
+
+    def add_module(self, name: str, module: Any) -> None:
+        set_attribute(self, name, module)
+
+    def children(self) -> list:
+        return [v for v in vars(self).values() if isinstance(v, Module)]
+
+    def apply(self, fn: Any) -> Module:
+        for child in self.children():
+            child.apply(fn)
+        fn(self)
+        return self
+
     def zero_grad(self, *args: Any, **kwargs: Any) -> None:
         pass
 
@@ -120,6 +165,21 @@ class Module(LearnerObject):
         return self
 
     def eval(self) -> Module:
+        return self
+
+    def to(self, *args: Any, **kwargs: Any) -> Module:
+        return self  # where the tutor runs it, as its tensors are
+
+    def cpu(self) -> Module:
+        return self
+
+    def cuda(self, *args: Any, **kwargs: Any) -> Module:
+        return self
+
+    def float(self) -> Module:
+        return self
+
+    def requires_grad_(self, requires_grad: bool = True) -> Module:
         return self
 
 

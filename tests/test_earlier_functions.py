@@ -110,12 +110,12 @@ def test_a_helper_prints_warns_and_compares_into_the_run_that_calls_it():
 
 
 @pytest.mark.parametrize("body", [
-    "    return hasattr",  # the builtins it was made with, not the interpreter's
-    "    f = lambda: hasattr\n    return f()",  # nor those of a function it makes when called
+    "    return ascii",  # the builtins it was made with, not the interpreter's
+    "    f = lambda: ascii\n    return f()",  # nor those of a function it makes when called
 ])
 def test_a_helper_called_later_has_only_the_sandboxs_builtins(body):
     ns = _define(f"def helper():\n{body}\n")
-    with pytest.raises(NameError, match="'hasattr'"):
+    with pytest.raises(NameError, match="'ascii'"):
         execute(compile_candidate("y = helper()\n"), ns, Output())
 
 

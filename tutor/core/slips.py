@@ -933,10 +933,10 @@ def _loss_dim_slips(call: ast.Call, line: ForwardLine,
                     f"one across the classes, not across dim {d}.")
 
         def log_say(tensor: str, grad: str, ns: dict) -> str | None:
-            return (f"{grad} starts from the log-probabilities (`log_softmax`) where {what}'s "
-                    "gradient has the probabilities themselves: softmax of the logits, less "
-                    "the one-hot target, over the count. The log belongs to the loss, not to "
-                    "its derivative.")
+            return (f"{grad} takes the wrong function of the logits: it starts from the "
+                    f"log-probabilities (`log_softmax`), where {what}'s gradient is built from "
+                    "the probabilities themselves. The log belongs to the loss, not to its "
+                    "derivative.")
 
         yield ("loss-log-softmax", log_say, local, root) if d == "log" else (
             "loss-softmax-dim", say, local, root)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -1021,17 +1021,24 @@ def written_out(traces: Traces, wanted: Wanted, wanted_fresh: Wanted) -> list[st
         if mine_found is None:
             return []
         theirs_found = _versions(second, wanted_fresh)
-        cuts, fresh_cuts = first.cuts(wanted), second.cuts(wanted_fresh)
         shapes = {k: tuple(v.shape) for k, v in {**wanted.earlier, **wanted.given}.items()}
         fresh_shapes = {k: tuple(v.shape)
                         for k, v in {**wanted_fresh.earlier, **wanted_fresh.given}.items()}
         out: list[str] = []
-        for mapped in ("full", "exact", "blind", None) if traces.own is not None \
-                else ("full",):
-            for code in _written(traces, wanted, mine_found, theirs_found, cuts, fresh_cuts,
-                                 shapes, fresh_shapes, mapped):
-                if code not in out:
-                    out.append(code)
+        # From what the step is given first; then also from what earlier steps answer, for
+        # code that works several lines in one go (an earlier gradient met on the way back
+        # may be one the learner went on from wrongly: the step's own code is theirs).
+        starts = [(replace(wanted, earlier={}), replace(wanted_fresh, earlier={}))]
+        if wanted.earlier or wanted_fresh.earlier:
+            starts.append((wanted, wanted_fresh))
+        for start, fresh_start in starts:
+            cuts, fresh_cuts = first.cuts(start), second.cuts(fresh_start)
+            for mapped in ("full", "exact", "blind", None) if traces.own is not None \
+                    else ("full",):
+                for code in _written(traces, wanted, mine_found, theirs_found, cuts,
+                                     fresh_cuts, shapes, fresh_shapes, mapped):
+                    if code not in out:
+                        out.append(code)
         return out
     except (Unrecordable, KeyError, IndexError, TypeError, ValueError, AttributeError):
         return []  # a trace that cannot be read (or a child that sent nonsense) answers nothing

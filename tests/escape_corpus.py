@@ -1229,6 +1229,464 @@ CLASS_ATTEMPTS: list[Attempt] = [
 ATTEMPTS += CLASS_ATTEMPTS
 
 # Ordinary code that must keep working, with what it prints (not counted as attempts).
+# ---------------------------------------------------------------------------------------------
+# The sandbox's newer openings: records, torch.nn's layers, the attribute dict, imports it does not
+# hold, small modules, builtins, a bounded as_strided and F.linear. Above all the gadget that hands
+# `globals` to the sandbox's own code (a layer's forward, a field's default factory, a torch
+# decorator) to be called from there, and what a real module reached that way would open.
+# Gadget: a zero-argument call made by a tutor (or torch) Python function hands `globals()`
+# (views.namespace_view, which reads sys._getframe(1)) the *tutor's* frame.
+_SEQ_GADGET = "m = torch.nn.Sequential()\nm.forward = globals\ng = m()\n"
+_REC_GADGET = ("@dataclasses.dataclass\nclass R:\n    g: dict = dataclasses.field("
+              "default_factory=globals)\ng = R().g\n")
+_NOGRAD_GADGET = "g = torch.no_grad()(globals)()\n"
+_WRAPS_SYS = _NOGRAD_GADGET + (
+    "def S():\n    pass\ng['functools'].wraps(g['sys'])(S)\n")
+
+def _indented(text: str) -> str:
+    # the bodies below are indented by 8 spaces and dedented by _a: indent the heads the same
+    return "".join("        " + line + "\n" for line in text.splitlines())
+
+
+_SEQ_GADGET, _REC_GADGET, _NOGRAD_GADGET, _WRAPS_SYS = map(
+    _indented, (_SEQ_GADGET, _REC_GADGET, _NOGRAD_GADGET, _WRAPS_SYS))
+
+OPENING_ATTEMPTS = [
+    # ---------------------------------------------------------------- 1. dataclass records
+    _a("rec-default-factory-globals", "records", _REC_GADGET + """
+        print(sorted(g))
+        print(g['LEARNER_CLASSES'], g['types'])
+        """, REFUSED, ("globals", "default_factory"), leaks=("LEARNER_CLASSES", "WeakSet")),
+    _a("rec-default-factory-locals", "records", """
+        @dataclasses.dataclass
+        class R:
+            l: dict = dataclasses.field(default_factory=locals)
+        print(R().l)
+        """, REFUSED, leaks=("Field(name=",)),
+    _a("rec-learner-classes-add-int", "records", _REC_GADGET + """
+        g['LEARNER_CLASSES'].add(int)
+        class Evil(int):
+            pass
+        print(Evil(3) + 1, "built on int")
+        """, REFUSED, leaks=("built on int",)),
+    _a("rec-missing-sentinel-object", "records", """
+        @dataclasses.dataclass
+        class R:
+            x: int
+        f = dataclasses.fields(R)[0]
+        print(f.default, type(f.default))
+        """, CONTAINED),
+    _a("rec-default-factory-type", "records", """
+        @dataclasses.dataclass
+        class R:
+            t: int = dataclasses.field(default_factory=type)
+        print(R().t)
+        """, CONTAINED),
+    _a("rec-dataclass-on-tutor-layer", "records", """
+        dataclasses.dataclass(torch.nn.Tanh)
+        dataclasses.dataclass(attribute_dict)
+        print(torch.nn.Tanh(), attribute_dict(a=1))
+        t = torch.nn.Tanh(1)
+        """, REFUSED, ("dataclass",)),
+    _a("rec-dataclass-on-builtin", "records", """
+        dataclasses.dataclass(int)
+        """, REFUSED, ("dataclass",)),
+    _a("rec-fields-non-dataclass", "records", """
+        print(dataclasses.fields(torch))
+        """, CONTAINED),
+    _a("rec-asdict-self-reference", "records", """
+        @dataclasses.dataclass
+        class R:
+            x: list
+        l = []
+        r = R(l)
+        l.append(r)
+        print(dataclasses.asdict(r))
+        """, CONTAINED),
+    _a("rec-asdict-torch-return-type", "records", """
+        @dataclasses.dataclass
+        class R:
+            x: int
+        print(dataclasses.asdict(R(probs.max(1))))
+        print(dataclasses.asdict(R(probs.shape)))
+        """, CONTAINED),
+    _a("rec-replace-dunder-kwargs", "records", """
+        @dataclasses.dataclass
+        class R:
+            x: int = 1
+        r = R()
+        print(dataclasses.replace(r, **{'__class__': int, '__dict__': {}}))
+        """, CONTAINED),
+    _a("rec-inherit-attribute-dict", "records", """
+        @dataclasses.dataclass
+        class R(attribute_dict):
+            probs: int = 0
+        r = R()
+        print(r, r.get('probs'), dataclasses.asdict(r))
+        """, CONTAINED),
+    _a("rec-inherit-linear-fields", "records", """
+        @dataclasses.dataclass
+        class L(torch.nn.Linear):
+            extra: int = 3
+        l = L()
+        print(l, dataclasses.fields(l))
+        """, CONTAINED),
+    _a("rec-post-init-ignored", "records", """
+        @dataclasses.dataclass
+        class R:
+            x: int = 1
+            def __post_init__(self):
+                print("post init ran")
+        R()
+        """, REFUSED),
+    _a("rec-field-name-private-dunder", "records", """
+        @dataclasses.dataclass
+        class R:
+            _x: int = dataclasses.field(default_factory=lambda: print)
+        r = R()
+        print(r._x, dataclasses.asdict(r))
+        """, CONTAINED),
+    # ---------------------------------------------------------------- 2. nn layer stand-ins
+    _a("nn-sequential-forward-globals-real-torch", "layers", _SEQ_GADGET + """
+        T = g['torch']
+        print(T, T.Tensor)
+        """, REFUSED, ("globals", "forward")),
+    _a("nn-staticmethod-forward-globals", "layers", """
+        class M(torch.nn.Module):
+            forward = staticmethod(globals)
+        g = M()()
+        print(g['builtins'], sorted(g)[:6])
+        """, REFUSED, leaks=("module 'builtins'",)),
+    _a("nn-real-torch-empty-uninitialised", "layers", _SEQ_GADGET + """
+        u = g['torch'].empty(4096)
+        print("nonzero uninitialised:", int((u != 0).sum()))
+        dprobs = g['torch'].empty_like(probs)
+        """, REFUSED, leaks=("nonzero uninitialised: ",)),
+    _a("nn-real-torch-legacy-tensor", "layers", _SEQ_GADGET + """
+        RT = g['torch'].Tensor
+        print(RT is torch.Tensor, RT(8))
+        """, REFUSED, leaks=("False tensor",)),
+    _a("nn-real-torch-cdata-crash", "layers", _SEQ_GADGET + """
+        RT = g['torch'].Tensor
+        RT(cdata=4096)
+        """, REFUSED),
+    _a("nn-real-nn-module-subclass", "layers", _SEQ_GADGET + """
+        Real = g['torch'].nn.Module
+        g['LEARNER_CLASSES'].add(Real)
+        class M(Real):
+            def __init__(self):
+                super().__init__()
+        m = M()
+        print(type(m), m.state_dict())
+        """, REFUSED, leaks=("OrderedDict",)),
+    _a("nn-learner-classes-private-tensor", "layers", _SEQ_GADGET + """
+        g['LEARNER_CLASSES'].add(g['torch'].Tensor)
+        print(getattr(probs, '_version'), getattr(probs, '_base'), getattr(probs, '_cdata'))
+        """, REFUSED),
+    _a("nn-monkeypatch-linear-forward", "layers", """
+        def fake(self, x):
+            return x
+        torch.nn.Linear.forward = fake
+        torch.nn.Module.parameters = fake
+        print(torch.nn.Linear(3, 3)(probs).shape)
+        """, REFUSED, ("assigning",)),
+    _a("nn-register-buffer-on-class", "layers", """
+        def fake(self, x):
+            return 0
+        torch.nn.Module.register_buffer(torch.nn.Linear, "forward", fake)
+        print(torch.nn.Linear(2, 2)(probs))
+        """, REFUSED),
+    _a("nn-register-buffer-dunder", "layers", """
+        m = torch.nn.Module()
+        m.register_buffer("__class__", torch.nn.Linear)
+        """, REFUSED, ("underscore",)),
+    _a("nn-apply-cycle", "layers", """
+        m = torch.nn.Sequential()
+        m.me = m
+        m.apply(print)
+        """, CONTAINED),
+    _a("nn-apply-globals", "layers", """
+        m = torch.nn.Sequential()
+        m.apply(vars)
+        m.apply(locals)
+        """, CONTAINED),
+    _a("nn-moduledict-dunder-keys", "layers", """
+        d = torch.nn.ModuleDict({'__class__': torch.nn.Linear(2, 2), '_layers': 1})
+        print([n for n, p in d.named_parameters()], d.children())
+        print(d['__class__'])
+        """, CONTAINED),
+    _a("nn-named-parameters-private", "layers", """
+        m = torch.nn.Sequential(torch.nn.Linear(2, 2))
+        m._hidden = torch.nn.Parameter(probs)
+        print([n for n, p in m.named_parameters()], len(m.parameters()))
+        """, CONTAINED),
+    _a("nn-init-non-tensor", "layers", """
+        torch.nn.init.normal_(torch)
+        """, REFUSED),
+    _a("nn-init-lesson-tensor-in-place", "layers", """
+        torch.nn.init.zeros_(dlogprobs)
+        dprobs = torch.zeros_like(probs)
+        """, CONTAINED),
+    _a("nn-sequential-of-builtins", "layers", """
+        s = torch.nn.Sequential(vars, print, hash)
+        print(s(1))
+        """, CONTAINED),
+    _a("nn-to-cuda-float", "layers", """
+        m = torch.nn.Linear(2, 2).to('cuda').cuda().cpu().float()
+        print(m.weight.device)
+        """, CONTAINED),
+    _a("nn-dropout-rng-state", "layers", """
+        d = torch.nn.Dropout(0.5)
+        for i in range(100):
+            d(probs)
+        l = torch.nn.Linear(1000, 1000)
+        """, CONTAINED),
+    # ---------------------------------------------------------------- 3. attribute_dict
+    _a("adict-underscore-attr", "objects", """
+        d = attribute_dict()
+        d._x = 1
+        print(d._x)
+        """, CONTAINED),
+    _a("adict-subclass-getitem-internals", "objects", """
+        class G(attribute_dict):
+            def __getitem__(self, k):
+                return globals()
+        print(sorted(G().anything)[:5])
+        print(G().__class__)
+        """, REFUSED),
+    _a("adict-notebook-form-dunder", "objects", """
+        class Grads(dict):
+            __getattr__ = dict.__getitem__
+            __setattr__ = dict.__setitem__
+        g = Grads()
+        g.dprobs = (1.0 / probs) * dlogprobs
+        print(g.__class__, g.__dict__)
+        """, REFUSED),
+    _a("adict-overwrites-method-names", "objects", """
+        d = attribute_dict()
+        d.keys = 5
+        d.items = globals
+        print(d.keys, d.items)
+        attribute_dict.keys = lambda self: 1
+        """, REFUSED),
+    # ---------------------------------------------------------------- 4. Unavailable imports
+    _a("unavail-os-system", "objects", """
+        os = not_in_sandbox('os')
+        os.system('touch ' + TARGET)
+        """, REFUSED),
+    _a("unavail-dunder-chain", "objects", """
+        np = not_in_sandbox('numpy')
+        print(getattr(np, '__class__'), np.random.seed(0))
+        """, REFUSED),
+    _a("unavail-direct-name", "objects", """
+        u = not_in_sandbox("tqdm.tqdm")
+        print(u(globals), u.name, not_in_sandbox("x").y.z)
+        """, CONTAINED),
+    _a("unavail-matplotlib-savefig", "objects", """
+        plt = not_in_sandbox('matplotlib.pyplot')
+        plt.plot([1, 2]); plt.savefig(TARGET); plt.show()
+        trange = not_in_sandbox('tqdm.trange')
+        for i in trange(3):
+            pass
+        print(not_in_sandbox('tqdm.tqdm')(globals) is globals, plt.savefig(TARGET))
+        """, CONTAINED),
+    _a("unavail-str-of-learner-object", "objects", """
+        class S:
+            def __str__(self):
+                return sorted(globals())[0]
+        u = not_in_sandbox(S())
+        print(repr(u))
+        """, CONTAINED),
+    # ---------------------------------------------------------------- 5. small modules
+    _a("itertools-c-loop-stall", "modules", """
+        any(itertools.repeat(0))
+        """, TIMEOUT),
+    _a("itertools-product-memory", "modules", """
+        itertools.product(itertools.count())
+        """, CONTAINED),  # stopped by its time or its memory, whichever runs out first
+    _a("itertools-tee-count-list", "modules", """
+        a, b = itertools.tee(itertools.count())
+        print(max(itertools.islice(a, 10**12)))
+        """, TIMEOUT),
+    _a("time-busy-wait", "modules", """
+        t = time.monotonic()
+        while time.monotonic() < t + 60:
+            pass
+        """, TIMEOUT),
+    _a("time-sleep-refused", "modules", """
+        time.sleep(30)
+        """, REFUSED, ("sleep",)),
+    _a("hashlib-object-attrs", "modules", """
+        h = hashlib.sha256(b'x')
+        print(h.name, h.digest_size, h.copy().hexdigest())
+        print(h.__class__)
+        """, REFUSED),
+    _a("hashlib-real-functools-by-name", "modules", _WRAPS_SYS + """
+        def H():
+            pass
+        g['functools'].wraps(S.modules['hashlib'])(H)
+        print(sorted(H.algorithms_available)[:3], H.new)
+        """, REFUSED),
+    _a("random-instance-state", "modules", """
+        r = random.Random(7)
+        s = r.getstate()
+        r.setstate((3, tuple([0] * 624) + (624,), None))
+        print(r.random(), r.getrandbits(64))
+        random.seed(1)
+        """, CONTAINED),
+    _a("random-getrandbits-huge", "modules", """
+        r = random.Random(7)
+        r.getrandbits(2 ** 36)
+        """, CONTAINED),
+    _a("pad-sequence-weird", "modules", """
+        print(rnn_utils.pad_sequence([probs, probs[:3]], batch_first=True,
+                                     padding_value=float("nan")).shape)
+        rnn_utils.pad_sequence([probs, 5])
+        """, CONTAINED),
+    _a("pad-sequence-empty", "modules", """
+        rnn_utils.pad_sequence([])
+        """, CONTAINED),
+    # ---------------------------------------------------------------- 6. builtins
+    _a("hasattr-oracle", "builtins", """
+        print(hasattr(print, '__globals__'), hasattr(probs, 'grad'), hasattr(torch, 'save'))
+        print(hasattr(probs, '__class__'), hasattr(globals, '__self__'))
+        """, CONTAINED),
+    _a("hash-address-leak", "builtins", """
+        h = hash(torch)
+        print(hex(((h << 4) | (h >> 60)) & (2**64 - 1)))
+        """, CONTAINED),
+    _a("chr-escape-sequences", "builtins", """
+        print(chr(27) + "[2J" + chr(7) + chr(0x202e) + "PASSED")
+        """, CONTAINED),
+    _a("complex-huge-and-oct", "builtins", """
+        print(complex('1e400+1e400j'), oct(-1), bin(2**100), ord(chr(0x10ffff)))
+        chr(0x110000)
+        """, CONTAINED),
+    # ---------------------------------------------------------------- 7. as_strided
+    _a("strided-noncontiguous", "torch", """
+        probs.T.as_strided((10,), (1,))
+        """, REFUSED, ("contiguous",)),
+    _a("strided-negative-stride", "torch", """
+        torch.as_strided(probs, (3,), (-1,), 5)
+        """, REFUSED),
+    _a("strided-past-end", "torch", """
+        x = probs.flatten()
+        y = x[5:10]
+        print(y.as_strided((100,), (1,)))
+        """, REFUSED),
+    _a("strided-zero-size-huge-offset", "torch", """
+        z = probs.as_strided((0,), (1,), 10**9)
+        print(z.storage_offset())
+        w = z.as_strided((4,), (1,))
+        """, REFUSED),
+    _a("strided-size1-huge-stride-transpose", "torch", """
+        v = probs.as_strided((1, 5), (10**9, 1))
+        w = v.transpose(0, 1).expand(5, 7).contiguous()
+        u = v.as_strided((2,), (10**9,))
+        """, REFUSED),
+    _a("strided-dtype-view", "torch", """
+        b = probs.view(torch.uint8)
+        c = b[1:].as_strided((probs.numel() * 4,), (1,))
+        """, REFUSED),
+    _a("strided-unbound-class-method", "torch", """
+        print(torch.Tensor.as_strided(probs, (2,), (1,), probs.numel() + 5))
+        """, REFUSED),
+    _a("strided-real-torch-via-gadget", "torch", _SEQ_GADGET + """
+        x = probs.flatten()[:4]
+        print(g['torch'].as_strided(x, (probs.numel(),), (1,)).shape)
+        """, REFUSED),
+    # ---------------------------------------------------------------- 8. F.linear
+    _a("flinear-non-tensor-weight", "torch", """
+        print(F.linear(probs, attribute_dict(T=probs.T)))
+        """, CONTAINED),
+    _a("flinear-property-T", "torch", """
+        class W:
+            T = property(vars)
+        print(F.linear(probs, W()))
+        """, CONTAINED),
+    # ------------------------------------ full chain (an older gadget + functools by name)
+    _a("chain-nograd-wraps-sys-os", "frames", _WRAPS_SYS + """
+        def O():
+            pass
+        g['functools'].wraps(S.modules['os'])(O)
+        print(O.getcwd())
+        O.system('touch ' + TARGET)
+        """, REFUSED),
+    _a("chain-builtins-open-secret", "frames", _WRAPS_SYS + """
+        def B():
+            pass
+        g['functools'].wraps(S.modules['builtins'])(B)
+        try:
+            print(B.open(SECRET).read())
+        except Exception as e:
+            print("read:", e)
+        B.open(TARGET, 'w').write('x')
+        """, REFUSED),
+    _a("chain-setattr-torch-global", "frames", _WRAPS_SYS + """
+        def B():
+            pass
+        g['functools'].wraps(S.modules['builtins'])(B)
+        def T():
+            pass
+        g['functools'].wraps(S.modules['torch'])(T)
+        getattr(T, 'set_default' + '_dtype')(torch.float64)
+        getattr(T, 'manual' + '_seed')(123)
+        B.setattr(S.modules['torch'], 'tanh', lambda x: x)
+        print(torch.get_default_dtype(), torch.tanh(torch.tensor(5.0)))
+        """, REFUSED),
+    _a("chain-gc-hunt-reference", "frames", _WRAPS_SYS + """
+        def G():
+            pass
+        g['functools'].wraps(S.modules['gc'])(G)
+        n = 0
+        for o in G.get_objects():
+            if isinstance(o, dict) and 'dprobs' in o:
+                n += 1
+        print("dicts holding dprobs:", n)
+        """, REFUSED),
+    _a("chain-signal-parent", "frames", _WRAPS_SYS + """
+        def O():
+            pass
+        g['functools'].wraps(S.modules['os'])(O)
+        O.kill(O.getppid(), 0)
+        print("may signal parent", O.getppid())
+        """, REFUSED, leaks=("may signal parent",)),
+    _a("nn-layer-repr-leaks-module", "layers", """
+        print(torch.nn.Linear(2, 2), torch.nn.Module())
+        """, CONTAINED),
+    _a("rec-dataclass-rewrites-tutor-init", "records", """
+        dataclasses.dataclass(attribute_dict)
+        d = attribute_dict(a=1)
+        """, REFUSED, ("dataclass",)),
+    _a("nn-sequential-forward-locals", "layers", """
+        m = torch.nn.Sequential()
+        m.forward = locals
+        print(m())
+        """, REFUSED, leaks=("'args'",)),
+    _a("chain-real-functools-wraps-torch-globals", "frames", _WRAPS_SYS + """
+        def T():
+            pass
+        g['functools'].wraps(S.modules['torch'])(T)
+        getattr(T, 'set_default' + '_dtype')(torch.float64)
+        print(torch.get_default_dtype())
+        """, REFUSED, leaks=("torch.float64",)),
+    _a("chain-real-torch-save-via-wraps", "frames", _WRAPS_SYS + """
+        def T():
+            pass
+        g['functools'].wraps(S.modules['torch'])(T)
+        getattr(T, 'sa' + 've')(probs, TARGET)
+        """, REFUSED),
+    _a("nn-gadget-functools-by-name", "layers", _SEQ_GADGET + """
+        g['LEARNER_CLASSES'].add(g['torch'].nn.Linear)
+        lin = g['torch'].nn.Linear(2, 2)
+        lin.forward = globals
+        h = lin()
+        print(h['functools'].wraps, h['inspect'])
+        """, REFUSED, leaks=("functools.py",)),
+]
+ATTEMPTS += OPENING_ATTEMPTS
+
+
 CONTROLS = [
     ("percent-formatting", 'print("%s and %d" % ("a", 3))\n', "a and 3\n"),
     ("shapes-and-loops", "for _ in range(2):\n    print(probs.shape[1])\n", "27\n27\n"),

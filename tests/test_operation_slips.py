@@ -294,3 +294,28 @@ def test_a_slope_taken_without_the_layer_s_bias_is_named(engines, step_id, code)
     every layer of a lesson the slip corpora were not written on."""
     said = _said(engines("conv"), step_id, code, step_id.split("/")[1])
     assert "without `b" in said and "bias" in said
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lesson", ["conv", "attention"])
+def test_a_one_hot_of_the_inputs_for_the_targets_is_named(engines, lesson):
+    """The cross-entropy's one-hot built from the context's last character, taken for what
+    comes next: named on any lesson whose loss reads targets beside a matrix of inputs."""
+    engine = engines(lesson)
+    step = next(s for s in engine.pack.gradient_steps if "logits" in s.checks)
+    code = ("p = F.softmax(logits, dim=1)\n"
+            "p[range(p.shape[0]), Xb[:, -1]] -= 1\n"
+            "dlogits = p / p.shape[0]\n")
+    said = _said(engine, step.id, code, "logits")
+    assert "wrong indices" in said and "last column" in said
+
+
+@pytest.mark.slow
+def test_a_softmax_s_backward_fed_the_scores_under_its_mask_is_named(engines):
+    """The masked input holds -inf, so the scores a line earlier are fed to the softmax's
+    backward instead of its output."""
+    engine = engines("attention")
+    step = _step(engine, "att")
+    code = "dmasked = scores * (datt - (scores * datt).sum(-1, keepdim=True))\n"
+    said = _said(engine, step.id, code, "masked")
+    assert "`scores`" in said and "softmax's output belongs" in said

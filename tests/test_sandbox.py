@@ -140,3 +140,32 @@ def test_getattr_and_the_namespace_views_follow_the_guard():
     assert ns["s"] == torch.Size([2]) and ns["seen"] is True and torch.equal(ns["x"], torch.ones(2))
     with pytest.raises(Exception, match="underscore"):
         execute(compile_candidate("getattr(x, '__class__')\n"), ns, Output())
+
+
+def test_a_real_module_of_a_stand_in_s_name_opens_nothing():
+    """The guard answers a module's names only for the stand-in object itself: torch's own
+    `functools` or `torch`, were one ever reached, gets no stand-in's list of open names."""
+    import functools
+
+    from tutor.sandbox.guard import Refused
+    from tutor.sandbox.modules import GUARD, MODULES
+
+    assert GUARD(MODULES["functools"], "wraps") is MODULES["functools"].wraps
+    assert GUARD(MODULES["torch"], "zeros") is torch.zeros
+    for real, name in ((functools, "wraps"), (torch, "zeros"), (torch.nn.functional, "relu")):
+        with pytest.raises(Refused):
+            GUARD(real, name)
+
+
+def test_globals_called_from_the_sandbox_s_own_code_is_refused():
+    """`globals` handed on as a callback reads the frame that calls it: only learner code's."""
+    from tutor.core.candidate import Output, compile_candidate, execute, sandbox_globals
+    from tutor.sandbox.guard import Refused
+
+    ns = sandbox_globals(Output())
+    execute(compile_candidate("mine = sorted(globals())\n"), ns, Output())
+    assert "torch" in ns["mine"]
+    for code in ("m = torch.nn.Sequential()\nm.forward = globals\ng = m()\n",
+                 "g = torch.no_grad()(locals)()\n"):
+        with pytest.raises(Refused):
+            execute(compile_candidate(code), sandbox_globals(Output()), Output())

@@ -178,3 +178,29 @@ def test_a_module_keeps_buffers_and_names_its_parameters():
     assert ns["names"] == ["blocks.0.fc.weight", "blocks.0.fc.bias", "blocks.1.fc.weight",
                            "blocks.1.fc.bias"]
     assert float(ns["m"].sum()) == 6.0
+
+
+def test_a_model_s_forward_hooks_see_each_layer_s_input_and_output():
+    ns = _run("net = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Tanh())\n"
+              "seen = {}\n"
+              "def keep(name):\n"
+              "    def hook(mod, args, out):\n        seen[name] = (args[0], out)\n"
+              "    return hook\n"
+              "handles = [m.register_forward_hook(keep(n)) for n, m in net.named_modules() if n]\n"
+              "with torch.no_grad():\n"
+              "    for p in net.parameters():\n        p.normal_(0, 0.1)\n"
+              "y = net(torch.ones(2, 3))\n"
+              "names = [n for n, _ in net.named_modules()]\n"
+              "for h in handles:\n    h.remove()\n"
+              "seen_before = len(seen)\nseen.clear()\nnet(torch.ones(2, 3))\n")
+    assert ns["names"] == ["", "0", "1"] and ns["seen_before"] == 2 and not ns["seen"]
+
+
+def test_the_sandbox_s_own_classes_take_no_method_of_the_learner_s():
+    for code in ("def fake(self, x):\n    return x\ntorch.nn.Linear.forward = fake\n",
+                 "def fake(self, x):\n    return x\n"
+                 "torch.nn.Module.register_buffer(torch.nn.Linear, 'forward', fake)\n",
+                 "dataclasses.dataclass(torch.nn.Tanh)\n"):
+        with pytest.raises(Refused):
+            _run(code)
+    assert repr(_run("m = torch.nn.Linear(2, 2)\n")["m"]) == "Linear()"

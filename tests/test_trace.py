@@ -321,3 +321,64 @@ def test_a_step_worked_inside_a_larger_formula_starts_from_the_earlier_gradient(
     # after the code from what the step is given (here nothing: from the lesson's tensors)
     assert len(codes) >= 2 and "dlogits.clone()" not in codes[0], codes
     assert any(c.startswith("t") and "dlogits.clone()" in c for c in codes[1:]), codes
+
+
+def test_a_gradient_kept_under_its_own_name_is_its_answer_whatever_a_larger_value_holds():
+    # `grads['logits']` is wrong (twice too big), while a later value holds the right numbers
+    # beside others (a fused form of the same step): the kept one is the answer.
+    code = ("grads = {}\ngrads['logits'] = 6 * logits\n"
+            "both = torch.cat([torch.zeros(n, 1), logits, 2 * logits], 1) * 3\n")
+    (a, va), (b, vb) = (_trace(code, 8, names=True, keep_all=True),
+                        _trace(code, 6, seed=1, names=True, keep_all=True))
+    traces = Traces.of(a, b, (8, 6))
+    wanted = [Wanted({"logits": 3 * v["logits"]}, {}) for v in (va, vb)]
+    codes = written_out(traces, *wanted)
+    assert codes and all(".narrow(" not in c for c in codes), codes
+    ns = {**va, "torch": torch, "F": F}
+    exec(codes[0], ns)
+    torch.testing.assert_close(ns["dlogits"], 6 * va["logits"])
+
+
+def test_a_gradient_kept_with_its_axes_merged_is_laid_out_again():
+    # Kept as rows of another grouping (`[n*5]` for `[n, 5]`): the same entries in order.
+    code = "flat = (3 * logits).reshape(-1)\n"
+    (a, va), (b, vb) = _trace(code, 8, keep_all=True), _trace(code, 6, seed=1, keep_all=True)
+    traces = Traces.of(a, b, (8, 6))
+    wanted = [Wanted({"logits": 3 * v["logits"]}, {}) for v in (va, vb)]
+    codes = written_out(traces, *wanted)
+    assert codes, codes
+    for values in (va, vb):
+        ns = {**values, "torch": torch, "F": F}
+        exec(codes[0], ns)
+        torch.testing.assert_close(ns["dlogits"], 3 * values["logits"])
+
+
+def test_merged_and_split_axes_are_laid_out_for_any_batch():
+    from tutor.core.trace import regroup_code, regrouped
+
+    assert regrouped((80, 27), (5, 16, 27)) and regrouped((20, 16, 8), (5, 4, 16, 8))
+    assert not regrouped((27, 80), (5, 16, 27)) and not regrouped((5, 16), (5, 16))
+    # each with the same tensor on a batch of 3 in place of 5
+    for source, target, other in [((5, 16, 27), (80, 27), (3, 16, 27)),
+                                  ((80, 27), (5, 16, 27), (48, 27)),
+                                  ((5, 4, 16, 8), (20, 16, 8), (3, 4, 16, 8)),
+                                  ((5, 16, 4, 8), (5, 16, 32), (3, 16, 4, 8)),
+                                  ((5, 16, 32), (5, 16, 4, 8), (3, 16, 32))]:
+        for shape in (source, other):
+            t = torch.arange(torch.Size(shape).numel()).reshape(shape)
+            laid = eval("t" + regroup_code(source, target))  # the test's own expression
+            assert tuple(laid.shape[1:]) == target[1:] and torch.equal(laid.flatten(),
+                                                                         t.flatten())
+
+
+def test_a_tensor_drawn_again_in_place_is_read_as_its_new_value():
+    # `p.normal_()` cannot be written back, but what is read of `p` after it is its new value.
+    p = torch.zeros(4)
+    rec = Recorder({}, {(4,)}, keep_all=True)
+    with rec:
+        q = p * 1.0
+        q.normal_(generator=torch.Generator().manual_seed(0))
+        r = q * 2.0
+    read_of_q = [tuple(x) for op in rec.ops if op.get("call") == ("method", "mul")
+                 for x in op["reads"]][-1]
+    torch.testing.assert_close(rec.values[read_of_q] * 2.0, r)

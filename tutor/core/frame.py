@@ -20,7 +20,7 @@ import torch
 from torch import Tensor
 
 from tutor.core.network import Batch, Network
-from tutor.core.trace import Read, Traces, gradient_of
+from tutor.core.trace import Read, Traces, gradient_of, regroup_code, regrouped
 from tutor.pack.flow import gradient
 
 # The notebook's full data is also an integer tensor of the batch's shape: a batch this large
@@ -118,8 +118,11 @@ def _assigned(network: Network, read: Read, first_read: dict[tuple[int, int], in
     if not fits:
         return None
     _, made_loss, params, x, y = max(fits, key=lambda f: f[0])
-    where = {id(t): ov for ov, t in floats}
+    where = {id(t): ov for ov, t in floats + ints}
     chosen = {name: where[id(t)] for name, t in params.items() if id(t) in where}
+    # Its batch too, as the tensors the assignment took: all zeros (every target the end of
+    # its word) is a batch as well as any other.
+    chosen |= {name: where[id(t)] for name, t in (("Xb", x), ("Yb", y)) if id(t) in where}
     return network.make_batch(x, y, params=params), made_loss, chosen
 
 
@@ -230,6 +233,7 @@ def _name(read: Read, batch: Batch, network: Network, made_loss: int,
                  and t.dtype.is_floating_point == value.is_floating_point()
                  and (_tight(value, t) if value.is_floating_point() else torch.equal(value, t))]
         if not names:
+            _regrouped(read, ov, value, lesson, order)
             continue
         name = min(names, key=lambda k: order.get(k, -1))
         if len(names) > 1:
@@ -240,6 +244,20 @@ def _name(read: Read, batch: Batch, network: Network, made_loss: int,
         read.named.add(ov)
         read.maker.pop(ov, None)
     _translate_hints(read)
+
+
+def _regrouped(read: Read, ov: tuple[int, int], value: Tensor, lesson: dict[str, Tensor],
+               order: dict[str, int]) -> None:
+    """`ov` as one of the lesson's tensors with its axes merged or split (activations kept as
+    `[B*T, C]` rows, heads folded into the batch), written so: `logits.flatten(0, 1)`."""
+    if not value.is_floating_point() or ov in read.expressed:
+        return
+    names = [k for k, t in lesson.items() if t.is_floating_point() and t.numel() == value.numel()
+             and regrouped(tuple(value.shape), tuple(t.shape))
+             and _tight(value, t.reshape(value.shape))]
+    if names:
+        name = min(names, key=lambda k: order.get(k, -1))
+        read.expressed[ov] = name + regroup_code(tuple(lesson[name].shape), tuple(value.shape))
 
 
 def _read_with(read: Read, ov: tuple[int, int]) -> set[str]:

@@ -204,6 +204,18 @@ def _conv_slips(call: ast.Call, line: ForwardLine, dilations: set[int]) -> Itera
         others = tuple(t for t in taps if t != axis)
         yield "conv-taps-one-axis", axis_say, _with_arg(call, 0, "weight", _flip(w, others))
 
+    def channels_say(tensor: str, grad: str, ns: dict) -> str | None:
+        if role(tensor) != "input":
+            return None
+        return (f"{grad} has the kernel flipped over its channel axes (dims 0 and 1), not over "
+                f"the axes it slides along. Going back through {what}, the taps are reversed "
+                "and the channels keep their places (the output's channels become the "
+                "inputs, which a transpose of those two axes does, not a flip).")
+
+    # `.flip(0, 1)` where the taps' axes belong: the channels reversed, the taps as they were.
+    yield "conv-taps-wrong-axes", channels_say, _with_arg(call, 0, "weight",
+                                                          _flip(w, (0, 1, *taps)))
+
     padding = _const(_arg(call, 3, "padding"))
     if isinstance(padding, int) and padding > 0 and _padding(x) is None:
         for step in (1, -1):
@@ -905,27 +917,12 @@ def _loss_dim_slips(call: ast.Call, line: ForwardLine,
     what = f"`{_text(call)}`"
     up = gradient(line.target)
 
-    for d in [*range(r), "log"]:
+    for d in [*range(r), "log", "exp"]:
         if d == classes:
             continue
 
         def local(ns: dict, d: int | str = d) -> Tensor | None:
-            logits, y = ns.get(root), _evaluate_call(target, ns)
-            if not isinstance(logits, Tensor) or not isinstance(y, Tensor) \
-                    or y.is_floating_point() or logits.dim() != r:
-                return None
-            z = logits.detach().to("cpu", torch.float64)
-            moved = z.movedim(classes, -1)
-            if y.numel() * moved.shape[-1] != moved.numel():
-                return None
-            hot = F.one_hot(y.reshape(-1).long(), moved.shape[-1]).to(z.dtype)
-            hot = hot.reshape(moved.shape).movedim(-1, classes)
-            scale = ns.get(up)
-            scale = float(scale) if isinstance(scale, Tensor) and scale.numel() == 1 else 1.0
-            if d == "log":
-                # the log-probabilities where the probabilities belong
-                return (F.log_softmax(z, dim=classes) - hot) * scale / y.numel()
-            return (F.softmax(z, dim=d) - hot) * scale / y.numel()
+            return _softmax_less_hot(ns, root, _evaluate_call(target, ns), classes, up, d)
 
         def say(tensor: str, grad: str, ns: dict, d: int | str = d) -> str | None:
             return (f"{grad} takes the softmax along dim {d} of `{root}`, but {what} takes it "
@@ -938,8 +935,66 @@ def _loss_dim_slips(call: ast.Call, line: ForwardLine,
                     "the probabilities themselves. The log belongs to the loss, not to its "
                     "derivative.")
 
-        yield ("loss-log-softmax", log_say, local, root) if d == "log" else (
-            "loss-softmax-dim", say, local, root)
+        def exp_say(tensor: str, grad: str, ns: dict) -> str | None:
+            return (f"{grad} takes `exp({root})` for the probabilities: the softmax in {what} "
+                    "also divides each row by its sum, so that a row's probabilities add up to "
+                    "one. Without that division each entry is off by its row's factor.")
+
+        yield {"log": ("loss-log-softmax", log_say, local, root),
+               "exp": ("loss-unnormalised", exp_say, local, root)}.get(
+            d, ("loss-softmax-dim", say, local, root))
+    # The one-hot of other indices than the targets: a column of the inputs (the context's
+    # last character, say), which a learner takes for what comes next.
+    for place, column in (("first", 0), ("last", -1)):
+
+        def wrong_target(ns: dict, column: int = column) -> tuple[str, Tensor] | None:
+            y = _evaluate_call(target, ns)
+            if not isinstance(y, Tensor) or y.dim() != 1:
+                return None
+            for name, t in ns.items():
+                if isinstance(t, Tensor) and t is not y and not t.is_floating_point() \
+                        and t.dim() == 2 and t.shape[0] == y.shape[0] and t.dtype != torch.bool:
+                    return name, t[:, column]
+            return None
+
+        def target_local(ns: dict, wrong_target=wrong_target) -> Tensor | None:
+            found = wrong_target(ns)
+            return _softmax_less_hot(ns, root, found[1], classes, up, classes) if found else None
+
+        def target_say(tensor: str, grad: str, ns: dict, wrong_target=wrong_target,
+                       place: str = place) -> str | None:
+            found = wrong_target(ns)
+            if found is None:
+                return None
+            return (f"{grad} subtracts the one-hot of the wrong indices: {what} compares each "
+                    f"row with its target `{_text(target)}`, but this one-hot is built from "
+                    f"the {place} column of `{found[0]}`, the inputs.")
+
+        yield "loss-wrong-target", target_say, target_local, root
+
+
+def _softmax_less_hot(ns: dict, root: str, y: Tensor | None, classes: int, up: str,
+                      d: int | str) -> Tensor | None:
+    """The cross-entropy's gradient, softmax less the one-hot of `y` over the count, with the
+    softmax along `d` (the log-softmax for "log")."""
+    logits = ns.get(root)
+    if not isinstance(logits, Tensor) or not isinstance(y, Tensor) or y.is_floating_point():
+        return None
+    z = logits.detach().to("cpu", torch.float64)
+    moved = z.movedim(classes, -1)
+    if y.numel() * moved.shape[-1] != moved.numel():
+        return None
+    hot = F.one_hot(y.reshape(-1).long().cpu(), moved.shape[-1]).to(z.dtype)
+    hot = hot.reshape(moved.shape).movedim(-1, classes)
+    scale = ns.get(up)
+    scale = float(scale) if isinstance(scale, Tensor) and scale.numel() == 1 else 1.0
+    if d == "log":
+        # the log-probabilities where the probabilities belong
+        return (F.log_softmax(z, dim=classes) - hot) * scale / y.numel()
+    if d == "exp":
+        # the exponentials, never divided by their row's sum
+        return (z.exp() - hot) * scale / y.numel()
+    return (F.softmax(z, dim=d) - hot) * scale / y.numel()
 
 
 def _root_node(x: ast.expr) -> ast.expr:
@@ -961,9 +1016,12 @@ def _count_of_loss(call: ast.Call, ns: dict) -> int | None:
     return t.numel() if t is not None else None
 
 
-def _normaliser_slips(call: ast.Call, line: ForwardLine) -> Iterator[tuple]:
+def _normaliser_slips(call: ast.Call, line: ForwardLine, sources: tuple[str, ...] = ()
+                      ) -> Iterator[tuple]:
     """A softmax (or log-softmax) whose normalising sum is taken for a constant: only each
-    entry's own path, none through the sum that every entry of the row shares."""
+    entry's own path, none through the sum that every entry of the row shares. `sources`: the
+    forward tensors the softmax's input is made from (the scores a mask was laid over), which
+    its backward may be fed in place of the probabilities too."""
     name = _name(call)
     x, dim = _subject(call), _arg(call, 0, "dim")
     if name not in ("softmax", "log_softmax") or x is None or dim is None:
@@ -1020,6 +1078,18 @@ def _normaliser_slips(call: ast.Call, line: ForwardLine) -> Iterator[tuple]:
                     f"{what} made, not the scores it was given.")
 
         yield "softmax-fed-input", input_say, ast.parse(fed(xs), mode="eval").body
+        # Fed what the input was made from: a masked input holds -inf, so the unmasked scores
+        # a line earlier are the ones a learner reaches for.
+        for source in sources:
+            guarded = (f"({fed(source)}) if ({source}).shape == ({xs}).shape "
+                       f"else {ast.unparse(call)}")
+
+            def source_say(tensor: str, grad: str, ns: dict, source: str = source) -> str:
+                return (f"{grad} is the softmax's backward with `{source}`, the tensor {xs} was "
+                        f"made from, where the softmax's output belongs: `s * (g - (s * "
+                        f"g).sum())` takes the probabilities that {what} made.")
+
+            yield "softmax-fed-input", source_say, ast.parse(guarded, mode="eval").body
         for other_dim in range(4):
             p_other = f"torch.softmax({xs}, {other_dim})"
             guarded = (f"({fed(p_other)}) if ({xs}).dim() > {other_dim} and {other_dim} != "
@@ -1668,7 +1738,7 @@ def step_slips(pack: Pack, step: Step, ranks: dict[str, int],
                 found = _pool_slips(call, line)
             elif name in _DIMMED:
                 found = iter([*_dim_slips(call, line, rank), *_count_slips(call, line),
-                              *_normaliser_slips(call, line)])
+                              *_normaliser_slips(call, line, _sources(pack, call))])
             elif name == "masked_fill":
                 found = _mask_slips(call, line)
             elif name in _ELEMENTWISE:
@@ -1687,6 +1757,17 @@ def step_slips(pack: Pack, step: Step, ranks: dict[str, int],
     out += _branch_again_slips(pack, step, lines)
     out += _swapped_slips(step, lines)
     return out
+
+
+def _sources(pack: Pack, call: ast.Call) -> tuple[str, ...]:
+    """The forward tensors that a call's subject, itself a forward tensor, is made from."""
+    x = _subject(call)
+    if not isinstance(x, ast.Name):
+        return ()
+    try:
+        return tuple(pack.line_for(x.id).operands)
+    except KeyError:
+        return ()
 
 
 def _swapped_slips(step: Step, lines: list[ForwardLine]) -> list[Slip]:

@@ -15,7 +15,9 @@ written as the batch size (`n`), so the code holds on the fresh batch as the lea
 
 from __future__ import annotations
 
+import itertools
 import math
+import operator
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -166,11 +168,28 @@ class Recorder(TorchFunctionMode):
             raise  # the learner's limit, arriving while this op was recorded
         except Exception as exc:  # noqa: BLE001 - an op that cannot be written back is marked
             outs = self._fresh(out)
+            bumps = self._drawn_in_place(func, args, out)
             self.ops.append({"bad": f"{type(exc).__name__}: {exc}"[:200],
-                             "outs": outs, "own": self.own, "reads": [], "bumps": []})
+                             "outs": outs, "own": self.own, "reads": [], "bumps": bumps})
             if self.keep_all:  # a notebook's own parameters, drawn at random
-                self._keep([(o, 0) for o in outs if o is not None])
+                self._keep([(o, 0) for o in outs if o is not None] + bumps)
         return out
+
+    def _drawn_in_place(self, func: Callable, args: tuple, out: Any) -> list[tuple[int, int]]:
+        """The new versions an op that cannot be written back made in place (`p.normal_(0,
+        0.02)`, a parameter drawn anew): what is read of it after is its new value."""
+        name = getattr(func, "__name__", "")
+        if not (name.endswith("_") and not name.startswith("_") and args
+                and isinstance(args[0], Tensor) and out is args[0]
+                and id(out) in self._objects):
+            return []
+        ptr = self._storage[self._objects[id(out)]]
+        bumps = []
+        for o, p in enumerate(self._storage):
+            if p == ptr:
+                self._versions[o] += 1
+                bumps.append((o, self._versions[o]))
+        return bumps
 
     # -- objects and versions ----------------------------------------------------------------
     def _object(self, t: Tensor) -> int:
@@ -360,14 +379,50 @@ class Wanted:
     earlier: dict[str, Tensor] = field(default_factory=dict)
 
 
-def _close(a: Tensor, b: Tensor, floor: float = 0.0) -> bool:
+def regrouped(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
+    """Whether shapes `a` and `b` are the same entries with neighbouring axes merged or split
+    (`[B*T, C]` for `[B, T, C]`; heads folded into the batch, `[B*nh, T, hs]` for `[B, nh,
+    T, hs]`), axes of one aside: a notebook that keeps its activations as rows, read in order."""
+    a, b = tuple(d for d in a if d != 1), tuple(d for d in b if d != 1)
+    if a == b or math.prod(a) != math.prod(b):
+        return False
+    ends_a, ends_b = set(itertools.accumulate(a, operator.mul)), set(
+        itertools.accumulate(b, operator.mul))
+    return ends_a <= ends_b or ends_b <= ends_a
+
+
+def regroup_code(source: tuple[int, ...], target: tuple[int, ...]) -> str:
+    """The method that turns a tensor of shape `source` into `target` (`regrouped`), on any
+    batch: the leading axes, where the batch is, merged or split with the rest kept (or the
+    trailing ones, a layer's heads, with the batch's axes kept)."""
+    source, target = tuple(source), tuple(target)
+    if len(target) < len(source) and source[:len(target) - 1] == target[:-1]:
+        return f".flatten({len(target) - 1})"
+    if len(target) > len(source) and target[:len(source) - 1] == source[:-1]:
+        return f".unflatten(-1, {target[len(source) - 1:]})"
+    if len(target) < len(source):
+        k = next((k for k in range(2, len(source)) if tuple(source[k:]) == tuple(target[1:])),
+                 None)
+        if k is not None:
+            return f".flatten(0, {k - 1})"
+    elif len(target) > len(source):
+        k = next((k for k in range(2, len(target)) if tuple(target[k:]) == tuple(source[1:])),
+                 None)
+        if k is not None:
+            return f".unflatten(0, (-1, {', '.join(map(str, target[1:k]))}))"
+    return f".reshape(-1, {', '.join(map(str, target[1:]))})" if len(target) > 1 \
+        else ".reshape(-1)"
+
+
+def _close(a: Tensor, b: Tensor, floor: float = 0.0, regroup: bool = False) -> bool:
     """Whether `a` is `b` up to float32 rounding; `floor` is an absolute tolerance from the
     step's scale (a gradient that is all but zero, as a bias before batchnorm gets, is compared
     on the step's scale). A shape that differs only by axes of one (`[64]` for `[1, 64]`) is
-    the same gradient, as the check takes it."""
+    the same gradient, as the check takes it; with `regroup`, one with axes merged or split
+    (`regrouped`) is the same entries in order, which the written code lays out again."""
     if a.shape != b.shape:
         if a.numel() != b.numel() or [d for d in a.shape if d != 1] != [
-                d for d in b.shape if d != 1]:
+                d for d in b.shape if d != 1] and not (regroup and regrouped(a.shape, b.shape)):
             return False
         a = a.reshape(b.shape)
     a, b = a.double(), b.double()
@@ -381,8 +436,9 @@ def _fits(a: Tensor, b: Tensor) -> bool:
     """Whether `a` has `b`'s shape, up to axes of one: a value of another shape kept under a
     gradient's name (`dtok` for an embedding table's gradient, beside the lesson's `tok`) is no
     answer for it, right or wrong."""
-    return a.shape == b.shape or a.numel() == b.numel() and [d for d in a.shape if d != 1] == [
-        d for d in b.shape if d != 1]
+    return a.shape == b.shape or a.numel() == b.numel() and (
+        [d for d in a.shape if d != 1] == [d for d in b.shape if d != 1]
+        or regrouped(a.shape, b.shape))
 
 
 def _floor(wanted: Wanted) -> float:
@@ -588,9 +644,13 @@ class Read:
         total = float(ref.double().abs().sum())
         scale = float(ref.abs().max()) if ref.numel() else 0.0
         slack = ref.numel() * (1e-4 * scale + floor) + 1e-3 * total + 1e-9
-        return [ov for ov, value in self.values.items()
-                if value.numel() == ref.numel() and abs(self.sums[ov] - total) <= slack
-                and _close(value, ref, floor)]
+        near = [ov for ov, value in self.values.items()
+                if value.numel() == ref.numel() and abs(self.sums[ov] - total) <= slack]
+        # Of the gradient's own shape first: the same entries with axes merged or split (a
+        # notebook that keeps its activations as `[B*T, C]` rows) only where none is, for a
+        # lesson's view (`embcat`, `emb` laid out) has its gradient in both shapes.
+        return [ov for ov in near if _close(self.values[ov], ref, floor)] or [
+            ov for ov in near if _close(self.values[ov], ref, floor, regroup=True)]
 
     def add_op(self, op: dict, value: Tensor) -> tuple[int, int]:
         """An op the program did not run but whose inputs it made (its pieces stacked, what
@@ -776,6 +836,15 @@ class Read:
         return bool(named) and not any(
             ov[0] in objects and self.added_another(ov, tensor)
             or _close(self.values[ov], ref, floor) for ov in named)
+
+    def answered(self, tensor: str, ref: Tensor) -> bool:
+        """Whether the program keeps a value of its own making, of the gradient's shape, under
+        a name for `tensor`'s gradient (`dd['af']`), other than the lesson's forward tensor of
+        that name: its answer, right or wrong, whatever a larger value elsewhere holds (the
+        fused gates' gradient of a later exercise, whose slice is right)."""
+        return any(ov in self.maker and self.ops[self.maker[ov]]["own"] and ov not in self.named
+                   and self.hinted(ov[0], tensor) and _fits(self.values[ov], ref)
+                   for ov in self.held if ov in self.values)
 
     def added_another(self, ov: tuple[int, int], tensor: str) -> bool:
         """Whether an op that changed object `ov[0]` on its way to version `ov` added what
@@ -1021,9 +1090,12 @@ def written_out(traces: Traces, wanted: Wanted, wanted_fresh: Wanted) -> list[st
         if mine_found is None:
             return []
         theirs_found = _versions(second, wanted_fresh)
-        shapes = {k: tuple(v.shape) for k, v in {**wanted.earlier, **wanted.given}.items()}
-        fresh_shapes = {k: tuple(v.shape)
-                        for k, v in {**wanted_fresh.earlier, **wanted_fresh.given}.items()}
+        # Every gradient's shape, for one the program keeps with its axes merged or split.
+        shapes = {k: tuple(v.shape) for k, v in {
+            **wanted.earlier, **wanted.answers, **wanted.partials, **wanted.given}.items()}
+        fresh_shapes = {k: tuple(v.shape) for k, v in {
+            **wanted_fresh.earlier, **wanted_fresh.answers, **wanted_fresh.partials,
+            **wanted_fresh.given}.items()}
         out: list[str] = []
         # From what the step is given first; then also from what earlier steps answer, for
         # code that works several lines in one go (an earlier gradient met on the way back
@@ -1133,8 +1205,9 @@ def _candidates(read: Read, wanted: Wanted) -> dict[str, list[tuple[int, int]]] 
             # its given gradient are one value) while the program keeps another value under
             # this one's name: that is its answer, whatever else equals the right one.
             matches = []
-        if not matches:
-            # Kept inside a larger value of the program's (its gradients side by side).
+        if not matches and not read.answered(name, ref):
+            # Kept inside a larger value of the program's (its gradients side by side), where
+            # it keeps no value of its own under this gradient's name.
             parts = read.cut_out(ref, floor) or (
                 read.cut_out(wanted.theirs[name], floor)
                 if wanted.theirs is not None and name in wanted.theirs else [])
@@ -1210,6 +1283,7 @@ def _code_for(read: Read, cuts: dict[tuple[int, int], str],
     bound: dict[int, str] = {}  # object -> the given gradient it starts from
     sliced: dict[int, str] = {}  # object -> the slice of it (a piece of one kept in pieces)
     squeezed: set[int] = set()  # objects the learner held without the gradient's axes of one
+    regroup: dict[int, tuple[int, ...]] = {}  # objects held with axes merged: their shape
     # By object, as the code names them: an object with two versions so written (changed in
     # place between them) is followed back through its ops instead.
     counts: dict[int, int] = {}
@@ -1230,8 +1304,11 @@ def _code_for(read: Read, cuts: dict[tuple[int, int], str],
             sliced[ov[0]] = read.slices.get(ov, "")
             value = read.values.get(ov)
             if value is not None and value.dim() < len(shapes.get(cuts[ov], ())) \
-                    and not sliced[ov[0]]:
+                    and not sliced[ov[0]] and not regrouped(value.shape, shapes[cuts[ov]]):
                 squeezed.add(ov[0])
+            elif value is not None and cuts[ov] in shapes and not sliced[ov[0]] \
+                    and regrouped(value.shape, shapes[cuts[ov]]):
+                regroup[ov[0]] = tuple(value.shape)
             continue
         i = read.maker.get(ov)
         if ov in read.expressed and ov[0] in expressed:
@@ -1259,7 +1336,8 @@ def _code_for(read: Read, cuts: dict[tuple[int, int], str],
         return leaf if leaf and o not in bound else f"t{o}"
 
     lines = [f"t{o} = {gradient(name)}{sliced.get(o, '')}.clone()" + (
-        f".reshape([s for s in {gradient(name)}.shape if s != 1])" if o in squeezed else "")
+        f".reshape([s for s in {gradient(name)}.shape if s != 1])" if o in squeezed else
+        regroup_code(shapes[name], regroup[o]) if o in regroup and name in shapes else "")
         for o, name in sorted(bound.items())]
     # Two answers may be the same version (a residual's two branches, both the gradient as it
     # arrives): each is written.
@@ -1286,7 +1364,10 @@ def _code_for(read: Read, cuts: dict[tuple[int, int], str],
                 target += ","
             lines.append(_statement(op, other, name_of, lits, target))
             for o, v in ([(o, 0) for o in outs if o is not None] + [tuple(b) for b in op["bumps"]]):
-                lines += [f"{gradient(name)} = t{o}.clone()" for name in done.get((o, v), ())]
+                lines += [f"{gradient(name)} = t{o}" + (
+                    f".reshape({name}.shape).clone()" if name in shapes and (o, v) in read.values
+                    and regrouped(read.values[(o, v)].shape, shapes[name]) else ".clone()")
+                    for name in done.get((o, v), ())]
     except Unrecordable:
         return None
     return "\n".join(lines) + "\n"

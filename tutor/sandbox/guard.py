@@ -134,6 +134,17 @@ def _refuse(obj: Any, name: str, why: str) -> Refused:
 #: The classes learner code made (`class` statements, through tutor/sandbox/objects.py): a method
 #: a learner's class defines is theirs to call, whatever its name (a model's own `backward`).
 LEARNER_CLASSES: weakref.WeakSet[type] = weakref.WeakSet()
+#: The sandbox's own among them (`nn.Module`, its layers, the attribute dict): a learner's class
+#: builds on them, but nothing of the learner's changes them (a method set on one, a record
+#: made of one), which would reach every later use of them in the same run.
+SANDBOX_CLASSES: weakref.WeakSet[type] = weakref.WeakSet()
+
+
+def sandbox_class(cls: type) -> type:
+    """`cls` as one of the sandbox's own classes that learner classes build on."""
+    LEARNER_CLASSES.add(cls)
+    SANDBOX_CLASSES.add(cls)
+    return cls
 
 
 def _learner_method(obj: Any, name: str) -> bool:
@@ -155,6 +166,7 @@ class Guard:
         self.tensor_type = tensor_type
         self.alias = alias  # what learner code calls torch.Tensor
         self.modules = modules  # stand-in module name -> the names it holds
+        self.stand_ins: dict[str, types.ModuleType] = {}  # stand-in module name -> the module
         self.wrapped = wrapped  # tensor methods replaced by safer ones (new_empty, ...)
         self.tensor_names = frozenset(
             n for n in dir(tensor_type) if allowlist.tensor_allows(n) and n not in wrapped)
@@ -164,9 +176,11 @@ class Guard:
             return getattr(obj, name)
         if type(obj) is types.ModuleType:
             # Keyed by name, not by the module object: torch.compile traces this function
-            # during training and cannot use modules as dictionary keys.
+            # during training and cannot use modules as dictionary keys. The object must be the
+            # stand-in itself: a real module of the same name (torch's own `functools`) reached
+            # some other way would answer the stand-in's names with its real, open objects.
             names = self.modules.get(obj.__name__)
-            if names is not None:
+            if names is not None and self.stand_ins.get(obj.__name__) is obj:
                 if name in names:
                     return getattr(obj, name)
                 raise Refused(f"{obj.__name__}.{name} is not available in the sandbox: "

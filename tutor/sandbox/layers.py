@@ -18,7 +18,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from tutor.sandbox.guard import LEARNER_CLASSES, Refused
+from tutor.sandbox.guard import Refused, sandbox_class
 from tutor.sandbox.objects import Module, parameter
 
 
@@ -179,7 +179,7 @@ LAYERS = {cls.__name__: cls for cls in (
     Linear, Embedding, LayerNorm, Tanh, ReLU, Sigmoid, GELU, Softmax, Identity, Dropout,
     Sequential, ModuleList, ModuleDict)}
 for _cls in LAYERS.values():
-    LEARNER_CLASSES.add(_cls)  # built on, and kept attributes of, as the learner's own
+    sandbox_class(_cls)  # built on, and kept attributes of, as the learner's own
 
 
 def init_module() -> types.ModuleType:

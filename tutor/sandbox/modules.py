@@ -224,6 +224,10 @@ for _name, _module in (("functools", _functools()), ("types", _types()),
     _STAND_INS[_name] = _module
     GUARD.modules[_name] = frozenset(k for k in vars(_module) if not k.startswith("_"))
 
+_STAND_INS["torch.nn.init"] = _STAND_INS["torch.nn"].init
+GUARD.stand_ins = _STAND_INS
+assert set(GUARD.modules) <= set(_STAND_INS)
+
 # The names learner code starts with.
 MODULES = {"torch": _STAND_INS["torch"], "F": _STAND_INS["torch.nn.functional"],
            "math": _STAND_INS["math"], "functools": _STAND_INS["functools"],

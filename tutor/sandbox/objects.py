@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from tutor.sandbox.allowlist import CLASS_METHODS, SLOTS, private, slot_names
-from tutor.sandbox.guard import LEARNER_CLASSES, Refused
+from tutor.sandbox.guard import LEARNER_CLASSES, SANDBOX_CLASSES, Refused, sandbox_class
 from tutor.sandbox.screen import CODE_FILE
 
 SET_NAME = "__tutor_setattr__"
@@ -75,7 +75,7 @@ class SimpleNamespace(LearnerObject):
         return "namespace(" + ", ".join(f"{k}={v!r}" for k, v in vars(self).items()) + ")"
 
 
-_classes.add(SimpleNamespace)
+sandbox_class(SimpleNamespace)
 
 
 class Module(LearnerObject):
@@ -87,7 +87,57 @@ class Module(LearnerObject):
         pass
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self.forward(*args, **kwargs)  # type: ignore[attr-defined]
+        before, after = _hooks(self)
+        for hook in list(before):
+            changed = hook(self, args)
+            if changed is not None:
+                args = changed if isinstance(changed, tuple) else (changed,)
+        out = self.forward(*args, **kwargs)  # type: ignore[attr-defined]
+        for hook in list(after):
+            changed = hook(self, args, out)
+            if changed is not None:
+                out = changed
+        return out
+
+    def register_forward_hook(self, hook: Any) -> Handle:
+        """`hook(module, args, output)` after each call (a notebook keeping every layer's
+        input and output for its own backward pass); what it returns, if anything, is the
+        output."""
+        return Handle(_hooks(self)[1], hook)
+
+    def register_forward_pre_hook(self, hook: Any) -> Handle:
+        return Handle(_hooks(self)[0], hook)
+
+    def named_modules(self, memo: Any = None, prefix: str = "") -> list:
+        """It and every module it holds, each once, with the dotted path it is kept under."""
+        out: list = []
+
+        def walk(value: Any, path: str, depth: int) -> None:
+            if isinstance(value, Module):
+                if any(value is m for _, m in out):
+                    return
+                out.append((path, value))
+                items = vars(value).items()
+            elif isinstance(value, (list, tuple)):
+                items = ((str(i), item) for i, item in enumerate(value))
+            elif isinstance(value, dict):
+                items = value.items()
+            else:
+                return
+            if depth > 8:
+                return
+            for key, item in items:
+                hidden = isinstance(key, str) and key.startswith("_")
+                walk(item, path if hidden else f"{path}.{key}".lstrip("."), depth + 1)
+
+        walk(self, prefix, 0)
+        return out
+
+    def modules(self) -> list:
+        return [m for _, m in self.named_modules()]
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
 
     def parameters(self, recurse: bool = True) -> list:
         """Every parameter it holds (a tensor made by `nn.Parameter`), its layers' included,
@@ -183,7 +233,32 @@ class Module(LearnerObject):
         return self
 
 
-_classes.add(Module)
+sandbox_class(Module)
+
+
+class Handle:
+    """What registering a hook gives: `remove()` takes the hook off again."""
+
+    def __init__(self, hooks: list, hook: Any) -> None:
+        self._hooks, self._hook = hooks, hook
+        hooks.append(hook)
+
+    def remove(self) -> None:
+        if any(h is self._hook for h in self._hooks):
+            self._hooks.remove(self._hook)
+
+
+# Each module's hooks, before and after its forward, by id with a weak reference to tell a
+# reused id: kept outside the module, where its own attributes would show them.
+_HOOK_LISTS: dict[int, tuple[weakref.ref, list, list]] = {}
+
+
+def _hooks(module: Module) -> tuple[list, list]:
+    held = _HOOK_LISTS.get(id(module))
+    if held is None or held[0]() is not module:
+        held = (weakref.ref(module), [], [])
+        _HOOK_LISTS[id(module)] = held
+    return held[1], held[2]
 
 
 # The tensors `nn.Parameter` was given, by id, each with a weak reference to tell a reused id.
@@ -213,7 +288,7 @@ class AttributeDict(dict):
             raise AttributeError(name) from None
 
 
-_classes.add(AttributeDict)
+sandbox_class(AttributeDict)
 
 
 # Modules that only show things (plots, progress bars, rich output).
@@ -319,7 +394,8 @@ def noted(obj: Any, name: str) -> bool:
 def _assignable(obj: Any, name: str, value: Any = None) -> None:
     # A class of the learner's may be given a method of theirs afterwards (`Grads.ce_fused =
     # ce_fused`); nothing else is set on a class, theirs or not.
-    if isinstance(obj, type) and not (obj in _classes and learner_function(value)):
+    if isinstance(obj, type) and not (obj in _classes and obj not in SANDBOX_CLASSES
+                                      and learner_function(value)):
         raise Refused(f"assigning to .{name} of a class: a class of yours may be given only "
                       "a function of yours, as a method")
     if learner_function(obj) or isinstance(obj, type):

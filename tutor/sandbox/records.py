@@ -17,10 +17,21 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from tutor.sandbox.guard import LEARNER_CLASSES, Refused
+from tutor.sandbox.guard import LEARNER_CLASSES, SANDBOX_CLASSES, Refused
 from tutor.sandbox.objects import set_attribute
 
-_MISSING = object()
+
+class _Missing:
+    """No default given (Python's `dataclasses.MISSING`): a marker of the sandbox's own, which
+    learner code may see (`fields(R)[0].default`) but which leads nowhere."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "MISSING"
+
+
+_MISSING = _Missing()
 
 
 class Field:
@@ -99,7 +110,7 @@ def _repr(fields: tuple[Field, ...]) -> Callable[[Any], str]:
 
 def dataclass(cls: type | None = None, /, **_options: Any) -> Any:
     def make(klass: type) -> type:
-        if klass not in LEARNER_CLASSES:
+        if klass not in LEARNER_CLASSES or klass in SANDBOX_CLASSES:
             raise Refused("dataclass makes records only of your own classes")
         fields = _fields_of(klass)
         _RECORDS[klass] = fields

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from types import FrameType
 from typing import Any
 
-from tutor.sandbox.guard import LEARNER_CLASSES, Refused
+from tutor.sandbox.guard import GUARD_NAME, LEARNER_CLASSES, Refused
 
 _MISSING = object()
 
@@ -38,19 +39,32 @@ def _own(names: dict) -> dict:
     return {k: v for k, v in names.items() if isinstance(k, str) and not k.startswith("_")}
 
 
+def _learners_frame() -> FrameType:
+    """The frame that called the view, which must be learner code: one that runs with the
+    sandbox's builtins. Handed to the sandbox's own objects as a callback (a layer's `forward`,
+    a field's `default_factory`, a torch decorator), a view would be called from their frame
+    and read their names, which hold real modules."""
+    frame = sys._getframe(2)
+    if GUARD_NAME not in frame.f_builtins:
+        raise Refused("globals(), locals() and vars() read the names of your own code only: "
+                      "passed on to be called from elsewhere (a layer's forward, a default "
+                      "factory, a decorator), they are not available in the sandbox")
+    return frame
+
+
 def namespace_view() -> dict:
     """The caller's global names, as a copy."""
-    return _own(sys._getframe(1).f_globals)
+    return _own(_learners_frame().f_globals)
 
 
 def locals_view() -> dict:
     """The caller's local names (its global ones at a cell's top level), as a copy."""
-    return _own(sys._getframe(1).f_locals)
+    return _own(_learners_frame().f_locals)
 
 
 def vars_view(*args: Any) -> dict:
     if not args:
-        return _own(sys._getframe(1).f_locals)
+        return _own(_learners_frame().f_locals)
     if len(args) > 1:
         raise TypeError("vars() takes at most one argument")
     obj = args[0]

@@ -319,3 +319,25 @@ def test_a_softmax_s_backward_fed_the_scores_under_its_mask_is_named(engines):
     code = "dmasked = scores * (datt - (scores * datt).sum(-1, keepdim=True))\n"
     said = _said(engine, step.id, code, "masked")
     assert "`scores`" in said and "softmax's output belongs" in said
+
+
+@pytest.mark.slow
+def test_a_kernel_flipped_over_its_channels_is_named_on_another_lesson_s_convolution(engines):
+    """`.flip(0, 1)` on the kernel where no flip (a transposed convolution) or the taps' flip
+    belongs: named on a 1-d dilated convolution, the slip corpora having met it on a 2-d one."""
+    engine = engines("conv")
+    step = engine.pack.step("conv/h2")
+    code = step.solution + ("dh2 = F.conv_transpose1d(dh3pre, w3.flip(0, 1), dilation=4)"
+                            "[:, :, 4:]\n")
+    assert "channel axes" in _said(engine, step.id, code, "h2")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lesson", ["conv", "attention"])
+def test_a_cross_entropy_from_unnormalised_exponentials_is_named(engines, lesson):
+    engine = engines(lesson)
+    step = next(s for s in engine.pack.gradient_steps if "logits" in s.checks)
+    code = ("p = logits.exp()\n"
+            "p[range(p.shape[0]), Yb] -= 1\n"
+            "dlogits = p / p.shape[0]\n")
+    assert "divides each row by its sum" in _said(engine, step.id, code, "logits")

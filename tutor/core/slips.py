@@ -207,14 +207,16 @@ def _conv_slips(call: ast.Call, line: ForwardLine, dilations: set[int]) -> Itera
     def channels_say(tensor: str, grad: str, ns: dict) -> str | None:
         if role(tensor) != "input":
             return None
-        return (f"{grad} has the kernel flipped over its channel axes (dims 0 and 1), not over "
-                f"the axes it slides along. Going back through {what}, the taps are reversed "
-                "and the channels keep their places (the output's channels become the "
-                "inputs, which a transpose of those two axes does, not a flip).")
+        return (f"{grad} has the kernel flipped over its channel axes (dims 0 and 1). Going "
+                f"back through {what}, the channels keep their places (the output's channels "
+                "become the inputs by a transpose of those two axes, not by a flip); only the "
+                "axes it slides along are reversed, where the formula needs it.")
 
-    # `.flip(0, 1)` where the taps' axes belong: the channels reversed, the taps as they were.
-    yield "conv-taps-wrong-axes", channels_say, _with_arg(call, 0, "weight",
-                                                          _flip(w, (0, 1, *taps)))
+    # `.flip(0, 1)` where the taps' axes belong (the channels reversed, the taps as they were),
+    # or on a transposed convolution that needs no flip at all.
+    for dims_flipped in ((0, 1, *taps), (0, 1)):
+        yield "conv-taps-wrong-axes", channels_say, _with_arg(call, 0, "weight",
+                                                              _flip(w, dims_flipped))
 
     padding = _const(_arg(call, 3, "padding"))
     if isinstance(padding, int) and padding > 0 and _padding(x) is None:

@@ -294,3 +294,19 @@ def test_a_parameter_drawn_again_in_place_is_read_as_drawn(tmp_path):
                                                   [DATA, model, BACKWARD]))["steps"]}
     assert all(s["score"] == s["max_score"] for sid, s in steps.items() if sid != "conv/train"), {
         sid: s["message"] for sid, s in steps.items() if s["score"] != s["max_score"]}
+
+
+def test_a_notebook_in_a_layout_of_its_own_throughout_is_read_in_its_own_frame(tmp_path):
+    """Time first (`[T, B, C]`), each kernel kept as one (in, out) matrix per tap, a loop over
+    positions: its `x` and `demb` are not the lesson's by their names, so what its own frame
+    finds right stands (a tune corpus's notebook, measured by running it)."""
+    import notebook_corpus_lessons_tune7 as corpus
+
+    case = next(c for c in corpus.CASES if c["name"].startswith("conv_t6"))
+    path = tmp_path / "taps.ipynb"
+    path.write_text(json.dumps(case["notebook"]))
+    steps = {s["id"]: s for s in _grade(path)["steps"]}
+    right = [sid for sid in case["right"] if sid != "conv/train"]
+    lost = {sid: steps[sid]["message"] for sid in right
+            if steps[sid]["score"] != steps[sid]["max_score"]}
+    assert right and not lost, lost

@@ -341,3 +341,38 @@ def test_a_cross_entropy_from_unnormalised_exponentials_is_named(engines, lesson
             "p[range(p.shape[0]), Yb] -= 1\n"
             "dlogits = p / p.shape[0]\n")
     assert "divides each row by its sum" in _said(engine, step.id, code, "logits")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lesson, line, code, tensor", [
+    # a weight's gradient from the activations laid out by a reshape, not transposed
+    ("attention", "v", "dWv = x.reshape(x.shape[-1], -1) @ dv.reshape(-1, dv.shape[-1])\n",
+     "Wv"),
+    # an activation's gradient through a weight viewed to the transposed shape
+    ("pool_relu", "logits", "dflat = dlogits @ W.view(W.shape[1], W.shape[0])\n", "flat"),
+])
+def test_a_reshape_where_a_transpose_belongs_is_named_on_any_product(engines, lesson, line,
+                                                                     code, tensor):
+    engine = engines(lesson)
+    step = _step(engine, line)
+    said = _said(engine, step.id, step.solution + code, tensor)
+    assert "reshape" in said and "scrambled" in said
+
+
+@pytest.mark.slow
+def test_a_gradient_of_nothing_but_zeros_and_ones_is_called_a_comparison(engines):
+    # `dh * hpre > 0`: the comparison takes in the product (`*` binds first)
+    engine = engines("pool_relu")
+    step = _step(engine, "h")
+    said = _said(engine, step.id, "dhpre = dh * hpre > 0\ndhpre = dhpre.float()\n", "hpre")
+    assert "only 0s and 1s" in said and "parentheses" in said
+
+
+@pytest.mark.slow
+def test_a_pool_s_gradient_at_the_whole_map_s_largest_entry_only_is_named(engines):
+    engine = engines("pool_relu")
+    step = _step(engine, "pooled")
+    code = ("up = dpooled.repeat_interleave(2, 2).repeat_interleave(2, 3)\n"
+            "pos = torch.arange(h.shape[2] * h.shape[3]).view(h.shape[2], h.shape[3])\n"
+            "dh = up * (pos == h.flatten(2).argmax(-1, keepdim=True).unsqueeze(-1))\n")
+    assert "whole map's largest" in _said(engine, step.id, code, "h")

@@ -382,3 +382,40 @@ def test_a_tensor_drawn_again_in_place_is_read_as_its_new_value():
     read_of_q = [tuple(x) for op in rec.ops if op.get("call") == ("method", "mul")
                  for x in op["reads"]][-1]
     torch.testing.assert_close(rec.values[read_of_q] * 2.0, r)
+
+
+def test_axes_in_another_order_are_laid_out_by_their_sizes():
+    from tutor.core.trace import axis_order, laid_out, layout_code
+
+    assert axis_order((8, 24, 64), (24, 64, 8)) == (1, 2, 0)
+    assert axis_order((8, 8, 64), (8, 64, 8)) is None  # two sizes alike: the sizes cannot tell
+    assert laid_out((8, 24, 64), (24, 64, 8)) and laid_out((80, 27), (5, 16, 27))
+    t = torch.randn(8, 24, 64)
+    assert torch.equal(eval("t" + layout_code((8, 24, 64), (24, 64, 8))), t.permute(1, 2, 0))
+
+
+def test_a_gradient_kept_as_matrices_the_other_way_round_is_put_together():
+    # One matrix per tap, each kept as (in, out): the kernel's gradient, (out, in, taps), is
+    # their stack, each laid back.
+    code = "a = 2 * logits.T\nb = 3 * logits.T\n"
+    (x, vx), (y, vy) = _trace(code, 8, keep_all=True), _trace(code, 6, seed=1, keep_all=True)
+    traces = Traces.of(x, y, (8, 6))
+    wanted = [Wanted({"logits": torch.stack([2 * v["logits"], 3 * v["logits"]], 2)}, {})
+              for v in (vx, vy)]
+    traces.first.assembles = traces.second.assembles = True
+    codes = written_out(traces, *wanted)
+    assert codes and ".T" in codes[0] and "torch.stack" in codes[0], codes
+    ns = {**vx, "torch": torch, "F": F}
+    exec(codes[0], ns)
+    torch.testing.assert_close(ns["dlogits"], torch.stack([2 * vx["logits"], 3 * vx["logits"]],
+                                                          2))
+
+
+def test_a_parameter_kept_in_pieces_is_put_together_from_them_in_any_order():
+    from tutor.core.frame import _pieced
+
+    old, new = torch.randn(10, 64), torch.randn(10, 64)
+    kernel = torch.stack([old.T, new.T], 2)  # (64, 10, 2): tap 0 the one read later
+    made = _pieced((64, 10, 2), [((3, 0), new), ((7, 0), old)])
+    match = [parts for t, parts in made if torch.equal(t, kernel)]
+    assert match and dict(match[0]) == {(7, 0): "{}.select(2, 0).T", (3, 0): "{}.select(2, 1).T"}

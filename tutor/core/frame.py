@@ -15,12 +15,13 @@ names, and the ordinary check runs it on the tutor's own batches (trace.py `writ
 from __future__ import annotations
 
 import itertools
+import math
 
 import torch
 from torch import Tensor
 
 from tutor.core.network import Batch, Network
-from tutor.core.trace import Read, Traces, gradient_of, regroup_code, regrouped
+from tutor.core.trace import Read, Traces, axis_order, gradient_of, laid_out, layout_code
 from tutor.pack.flow import gradient
 
 # The notebook's full data is also an integer tensor of the batch's shape: a batch this large
@@ -43,7 +44,8 @@ def found(network: Network, trace: dict) -> tuple[Batch, Traces] | None:
     assigned = _assigned(network, read, first_read)
     if assigned is None:
         return None
-    batch, made_loss, chosen = assigned
+    batch, made_loss, chosen, parts = assigned
+    read.expressed.update(parts)
     _name(read, batch, network, made_loss, chosen)
     _through_layouts(read, made_loss)
     _sliced(read, batch, network, made_loss)
@@ -55,9 +57,11 @@ def found(network: Network, trace: dict) -> tuple[Batch, Traces] | None:
 
 
 def _assigned(network: Network, read: Read, first_read: dict[tuple[int, int], int]
-              ) -> tuple[Batch, int, dict[str, tuple[int, int]]] | None:
-    """The batch the notebook's parameters and batch give, the op that made its loss, and
-    the version that is each parameter."""
+              ) -> tuple[Batch, int, dict[str, tuple[int, int]], dict[tuple[int, int], str]
+                         ] | None:
+    """The batch the notebook's parameters and batch give, the op that made its loss, the
+    version that is each parameter, and each piece of a parameter the notebook keeps in
+    pieces, written as that part of it (`w1.select(2, 0).T`)."""
     main = network.main
     X, Y = main.values["Xb"], main.values["Yb"]
     losses = [(read.maker.get(ov, len(read.ops)), v) for ov, v in read.values.items()
@@ -80,11 +84,15 @@ def _assigned(network: Network, read: Read, first_read: dict[tuple[int, int], in
     if not batches:
         return None
     # Each shape's parameters, in the order the lesson's forward pass first reads them, and
-    # the notebook's tensors of that shape in the order its ops first read them.
+    # the notebook's tensors of that shape in the order its ops first read them; where it has
+    # too few, parameters put together from pieces it keeps apart (a gate's own matrix, a
+    # tap's), the pieces in the order it reads them.
+    first_loss = min(i for i, _ in losses)
     groups: dict[tuple[int, ...], list[str]] = {}
     for name, p in network.params.items():
         groups.setdefault(tuple(p.shape), []).append(name)
     choices: dict[tuple[int, ...], list[Tensor]] = {}
+    pieces: dict[int, list[tuple[tuple[int, int], str]]] = {}  # id(made) -> its pieces
     for shape, names in groups.items():
         seen: list[Tensor] = []
         for _, t in floats:
@@ -92,6 +100,13 @@ def _assigned(network: Network, read: Read, first_read: dict[tuple[int, int], in
                 seen.append(t)
             if len(seen) >= 2 * len(names) + 1:
                 break
+        if len(seen) < len(names):
+            # from what its forward pass reads, before its first loss
+            early = [(ov, read.values[ov]) for i, ov in used if i <= first_loss
+                     and read.values[ov].is_floating_point()]
+            for made, parts in _pieced(shape, early):
+                seen.append(made)
+                pieces[id(made)] = parts
         if len(seen) < len(names):
             return None
         choices[shape] = seen
@@ -102,19 +117,28 @@ def _assigned(network: Network, read: Read, first_read: dict[tuple[int, int], in
     # Every assignment that gives the notebook's loss (a masked loss is the same over padding
     # the notebook never computed), the one under which most of its forward values are the
     # lesson's taken.
+    def fit(combo: tuple[dict, ...], x: Tensor, y: Tensor) -> bool:
+        params = {k: v for part in combo for k, v in part.items()}
+        ns = _forward(network, params, x, y)
+        loss = ns.get(network.pack.loss) if ns is not None else None
+        made = [i for i, seen in losses if isinstance(loss, Tensor) and loss.dim() == 0
+                and _same(loss.detach(), seen)]
+        if made:
+            fits.append((_named_count(read, ns, min(made)), min(made), params, x, y))
+        return bool(made)
+
     fits: list[tuple[int, int, dict, Tensor, Tensor]] = []
     for x, y in batches[:8]:
-        for combo in itertools.islice(itertools.product(*options), MAX_TRIES):
-            params = {k: v for part in combo for k, v in part.items()}
-            ns = _forward(network, params, x, y)
-            loss = ns.get(network.pack.loss) if ns is not None else None
-            made = [i for i, seen in losses if isinstance(loss, Tensor) and loss.dim() == 0
-                    and _same(loss.detach(), seen)]
-            if made:
-                fits.append((_named_count(read, ns, min(made)), min(made), params, x, y))
-                break
-        if len(fits) >= 4:
+        if any(fit(combo, x, y) for combo in itertools.islice(itertools.product(*options),
+                                                               MAX_TRIES)) and len(fits) >= 4:
             break
+    if not fits and math.prod(len(group) for group in options) > MAX_TRIES:
+        # Too many combinations to try them all: one parameter at a time, on the batches
+        # most like the lesson's.
+        for x, y in batches[:2]:
+            if fit(_greedy(network, read, groups, choices, x, y, min(i for i, _ in losses)),
+                   x, y):
+                break
     if not fits:
         return None
     _, made_loss, params, x, y = max(fits, key=lambda f: f[0])
@@ -123,7 +147,107 @@ def _assigned(network: Network, read: Read, first_read: dict[tuple[int, int], in
     # Its batch too, as the tensors the assignment took: all zeros (every target the end of
     # its word) is a batch as well as any other.
     chosen |= {name: where[id(t)] for name, t in (("Xb", x), ("Yb", y)) if id(t) in where}
-    return network.make_batch(x, y, params=params), made_loss, chosen
+    parts = {ov: text.format(name) for name, t in params.items()
+             for ov, text in pieces.get(id(t), ())}
+    return network.make_batch(x, y, params=params), made_loss, chosen, parts
+
+
+MAX_PIECED = 48  # parameters put together from pieces, per shape
+
+
+def _pieced(shape: tuple[int, ...], floats: list[tuple[tuple[int, int], Tensor]]
+            ) -> list[tuple[Tensor, list[tuple[tuple[int, int], str]]]]:
+    """Tensors of `shape` put together from equal pieces of the notebook's, each with its
+    pieces written as the part of it they are: stacked along one dim (a convolution's taps
+    kept as one matrix each) or concatenated (a gate's own matrix), each piece as it is or,
+    where it is a matrix, transposed (kept as (in, out)). Runs of pieces in the order the
+    notebook first reads them."""
+    out: list[tuple[Tensor, list[tuple[tuple[int, int], str]]]] = []
+    for d in range(len(shape)):
+        layouts = []
+        if 2 <= shape[d] <= MAX_CHUNKS:
+            layouts.append(("stack", shape[d], shape[:d] + shape[d + 1:]))
+        layouts += [("cat", k, shape[:d] + (shape[d] // k,) + shape[d + 1:])
+                    for k in range(2, MAX_CHUNKS + 1) if shape[d] % k == 0 and shape[d] // k > 1]
+        for how, k, piece in layouts:
+            for flipped in (False, True) if len(piece) == 2 else (False,):
+                want = piece[::-1] if flipped else piece
+                kept: list[tuple[tuple[int, int], Tensor]] = []
+                for ov, t in floats:
+                    if tuple(t.shape) == want and not any(t is p for _, p in kept):
+                        kept.append((ov, t))
+                runs = [kept[start:start + k] for start in range(len(kept) - k + 1)]
+                # in any order, for a few (its first tap read later, where the padding is)
+                runs = [list(p) for run in runs for p in (
+                    itertools.permutations(run) if k <= 4 else [run])]
+                for run in runs:
+                    parts = [t.T if flipped else t for _, t in run]
+                    made = torch.stack(parts, d) if how == "stack" else torch.cat(parts, d)
+                    size = piece[d] if how == "cat" else 1
+                    texts = [(ov, "{}" + (f".select({d}, {i})" if how == "stack"
+                                          else f".narrow({d}, {i * size}, {size})")
+                              + (".T" if flipped else "")) for i, (ov, _) in enumerate(run)]
+                    out.append((made, texts))
+                    if len(out) >= MAX_PIECED:
+                        return out
+    return out
+
+
+def _greedy(network: Network, read: Read, groups: dict[tuple[int, ...], list[str]],
+            choices: dict[tuple[int, ...], list[Tensor]], x: Tensor, y: Tensor,
+            first_loss: int) -> tuple[dict[str, Tensor]]:
+    """An assignment found one parameter at a time (where every combination of the choices is
+    too many to try): each parameter's choice, the others held, the one under which most of
+    the notebook's forward values are the lesson's; twice over, as a later layer's right
+    parameters let an earlier one's be seen."""
+    # Its forward values by their sizes in order: one kept with its axes in another order
+    # (time first, `[T, B, C]`) still shows a layer's parameters right.
+    # Each with the sum of its magnitudes, which no layout changes: most pairs differ there.
+    mine: dict[tuple[int, ...], list[tuple[Tensor, float]]] = {}
+    for ov, v in read.values.items():
+        if v.is_floating_point() and v.numel() > 1 and read.maker.get(ov, -1) <= first_loss:
+            mine.setdefault(tuple(sorted(v.shape)), []).append(
+                (v, float(v.double().abs().sum())))
+
+    def found(v: Tensor) -> bool:
+        total = float(v.double().abs().sum())
+        for m, size in mine.get(tuple(sorted(v.shape)), ()):
+            if abs(size - total) > 1e-3 * total + 1e-6:
+                continue
+            if m.shape == v.shape:
+                if _tight(m, v):
+                    return True
+                continue
+            for order in itertools.permutations(range(v.dim())):
+                laid = v.permute(order)
+                if laid.shape == m.shape and _tight(m, laid):
+                    return True
+        return False
+
+    def named(ns: dict | None) -> int:
+        if ns is None:
+            return -1
+        return sum(found(v.detach()) for v in ns.values()
+                   if isinstance(v, Tensor) and v.is_floating_point() and v.numel() > 1
+                   and v.dim() <= 4)
+
+    picked = {name: choices[shape][k] for shape, names in groups.items()
+              for k, name in enumerate(names)}
+    for _ in range(2):
+        for shape, names in groups.items():
+            for name in names:
+                if len(choices[shape]) < 2:
+                    continue
+                taken = [picked[n] for n in names if n != name]
+                best, score = picked[name], -1
+                for option in choices[shape]:
+                    if any(option is t for t in taken):
+                        continue
+                    count = named(_forward(network, {**picked, name: option}, x, y))
+                    if count > score:
+                        best, score = option, count
+                picked[name] = best
+    return (picked,)
 
 
 def _named_count(read: Read, ns: dict, made_loss: int) -> int:
@@ -248,16 +372,23 @@ def _name(read: Read, batch: Batch, network: Network, made_loss: int,
 
 def _regrouped(read: Read, ov: tuple[int, int], value: Tensor, lesson: dict[str, Tensor],
                order: dict[str, int]) -> None:
-    """`ov` as one of the lesson's tensors with its axes merged or split (activations kept as
-    `[B*T, C]` rows, heads folded into the batch), written so: `logits.flatten(0, 1)`."""
+    """`ov` as one of the lesson's tensors laid out otherwise (activations kept as `[B*T, C]`
+    rows, heads folded into the batch, time first), written so: `logits.flatten(0, 1)`,
+    `h1.permute(2, 0, 1)`."""
     if not value.is_floating_point() or ov in read.expressed:
         return
     names = [k for k, t in lesson.items() if t.is_floating_point() and t.numel() == value.numel()
-             and regrouped(tuple(value.shape), tuple(t.shape))
-             and _tight(value, t.reshape(value.shape))]
+             and laid_out(tuple(value.shape), tuple(t.shape))
+             and _tight(value, _laid(t, tuple(value.shape)))]
     if names:
         name = min(names, key=lambda k: order.get(k, -1))
-        read.expressed[ov] = name + regroup_code(tuple(lesson[name].shape), tuple(value.shape))
+        read.expressed[ov] = name + layout_code(tuple(lesson[name].shape), tuple(value.shape))
+
+
+def _laid(t: Tensor, shape: tuple[int, ...]) -> Tensor:
+    """`t` laid out as `shape` (`trace.laid_out`): its axes in that order, or reshaped."""
+    axes = axis_order(tuple(t.shape), shape)
+    return t.permute(axes) if axes is not None else t.reshape(shape)
 
 
 def _read_with(read: Read, ov: tuple[int, int]) -> set[str]:

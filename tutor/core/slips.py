@@ -533,6 +533,24 @@ def _pool_slips(call: ast.Call, line: ForwardLine) -> Iterator[tuple]:
         f".view(*({xs}).shape[:-{dims}], {ones}).expand_as({ast.unparse(call)})",
         mode="eval").body
     yield "pool-global-max", global_say, first
+    # Only the window that holds the map's first largest entry passes its gradient on, to that
+    # entry (the map's argmax where each window's belongs).
+    indexed = _copy(call)
+    indexed.keywords = [k for k in indexed.keywords if k.arg != "return_indices"] + [
+        ast.keyword("return_indices", ast.Constant(True))]
+    holder = ast.parse(
+        f"({ast.unparse(first)}) * ({ast.unparse(indexed)}[1] == ({xs}).flatten(-{dims})"
+        f".argmax(-1, keepdim=True).view(*({xs}).shape[:-{dims}], {ones})).to(({xs}).dtype)",
+        mode="eval").body
+
+    def holder_say(tensor: str, grad: str, ns: dict) -> str | None:
+        if role(tensor) != "input":
+            return None
+        return (f"{grad} has a gradient at one entry of each map only, the whole map's "
+                f"largest. {what} takes the largest entry of each window: every window's "
+                "gradient goes to its own largest entry.")
+
+    yield "pool-global-max", holder_say, holder
     # Every positive entry of the window given the window's gradient (a ReLU's mask taken for
     # the max's): the whole window's gradient where the entry is above zero.
     masked = _copy(avg)
@@ -863,6 +881,29 @@ def _matmul_slips(node: ast.BinOp, line: ForwardLine) -> Iterator[tuple]:
                     "transposed: its rows and columns trade places.")
 
         yield f"matmul-{side}-untransposed", untransposed_say, changed
+
+        # Laid out by a reshape (or a view) to the transposed shape where the transpose
+        # belongs (`W.view(V, H)` for `W.T`, `x.reshape(C, -1)` for the rows' `x.T`): the
+        # entries in memory order, scrambled. What the other operand's gradient then reads is
+        # the operand `scrambled.T`, as a line that read this in its place.
+        x = f"({ast.unparse(operand)})"
+        for scrambled in (f"{x}.reshape({x}.shape[-1], -1).transpose(0, 1).reshape({x}.shape)",
+                          f"({x}.reshape(*{x}.shape[:-2], {x}.shape[-1], {x}.shape[-2])"
+                          f".transpose(-2, -1) if {x}.dim() > 2 else {x})"):
+            laid = ast.parse(scrambled, mode="eval").body
+            reshaped = ast.BinOp(laid if side == "left" else _copy(node.left), ast.MatMult(),
+                                 laid if side == "right" else _copy(node.right))
+
+            def reshaped_say(tensor: str, grad: str, ns: dict, names: set = names,
+                             operand: ast.expr = operand) -> str | None:
+                if tensor in names:
+                    return None
+                return (f"{grad} lays `{_text(operand)}` out with a reshape (or a view) where "
+                        "its transpose belongs: a reshape to the transposed shape keeps the "
+                        "entries in memory order, so its rows and columns come out scrambled, "
+                        "not swapped.")
+
+            yield f"matmul-{side}-reshaped", reshaped_say, reshaped
 
 
 def _loss_slips(call: ast.Call, line: ForwardLine) -> Iterator[tuple]:
@@ -2063,9 +2104,23 @@ def patterns(pack: Pack, step: Step, tensor: str, value: Tensor, ref: Tensor, be
                 or _triangle(tensor, v, r) or _swapped_axes(tensor, v, r)
                 or _shifted(tensor, v, r)
                 or _unflattened_in_another_order(prepared, tensor, v, r, before)
-                or _moved_entries(tensor, v, r))
+                or _moved_entries(tensor, v, r) or _truth_values(tensor, v, r))
     except Exception:  # noqa: BLE001 - a pattern that fails says nothing
         return None
+
+
+def _truth_values(tensor: str, value: Tensor, ref: Tensor) -> Diagnosis | None:
+    """A gradient that holds nothing but 0s and 1s where the right one holds other numbers:
+    what a comparison gives (`dh * h > 0` compares the product, where `dh * (h > 0)` was
+    meant), whatever operation the line has."""
+    ones = value == 1
+    if not bool(((value == 0) | ones).all()) or not bool(ones.any()) \
+            or bool(((ref == 0) | (ref == 1)).all()):
+        return None
+    return diagnosis("derived", f"d{tensor} holds only 0s and 1s, the values a comparison "
+                     "gives: a `>`, `!=` or `==` took in more than the mask it was meant for. "
+                     "`*` binds before a comparison, so `g * x > 0` compares the product; the "
+                     "mask alone needs its own parentheses.")
 
 
 def _broadcast(prepared: _Prepared, tensor: str, value: Tensor, ref: Tensor, before: dict

@@ -391,6 +391,30 @@ def regrouped(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
     return ends_a <= ends_b or ends_b <= ends_a
 
 
+def axis_order(source: tuple[int, ...], target: tuple[int, ...]) -> tuple[int, ...] | None:
+    """The order that lays a tensor of shape `source` out as `target` (`t.permute(order)`),
+    where `target`'s sizes are `source`'s in another order, each size once (so that the sizes
+    alone tell the order: a notebook that keeps time first, `[T, B, C]` for `[B, C, T]`)."""
+    source, target = tuple(source), tuple(target)
+    if source == target or sorted(source) != sorted(target) or len(set(source)) != len(source):
+        return None
+    return tuple(source.index(d) for d in target)
+
+
+def laid_out(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
+    """Whether shapes `a` and `b` hold the same entries laid out otherwise: `regrouped`, or
+    the same axes in another order (`axis_order`)."""
+    return regrouped(a, b) or axis_order(a, b) is not None
+
+
+def layout_code(source: tuple[int, ...], target: tuple[int, ...]) -> str:
+    """The method that lays a tensor of shape `source` out as `target` (`laid_out`)."""
+    order = axis_order(source, target)
+    if order is not None:
+        return f".permute({', '.join(map(str, order))})"
+    return regroup_code(source, target)
+
+
 def regroup_code(source: tuple[int, ...], target: tuple[int, ...]) -> str:
     """The method that turns a tensor of shape `source` into `target` (`regrouped`), on any
     batch: the leading axes, where the batch is, merged or split with the rest kept (or the
@@ -418,13 +442,14 @@ def _close(a: Tensor, b: Tensor, floor: float = 0.0, regroup: bool = False) -> b
     """Whether `a` is `b` up to float32 rounding; `floor` is an absolute tolerance from the
     step's scale (a gradient that is all but zero, as a bias before batchnorm gets, is compared
     on the step's scale). A shape that differs only by axes of one (`[64]` for `[1, 64]`) is
-    the same gradient, as the check takes it; with `regroup`, one with axes merged or split
-    (`regrouped`) is the same entries in order, which the written code lays out again."""
+    the same gradient, as the check takes it; with `regroup`, one laid out otherwise (axes
+    merged, split or in another order: `laid_out`), which the written code lays out again."""
     if a.shape != b.shape:
         if a.numel() != b.numel() or [d for d in a.shape if d != 1] != [
-                d for d in b.shape if d != 1] and not (regroup and regrouped(a.shape, b.shape)):
+                d for d in b.shape if d != 1] and not (regroup and laid_out(a.shape, b.shape)):
             return False
-        a = a.reshape(b.shape)
+        order = axis_order(tuple(a.shape), tuple(b.shape)) if regroup else None
+        a = a.permute(order) if order is not None else a.reshape(b.shape)
     a, b = a.double(), b.double()
     scale = float(b.abs().max()) if b.numel() else 0.0
     if not math.isfinite(scale):
@@ -438,7 +463,7 @@ def _fits(a: Tensor, b: Tensor) -> bool:
     answer for it, right or wrong."""
     return a.shape == b.shape or a.numel() == b.numel() and (
         [d for d in a.shape if d != 1] == [d for d in b.shape if d != 1]
-        or regrouped(a.shape, b.shape))
+        or laid_out(a.shape, b.shape))
 
 
 def _floor(wanted: Wanted) -> float:
@@ -747,6 +772,14 @@ class Read:
                         break  # nothing tells an all-zero piece from any other
                     hits = [ov for _, ov in self.own_matching(piece, floor)
                             if ov not in found and self.values[ov].shape == piece.shape]
+                    if not hits and piece.dim() == 2:
+                        # kept the other way round (a tap's matrix as (in, out)): laid back
+                        turned = [ov for _, ov in self.own_matching(piece.T.contiguous(), floor)
+                                  if self.values[ov].shape == piece.T.shape]
+                        if turned:
+                            ov = pick(turned, key=self.maker.__getitem__)
+                            hits = [self._synthetic(("prop", "T"), [("t", *ov)], [ov],
+                                                    self.values[ov].T.contiguous())]
                     if not hits:
                         break
                     found.append(pick(hits, key=self.maker.__getitem__))
@@ -1304,10 +1337,10 @@ def _code_for(read: Read, cuts: dict[tuple[int, int], str],
             sliced[ov[0]] = read.slices.get(ov, "")
             value = read.values.get(ov)
             if value is not None and value.dim() < len(shapes.get(cuts[ov], ())) \
-                    and not sliced[ov[0]] and not regrouped(value.shape, shapes[cuts[ov]]):
+                    and not sliced[ov[0]] and not laid_out(value.shape, shapes[cuts[ov]]):
                 squeezed.add(ov[0])
             elif value is not None and cuts[ov] in shapes and not sliced[ov[0]] \
-                    and regrouped(value.shape, shapes[cuts[ov]]):
+                    and laid_out(value.shape, shapes[cuts[ov]]):
                 regroup[ov[0]] = tuple(value.shape)
             continue
         i = read.maker.get(ov)
@@ -1337,7 +1370,7 @@ def _code_for(read: Read, cuts: dict[tuple[int, int], str],
 
     lines = [f"t{o} = {gradient(name)}{sliced.get(o, '')}.clone()" + (
         f".reshape([s for s in {gradient(name)}.shape if s != 1])" if o in squeezed else
-        regroup_code(shapes[name], regroup[o]) if o in regroup and name in shapes else "")
+        layout_code(shapes[name], regroup[o]) if o in regroup and name in shapes else "")
         for o, name in sorted(bound.items())]
     # Two answers may be the same version (a residual's two branches, both the gradient as it
     # arrives): each is written.
@@ -1364,13 +1397,22 @@ def _code_for(read: Read, cuts: dict[tuple[int, int], str],
                 target += ","
             lines.append(_statement(op, other, name_of, lits, target))
             for o, v in ([(o, 0) for o in outs if o is not None] + [tuple(b) for b in op["bumps"]]):
-                lines += [f"{gradient(name)} = t{o}" + (
-                    f".reshape({name}.shape).clone()" if name in shapes and (o, v) in read.values
-                    and regrouped(read.values[(o, v)].shape, shapes[name]) else ".clone()")
-                    for name in done.get((o, v), ())]
+                lines += [f"{gradient(name)} = t{o}" + _laid_back(
+                    read.values.get((o, v)), name, shapes) for name in done.get((o, v), ())]
     except Unrecordable:
         return None
     return "\n".join(lines) + "\n"
+
+
+def _laid_back(value: Tensor | None, name: str, shapes: dict[str, tuple[int, ...]]) -> str:
+    """What copies a gradient the program keeps laid out otherwise (`laid_out`) into the
+    lesson's layout: its axes put back in order, or its entries reshaped as the tensor is."""
+    if value is None or name not in shapes or not laid_out(tuple(value.shape), shapes[name]):
+        return ".clone()"
+    order = axis_order(tuple(value.shape), shapes[name])
+    if order is not None:
+        return f".permute({', '.join(map(str, order))}).clone()"
+    return f".reshape({name}.shape).clone()"
 
 
 def _has_int_literal(op: dict) -> bool:

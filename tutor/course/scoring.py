@@ -179,8 +179,13 @@ def grade(lesson: Lesson, sub: Submission, rules: GradingRules = DEFAULT_RULES,
                                        deadline, rules.train_loss))
             continue
         code, mark, result = _graded(lesson, sub, step, prior, rules, tensors, settled)
-        if not (mark.status is Outcome.PASSED and mark.rule is not Rule.SKIPPED) and (
-                step.id not in settled or _right_as_run(lesson, sub, step, mark)):
+        earned = mark.status is Outcome.PASSED and mark.rule is not Rule.SKIPPED
+        if not earned and step.id in settled and not _right_as_run(lesson, sub, step, mark):
+            traced = _by_trace(lesson, sub, step, rules, traces, own_only=True)
+            if isinstance(traced, tuple):
+                code, mark, result = traced
+        elif not earned and (step.id not in settled
+                             or _right_as_run(lesson, sub, step, mark)):
             traced = _by_trace(lesson, sub, step, rules, traces)
             if isinstance(traced, str):
                 if mark.status is Outcome.MISSING:
@@ -270,7 +275,7 @@ def _whole_program(lesson: Lesson, step: Step, program: str) -> CheckResult | No
 
 
 def _by_trace(lesson: Lesson, sub: Submission, step: Step, rules: GradingRules,
-              traces: dict[tuple[int, bool], Traced]
+              traces: dict[tuple[int, bool], Traced], own_only: bool = False
               ) -> tuple[str, StepGrade, CheckResult] | str | None:
     """A step that its names could not grade by its rule (no code found, or found only by
     values), graded on what the exercise's own code computes for it wherever it keeps it: the
@@ -297,7 +302,15 @@ def _by_trace(lesson: Lesson, sub: Submission, step: Step, rules: GradingRules,
 
     # In the tutor's frame first (the notebook's forward pass read by its names); where that
     # finds nothing for the step, in the notebook's own (tutor/core/frame.py).
-    codes = trace(False).get(step.id) or trace(True).get(step.id, [])
+    if own_only:
+        # Its own statements failed by their names: taken otherwise only where its own frame
+        # reads more of the exercise than the names' frame does (its forward pass is its own,
+        # time first or in rows: its `x` is not the lesson's), and finds the step right there.
+        if len(trace(True)) <= len(trace(False)):
+            return None
+        codes = trace(True).get(step.id, [])
+    else:
+        codes = trace(False).get(step.id) or trace(True).get(step.id, [])
     said = None
     for code in codes:
         # From autograd's gradients for the steps before: the written-out code reads only what

@@ -285,10 +285,11 @@ def test_its_own_frame_runs_on_the_cpu_whatever_the_lesson_s_device(tmp_path):
 
 
 def test_a_parameter_drawn_again_in_place_is_read_as_drawn(tmp_path):
-    # `E.normal_(...)` after making it with zeros (an initialiser of its own): what its forward
-    # pass reads is the drawn value, which is the lesson's table.
+    # `nn.init.normal_(E)` after making it with zeros: what its forward pass reads is the
+    # drawn value, which is the lesson's table.
     model = MODEL.replace("self.E = torch.randn((27, 10), generator=gen)",
-                          "self.E = torch.zeros(27, 10)\n        self.E.normal_(generator=gen)")
+                          "self.E = torch.zeros(27, 10)\n"
+                          "        torch.nn.init.normal_(self.E, generator=gen)")
     assert model != MODEL
     steps = {s["id"]: s for s in _grade(_notebook(tmp_path / "n.ipynb",
                                                   [DATA, model, BACKWARD]))["steps"]}

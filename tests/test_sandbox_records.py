@@ -188,7 +188,7 @@ def test_a_model_s_forward_hooks_see_each_layer_s_input_and_output():
               "    return hook\n"
               "handles = [m.register_forward_hook(keep(n)) for n, m in net.named_modules() if n]\n"
               "with torch.no_grad():\n"
-              "    for p in net.parameters():\n        p.normal_(0, 0.1)\n"
+              "    for p in net.parameters():\n        torch.nn.init.normal_(p, 0, 0.1)\n"
               "y = net(torch.ones(2, 3))\n"
               "names = [n for n, _ in net.named_modules()]\n"
               "for h in handles:\n    h.remove()\n"

@@ -168,20 +168,22 @@ class Recorder(TorchFunctionMode):
             raise  # the learner's limit, arriving while this op was recorded
         except Exception as exc:  # noqa: BLE001 - an op that cannot be written back is marked
             outs = self._fresh(out)
-            bumps = self._drawn_in_place(func, args, out)
+            bumps = self._drawn_in_place(func, args, kwargs, out)
             self.ops.append({"bad": f"{type(exc).__name__}: {exc}"[:200],
                              "outs": outs, "own": self.own, "reads": [], "bumps": bumps})
             if self.keep_all:  # a notebook's own parameters, drawn at random
                 self._keep([(o, 0) for o in outs if o is not None] + bumps)
         return out
 
-    def _drawn_in_place(self, func: Callable, args: tuple, out: Any) -> list[tuple[int, int]]:
-        """The new versions an op that cannot be written back made in place (`p.normal_(0,
-        0.02)`, a parameter drawn anew): what is read of it after is its new value."""
+    def _drawn_in_place(self, func: Callable, args: tuple, kwargs: dict, out: Any
+                        ) -> list[tuple[int, int]]:
+        """The new versions an op that cannot be written back made in place
+        (`nn.init.normal_(p, 0, 0.02)`, a parameter drawn anew, the tensor given by position
+        or by name): what is read of it after is its new value."""
         name = getattr(func, "__name__", "")
-        if not (name.endswith("_") and not name.startswith("_") and args
-                and isinstance(args[0], Tensor) and out is args[0]
-                and id(out) in self._objects):
+        given = [*args[:1], *kwargs.values()]
+        if not (name.endswith("_") and not name.startswith("_") and isinstance(out, Tensor)
+                and any(out is t for t in given) and id(out) in self._objects):
             return []
         ptr = self._storage[self._objects[id(out)]]
         bumps = []

@@ -140,7 +140,7 @@ _TENSOR_ONLY = _words("""
     scatter_add_ scatter_reduce_ masked_fill_ masked_scatter_ put_ unfold apply_ map_
     clamp_ clip_ exp_ log_ neg_ abs_ sqrt_ pow_ mul_ div_ add_ sub_ tanh_ sigmoid_ relu_
     squeeze_ unsqueeze_ t_ transpose_ to_dense type fill_diagonal_ nan_to_num_ ne_ eq_
-    as_strided normal_ uniform_ bernoulli_ exponential_ random_ geometric_ cauchy_ log_normal_
+    as_strided
 """)
 TENSOR = (
     (_ELEMENTWISE | _REDUCTIONS | _INDEXING | _SHAPES | _LINEAR_ALGEBRA | _TENSOR_ONLY)

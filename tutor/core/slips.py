@@ -2117,7 +2117,7 @@ def _truth_values(tensor: str, value: Tensor, ref: Tensor) -> Diagnosis | None:
     if not bool(((value == 0) | ones).all()) or not bool(ones.any()) \
             or bool(((ref == 0) | (ref == 1)).all()):
         return None
-    return diagnosis("derived", f"d{tensor} holds only 0s and 1s, the values a comparison "
+    return diagnosis("derived", f"{gradient(tensor)} holds only 0s and 1s, the values a comparison "
                      "gives: a `>`, `!=` or `==` took in more than the mask it was meant for. "
                      "`*` binds before a comparison, so `g * x > 0` compares the product; the "
                      "mask alone needs its own parentheses.")

@@ -167,6 +167,7 @@ class Guard:
         self.alias = alias  # what learner code calls torch.Tensor
         self.modules = modules  # stand-in module name -> the names it holds
         self.stand_ins: dict[str, types.ModuleType] = {}  # stand-in module name -> the module
+        self.by_name: frozenset[str] = frozenset()  # modules opened by their name alone
         self.wrapped = wrapped  # tensor methods replaced by safer ones (new_empty, ...)
         self.tensor_names = frozenset(
             n for n in dir(tensor_type) if allowlist.tensor_allows(n) and n not in wrapped)
@@ -177,10 +178,12 @@ class Guard:
         if type(obj) is types.ModuleType:
             # Keyed by name, not by the module object: torch.compile traces this function
             # during training and cannot use modules as dictionary keys. The object must be the
-            # stand-in itself: a real module of the same name (torch's own `functools`) reached
-            # some other way would answer the stand-in's names with its real, open objects.
+            # stand-in itself, for Python's own modules: their real ones (torch's own
+            # `functools`) would answer the stand-in's names with real, open objects. torch's
+            # and math's real modules answer as before (the tutor's own namespaces hold them).
             names = self.modules.get(obj.__name__)
-            if names is not None and self.stand_ins.get(obj.__name__) is obj:
+            if names is not None and (obj.__name__ in self.by_name
+                                      or self.stand_ins.get(obj.__name__) is obj):
                 if name in names:
                     return getattr(obj, name)
                 raise Refused(f"{obj.__name__}.{name} is not available in the sandbox: "

@@ -226,6 +226,9 @@ for _name, _module in (("functools", _functools()), ("types", _types()),
 
 _STAND_INS["torch.nn.init"] = _STAND_INS["torch.nn"].init
 GUARD.stand_ins = _STAND_INS
+GUARD.by_name = frozenset({"torch", "torch.nn", "torch.nn.functional", "torch.linalg",
+                           "torch.special", "torch.fft", "torch.nn.utils.rnn", "torch.nn.init",
+                           "math"})
 assert set(GUARD.modules) <= set(_STAND_INS)
 
 # The names learner code starts with.

@@ -365,7 +365,8 @@ def test_a_gradient_of_nothing_but_zeros_and_ones_is_called_a_comparison(engines
     engine = engines("pool_relu")
     step = _step(engine, "h")
     said = _said(engine, step.id, "dhpre = dh * hpre > 0\ndhpre = dhpre.float()\n", "hpre")
-    assert "only 0s and 1s" in said and "parentheses" in said
+    # Named by the numbers (a gradient of 0s and 1s) or by the change that regroups the line.
+    assert ("only 0s and 1s" in said or "compares the whole" in said) and "parentheses" in said
 
 
 @pytest.mark.slow
@@ -376,3 +377,72 @@ def test_a_pool_s_gradient_at_the_whole_map_s_largest_entry_only_is_named(engine
             "pos = torch.arange(h.shape[2] * h.shape[3]).view(h.shape[2], h.shape[3])\n"
             "dh = up * (pos == h.flatten(2).argmax(-1, keepdim=True).unsqueeze(-1))\n")
     assert "whole map's largest" in _said(engine, step.id, code, "h")
+
+
+def _by_id(engine, step_id: str):
+    return next(s for s in engine.pack.gradient_steps if s.id.endswith("/" + step_id))
+
+
+def test_a_weight_gradient_from_sums_is_named(engines):
+    """The rows of both operands added up before one outer product: the product of sums."""
+    engine = engines("pool_relu")
+    step = _by_id(engine, "flat")
+    code = step.solution + "dW = torch.outer(flat.sum(0), dlogits.sum(0))\n"
+    said = _said(engine, step.id, code, "W")
+    assert "outer product of two sums" in said and "not the product of sums" in said
+
+
+def test_a_gradient_that_cancels_to_rounding_noise_is_said_as_seen(engines):
+    """A key's gradient summed over positions adds up to nothing (each row of a softmax's
+    input gradient does): the message says what it saw, not a cause it cannot tell apart."""
+    engine = engines("attention")
+    step = _by_id(engine, "Wk")
+    code = "dx += dk @ Wk.T\ndWk = torch.outer(x.sum((0, 1)), dk.sum((0, 1)))\n"
+    said = _said(engine, step.id, code, "Wk")
+    assert "rounding noise" in said
+
+
+@pytest.mark.parametrize("code, words", [
+    ("s = att\n"
+     "dmasked = s * datt - (s * s).sum(-1, keepdim=True) * datt.sum(-1, keepdim=True)\n",
+     ["inner product", "outer product"]),
+    ("dmasked = datt.clone()\n", ["handed straight through"]),
+    ("dmasked = datt.masked_fill(torch.isinf(masked), 0.0)\n", ["handed straight through"]),
+])
+def test_a_softmax_s_jacobian_slips_are_named(engines, code, words):
+    engine = engines("attention")
+    said = _said(engine, _by_id(engine, "masked").id, code, "masked")
+    for word in words:
+        assert word in said, said
+
+
+@pytest.mark.parametrize("lesson", ["attention", "pool_relu"])
+@pytest.mark.parametrize("inner, words", [
+    (False, ["with respect to the probabilities", "never taken"]),
+    (True, ["inner product", "outer product"]),
+])
+def test_a_cross_entropy_stopped_at_its_probabilities_is_named(engines, lesson, inner, words):
+    engine = engines(lesson)
+    code = ("p = F.softmax(logits, 1)\n"
+            "N = p.shape[0]\n"
+            "g = torch.zeros_like(p)\n"
+            "g[range(N), Yb] = -1 / (N * p[range(N), Yb])\n"
+            + ("dlogits = p * g - (p * p).sum(1, keepdim=True) * g.sum(1, keepdim=True)\n"
+               if inner else "dlogits = g\n"))
+    said = _said(engine, _by_id(engine, "logits").id, code, "logits")
+    for word in words:
+        assert word in said, said
+
+
+def test_a_tensor_s_branches_averaged_are_named(engines):
+    engine = engines("attention")
+    step = _by_id(engine, "x")
+    said = _said(engine, step.id, step.solution + "dx = dx / 4\n", "x")
+    assert "mean of its 4 branches" in said and "not an average" in said
+
+
+def test_a_convolution_s_bias_given_half_is_named(engines):
+    engine = engines("pool_relu")
+    step = _by_id(engine, "K")
+    said = _said(engine, step.id, step.solution + "dkb = dkb / 2\n", "kb")
+    assert "half of what the bias" in said

@@ -251,6 +251,15 @@ def value_diagnosis(
         )
     if value.numel() and not bool(value.any()) and bool(ref.any()):
         return diagnosis("scale", _zero_message(name, source, code))
+    top = float(value.detach().double().abs().max()) if value.numel() else 0.0
+    right = float(ref.detach().double().abs().max()) if ref.numel() else 0.0
+    if 0 < top <= 1e-4 * right:
+        # Not zero, but nothing above float32's rounding: a formula whose terms cancel.
+        return diagnosis("scale", f"{gradient(name)} is rounding noise and nothing more: its "
+                                  f"largest entry is {top:.2g}, where autograd's reaches "
+                                  f"{right:.2g}. Something in your formula adds up to zero "
+                                  "before it is used: a gradient summed where it cancels (at a "
+                                  "softmax's input each row adds up to zero, for one).")
     if close(value, -ref):
         return diagnosis("sign", f"{gradient(name)} has the right size but the wrong sign "
                                  f"everywhere.")

@@ -904,6 +904,25 @@ def _matmul_slips(node: ast.BinOp, line: ForwardLine) -> Iterator[tuple]:
                         "not swapped.")
 
             yield f"matmul-{side}-reshaped", reshaped_say, reshaped
+    # The right operand's gradient from sums: the left operand and the arriving gradient each
+    # added up over their rows (batch and positions) before the product, so that one outer
+    # product stands for the sum of a product per row.
+    left = f"({ast.unparse(node.left)})"
+    summed = ast.parse(
+        f"({left}.detach().sum(tuple(range({left}.dim() - 1)), keepdim=True).expand_as({left})"
+        f" @ ({ast.unparse(node.right)})) if {left}.dim() > 1 else {ast.unparse(node)}",
+        mode="eval").body
+    right_names = _reads(node.right)
+
+    def sums_say(tensor: str, grad: str, ns: dict) -> str | None:
+        if tensor not in right_names:
+            return None
+        return (f"{grad} is one outer product of two sums: `{_text(node.left)}` and the "
+                f"arriving gradient each added up over their rows first. In {what} every row "
+                "makes its own product with its own gradient, and those products add up: the "
+                "sum of products, not the product of sums.")
+
+    yield "matmul-sums-first", sums_say, summed
 
 
 def _loss_slips(call: ast.Call, line: ForwardLine) -> Iterator[tuple]:
@@ -960,7 +979,7 @@ def _loss_dim_slips(call: ast.Call, line: ForwardLine,
     what = f"`{_text(call)}`"
     up = gradient(line.target)
 
-    for d in [*range(r), "log", "exp"]:
+    for d in [*range(r), "log", "exp", "probs", "inner"]:
         if d == classes:
             continue
 
@@ -983,8 +1002,22 @@ def _loss_dim_slips(call: ast.Call, line: ForwardLine,
                     "also divides each row by its sum, so that a row's probabilities add up to "
                     "one. Without that division each entry is off by its row's factor.")
 
+        def probs_say(tensor: str, grad: str, ns: dict) -> str | None:
+            return (f"{grad} is the gradient with respect to the probabilities, `-1 / p` at "
+                    f"each target over the count: {what} takes a softmax of `{root}` first, "
+                    "and that softmax's backward is never taken. Carry the gradient on through "
+                    "it to the logits.")
+
+        def inner_say(tensor: str, grad: str, ns: dict) -> str | None:
+            return (f"{grad} goes through the softmax in {what} with a Jacobian built from the "
+                    "inner product of the probabilities (one number per row, broadcast) where "
+                    "`diag(p) - p p^T` needs the outer product: its entry (i, j) is "
+                    "`-p_i * p_j`.")
+
         yield {"log": ("loss-log-softmax", log_say, local, root),
-               "exp": ("loss-unnormalised", exp_say, local, root)}.get(
+               "exp": ("loss-unnormalised", exp_say, local, root),
+               "probs": ("loss-stopped-at-probs", probs_say, local, root),
+               "inner": ("loss-softmax-inner-product", inner_say, local, root)}.get(
             d, ("loss-softmax-dim", say, local, root))
     # The one-hot of other indices than the targets: a column of the inputs (the context's
     # last character, say), which a learner takes for what comes next.
@@ -1037,6 +1070,13 @@ def _softmax_less_hot(ns: dict, root: str, y: Tensor | None, classes: int, up: s
     if d == "exp":
         # the exponentials, never divided by their row's sum
         return (z.exp() - hot) * scale / y.numel()
+    p = F.softmax(z, dim=classes)
+    dp = -hot / p * scale / y.numel()  # the gradient with respect to the probabilities
+    if d == "probs":
+        return dp
+    if d == "inner":
+        # the softmax's Jacobian with `p^T p`, one number per row, for `p p^T`
+        return p * dp - (p * p).sum(classes, keepdim=True) * dp.sum(classes, keepdim=True)
     return (F.softmax(z, dim=d) - hot) * scale / y.numel()
 
 
@@ -1121,6 +1161,31 @@ def _normaliser_slips(call: ast.Call, line: ForwardLine, sources: tuple[str, ...
                     f"{what} made, not the scores it was given.")
 
         yield "softmax-fed-input", input_say, ast.parse(fed(xs), mode="eval").body
+        # The Jacobian `diag(s) - s s^T` built with the inner product `s^T s` (one number per
+        # row, broadcast) where the outer product belongs.
+        p_ = f"torch.softmax({xs}, {d}).detach()"
+        inner = (f"{p_} * ({xs}) - ({p_} * {p_}).sum({d}, keepdim=True) * "
+                 f"({xs}).sum({d}, keepdim=True)")
+
+        def inner_say(tensor: str, grad: str, ns: dict) -> str:
+            return (f"{grad} builds the softmax's Jacobian `diag(s) - s s^T` with the inner "
+                    "product of the probabilities (one number per row, broadcast) where the "
+                    f"outer product belongs: in {what} the entry (i, j) is `-s_i * s_j`, a "
+                    "matrix per row.")
+
+        yield "softmax-inner-product", inner_say, ast.parse(inner, mode="eval").body
+
+        def skipped_say(tensor: str, grad: str, ns: dict) -> str:
+            return (f"{grad} is the arriving gradient handed straight through, as if {what} "
+                    "were not there: the softmax's own derivative, `s * (g - (s * g).sum())`, "
+                    "is left out.")
+
+        yield "softmax-skipped", skipped_say, _copy(x)
+        # The same, with nothing sent back to the entries a mask set to -inf, which the
+        # softmax gave probability 0 (a learner who masks the gradient as the forward did).
+        kept = ast.parse(f"torch.where(torch.isfinite({xs}), {xs}, ({xs}).detach())",
+                         mode="eval").body
+        yield "softmax-skipped", skipped_say, kept
         # Fed what the input was made from: a masked input holds -inf, so the unmasked scores
         # a line earlier are the ones a learner reaches for.
         for source in sources:
@@ -1316,7 +1381,8 @@ def _evaluate_call(node: ast.expr, ns: dict) -> Tensor | None:
         tree = ast.fix_missing_locations(ast.Expression(_copy(node)))
         value = eval(compile(tree, "<slip>", "eval"),  # noqa: S307 - the pack's own line
                      {"torch": torch, "F": F, "math": math, "__slip_zero_tap": _zero_tap,
-                      "__builtins__": {"float": float, "int": int, "len": len}}, ns)
+                      "__builtins__": {"float": float, "int": int, "len": len, "tuple": tuple,
+                                      "range": range}}, ns)
     except Exception:  # noqa: BLE001 - a change that cannot run is no slip here
         return None
     return value if isinstance(value, Tensor) else None
@@ -1477,6 +1543,29 @@ def _conv_count_slips(call: ast.Call, line: ForwardLine) -> Iterator[tuple]:
     per_batch = ast.BinOp(_copy(w), ast.Div(), ast.parse(f"({ast.unparse(x)}).shape[0]",
                                                           mode="eval").body)
     yield "conv-batch-mean", batch_say, _with_arg(call, 0, "weight", per_batch)
+    xs = f"({ast.unparse(x)})"
+    summed = ast.parse(f"{xs}.detach().sum(0, keepdim=True).expand_as({xs})", mode="eval").body
+
+    def sums_say(tensor: str, grad: str, ns: dict) -> str | None:
+        if role(tensor) != "weight":
+            return None
+        return (f"{grad} comes from sums: the input and the arriving gradient each added up "
+                f"over the batch before they meet. In {what} each sample's input meets its own "
+                "gradient, and the kernel's gradient adds up those products: the sum of "
+                "products, not the product of sums.")
+
+    yield "conv-batch-summed-first", sums_say, _with_input(call, summed)
+    bias = _arg(call, 1, "bias")
+    if bias is not None and not (isinstance(bias, ast.Constant) and bias.value is None):
+        def split_say(tensor: str, grad: str, ns: dict) -> str | None:
+            if tensor not in _reads(bias):
+                return None
+            return (f"{grad} is half of what the bias of {what} is sent: the convolution's "
+                    "output and its bias are added, and the gradient of a sum is not split "
+                    f"between its terms; each gets the whole of `{gradient(line.target)}`.")
+
+        halved = ast.BinOp(_copy(bias), ast.Div(), ast.Constant(2))
+        yield "sum-split", split_say, _with_arg(call, 1, "bias", halved)
 
 
 def _constant(node: ast.expr, tensors: set[str]) -> bool:
@@ -1587,8 +1676,8 @@ def _sum_split_slips(expr: ast.expr, line: ForwardLine) -> Iterator[tuple]:
     def collect(n: ast.expr) -> bool:
         if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Add):
             return collect(n.left) and collect(n.right)
-        if isinstance(n, (ast.Name, ast.Subscript, ast.Attribute)):
-            terms.append(n)
+        if not isinstance(n, ast.Constant) and _reads(n):
+            terms.append(n)  # a tensor, or a product (`x @ W` in `x @ W + b`)
             return True
         return False
 
@@ -1630,15 +1719,21 @@ def _lookup_slips(expr: ast.expr, line: ForwardLine) -> Iterator[tuple]:
     yield "lookup-mean", say, scaled
     # The lookup as a product with the index's one-hot rows, its positions added up apart:
     # every row of the table gets the whole example's gradient, once per time it is used.
-    for d in (1, 0):
+    for d in (1, 0, "every"):
+        dims = f"tuple(range({index}.dim()))" if d == "every" else d
         apart = ast.parse(
-            f"(F.one_hot({index}, {table}.shape[0]).to({table}.dtype).sum({d}, keepdim=True)"
-            f".expand(*{index}.shape, {table}.shape[0]) @ {table}) if {index}.dim() > {d} "
-            f"else {table}[{index}]", mode="eval").body
+            f"(F.one_hot({index}, {table}.shape[0]).to({table}.dtype).sum({dims}, keepdim=True)"
+            f".expand(*{index}.shape, {table}.shape[0]) @ {table}) if {index}.dim() > "
+            f"{0 if d == 'every' else d} else {table}[{index}]", mode="eval").body
 
-        def apart_say(tensor: str, grad: str, ns: dict, d: int = d) -> str | None:
+        def apart_say(tensor: str, grad: str, ns: dict, d: int | str = d) -> str | None:
             if tensor != table:
                 return None
+            if d == "every":
+                return (f"{grad} is one outer product of two sums: how often each row of "
+                        f"`{table}` is looked up, times the arriving gradient added up over "
+                        f"every lookup. In `{line.source.strip()}` each lookup sends its own "
+                        "gradient to its own row: the sum of products, not the product of sums.")
             return (f"{grad} gives each row of `{table}` the gradient of every position of "
                     f"the example (dim {d} added up apart from the lookups). In "
                     f"`{line.source.strip()}` a row gets the gradient of the positions that "
@@ -2006,6 +2101,8 @@ class _Prepared:
     lines: list[ForwardLine] = field(default_factory=list)
     step_base: dict[str, Tensor | None] = field(default_factory=dict)
     loss: str = "loss"
+    # Each tensor's readers: the forward lines of the lesson that read it (its branches).
+    readers: dict[str, list[str]] = field(default_factory=dict)
 
 
 _CACHE: dict[tuple, _Prepared] = {}
@@ -2034,9 +2131,13 @@ def _explain(pack: Pack, step: Step, tensor: str, value: Tensor, ref: Tensor, be
         sizes = {k: v for k, v in before.items() if isinstance(k, str) and k == k.lower()
                  and not k.startswith("_") and isinstance(v, int) and not isinstance(v, bool)
                  and v > 1}
+        readers: dict[str, list[str]] = {}
+        for line in pack.forward_lines:
+            for name in sorted(_reads(_parsed(line.source)) - {line.target}):
+                readers.setdefault(name, []).append(line.source.strip())
         prepared = _CACHE[key] = _Prepared(step_slips(pack, step, ranks, sizes), {}, {},
                                            [pack.line_for(t) for t in step.lines],
-                                           loss=pack.loss)
+                                           loss=pack.loss, readers=readers)
         prepared.before = before  # type: ignore[attr-defined]  # keeps id(before) unique
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -2063,7 +2164,8 @@ def _match(prepared: _Prepared, tensor: str, value: Tensor, ref: Tensor, before:
     if not found:
         return (_broadcast(prepared, tensor, value, ref64, before)
                 or _loss_count(prepared, tensor, value, ref64, before)
-                or _summed_share(prepared, tensor, value, ref64, before))
+                or _summed_share(prepared, tensor, value, ref64, before)
+                or _branches_mean(prepared, tensor, value, ref64))
     for slip, produced in found:
         message = slip.say(tensor, grad, before)
         if not message:
@@ -2079,13 +2181,15 @@ def _match(prepared: _Prepared, tensor: str, value: Tensor, ref: Tensor, before:
 def _fits(value: Tensor, produced: Tensor, ref: Tensor) -> bool:
     """Whether the learner's value is the slip's: close as numbers are, or, where the slip's
     numbers come out of a cancellation (sums of gradients that nearly add up to nothing), equal
-    to float32 rounding on the scale of the right answer."""
+    to float32 rounding on the scale of the right answer or of the slip's."""
     if close(value, produced):
         return True
     if value.shape != produced.shape or not ref.numel():
         return False
     gap = (value.detach().double().cpu() - produced).abs().max()
-    return bool(gap <= 1e-6 * float(ref.abs().max()))
+    # On the scale of the larger of the two: a slip made of sums (an outer product of sums)
+    # is far larger than the right answer, and its float32 rounding with it.
+    return bool(gap <= 1e-6 * max(float(ref.abs().max()), float(produced.abs().max())))
 
 
 def patterns(pack: Pack, step: Step, tensor: str, value: Tensor, ref: Tensor, before: dict
@@ -2231,6 +2335,20 @@ def _summed_share(prepared: _Prepared, tensor: str, value: Tensor, ref: Tensor, 
                     "every one of them, and its gradient adds them all up: a loop that assigns "
                     "(`=`) where it must add (`+=`), or one entry taken where the sum belongs."))
     return None
+
+
+def _branches_mean(prepared: _Prepared, tensor: str, value: Tensor, ref: Tensor
+                   ) -> Diagnosis | None:
+    """A tensor several lines read, its branches averaged where they add up: the whole
+    gradient over the number of lines that read it."""
+    uses = prepared.readers.get(tensor, [])
+    if len(uses) < 2 or not close(value.detach().to("cpu", torch.float64), ref / len(uses)):
+        return None
+    shown = "; ".join(f"`{u}`" for u in uses[:4]) + ("; ..." if len(uses) > 4 else "")
+    return diagnosis("scale", (
+        f"{gradient(tensor)} is the mean of its {len(uses)} branches: `{tensor}` is read by "
+        f"{len(uses)} lines ({shown}), each sends back its own share, and the shares add up: a "
+        "sum, not an average."))
 
 
 def _loss_count(prepared: _Prepared, tensor: str, value: Tensor, ref: Tensor, before: dict

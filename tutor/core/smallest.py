@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import ast
 import copy
+import itertools
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -101,10 +102,21 @@ _ATTRIBUTES = set(_SWAPS) | set(_DIMMED) | {
     "diagonal", "flip", "roll", "all", "any", "item", "prod", "cumprod",
     "unbind", "narrow", "select", "hstack", "vstack", "movedim", "expand_as",
     "logit", "cosh", "sinh", "atanh", "tanh", "sigmoid", "append", "insert",
+    # Convolutions, pools and the layouts around them: each makes a tensor no larger than its
+    # operands times a size the code reads (a sized call's sizes are held to `_SIZED`'s rule).
+    "conv1d", "conv2d", "conv_transpose1d", "conv_transpose2d", "unfold", "fold", "pad",
+    "max_pool1d", "max_pool2d", "avg_pool1d", "avg_pool2d", "repeat", "repeat_interleave",
+    "expand", "arange", "exp", "log", "gelu", "softplus", "embedding", "stack", "cat",
 }
 # Constructors that take sizes: allowed only with sizes read off tensors or names the code
 # does not bind (the lesson's sizes), or small literals.
-_SIZED = {"zeros", "ones", "full", "empty", "new_zeros", "new_ones", "range", "one_hot"}
+_SIZED = {"zeros", "ones", "full", "empty", "new_zeros", "new_ones", "range", "one_hot",
+          "repeat", "repeat_interleave", "expand", "arange", "fold", "pad"}
+# Sized calls that make copies of a whole tensor: their counts stay small.
+_COPIES = {"repeat", "repeat_interleave"}
+# Sized calls whose first argument, called from a module (`torch.repeat_interleave(t, 2)`,
+# `F.fold(cols, ...)`), is the tensor rather than a size.
+_TENSOR_FIRST = {"one_hot", "repeat_interleave", "fold", "pad"}
 _BIG = 4096
 
 
@@ -140,8 +152,28 @@ def searchable(tree: ast.Module, function: str | None = None) -> bool:
     if function is not None:
         bound |= {a.arg for a in tree.body[0].args.args}  # type: ignore[attr-defined]
     # A size the code reads off a tensor once (`B, H = dh.shape`) is as good as the shape.
-    bound -= _shape_names(tree)
+    bound = _Bound(bound - _shape_names(tree))
+    bound.helpers = frozenset(_helpers(tree))
     return all(_statement_ok(s, bound, function is not None) for s in body)
+
+
+class _Bound(set):
+    """The names the code binds, and which of them are its one-line helpers (lambdas)."""
+
+    helpers: frozenset[str] = frozenset()
+
+
+def _helpers(tree: ast.Module) -> Iterator[str]:
+    """Names bound once, to a lambda: a call of one runs an expression of the subset."""
+    stores: dict[str, int] = {}
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+            stores[n.id] = stores.get(n.id, 0) + 1
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 \
+                and isinstance(node.targets[0], ast.Name) and isinstance(node.value, ast.Lambda) \
+                and stores.get(node.targets[0].id) == 1:
+            yield node.targets[0].id
 
 
 def _shape_names(tree: ast.Module) -> set[str]:
@@ -202,7 +234,7 @@ def _target_ok(t: ast.expr) -> bool:
 
 
 def _name_ok(name: str) -> bool:
-    return not name.startswith("_")
+    return name == "_" or not name.startswith("_")  # `_`: a value thrown away
 
 
 def _expr_ok(e: ast.AST, bound: set[str]) -> bool:
@@ -237,6 +269,13 @@ def _expr_ok(e: ast.AST, bound: set[str]) -> bool:
         elif isinstance(node, ast.Subscript | ast.UnaryOp | ast.Compare | ast.BoolOp
                         | ast.IfExp | ast.Tuple | ast.List):
             continue
+        elif isinstance(node, ast.Lambda):
+            # A one-line helper (`up = lambda t: ...`): its body is walked as any expression.
+            a = node.args
+            if a.vararg or a.kwarg or a.kwonlyargs or a.defaults or a.posonlyargs:
+                return False
+        elif isinstance(node, ast.arguments | ast.arg):
+            continue
         else:
             return False
     return True
@@ -263,7 +302,7 @@ def _call_ok(node: ast.Call, bound: set[str]) -> bool:
     f = node.func
     if isinstance(f, ast.Name):
         name = f.id
-        if name not in _BUILTINS:
+        if name not in _BUILTINS and name not in getattr(bound, "helpers", ()):
             return False
     elif isinstance(f, ast.Attribute):
         name = f.attr
@@ -272,10 +311,17 @@ def _call_ok(node: ast.Call, bound: set[str]) -> bool:
     if name in _SIZED:
         sizes = list(node.args) + [k.value for k in node.keywords
                                    if k.arg in ("num_classes", "size")]
-        if name == "one_hot":
+        called_on_module = isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) \
+            and f.value.id in _MODULES
+        if name in _TENSOR_FIRST and (called_on_module or name == "one_hot"):
             sizes = sizes[1:]
+        if name == "pad":
+            sizes = sizes[:1] if called_on_module else sizes  # the widths, not the value
         if not all(_size_ok(a, bound) for a in sizes):
             return False
+        if name in _COPIES and any(isinstance(a, ast.Constant) and isinstance(a.value, int)
+                                   and a.value > 16 for a in sizes):
+            return False  # a few copies, not a thousand of each dim (their product grows)
     return not any(isinstance(a, ast.Starred) for a in node.args)
 
 
@@ -285,6 +331,8 @@ def _size_ok(a: ast.expr, bound: set[str]) -> bool:
         a = a.operand  # a step of -1
     if isinstance(a, ast.Constant):
         return isinstance(a.value, (int, float)) and abs(a.value) <= _BIG
+    if isinstance(a, (ast.Tuple, ast.List)):
+        return len(a.elts) <= 8 and all(_size_ok(x, bound) for x in a.elts)
     if isinstance(a, ast.Name):
         return a.id not in bound or a.id in ("dtype",)
     if isinstance(a, ast.keyword):
@@ -299,8 +347,15 @@ def _size_ok(a: ast.expr, bound: set[str]) -> bool:
                 or (isinstance(s.op, ast.Mult) and any(
                     isinstance(x, ast.Constant) and isinstance(x.value, int)
                     and 0 < x.value <= 16 for x in (s.left, s.right)))
-                for s in ast.walk(a))
+                for s in ast.walk(a)) or _two_sizes(a, bound)
     return (reads_shape or sized) and small
+
+
+def _two_sizes(a: ast.expr, bound: set[str]) -> bool:
+    """A product of two of the lesson's sizes (`block_size * n_embd`, the entries of one map):
+    as large as a tensor the lesson already holds, never more."""
+    return isinstance(a, ast.BinOp) and isinstance(a.op, ast.Mult) and all(
+        isinstance(x, ast.Name) and x.id not in bound for x in (a.left, a.right))
 
 
 # --- the edits ----------------------------------------------------------------------------------
@@ -342,6 +397,20 @@ def edited(tree: ast.Module, index: int, make: Callable[[ast.AST], ast.AST]) -> 
                         finally:
                             value[k] = old
     return ast.unparse(tree)
+
+
+def edited_all(tree: ast.Module, makes: dict[int, Callable[[ast.AST], ast.AST]]) -> str:
+    """`edited` at several walk positions at once (the same slip made twice)."""
+    copied = copy.deepcopy(tree)
+    nodes = list(ast.walk(copied))
+    swaps = {id(nodes[i]): make(nodes[i]) for i, make in makes.items()}
+    for parent in nodes:
+        for field, value in ast.iter_fields(parent):
+            if id(value) in swaps:
+                setattr(parent, field, swaps[id(value)])
+            elif isinstance(value, list):
+                value[:] = [swaps.get(id(item), item) for item in value]
+    return ast.unparse(copied)
 
 
 def _writes(tree: ast.Module) -> set[int]:
@@ -527,6 +596,290 @@ def layout_edits(tree: ast.Module, code: str) -> Iterator[Edit]:
                        f"no dimension: with dims {a} and {b} swapped first (a transpose or a "
                        "permute), the rest of your code gives the right answer. A reshape keeps "
                        "the entries' order; it never turns one axis into another.")
+
+
+def layout_pair_edits(tree: ast.Module, code: str) -> Iterator[Edit]:
+    """The same slip twice: two reshapes (a transposed operand, and the result put back) that
+    each needed the same two dims swapped first. Only where the code has few reshapes: each
+    pair is one program per pair of axes."""
+    fixed = _writes(tree)
+    at = [i for i, node in enumerate(ast.walk(tree)) if id(node) not in fixed
+          and isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+          and node.func.attr in _RESHAPES]
+    if not 2 <= len(at) <= 4:
+        return
+    nodes = list(ast.walk(tree))
+    for i, j in itertools.combinations(at, 2):
+        for a, b in _AXIS_PAIRS:
+            def moved(n, a=a, b=b):
+                inner = ast.Call(ast.Attribute(n.func.value, "transpose", ast.Load()),
+                                 [ast.Constant(a), ast.Constant(b)], [])
+                return ast.Call(ast.Attribute(inner, "reshape", ast.Load()), n.args, n.keywords)
+
+            one, two = sorted((nodes[i], nodes[j]), key=lambda n: (n.lineno, n.col_offset))
+            yield Edit("layout", edited_all(tree, {i: moved, j: moved}),
+                       f"{_where(one, code)} and {_where(two, code)} of your code: "
+                       f"`{_text(one, code, 50)}` and `{_text(two, code, 50)}` reshape tensors "
+                       "as their entries lie in memory, which moves no dimension: with dims "
+                       f"{a} and {b} swapped first in both (transposes), the rest of your code "
+                       "gives the right answer. A reshape keeps the entries' order; it never "
+                       "turns one axis into another.")
+
+
+_GROUPED = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.MatMult: "@"}
+_ASSOCIATIVE = (ast.Add, ast.Mult)
+_PRECEDENCE = {ast.Add: 1, ast.Sub: 1, ast.Mult: 2, ast.Div: 2, ast.MatMult: 2}
+
+
+def _closed(node: ast.expr, code: str) -> bool:
+    """Whether the learner wrote `node` inside parentheses of its own: a `)` right after it."""
+    lines = code.splitlines()
+    end, col = getattr(node, "end_lineno", None), getattr(node, "end_col_offset", None)
+    if end is None or col is None or not 0 < end <= len(lines):
+        return False
+    return lines[end - 1][col:].lstrip().startswith(")")
+
+
+def grouping_edits(tree: ast.Module, code: str) -> Iterator[Edit]:
+    """Parentheses: two operators whose operands Python groups otherwise than the formula.
+    `dh * 1 - h**2` is `(dh * 1) - h**2` and `x / n * m` is `(x / n) * m`; a comparison binds
+    after all arithmetic, so `d * m != 0` compares the product. Each pair regrouped."""
+    fixed = _writes(tree)
+    for i, node in enumerate(ast.walk(tree)):
+        if id(node) in fixed:
+            continue
+        if isinstance(node, ast.BinOp) and type(node.op) in _GROUPED:
+            for side in ("left", "right"):
+                inner = getattr(node, side)
+                if not (isinstance(inner, ast.BinOp) and type(inner.op) in _GROUPED) or (
+                        type(inner.op) is type(node.op) and isinstance(node.op, _ASSOCIATIVE)):
+                    continue
+                # Only a grouping Python chose (no parentheses needed to write it): one the
+                # learner spelled out with parentheses is what they meant.
+                tighter = _PRECEDENCE[type(inner.op)] - _PRECEDENCE[type(node.op)]
+                if (side == "left" and tighter < 0) or (side == "right" and tighter <= 0):
+                    continue
+
+                def regrouped(n, side=side):
+                    inner = getattr(n, side)
+                    if side == "left":  # (a o1 b) o2 c -> a o1 (b o2 c)
+                        return ast.BinOp(inner.left, inner.op,
+                                         ast.BinOp(inner.right, n.op, n.right))
+                    return ast.BinOp(ast.BinOp(n.left, n.op, inner.left), inner.op, inner.right)
+
+                yield Edit("grouping", edited(tree, i, regrouped),
+                           f"{_where(node, code)} of your code: Python reads "
+                           f"`{_text(node, code)}` as `{_grouped(node, side, code)}` (it "
+                           "multiplies and divides before it adds and subtracts, left to right "
+                           "among equals). Grouped the other way, the rest of your code gives "
+                           "the right answer: check the parentheses.")
+        elif isinstance(node, ast.Compare) and len(node.ops) == 1 \
+                and isinstance(node.left, ast.BinOp) and type(node.left.op) in _GROUPED \
+                and not _closed(node.left, code):
+            def compared_inside(n):
+                b = n.left
+                return ast.BinOp(b.left, b.op, ast.Compare(b.right, n.ops, n.comparators))
+
+            yield Edit("grouping", edited(tree, i, compared_inside),
+                       f"{_where(node, code)} of your code: `{_text(node, code)}` compares "
+                       f"the whole `{_text(node.left, code, 40)}`, because a comparison binds "
+                       "after every arithmetic operator; comparing only its last operand, the "
+                       "rest of your code gives the right answer: check the parentheses.")
+
+
+def _grouped(node: ast.BinOp, side: str, code: str) -> str:
+    def part(x: ast.AST) -> str:
+        text = _text(x, code, 30)
+        return f"({text})" if isinstance(x, (ast.BinOp, ast.Compare, ast.BoolOp)) else text
+
+    inner = getattr(node, side)
+    o1, o2 = _GROUPED[type(inner.op)], _GROUPED[type(node.op)]
+    grouped = f"({part(inner.left)} {o1} {part(inner.right)})"
+    if side == "left":
+        return f"{grouped} {o2} {part(node.right)}"
+    return f"{part(node.left)} {o2} {grouped}"
+
+
+def tiling_edits(tree: ast.Module, code: str) -> Iterator[Edit]:
+    """Tiled for spread, or spread for tiled: `t.repeat(1, 1, 2, 2)` lays whole copies of `t`
+    side by side, `repeat_interleave` repeats each entry next to itself (a pool's window)."""
+    fixed = _writes(tree)
+    for i, node in enumerate(ast.walk(tree)):
+        if id(node) in fixed or not isinstance(node, ast.Call) or node.keywords \
+                or not isinstance(node.func, ast.Attribute) or not node.args:
+            continue
+        if node.func.attr == "repeat":
+            def spread(n):
+                out, k = n.func.value, len(n.args)
+                for d, a in enumerate(n.args):
+                    if not (isinstance(a, ast.Constant) and a.value == 1):
+                        out = ast.Call(ast.Attribute(out, "repeat_interleave", ast.Load()), [a],
+                                       [ast.keyword("dim", ast.Constant(d - k))])
+                return out
+
+            yield Edit("tiling", edited(tree, i, spread),
+                       f"{_where(node, code)} of your code: `{_text(node, code)}` lays whole "
+                       "copies of the tensor side by side (it tiles it), so an entry's copies "
+                       "land far from it. With each entry repeated next to itself instead, "
+                       "the rest of your code gives the right answer.")
+    for i, node in enumerate(ast.walk(tree)):
+        if id(node) in fixed or not (isinstance(node, ast.Call)
+                                     and isinstance(node.func, ast.Attribute)
+                                     and node.func.attr == "repeat_interleave"):
+            continue
+        times = node.args[0] if node.args else None
+        dim = next((k.value for k in node.keywords if k.arg == "dim"),
+                   node.args[1] if len(node.args) > 1 else None)
+        if not (isinstance(times, ast.Constant) and isinstance(times.value, int)
+                and 2 <= times.value <= 8 and dim is not None):
+            continue
+
+        def tiled(n, r=times.value, d=dim):
+            return ast.Call(ast.Attribute(ast.Name("torch", ast.Load()), "cat", ast.Load()),
+                            [ast.List([n.func.value] * r, ast.Load())], [ast.keyword("dim", d)])
+
+        yield Edit("tiling", edited(tree, i, tiled),
+                   f"{_where(node, code)} of your code: `{_text(node, code)}` repeats each "
+                   "entry next to itself; with whole copies of the tensor side by side (a "
+                   "tile) instead, the rest of your code gives the right answer.")
+
+
+_PRODUCTS = {"matmul", "mm", "bmm"}
+
+
+def _operands(node: ast.AST) -> tuple[ast.expr, ast.expr] | None:
+    """A matrix product's two operands: `a @ b`, `a.mm(b)`, `torch.matmul(a, b)`."""
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.MatMult):
+        return node.left, node.right
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+            and node.func.attr in _PRODUCTS and not node.keywords:
+        on_module = isinstance(node.func.value, ast.Name) and node.func.value.id in _MODULES
+        args = node.args if on_module else [node.func.value, *node.args]
+        if len(args) == 2:
+            return args[0], args[1]
+    return None
+
+
+def _product(_node: ast.AST, a: ast.expr, b: ast.expr) -> ast.AST:
+    """The product of `a` and `b`, written as `@` whichever way the learner wrote it."""
+    return ast.BinOp(a, ast.MatMult(), b)
+
+
+def _transposed(x: ast.expr) -> tuple[ast.expr, bool]:
+    """`x` with its last two dims swapped: a transpose taken off where there is one (True)."""
+    if isinstance(x, ast.Attribute) and x.attr in ("T", "mT"):
+        return x.value, True
+    if isinstance(x, ast.Call) and isinstance(x.func, ast.Attribute) \
+            and x.func.attr in ("transpose", "t") and not x.keywords:
+        return x.func.value, True
+    return ast.Call(ast.Attribute(x, "transpose", ast.Load()),
+                    [ast.Constant(-2), ast.Constant(-1)], []), False
+
+
+def product_edits(tree: ast.Module, code: str) -> Iterator[Edit]:
+    """A matrix product's slips: an operand that needed its last two dims swapped (or had them
+    swapped once too often), and the two operands in the other order."""
+    fixed = _writes(tree)
+    for i, node in enumerate(ast.walk(tree)):
+        pair = None if id(node) in fixed else _operands(node)
+        if pair is None:
+            continue
+        a, b = pair
+        for k, x in enumerate(pair):
+            other, undone = _transposed(x)
+
+            def toggled(n, k=k, other=other):
+                left, right = _operands(n)  # type: ignore[misc]
+                return _product(n, other, right) if k == 0 else _product(n, left, other)
+
+            said = (f"the transpose of `{_text(other, code, 30)}` is one too many"
+                    if undone else f"`{_text(x, code, 30)}` is taken as it is, where its last "
+                    "two dims had to be swapped (a transpose)")
+            yield Edit("product", edited(tree, i, toggled),
+                       f"{_where(node, code)} of your code: in the product `{_text(node, code)}`"
+                       f", {said}: with that, the rest of your code gives the right answer. "
+                       "Which axis does the product sum over, and which one does each operand "
+                       "keep?")
+        yield Edit("product", edited(tree, i, lambda n: _product(n, *_operands(n)[::-1])),
+                   f"{_where(node, code)} of your code: `{_text(node, code)}` multiplies its "
+                   "operands in the wrong order (a matrix product does not commute): the other "
+                   "way round, the rest of your code gives the right answer.")
+
+
+def accumulate_edits(tree: ast.Module, code: str) -> Iterator[Edit]:
+    """`=` where `+=` belongs, or the other way: a gradient gathered from several uses written
+    over by its later part, or added onto a value it should have replaced."""
+    nodes = list(ast.walk(tree))
+    assigned: dict[str, int] = {}
+    for node in sorted((n for n in nodes if isinstance(n, (ast.Assign, ast.AugAssign))),
+                       key=lambda n: n.lineno):
+        target = node.targets[0] if isinstance(node, ast.Assign) else node.target
+        if not isinstance(target, ast.Name) or (isinstance(node, ast.Assign)
+                                                and len(node.targets) != 1):
+            continue
+        name, i = target.id, nodes.index(node)
+        reads = any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(node.value))
+        if isinstance(node, ast.Assign) and name in assigned and not reads:
+            yield Edit("accumulate", edited(tree, i, lambda n: ast.copy_location(
+                           ast.AugAssign(n.targets[0], ast.Add(), n.value), n)),
+                       f"{_where(node, code)} of your code: `{_statement_text(tree, node, code)}` "
+                       f"replaces what {_where(nodes[assigned[name]], code)} put in `{name}`: "
+                       "adding to it instead, the rest of your code gives the right answer. A "
+                       "tensor read in several places gathers a gradient from each.")
+        elif isinstance(node, ast.AugAssign) and isinstance(node.op, ast.Add) \
+                and name not in assigned:
+            yield Edit("accumulate", edited(tree, i, lambda n: ast.copy_location(
+                           ast.Assign([n.target], n.value), n)),
+                       f"{_where(node, code)} of your code: `{_statement_text(tree, node, code)}` "
+                       f"adds onto what `{name}` held before your code ran: with this line "
+                       "setting it instead, the rest of your code gives the right answer.")
+        assigned.setdefault(name, i)
+
+
+_IN_PLACE_STATEMENTS = (ast.AugAssign, ast.Assign, ast.Expr)
+
+
+def alias_edits(tree: ast.Module, code: str) -> Iterator[Edit]:
+    """A second name for a tensor taken for a copy: `g = att`, then `g *= datt` changes `att`
+    too, and every later read of `att` sees the changed numbers. The copy made where the second
+    name is bound."""
+    nodes = list(ast.walk(tree))
+    for node in nodes:
+        if not (isinstance(node, ast.Assign) and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Name)
+                and isinstance(node.value, (ast.Name, ast.Attribute, ast.Subscript))):
+            continue
+        name = node.targets[0].id
+        changed = next((s for s in nodes if isinstance(s, _IN_PLACE_STATEMENTS)
+                        and getattr(s, "lineno", 0) > node.lineno and _changes(s, name)), None)
+        if changed is None:
+            continue
+        value = nodes.index(node.value)
+        yield Edit("alias", edited(tree, value, lambda n: ast.Call(
+                       ast.Attribute(n, "clone", ast.Load()), [], [])),
+                   f"{_where(node, code)} of your code: `{_text(node, code)}` gives "
+                   f"`{_text(node.value, code, 30)}` a second name, not a copy, so the "
+                   f"in-place `{_statement_text(tree, changed, code)}` ({_where(changed, code)}) "
+                   f"changes `{_text(node.value, code, 30)}` as well, and every later read of it "
+                   "sees "
+                   "the changed numbers. With a copy there, the rest of your code gives the "
+                   "right answer.")
+
+
+def _changes(s: ast.stmt, name: str) -> bool:
+    """Whether statement `s` changes the tensor `name` holds, in place."""
+    def is_name(t: ast.AST) -> bool:
+        return isinstance(t, ast.Name) and t.id == name
+
+    if isinstance(s, ast.AugAssign):
+        return is_name(s.target) or (isinstance(s.target, ast.Subscript)
+                                     and is_name(s.target.value))
+    if isinstance(s, ast.Assign):
+        return any(isinstance(t, ast.Subscript) and is_name(t.value) for t in s.targets)
+    call = s.value
+    return isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) \
+        and is_name(call.func.value) and call.func.attr.endswith("_") \
+        and not call.func.attr.startswith("_")
 
 
 _FLIPPED = {ast.Gt: ast.GtE, ast.GtE: ast.Gt, ast.Lt: ast.LtE, ast.LtE: ast.Lt}
@@ -827,16 +1180,16 @@ class Search:
 def search(code: str, run: Runner, value: Tensor, refs: list[Tensor], sizes: dict[str, int],
            shapes: dict[str, tuple], function: str | None = None,
            starts: list[Tensor | None] | None = None,
-           first: tuple[Edit, ...] = ()) -> Diagnosis | None:
+           first: tuple[Edit, ...] = (), families: tuple[str, ...] = ()) -> Diagnosis | None:
     """`search_edit`, said as a diagnosis."""
-    edit = search_edit(code, run, value, refs, sizes, shapes, function, starts, first)
+    edit = search_edit(code, run, value, refs, sizes, shapes, function, starts, first, families)
     return diagnosis("derived", edit.message) if edit else None
 
 
 def search_edit(code: str, run: Runner, value: Tensor, refs: list[Tensor],
                 sizes: dict[str, int], shapes: dict[str, tuple], function: str | None = None,
                 starts: list[Tensor | None] | None = None,
-                first: tuple[Edit, ...] = ()) -> Edit | None:
+                first: tuple[Edit, ...] = (), families: tuple[str, ...] = ()) -> Edit | None:
     """The one change to `code` that makes its value right, said without the changed code.
 
     Only the changed sources are made here (plain work on the syntax tree); `run` runs them
@@ -854,6 +1207,11 @@ def search_edit(code: str, run: Runner, value: Tensor, refs: list[Tensor],
     s = Search(code, run, value, refs, list(starts or [None] * len(refs)))
     made, after, zeroed = _edits(tree, code, value.shape == refs[0].shape, sizes, shapes,
                                  function)
+    if families:  # only these kinds of change (a cheap search where a pattern already spoke)
+        made = [e for e in made if e.family in families]
+        after, zeroed = [e for e in after if e.family in families], []
+        if not made and not after:
+            return None
     before = [*first, *made]
     s.ask([e.source for e in before] + [z for _, _, z in zeroed] + [e.source for e in after])
     for edit in before:
@@ -894,9 +1252,13 @@ def _edits(tree: ast.Module, code: str, same_shape: bool, sizes: dict[str, int],
     else:
         if function is not None:
             before += [*source_edits(tree, code), *operand_edits(tree, code, shapes)]
+        # The slips a rule names wherever they occur first: each is a handful of programs.
+        before += [*grouping_edits(tree, code), *alias_edits(tree, code),
+                   *tiling_edits(tree, code), *accumulate_edits(tree, code),
+                   *product_edits(tree, code)]
         before += [*function_edits(tree, code), *axis_edits(tree, code),
                    *comparison_edits(tree, code), *layout_edits(tree, code),
-                   *constant_edits(tree, code, sizes)]
+                   *constant_edits(tree, code, sizes), *layout_pair_edits(tree, code)]
         zeroed = [(i, node, edited(tree, i, lambda n: scaled(n, 0.0)))
                   for i, node in terms(tree)]
         if function is None:

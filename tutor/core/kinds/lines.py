@@ -279,6 +279,11 @@ class LineCheck(StepCheck):
             "\n".join(self.pack.line_for(t).source for t in step.lines),
             run.code,
         )
+        if g.diagnosis is not None and g.diagnosis.kind == "scale":
+            # A factor says what was seen, not why: where the learner's own operators group
+            # otherwise than their formula, that is the why (`x / n * m`).
+            g.diagnosis = self._own_change(step, g.tensor, value, ref, run, prior, [],
+                                           ("grouping",))() or g.diagnosis
         if g.diagnosis is None and torch.isfinite(value).all():
             # Nobody catalogued this one: compare with wrong answers derived from the step.
             lines = [self.pack.line_for(t) for t in step.lines]
@@ -297,10 +302,12 @@ class LineCheck(StepCheck):
             g.heatmap = heatmap(value.to(ref.dtype) - ref)
 
     def _own_change(self, step: Step, tensor: str, value: Tensor, ref: Tensor, run: Run,
-                    prior: dict[str, str], related: list[str]) -> Callable[[], Any]:
+                    prior: dict[str, str], related: list[str],
+                    families: tuple[str, ...] = ()) -> Callable[[], Any]:
         """The search for the smallest change to the learner's own code (tutor/core/smallest.py),
         to be made only where nothing else explains the row: its changed programs run in a
-        confined child on the main and the fresh batch, and the change must make both right."""
+        confined child on the main and the fresh batch, and the change must make both right.
+        `families` narrows it to those kinds of change."""
         smallest = smallest_search()
 
         def search() -> Any:
@@ -334,7 +341,7 @@ class LineCheck(StepCheck):
 
             return smallest.search(
                 run.code, values, value, refs, smallest.line_sizes(run.before),
-                smallest.line_shapes(run.code, run.before, related))
+                smallest.line_shapes(run.code, run.before, related), families=families)
 
         return search
 

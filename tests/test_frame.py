@@ -188,10 +188,11 @@ def _notebook(path: Path, cells: list[str]) -> Path:
     return path
 
 
-def _grade(path: Path, device: str = "cpu", env: dict | None = None) -> dict:
+def _grade(path: Path, device: str = "cpu", env: dict | None = None, pack: str = "conv"
+           ) -> dict:
     import os
 
-    done = subprocess.run([sys.executable, "-m", "tutor", "--device", device, "--pack", "conv",
+    done = subprocess.run([sys.executable, "-m", "tutor", "--device", device, "--pack", pack,
                            "grade", "--json", "--train-steps", "1", str(path)],
                           capture_output=True, text=True, cwd=ROOT, timeout=600,
                           env={**os.environ, **(env or {})})
@@ -311,3 +312,20 @@ def test_a_notebook_in_a_layout_of_its_own_throughout_is_read_in_its_own_frame(t
     lost = {sid: steps[sid]["message"] for sid in right
             if steps[sid]["score"] != steps[sid]["max_score"]}
     assert right and not lost, lost
+
+
+@pytest.mark.parametrize("case_name", ["gpt_u2", "gpt_u4"])
+def test_weights_kept_out_in_and_parameters_in_a_parameter_dict_are_found(tmp_path, case_name):
+    """`F.linear`'s (out, in) weights (square ones too), a norm's weight and bias read in the
+    other order, parameters in an `nn.ParameterDict`: its own frame finds the lesson's
+    parameters in them (a tune corpus's notebooks, measured by running them)."""
+    import notebook_corpus_lessons_tune8 as corpus
+
+    case = next(c for c in corpus.CASES if c["name"].startswith(case_name))
+    path = tmp_path / "own.ipynb"
+    path.write_text(json.dumps(case["notebook"]))
+    steps = {s["id"]: s for s in _grade(path, pack="gpt")["steps"]}
+    right = [sid for sid in case["right"] if sid != "block/logits"]
+    lost = {sid: steps[sid]["message"] for sid in right
+            if steps[sid]["score"] != steps[sid]["max_score"]}
+    assert len(right) >= 15 and not lost, lost

@@ -204,3 +204,16 @@ def test_the_sandbox_s_own_classes_take_no_method_of_the_learner_s():
         with pytest.raises(Refused):
             _run(code)
     assert repr(_run("m = torch.nn.Linear(2, 2)\n")["m"]) == "Linear()"
+
+
+def test_a_parameter_dict_and_list_hold_a_model_s_parameters():
+    ns = _run("pd = torch.nn.ParameterDict({'E': torch.nn.Parameter(torch.ones(2, 3))})\n"
+              "pl = torch.nn.ParameterList([torch.nn.Parameter(torch.zeros(3))])\n"
+              "class Net(torch.nn.Module):\n"
+              "    def __init__(self):\n"
+              "        super().__init__()\n"
+              "        self.pd, self.pl = pd, pl\n"
+              "names = [n for n, _ in Net().named_parameters()]\n"
+              "has = 'E' in pd and pd.get('F') is None\n"
+              "total = sum(p.numel() for p in pd.values())\n")
+    assert ns["names"] == ["pd.E", "pl.0"] and ns["has"] and ns["total"] == 6

@@ -93,6 +93,9 @@ def _assigned(network: Network, read: Read, first_read: dict[tuple[int, int], in
         groups.setdefault(tuple(p.shape), []).append(name)
     choices: dict[tuple[int, ...], list[Tensor]] = {}
     pieces: dict[int, list[tuple[tuple[int, int], str]]] = {}  # id(made) -> its pieces
+    # from what its forward pass reads, before its first loss
+    early = [(ov, read.values[ov]) for i, ov in used if i <= first_loss
+             and read.values[ov].is_floating_point()]
     for shape, names in groups.items():
         seen: list[Tensor] = []
         for _, t in floats:
@@ -100,10 +103,19 @@ def _assigned(network: Network, read: Read, first_read: dict[tuple[int, int], in
                 seen.append(t)
             if len(seen) >= 2 * len(names) + 1:
                 break
+        if len(shape) == 2:
+            # A matrix kept the other way round, (out, in) as `F.linear` takes it: square
+            # ones too, which only the loss tells from the matrix as it stands.
+            flipped: list[Tensor] = []
+            for ov, t in early:
+                if tuple(t.shape) == shape[::-1] and not any(t is f for f in flipped):
+                    flipped.append(t)
+                    made = t.T
+                    seen.append(made)
+                    pieces[id(made)] = [(ov, "{}.T")]
+                if len(flipped) >= 2 * len(names) + 1:
+                    break
         if len(seen) < len(names):
-            # from what its forward pass reads, before its first loss
-            early = [(ov, read.values[ov]) for i, ov in used if i <= first_loss
-                     and read.values[ov].is_floating_point()]
             for made, parts in _pieced(shape, early):
                 seen.append(made)
                 pieces[id(made)] = parts
@@ -247,6 +259,14 @@ def _greedy(network: Network, read: Read, groups: dict[tuple[int, ...], list[str
                     if count > score:
                         best, score = option, count
                 picked[name] = best
+            # Two parameters of one shape that only show together (a norm's weight and bias,
+            # read in the other order): each pair's choices traded.
+            score = named(_forward(network, picked, x, y))
+            for a, b in itertools.combinations(names, 2):
+                traded = {**picked, a: picked[b], b: picked[a]}
+                count = named(_forward(network, traded, x, y))
+                if count > score:
+                    picked, score = traded, count
     return (picked,)
 
 

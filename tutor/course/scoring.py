@@ -500,7 +500,9 @@ def first_line(result: CheckResult, strict_rule: bool = False) -> str:
 
 def _one(text: str, limit: int = 1000) -> str:
     # Room for the longest diagnosis whole; past it, cut where a sentence or a clause ends.
-    return shortened(text.strip().split("\n", 1)[0], limit)
+    # On one line, every line of it kept: a runtime error's cause follows the line it names.
+    return shortened(" ".join(part.strip() for part in text.strip().splitlines()
+                              if part.strip()), limit)
 
 
 def feedback(result: CheckResult) -> str:

@@ -196,7 +196,7 @@ def importable(module: str, name: str) -> bool:
 # (sandbox/objects.py `Module`, `parameter`).
 NN = frozenset({"Module", "Parameter", "init", "Linear", "Embedding", "LayerNorm", "Tanh",
                 "ReLU", "Sigmoid", "GELU", "Softmax", "Identity", "Dropout", "Sequential",
-                "ModuleList", "ModuleDict"})
+                "ModuleList", "ModuleDict", "ParameterList", "ParameterDict"})
 
 # Underscore names that answer only a string (the guard checks): `type(x).__name__` in a print.
 READABLE_DUNDERS = frozenset({"__name__"})

@@ -174,10 +174,28 @@ class ModuleDict(Module):
     def items(self) -> Any:
         return self._layers.items()
 
+    def __contains__(self, key: object) -> bool:
+        return key in self._layers
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self._layers.get(key, default)
+
+    def update(self, modules: Any) -> None:
+        self._layers.update(modules)
+
+
+class ParameterList(ModuleList):
+    """Parameters kept in a list; `parameters()` and `named_parameters()` walk into it."""
+
+
+class ParameterDict(ModuleDict):
+    """Parameters kept by name (`pd['E']`); `parameters()` and `named_parameters()` walk
+    into it."""
+
 
 LAYERS = {cls.__name__: cls for cls in (
     Linear, Embedding, LayerNorm, Tanh, ReLU, Sigmoid, GELU, Softmax, Identity, Dropout,
-    Sequential, ModuleList, ModuleDict)}
+    Sequential, ModuleList, ModuleDict, ParameterList, ParameterDict)}
 for _cls in LAYERS.values():
     sandbox_class(_cls)  # built on, and kept attributes of, as the learner's own
 

@@ -325,7 +325,9 @@ def test_weights_kept_out_in_and_parameters_in_a_parameter_dict_are_found(tmp_pa
     path = tmp_path / "own.ipynb"
     path.write_text(json.dumps(case["notebook"]))
     steps = {s["id"]: s for s in _grade(path, pack="gpt")["steps"]}
-    right = [sid for sid in case["right"] if sid != "block/logits"]
+    # gpt_u4's setup line (`nV, nT, nC, nH = len(chars), ...`) is cut into its logits step by
+    # the names: what its own frame traces stands there.
+    right = case["right"]
     lost = {sid: steps[sid]["message"] for sid in right
             if steps[sid]["score"] != steps[sid]["max_score"]}
     assert len(right) >= 15 and not lost, lost

@@ -310,7 +310,10 @@ def _by_trace(lesson: Lesson, sub: Submission, step: Step, rules: GradingRules,
             return None
         codes = trace(True).get(step.id, [])
     else:
-        codes = trace(False).get(step.id) or trace(True).get(step.id, [])
+        # The names' frame first; where what it finds does not pass (a statement of the
+        # notebook's setup cut into the step, say), its own frame's.
+        codes = list(dict.fromkeys([*trace(False).get(step.id, []),
+                                    *trace(True).get(step.id, [])]))
     said = None
     for code in codes:
         # From autograd's gradients for the steps before: the written-out code reads only what

@@ -446,3 +446,45 @@ def test_a_convolution_s_bias_given_half_is_named(engines):
     step = _by_id(engine, "K")
     said = _said(engine, step.id, step.solution + "dkb = dkb / 2\n", "kb")
     assert "half of what the bias" in said
+
+
+@pytest.mark.parametrize("lesson", ["attention", "pool_relu"])
+@pytest.mark.parametrize("line, words", [
+    ("q = p.argmax(1)\np = F.softmax(logits, 1)\np[range(N), q] -= 1\n", ["own prediction"]),
+    ("p = F.softmax(logits, 1)\np[:, Yb] -= 1\n", ["some row's target"]),
+    ("p = F.softmax(logits, 1)\ng = torch.zeros_like(p)\ng[range(N), Yb] = -1 / (N * "
+     "p[range(N), Yb])\np = p * (1 - p) * g * N\n", ["diagonal", "sigmoid"]),
+])
+def test_a_cross_entropy_s_target_and_jacobian_slips_are_named(engines, lesson, line, words):
+    engine = engines(lesson)
+    code = "N = logits.shape[0]\np = logits\n" + line + "dlogits = p / N\n"
+    said = _said(engine, _by_id(engine, "logits").id, code, "logits")
+    for word in words:
+        assert word in said, said
+
+
+def test_a_weight_s_share_of_one_example_left_out_is_named(engines):
+    """A loop over the batch that starts one late: every example's share but the first."""
+    engine = engines("pool_relu")
+    step = _by_id(engine, "flat")
+    code = (step.solution + "dW = torch.zeros_like(W)\n"
+            "for i in range(1, flat.shape[0]):\n"
+            "    dW += torch.outer(flat[i], dlogits[i])\n")
+    said = _said(engine, step.id, code, "W")
+    assert "leaves out the share of the first" in said and "range(1, n)" in said
+
+
+def test_a_gradient_right_but_at_one_end_of_an_axis_is_said_as_seen(engines):
+    engine = engines("pool_relu")
+    step = _by_id(engine, "pooled")
+    code = step.solution + "dpooled = dpooled.clone()\ndpooled[:, -1] = 0\n"
+    said = _said(engine, step.id, code, "pooled")
+    assert "right everywhere but at the last" in said and "holds nothing" in said
+
+
+def test_a_floor_division_is_named(engines):
+    engine = engines("pool_relu")
+    code = ("N = logits.shape[0]\n"
+            "dlogits = (F.softmax(logits, 1) - F.one_hot(Yb, logits.shape[1])) // N\n")
+    said = _said(engine, _by_id(engine, "logits").id, code, "logits")
+    assert "floor division" in said

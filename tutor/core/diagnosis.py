@@ -251,15 +251,6 @@ def value_diagnosis(
         )
     if value.numel() and not bool(value.any()) and bool(ref.any()):
         return diagnosis("scale", _zero_message(name, source, code))
-    top = float(value.detach().double().abs().max()) if value.numel() else 0.0
-    right = float(ref.detach().double().abs().max()) if ref.numel() else 0.0
-    if 0 < top <= 1e-4 * right:
-        # Not zero, but nothing above float32's rounding: a formula whose terms cancel.
-        return diagnosis("scale", f"{gradient(name)} is rounding noise and nothing more: its "
-                                  f"largest entry is {top:.2g}, where autograd's reaches "
-                                  f"{right:.2g}. Something in your formula adds up to zero "
-                                  "before it is used: a gradient summed where it cancels (at a "
-                                  "softmax's input each row adds up to zero, for one).")
     if close(value, -ref):
         return diagnosis("sign", f"{gradient(name)} has the right size but the wrong sign "
                                  f"everywhere.")
@@ -290,6 +281,21 @@ def value_diagnosis(
     if value.dim() == 2 and value.shape[0] == value.shape[1] and close(value.T, ref):
         return diagnosis("transpose", f"{gradient(name)} is the transpose of the right answer.")
     return None
+
+
+def noise_diagnosis(name: str, value: Tensor, ref: Tensor) -> Diagnosis | None:
+    """A gradient that is float32's rounding and nothing more, where autograd's is not: a
+    formula whose terms cancel, said as seen (a last resort: a rewrite that names the term
+    left out comes first)."""
+    top = float(value.detach().double().abs().max()) if value.numel() else 0.0
+    right = float(ref.detach().double().abs().max()) if ref.numel() else 0.0
+    if not 0 < top <= 1e-4 * right:
+        return None
+    return diagnosis("scale", f"{gradient(name)} is rounding noise and nothing more: its "
+                              f"largest entry is {top:.2g}, where autograd's reaches "
+                              f"{right:.2g}. Something in your formula adds up to zero before "
+                              "it is used: a gradient summed where it cancels (at a softmax's "
+                              "input each row adds up to zero, for one).")
 
 
 _ZEROS = {"zeros", "zeros_like", "new_zeros", "empty", "empty_like", "new_empty"}

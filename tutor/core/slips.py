@@ -979,7 +979,7 @@ def _loss_dim_slips(call: ast.Call, line: ForwardLine,
     what = f"`{_text(call)}`"
     up = gradient(line.target)
 
-    for d in [*range(r), "log", "exp", "probs", "inner"]:
+    for d in [*range(r), "log", "exp", "probs", "inner", "diagonal", "argmax", "columns"]:
         if d == classes:
             continue
 
@@ -1014,10 +1014,32 @@ def _loss_dim_slips(call: ast.Call, line: ForwardLine,
                     "`diag(p) - p p^T` needs the outer product: its entry (i, j) is "
                     "`-p_i * p_j`.")
 
+        def diagonal_say(tensor: str, grad: str, ns: dict) -> str | None:
+            return (f"{grad} goes through the softmax in {what} with only its Jacobian's "
+                    "diagonal, `p * (1 - p)` for each entry, as for an elementwise sigmoid: "
+                    "every probability of a row also depends on the row's other logits, "
+                    "through the sum that normalises them, so the other classes get a "
+                    "gradient too.")
+
+        def argmax_say(tensor: str, grad: str, ns: dict) -> str | None:
+            return (f"{grad} subtracts the one-hot of the model's own prediction (the "
+                    f"largest logit of each row) where {what} compares each row with its "
+                    f"target `{_text(target)}`: the 1 comes off at the right answer's class, "
+                    "whatever the model guessed.")
+
+        def columns_say(tensor: str, grad: str, ns: dict) -> str | None:
+            return (f"{grad} takes 1 off every row at every class that is some row's target "
+                    "(a whole column indexed where each row has its own entry): in "
+                    f"{what} each row loses 1 at its own target only. Pair each row with its "
+                    "own target.")
+
         yield {"log": ("loss-log-softmax", log_say, local, root),
                "exp": ("loss-unnormalised", exp_say, local, root),
                "probs": ("loss-stopped-at-probs", probs_say, local, root),
-               "inner": ("loss-softmax-inner-product", inner_say, local, root)}.get(
+               "inner": ("loss-softmax-inner-product", inner_say, local, root),
+               "diagonal": ("loss-softmax-diagonal", diagonal_say, local, root),
+               "argmax": ("loss-prediction-target", argmax_say, local, root),
+               "columns": ("loss-target-columns", columns_say, local, root)}.get(
             d, ("loss-softmax-dim", say, local, root))
     # The one-hot of other indices than the targets: a column of the inputs (the context's
     # last character, say), which a learner takes for what comes next.
@@ -1071,7 +1093,19 @@ def _softmax_less_hot(ns: dict, root: str, y: Tensor | None, classes: int, up: s
         # the exponentials, never divided by their row's sum
         return (z.exp() - hot) * scale / y.numel()
     p = F.softmax(z, dim=classes)
+    if d == "argmax":
+        # the one-hot of the prediction, the largest logit, for the target's
+        guess = F.one_hot(z.argmax(classes).reshape(-1), moved.shape[-1]).to(z.dtype)
+        return (p - guess.reshape(moved.shape).movedim(-1, classes)) * scale / y.numel()
+    if d == "columns":
+        # `p[:, y] -= 1`: every row loses 1 at every class some row has for its target
+        seen = hot.movedim(classes, -1).reshape(-1, moved.shape[-1]).amax(0)
+        shape = [1] * z.dim()
+        shape[classes] = -1
+        return (p - seen.view(shape)) * scale / y.numel()
     dp = -hot / p * scale / y.numel()  # the gradient with respect to the probabilities
+    if d == "diagonal":
+        return p * (1 - p) * dp
     if d == "probs":
         return dp
     if d == "inner":
@@ -2208,9 +2242,39 @@ def patterns(pack: Pack, step: Step, tensor: str, value: Tensor, ref: Tensor, be
                 or _triangle(tensor, v, r) or _swapped_axes(tensor, v, r)
                 or _shifted(tensor, v, r)
                 or _unflattened_in_another_order(prepared, tensor, v, r, before)
-                or _moved_entries(tensor, v, r) or _truth_values(tensor, v, r))
+                or _moved_entries(tensor, v, r) or _truth_values(tensor, v, r)
+                or _edge_slice(tensor, v, r))
     except Exception:  # noqa: BLE001 - a pattern that fails says nothing
         return None
+
+
+def _edge_slice(tensor: str, value: Tensor, ref: Tensor) -> Diagnosis | None:
+    """A gradient right everywhere but at the first or the last entry along one axis: what a
+    loop that starts one late or stops one early leaves (said as seen, with where)."""
+    tol = 1e-5 * float(ref.abs().max()) + 1e-7
+    wrong = (value - ref).abs() > tol
+    if not bool(wrong.any()):
+        return None
+    for d in range(value.dim()):
+        size = value.shape[d]
+        if size < 3:
+            continue
+        for end, at in (("first", 0), ("last", size - 1)):
+            if bool(wrong.narrow(d, 1 if at == 0 else 0, size - 1).any()):
+                continue
+            seen = f"{gradient(tensor)} is right everywhere but at the {end} of its {size} " \
+                   f"entries along dim {d}"
+            if not bool(value.select(d, at).any()):
+                return diagnosis("derived", (
+                    f"{seen}, where it holds nothing at all: a loop that "
+                    + ("starts one late (`range(1, n)`)" if at == 0 else
+                       "stops one early (`range(n - 1)`)")
+                    + " leaves that one out, and so does a slice one short."))
+            return diagnosis("derived", (
+                f"{seen}, where it holds other numbers: something treats that one apart, a "
+                "loop's first or last turn, or a write into it in place (a running sum kept "
+                "in a view of it, `db = dlogits[0]`, changes it as it adds)."))
+    return None
 
 
 def _truth_values(tensor: str, value: Tensor, ref: Tensor) -> Diagnosis | None:
@@ -2327,7 +2391,17 @@ def _summed_share(prepared: _Prepared, tensor: str, value: Tensor, ref: Tensor, 
                 only.select(d, at).copy_(up.select(d, at))
                 got = _line_vjp(prepared, line, expr, tensor,
                                 {**before, gradient(line.target): only})
-                if got is None or got.shape != v.shape or close(got, ref) or not close(v, got):
+                if got is None or got.shape != v.shape or close(got, ref):
+                    continue
+                if close(v, ref - got) and not close(got, torch.zeros_like(got)):
+                    return diagnosis("partial", (
+                        f"{gradient(tensor)} leaves out the share of the {end} of "
+                        f"{_axis(up, d, before)} of {src}: a loop that "
+                        + ("starts one late (`range(1, n)`)" if at == 0 else
+                           "stops one early (`range(n - 1)`)")
+                        + f" adds up all of them but that one. `{tensor}` takes a share from "
+                        "every one."))
+                if not close(v, got):
                     continue
                 return diagnosis("derived", (
                     f"{gradient(tensor)} holds the share of the {end} of "

@@ -687,6 +687,20 @@ def grouping_edits(tree: ast.Module, code: str) -> Iterator[Edit]:
                        "rest of your code gives the right answer: check the parentheses.")
 
 
+def division_edits(tree: ast.Module, code: str) -> Iterator[Edit]:
+    """`//` where `/` belongs: a floor division rounds every quotient down to a whole number
+    (`1 // 2` is 0, a gradient's `-0.3 // n` is -1)."""
+    fixed = _writes(tree)
+    for i, node in enumerate(ast.walk(tree)):
+        if id(node) in fixed or not (isinstance(node, ast.BinOp)
+                                     and isinstance(node.op, ast.FloorDiv)):
+            continue
+        yield Edit("grouping", edited(tree, i, lambda n: ast.BinOp(n.left, ast.Div(), n.right)),
+                   f"{_where(node, code)} of your code: `{_text(node, code)}` is a floor "
+                   "division, which rounds each quotient down to a whole number; divided "
+                   "exactly, the rest of your code gives the right answer.")
+
+
 def _grouped(node: ast.BinOp, side: str, code: str) -> str:
     def part(x: ast.AST) -> str:
         text = _text(x, code, 30)
@@ -1253,7 +1267,8 @@ def _edits(tree: ast.Module, code: str, same_shape: bool, sizes: dict[str, int],
         if function is not None:
             before += [*source_edits(tree, code), *operand_edits(tree, code, shapes)]
         # The slips a rule names wherever they occur first: each is a handful of programs.
-        before += [*grouping_edits(tree, code), *alias_edits(tree, code),
+        before += [*grouping_edits(tree, code), *division_edits(tree, code),
+                   *alias_edits(tree, code),
                    *tiling_edits(tree, code), *accumulate_edits(tree, code),
                    *product_edits(tree, code)]
         before += [*function_edits(tree, code), *axis_edits(tree, code),

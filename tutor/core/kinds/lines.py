@@ -292,7 +292,8 @@ class LineCheck(StepCheck):
             g.diagnosis = derived.explain(
                 self.pack, step, g.tensor, value, ref, run.before, batch.n, run.code,
                 self._own_change(step, g.tensor, value, ref, run, prior, related),
-            ) or slips.patterns(self.pack, step, g.tensor, value, ref, run.before)
+            ) or slips.patterns(self.pack, step, g.tensor, value, ref, run.before
+                                ) or dx.noise_diagnosis(g.tensor, value, ref)
         pattern = dx.where_wrong(value, ref) if torch.isfinite(value).all() else ""
         g.message = (g.diagnosis.message if g.diagnosis else f"{gradient(g.tensor)} is "
                                                              f"wrong{role}") + (

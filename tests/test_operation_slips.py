@@ -488,3 +488,23 @@ def test_a_floor_division_is_named(engines):
             "dlogits = (F.softmax(logits, 1) - F.one_hot(Yb, logits.shape[1])) // N\n")
     said = _said(engine, _by_id(engine, "logits").id, code, "logits")
     assert "floor division" in said
+
+
+@pytest.mark.parametrize("mode", ["replicate", "reflect"])
+def test_a_convolution_s_padding_taken_in_another_mode_is_named(engines, mode):
+    engine = engines("pool_relu")
+    step = _by_id(engine, "K")
+    # The kernel's gradient as the input's windows against the arriving gradient, the input
+    # padded in another mode.
+    code = (f"padded = F.pad(Xb, (1, 1, 1, 1), mode={mode!r})\n"
+            "dK = F.conv2d(padded.transpose(0, 1), dhpre.transpose(0, 1)).transpose(0, 1)\n"
+            "dkb = dhpre.sum((0, 2, 3))\n")
+    said = _said(engine, step.id, code, "K")
+    assert f"{mode} padding" in said and "zeros" in said
+
+
+def test_a_relu_s_step_taken_as_the_input_clamped_is_named(engines):
+    engine = engines("pool_relu")
+    step = _by_id(engine, "hpre")
+    said = _said(engine, step.id, "dhpre = dh * hpre.clamp(0, 1)\n", "hpre")
+    assert "clamped into [0, 1]" in said

@@ -501,6 +501,22 @@ def _pool_slips(call: ast.Call, line: ForwardLine) -> Iterator[tuple]:
 
     yield "pool-spread", spread_say, avg
     count = size ** dims if isinstance(size, int) else math.prod(size)
+    if isinstance(size, int) and stride in (None, size):
+        # Windows walked one entry at a time (`h[i:i+k]` for `h[k*i:k*i+k]`): the first
+        # windows of a pool with stride 1, as many as the pool has, overlapping.
+        xs = f"({ast.unparse(x)})"
+        crop = ", ".join(f":{xs}.shape[{d}] // {size}" for d in range(-dims, 0))
+        walked = ast.parse(f"F.max_pool{dims}d({xs}, {size}, 1)[..., {crop}]",
+                           mode="eval").body
+
+        def walked_say(tensor: str, grad: str, ns: dict) -> str | None:
+            if role(tensor) != "input":
+                return None
+            return (f"{grad} routes each window's gradient through windows that start one "
+                    f"entry apart, overlapping in the top-left corner: {what} steps its "
+                    f"windows by {size}, so window i starts at {size} * i.")
+
+        yield "pool-stride-one", walked_say, walked
 
     def all_say(tensor: str, grad: str, ns: dict) -> str | None:
         if role(tensor) != "input":
@@ -1325,6 +1341,16 @@ def _activation_slips(call: ast.Call, line: ForwardLine) -> Iterator[tuple]:
                 "by its slope once.")
 
     yield "slope-twice", twice_say, local(lambda s, y, up, xv: up * s * s), inp
+    if name == "relu":
+        # The step taken as the input clamped into [0, 1]: right where the input is 0 or
+        # above 1, the input's own value in between.
+        def clamped_say(tensor: str, grad: str, ns: dict) -> str:
+            return (f"{grad} multiplies by `{inp}` clamped into [0, 1], which is not the "
+                    f"slope of {what}: the slope is 1 for every positive entry, and entries "
+                    "between 0 and 1 must pass the gradient whole, not scaled by their own "
+                    "value.")
+
+        yield "slope-clamped", clamped_say, local(lambda s, y, up, xv: up * xv.clamp(0, 1)), inp
     if name in OUTPUT_SLOPES:
         fn, form = OUTPUT_SLOPES[name]
 
@@ -1542,6 +1568,56 @@ def _conv_unpaired_slips(call: ast.Call, line: ForwardLine) -> Iterator[tuple]:
                 "then add up (in an einsum, the positions have one letter on both operands).")
 
     yield "conv-unpaired", say, local, kernel
+
+
+_PAD_MODES = ("replicate", "reflect", "circular")
+
+
+def _conv_padding_mode_slips(call: ast.Call, line: ForwardLine) -> Iterator[tuple]:
+    """A convolution's zero padding done with another padding mode in its backward: the
+    input padded by copying or mirroring its border for the kernel's gradient, or the
+    arriving gradient padded so for the input's (a stride-1 convolution, as the full
+    convolution with the flipped kernel computes it)."""
+    dims = {"conv1d": 1, "conv2d": 2, "conv3d": 3}[_name(call)]
+    x, w = _subject(call), _arg(call, 0, "weight")
+    pad = _const(_arg(call, 3, "padding"))
+    if not isinstance(x, ast.Name) or not isinstance(w, ast.Name) or dims > 2 \
+            or not isinstance(pad, int) or pad < 1 or _parsed(line.source) is not call \
+            or {k.arg for k in call.keywords} - {"padding", "bias"} \
+            or len(call.args) > 3:
+        return
+    up, kernel, image = gradient(line.target), w.id, x.id
+    what = f"`{line.source.strip()}`"
+
+    for mode in _PAD_MODES:
+        def weight_local(ns: dict, mode: str = mode) -> Tensor | None:
+            xv, g = ns.get(image), ns.get(up)
+            if not isinstance(xv, Tensor) or not isinstance(g, Tensor):
+                return None
+            padded = F.pad(xv.detach().double(), (pad,) * (2 * dims), mode=mode)
+            return _branch(ast.parse(f"F.conv{dims}d(__padded, {kernel})", mode="eval").body,
+                           kernel, g, {**ns, "__padded": padded})
+
+        def input_local(ns: dict, mode: str = mode) -> Tensor | None:
+            wv, g = ns.get(kernel), ns.get(up)
+            if not isinstance(wv, Tensor) or not isinstance(g, Tensor):
+                return None
+            k = wv.shape[-1]
+            full = F.pad(g.detach().double(), (k - 1 - pad,) * (2 * dims), mode=mode)
+            flipped = wv.detach().double().flip(list(range(2, 2 + dims))).transpose(0, 1)
+            conv = F.conv1d if dims == 1 else F.conv2d
+            return conv(full, flipped)
+
+        def say(tensor: str, grad: str, ns: dict, mode: str = mode) -> str | None:
+            which = "the input" if tensor == kernel else f"`{up}`"
+            return (f"{grad} pads {which} by {mode} padding (its border "
+                    + {"replicate": "copied outwards", "reflect": "mirrored",
+                       "circular": "wrapped around"}[mode]
+                    + f"), where {what} pads with zeros: the border's taps meet numbers the "
+                    "forward pass never had there.")
+
+        yield f"conv-pad-{mode}", say, weight_local, kernel
+        yield f"conv-pad-{mode}", say, input_local, image
 
 
 def _conv_count_slips(call: ast.Call, line: ForwardLine) -> Iterator[tuple]:
@@ -1904,7 +1980,8 @@ def step_slips(pack: Pack, step: Step, ranks: dict[str, int],
                 found = iter([*_conv_slips(call, line, dilations),
                               *_conv_count_slips(call, line)])
                 out += _conv_stride_slips(call, line)
-                for key, say, local, tensor in _conv_unpaired_slips(call, line):
+                for key, say, local, tensor in [*_conv_unpaired_slips(call, line),
+                                                *_conv_padding_mode_slips(call, line)]:
                     out.append(Slip(key, say, line, local=local, tensor=tensor))
             elif name in ("max_pool1d", "max_pool2d"):
                 found = _pool_slips(call, line)

@@ -508,3 +508,44 @@ def test_a_relu_s_step_taken_as_the_input_clamped_is_named(engines):
     step = _by_id(engine, "hpre")
     said = _said(engine, step.id, "dhpre = dh * hpre.clamp(0, 1)\n", "hpre")
     assert "clamped into [0, 1]" in said
+
+
+def test_a_gradient_kept_in_whole_numbers_is_named(engines):
+    engine = engines("pool_relu")
+    step = _by_id(engine, "flat")
+    code = step.solution + "db = torch.tensor([0] * db.shape[0])\nfor i in range(db.shape[0]):\n" \
+                           "    db[i] = dlogits[:, i].sum()\n"
+    said = _said(engine, step.id, code, "b")
+    assert "whole numbers (torch.int64)" in said
+
+
+def test_a_cross_entropy_s_row_term_unweighted_is_named(engines):
+    engine = engines("pool_relu")
+    code = ("p = F.softmax(logits, 1)\nN = p.shape[0]\ng = torch.zeros_like(p)\n"
+            "g[range(N), Yb] = -1 / (N * p[range(N), Yb])\n"
+            "dlogits = p * (g - g.sum(1, keepdim=True))\n")
+    said = _said(engine, _by_id(engine, "logits").id, code, "logits")
+    assert "weighted by the probabilities" in said
+
+
+@pytest.mark.parametrize("code, words", [
+    ("dwte = torch.zeros_like(wte)\n"
+     "dwte.index_add_(0, torch.arange(X.shape[1]).repeat(X.shape[0]), dx.reshape(-1, C))\n",
+     ["numbered by the position"]),
+    ("dwte = dx.sum((0, 1)).expand_as(wte).clone()\n", ["same total"]),
+])
+def test_an_embedding_s_rows_by_position_or_one_total_are_named(engines, code, words):
+    engine = engines("attention")
+    step = _by_id(engine, "wte")
+    said = _said(engine, step.id, code.replace("X.", "Xb."), "wte")
+    for word in words:
+        assert word in said, said
+
+
+def test_a_kernel_transposed_where_it_is_flipped_is_named(engines):
+    engine = engines("slips_cnn2d")
+    step = _by_id(engine, "img")
+    code = ("dimg = F.conv_transpose2d(dhpre, K.transpose(-2, -1).flip(-2, -1), padding=1)\n"
+            "dK = torch.zeros_like(K)\ndkb = torch.zeros_like(kb)\n")
+    said = _said(engine, step.id, code, "img")
+    assert "tap axes swapped" in said

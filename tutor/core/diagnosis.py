@@ -283,6 +283,19 @@ def value_diagnosis(
     return None
 
 
+def integer_diagnosis(name: str, value: Tensor, ref: Tensor) -> Diagnosis | None:
+    """A gradient kept in a tensor of whole numbers (a buffer made from Python ints, or with an
+    index's dtype): every number written into it was cut to an integer."""
+    if value.is_floating_point() or value.is_complex() or value.dtype == torch.bool \
+            or not ref.is_floating_point():
+        return None
+    return diagnosis("dtype", f"{gradient(name)} is a tensor of whole numbers ({value.dtype}), "
+                              "so every gradient written into it was cut to an integer (most to "
+                              "0). A buffer made from Python ints (`torch.tensor([0] * k)`) or "
+                              "with an index's dtype (`zeros_like(Xb)`, `dtype=Xb.dtype`) keeps "
+                              "that dtype: make it a float tensor.")
+
+
 def noise_diagnosis(name: str, value: Tensor, ref: Tensor) -> Diagnosis | None:
     """A gradient that is float32's rounding and nothing more, where autograd's is not: a
     formula whose terms cancel, said as seen (a last resort: a rewrite that names the term

@@ -191,6 +191,20 @@ def _conv_slips(call: ast.Call, line: ForwardLine, dilations: set[int]) -> Itera
         return None
 
     yield "conv-taps", taps_say, _with_arg(call, 0, "weight", _flip(w, taps))
+    if dims == 2:
+        # The taps' two axes swapped (a matrix transpose) where they were to be flipped: the
+        # input's gradient through the kernel transposed, read as a flipped one.
+        ws = ast.unparse(w)
+        swapped = ast.parse(f"({ws}).transpose(-2, -1).flip(-2, -1)", mode="eval").body
+
+        def swapped_say(tensor: str, grad: str, ns: dict) -> str | None:
+            if role(tensor) != "input":
+                return None
+            return (f"{grad} meets the kernel with its two tap axes swapped (a transpose), "
+                    f"where going back through {what} turns each tap around the centre (both "
+                    "tap axes flipped): a transpose is a mirror along the diagonal only.")
+
+        yield "conv-taps-transposed", swapped_say, _with_arg(call, 0, "weight", swapped)
     for axis in taps if dims > 1 else ():
 
         def axis_say(tensor: str, grad: str, ns: dict, axis: int = axis) -> str | None:
@@ -995,7 +1009,8 @@ def _loss_dim_slips(call: ast.Call, line: ForwardLine,
     what = f"`{_text(call)}`"
     up = gradient(line.target)
 
-    for d in [*range(r), "log", "exp", "probs", "inner", "diagonal", "argmax", "columns"]:
+    for d in [*range(r), "log", "exp", "probs", "inner", "diagonal", "argmax", "columns",
+              "unweighted"]:
         if d == classes:
             continue
 
@@ -1049,7 +1064,13 @@ def _loss_dim_slips(call: ast.Call, line: ForwardLine,
                     f"{what} each row loses 1 at its own target only. Pair each row with its "
                     "own target.")
 
+        def unweighted_say(tensor: str, grad: str, ns: dict) -> str | None:
+            return (f"{grad} goes through the softmax in {what} with a row term that sums the "
+                    "arriving gradient plainly, where it is weighted by the probabilities: "
+                    "`p * (g - (p * g).sum())`, not `p * (g - g.sum())`.")
+
         yield {"log": ("loss-log-softmax", log_say, local, root),
+               "unweighted": ("loss-softmax-row-unweighted", unweighted_say, local, root),
                "exp": ("loss-unnormalised", exp_say, local, root),
                "probs": ("loss-stopped-at-probs", probs_say, local, root),
                "inner": ("loss-softmax-inner-product", inner_say, local, root),
@@ -1122,6 +1143,9 @@ def _softmax_less_hot(ns: dict, root: str, y: Tensor | None, classes: int, up: s
     dp = -hot / p * scale / y.numel()  # the gradient with respect to the probabilities
     if d == "diagonal":
         return p * (1 - p) * dp
+    if d == "unweighted":
+        # the softmax's backward with its row term `g.sum()` where `(p * g).sum()` belongs
+        return p * (dp - dp.sum(classes, keepdim=True))
     if d == "probs":
         return dp
     if d == "inner":
@@ -1827,6 +1851,31 @@ def _lookup_slips(expr: ast.expr, line: ForwardLine) -> Iterator[tuple]:
                 "back, and a repeated row's gradients add up: a sum, not an average.")
 
     yield "lookup-mean", say, scaled
+    # Rows picked by the position instead of by the index's value (the positions' table's
+    # rule), and one total given to every row (no lookup at all).
+    by_position = ast.parse(
+        f"{table}[torch.arange({index}.shape[-1]).expand_as({index})] "
+        f"if {index}.shape[-1] <= {table}.shape[0] else {table}[{index}]", mode="eval").body
+
+    def position_say(tensor: str, grad: str, ns: dict) -> str | None:
+        if tensor != table:
+            return None
+        return (f"{grad} sends each position's gradient to the row numbered by the position, "
+                f"as a table of positions would: in `{line.source.strip()}` a position reads "
+                f"the row of the index at it (`{index}`), and its gradient goes back there.")
+
+    yield "lookup-by-position", position_say, by_position
+    total = ast.parse(f"{table}.sum(0).expand(*{index}.shape, *{table}.shape[1:])",
+                      mode="eval").body
+
+    def total_say(tensor: str, grad: str, ns: dict) -> str | None:
+        if tensor != table:
+            return None
+        return (f"{grad} gives every row of `{table}` the same total, the arriving gradient "
+                f"added up over every lookup: in `{line.source.strip()}` each lookup's gradient "
+                "goes to the one row it read, and a row never read gets nothing.")
+
+    yield "lookup-total", total_say, total
     # The lookup as a product with the index's one-hot rows, its positions added up apart:
     # every row of the table gets the whole example's gradient, once per time it is used.
     for d in (1, 0, "every"):

@@ -263,8 +263,13 @@ class LineCheck(StepCheck):
         from tutor.core import derived
         from tutor.core.grading import as_graded
 
+        whole = dx.integer_diagnosis(g.tensor, value, ref)
         value = as_graded(value, ref)  # a shape that fits is diagnosed on what it broadcasts to
         earlier = run.before.get(gradient(g.tensor))
+        if whole is not None:
+            g.diagnosis = whole
+            g.message = whole.message
+            return
         # A catalogued mistake first (it is this lesson's own word), then the slips of the
         # line's operations (tutor/core/slips.py), which every step where they occur shares.
         g.diagnosis = dx.matching_mistake(value, mistakes) or slips.explain(

@@ -575,6 +575,13 @@ _RESHAPES = {"reshape", "view"}
 _AXIS_PAIRS = [(0, 1), (1, 2), (0, 2), (-2, -1)]
 
 
+def _moved_first(n: ast.Call, a: int, b: int) -> ast.Call:
+    """`x.reshape(...)` (or a view) with dims `a` and `b` of `x` swapped first."""
+    inner = ast.Call(ast.Attribute(n.func.value, "transpose", ast.Load()),  # type: ignore[attr-defined]
+                     [ast.Constant(a), ast.Constant(b)], [])
+    return ast.Call(ast.Attribute(inner, "reshape", ast.Load()), n.args, n.keywords)
+
+
 def layout_edits(tree: ast.Module, code: str) -> Iterator[Edit]:
     """A reshape where the dimensions had to move first: `x.reshape(n, 2, h)` of a `[2, n, h]`
     tensor keeps its entries' order in memory and mixes its rows; with two dims swapped before
@@ -585,12 +592,7 @@ def layout_edits(tree: ast.Module, code: str) -> Iterator[Edit]:
                 or not isinstance(node.func, ast.Attribute) or node.func.attr not in _RESHAPES):
             continue
         for a, b in _AXIS_PAIRS:
-            def moved(n, a=a, b=b):
-                inner = ast.Call(ast.Attribute(n.func.value, "transpose", ast.Load()),
-                                 [ast.Constant(a), ast.Constant(b)], [])
-                return ast.Call(ast.Attribute(inner, "reshape", ast.Load()), n.args, n.keywords)
-
-            yield Edit("layout", edited(tree, i, moved),
+            yield Edit("layout", edited(tree, i, lambda n, a=a, b=b: _moved_first(n, a, b)),
                        f"{_where(node, code)} of your code: `{_text(node, code)}` "
                        f"{node.func.attr}s the tensor as its entries lie in memory, which moves "
                        f"no dimension: with dims {a} and {b} swapped first (a transpose or a "
@@ -612,9 +614,7 @@ def layout_pair_edits(tree: ast.Module, code: str) -> Iterator[Edit]:
     for i, j in itertools.combinations(at, 2):
         for a, b in _AXIS_PAIRS:
             def moved(n, a=a, b=b):
-                inner = ast.Call(ast.Attribute(n.func.value, "transpose", ast.Load()),
-                                 [ast.Constant(a), ast.Constant(b)], [])
-                return ast.Call(ast.Attribute(inner, "reshape", ast.Load()), n.args, n.keywords)
+                return _moved_first(n, a, b)
 
             one, two = sorted((nodes[i], nodes[j]), key=lambda n: (n.lineno, n.col_offset))
             yield Edit("layout", edited_all(tree, {i: moved, j: moved}),
@@ -774,7 +774,7 @@ def _operands(node: ast.AST) -> tuple[ast.expr, ast.expr] | None:
     return None
 
 
-def _product(_node: ast.AST, a: ast.expr, b: ast.expr) -> ast.AST:
+def _product(a: ast.expr, b: ast.expr) -> ast.AST:
     """The product of `a` and `b`, written as `@` whichever way the learner wrote it."""
     return ast.BinOp(a, ast.MatMult(), b)
 
@@ -804,7 +804,7 @@ def product_edits(tree: ast.Module, code: str) -> Iterator[Edit]:
 
             def toggled(n, k=k, other=other):
                 left, right = _operands(n)  # type: ignore[misc]
-                return _product(n, other, right) if k == 0 else _product(n, left, other)
+                return _product(other, right) if k == 0 else _product(left, other)
 
             said = (f"the transpose of `{_text(other, code, 30)}` is one too many"
                     if undone else f"`{_text(x, code, 30)}` is taken as it is, where its last "
@@ -814,7 +814,7 @@ def product_edits(tree: ast.Module, code: str) -> Iterator[Edit]:
                        f", {said}: with that, the rest of your code gives the right answer. "
                        "Which axis does the product sum over, and which one does each operand "
                        "keep?")
-        yield Edit("product", edited(tree, i, lambda n: _product(n, *_operands(n)[::-1])),
+        yield Edit("product", edited(tree, i, lambda n: _product(*_operands(n)[::-1])),
                    f"{_where(node, code)} of your code: `{_text(node, code)}` multiplies its "
                    "operands in the wrong order (a matrix product does not commute): the other "
                    "way round, the rest of your code gives the right answer.")

@@ -549,3 +549,26 @@ def test_a_kernel_transposed_where_it_is_flipped_is_named(engines):
             "dK = torch.zeros_like(K)\ndkb = torch.zeros_like(kb)\n")
     said = _said(engine, step.id, code, "img")
     assert "tap axes swapped" in said
+
+
+def test_a_factor_that_is_one_of_the_lesson_s_sizes_is_named_by_it(engines):
+    # n_chan is 4 in this lesson: a gradient divided by it once too often says which count.
+    engine = engines("pool_relu")
+    step = _step(engine, "loss")
+    said = _said(engine, step.id, step.solution + "dlogits = dlogits / n_chan\n", "logits")
+    assert "1/4, the size `n_chan`" in said and "too many" in said
+    said = _said(engine, step.id, step.solution + "dlogits = dlogits * n_chan\n", "logits")
+    assert "that is 4, the size `n_chan`" in said
+
+
+def test_a_loop_over_flattened_rows_one_short_is_named(engines):
+    # The rows of `x` flattened over batch and time, a loop that stops before the last one.
+    engine = engines("attention")
+    step = _step(engine, "q")
+    code = step.solution + (
+        "xs, gs = x.reshape(-1, C), dq.reshape(-1, C)\n"
+        "dWq = torch.zeros_like(Wq)\n"
+        "for r in range(xs.shape[0] - 1):\n"
+        "    dWq += xs[r:r + 1].T @ gs[r:r + 1]\n")
+    said = _said(engine, step.id, code, "Wq")
+    assert "leaves out the share of the last of the" in said and "leading axes flattened" in said

@@ -2,7 +2,8 @@
 operators grouped otherwise than the formula, a second name taken for a copy, a tensor tiled
 where each entry was to be repeated in place (or the other way), `=` where `+=` belongs (or the
 other way), a product's operand that needed a transpose or the operands in the other order, and
-two reshapes that each needed a transpose.
+two reshapes that each needed a transpose, windows walked one entry apart where they lie a
+window apart.
 
 Each is searched as the engine searches it, with a runner that plays the confined child: it runs
 every changed program on the same inputs and hands back the graded tensor.
@@ -125,3 +126,14 @@ def test_helpers_convolutions_and_index_grids_are_searched(code):
 ])
 def test_copies_and_sizes_that_grow_stay_outside_the_search(code):
     assert not smallest.searchable(ast.parse(code))
+
+
+def test_windows_walked_one_entry_apart_are_named_with_their_stride():
+    # A 2x2 pool's gradient written window by window, the windows started at `i` and `j`.
+    right = ("d = torch.zeros_like(u)\n"
+             "for i in range(2):\n"
+             "    for j in range(2):\n"
+             "        d[:, :, 2 * i:2 * i + 2, 2 * j:2 * j + 2] = t[:, :, i:i + 1, j:j + 1]\n")
+    wrong = right.replace("2 * i:2 * i + 2", "i:i + 2").replace("2 * j:2 * j + 2", "j:j + 2")
+    said = _named(wrong, right)
+    assert "`i:i + 2` starts a window of 2 at every entry" in said and "`2 * i`" in said

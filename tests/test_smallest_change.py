@@ -209,7 +209,8 @@ def test_a_sum_over_the_wrong_dims_is_named_from_the_shapes_alone():
 
 
 @pytest.mark.parametrize("code", [
-    "for i in range(3):\n    dx = x",
+    "for r in x:\n    dx = r",
+    "while True:\n    dx = x",
     "dx = [x for _ in range(10)]",
     "dx = x.__class__",
     "import os\ndx = x",
@@ -232,6 +233,8 @@ def test_code_outside_the_subset_is_never_run_here(code):
     "dlogits = F.softmax(logits, 1)\ndlogits[range(n), Yb] -= 1\ndlogits /= n",
     "dC = torch.zeros_like(C)\ndC.index_add_(0, Xb.view(-1), demb.view(-1, C.shape[1]))",
     "dx = torch.zeros(n, 27)\ndx = dx + x ** -0.5 * math.sqrt(2 / math.pi)",
+    # A line step's loop over a range (a pool's windows): its runs are bounded by the budget.
+    "dx = torch.zeros_like(x)\nfor i in range(4):\n    dx[:, i:i + 2] += x[:, i:i + 2]",
 ])
 def test_plain_tensor_code_is_searched(code):
     assert smallest.searchable(ast.parse(code))

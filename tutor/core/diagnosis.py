@@ -170,7 +170,8 @@ def permuted(value: Tensor, ref: Tensor) -> tuple[int, ...] | None:
     return None
 
 
-def _scale_message(name: str, c: float, n: int, source: str = "") -> str:
+def _scale_message(name: str, c: float, n: int, source: str = "",
+                   sizes: dict[str, int | float] | None = None, code: str | None = None) -> str:
     near = lambda x: abs(c - x) <= 1e-3 * max(1.0, abs(x))  # noqa: E731
     if near(n):
         why = "a factor n too large: the loss averages over the batch"
@@ -186,8 +187,36 @@ def _scale_message(name: str, c: float, n: int, source: str = "") -> str:
         why = ("a factor of 2: check each constant of the local derivative, and whether a "
                "contribution was counted twice (or halved)")
     else:
-        why = "check the constant factors of the local derivative"
+        why = _size_factor(c, n, sizes or {}, near, code or "") or \
+            "check the constant factors of the local derivative"
     return f"{gradient(name)} is {c:.4g} times autograd's gradient, everywhere: {why}."
+
+
+def _size_factor(c: float, n: int, sizes: dict[str, int | float],
+                 near: Callable[[float], bool], code: str) -> str | None:
+    """A factor that is one of the lesson's sizes (or that times the batch size), or its
+    inverse: a count the code divides by or multiplies with once too often. Sizes that share
+    the value are all named, since the numbers cannot tell them apart, unless the learner's
+    code names only one of them."""
+    import re
+
+    by_value: dict[int, list[str]] = {}
+    for key, size in sizes.items():
+        if isinstance(size, int) and size > 2 and size != n:
+            by_value.setdefault(size, []).append(key)
+    for size, all_keys in sorted(by_value.items()):
+        used = [k for k in all_keys if re.search(rf"\b{re.escape(k)}\b", code)]
+        keys = [f"`{k}`" for k in (used if len(used) == 1 else all_keys)]
+        named = keys[0] if len(keys) == 1 else " or ".join(keys)
+        for k, count in ((size, f"{size}, the size {named}"),
+                         (n * size, f"{n * size}, the batch size times {named}")):
+            if near(1 / k):
+                return (f"that is 1/{count}: a division by that count too many, or a mean "
+                        "taken over entries the loss does not average over")
+            if near(k):
+                return (f"that is {count}: a division by that count left out, or a "
+                        "gradient added up once per copy where there is one")
+    return None
 
 
 def _same(value: Tensor, produced: Tensor) -> bool:
@@ -234,10 +263,12 @@ def value_diagnosis(
     mistakes: list[tuple[Mistake, Callable[[], Tensor | None]]],
     source: str = "",
     code: str | None = None,
+    sizes: dict[str, int | float] | None = None,
 ) -> Diagnosis | None:
     """The most specific explanation for a same-shape wrong answer, or None. `source` is the
     forward code of the step's lines, for messages that depend on what is on them; `code` the
-    learner's, where a message says something of it (None: not known)."""
+    learner's, where a message says something of it (None: not known); `sizes` the lesson's
+    own, which a factor may be."""
     known = matching_mistake(value, mistakes)  # first: a catalogued mistake may well be NaN
     if known:
         return known
@@ -277,7 +308,7 @@ def value_diagnosis(
         if abs(c - 1) > 1e-3 and close(value, c * ref):
             if abs(c + 1) <= 1e-3:
                 return diagnosis("sign", f"{gradient(name)} has the right size but the wrong sign.")
-            return diagnosis("scale", _scale_message(name, c, n, source))
+            return diagnosis("scale", _scale_message(name, c, n, source, sizes, code))
     if value.dim() == 2 and value.shape[0] == value.shape[1] and close(value.T, ref):
         return diagnosis("transpose", f"{gradient(name)} is the transpose of the right answer.")
     return None

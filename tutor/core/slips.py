@@ -2473,6 +2473,26 @@ def _axis(up: Tensor, d: int, before: dict) -> str:
     return f"the {up.shape[d]} positions along axis {d}"
 
 
+def _ends(up: Tensor, before: dict):
+    """The first and last entry along each axis of a line's output, then the first and last
+    row of it with its leading axes flattened (`x.view(-1, C)`, a loop over every row): each
+    as (which end, its index, those places in words, the output's gradient there only)."""
+    for d in range(up.dim()):
+        if up.shape[d] < 2:
+            continue
+        for end, at in (("first", 0), ("last", up.shape[d] - 1)):
+            only = torch.zeros_like(up)
+            only.select(d, at).copy_(up.select(d, at))
+            yield end, at, _axis(up, d, before), only
+    lead = up.shape[:-1]
+    if len([s for s in lead if s > 1]) >= 2:
+        rows = math.prod(lead)
+        for end, at in (("first", 0), ("last", rows - 1)):
+            only = torch.zeros_like(up).reshape(rows, -1)
+            only[at] = up.reshape(rows, -1)[at]
+            yield end, at, f"the {rows} rows (its leading axes flattened)", only.view(up.shape)
+
+
 def _summed_share(prepared: _Prepared, tensor: str, value: Tensor, ref: Tensor, before: dict
                   ) -> Diagnosis | None:
     """A gradient that a line sums over entries of its output (a weight over the batch, a bias
@@ -2509,31 +2529,26 @@ def _summed_share(prepared: _Prepared, tensor: str, value: Tensor, ref: Tensor, 
                             f"{gradient(tensor)} is divided by {count}, {said} of {src}: "
                             f"`{tensor}` takes a share from every one of them, and its gradient "
                             "adds those shares up: a sum, not a mean."))
-        for d in range(up.dim()):
-            if up.shape[d] < 2:
+        for end, at, where, only in _ends(up, before):
+            got = _line_vjp(prepared, line, expr, tensor,
+                            {**before, gradient(line.target): only})
+            if got is None or got.shape != v.shape or close(got, ref):
                 continue
-            for end, at in (("first", 0), ("last", up.shape[d] - 1)):
-                only = torch.zeros_like(up)
-                only.select(d, at).copy_(up.select(d, at))
-                got = _line_vjp(prepared, line, expr, tensor,
-                                {**before, gradient(line.target): only})
-                if got is None or got.shape != v.shape or close(got, ref):
-                    continue
-                if close(v, ref - got) and not close(got, torch.zeros_like(got)):
-                    return diagnosis("partial", (
-                        f"{gradient(tensor)} leaves out the share of the {end} of "
-                        f"{_axis(up, d, before)} of {src}: a loop that "
-                        + ("starts one late (`range(1, n)`)" if at == 0 else
-                           "stops one early (`range(n - 1)`)")
-                        + f" adds up all of them but that one. `{tensor}` takes a share from "
-                        "every one."))
-                if not close(v, got):
-                    continue
-                return diagnosis("derived", (
-                    f"{gradient(tensor)} holds the share of the {end} of "
-                    f"{_axis(up, d, before)} of {src} only. `{tensor}` takes a share from "
-                    "every one of them, and its gradient adds them all up: a loop that assigns "
-                    "(`=`) where it must add (`+=`), or one entry taken where the sum belongs."))
+            if close(v, ref - got) and not close(got, torch.zeros_like(got)):
+                return diagnosis("partial", (
+                    f"{gradient(tensor)} leaves out the share of the {end} of {where} of "
+                    f"{src}: a loop that "
+                    + ("starts one late (`range(1, n)`)" if at == 0 else
+                       "stops one early (`range(n - 1)`)")
+                    + f" adds up all of them but that one. `{tensor}` takes a share from "
+                    "every one."))
+            if not close(v, got):
+                continue
+            return diagnosis("derived", (
+                f"{gradient(tensor)} holds the share of the {end} of {where} of {src} only. "
+                f"`{tensor}` takes a share from every one of them, and its gradient adds them "
+                "all up: a loop that assigns (`=`) where it must add (`+=`), or one entry "
+                "taken where the sum belongs."))
     return None
 
 

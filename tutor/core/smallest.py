@@ -30,7 +30,8 @@ values, bounded in count, size and time. A constant's value is read off its synt
 (`_arithmetic`), never evaluated. Only code inside a small subset is searched (`searchable`):
 assignments and expressions of tensors, numbers and calls of listed torch functions and
 methods, with no comprehension, lambda, import or definition other than the step's function,
-and a loop or a branch only inside that function (a loop through time, which the budget ends).
+and a loop or a branch only inside that function (a loop through time, which the budget ends);
+a line step may loop over a `range` (a pool's windows, a batch's rows).
 That is a cost limit, so that the changes stay few and each runs in a time set by the lesson's
 tensors; the child's confinement is what keeps a changed program from doing harm.
 """
@@ -210,7 +211,9 @@ def _statement_ok(s: ast.stmt, bound: set[str], in_function: bool) -> bool:
             and not (isinstance(s.value, ast.Constant) and not isinstance(s.value.value, str))
     if isinstance(s, ast.Return):
         return in_function and (s.value is None or _expr_ok(s.value, bound))
-    if in_function and isinstance(s, (ast.For, ast.While, ast.If)):
+    if isinstance(s, ast.For) and not in_function and not _ranged(s):
+        return False
+    if isinstance(s, ast.For) or (in_function and isinstance(s, (ast.While, ast.If))):
         # A function's loop through its steps (backprop through time) and its branches: each
         # changed program runs them within the search's budget, which ends a long one.
         if isinstance(s, ast.For) and not _target_ok(s.target):
@@ -218,9 +221,16 @@ def _statement_ok(s: ast.stmt, bound: set[str], in_function: bool) -> bool:
         if isinstance(s, (ast.For, ast.While)) and s.orelse:
             return False
         head = s.iter if isinstance(s, ast.For) else s.test
-        return _expr_ok(head, bound) and all(_statement_ok(b, bound, True)
+        return _expr_ok(head, bound) and all(_statement_ok(b, bound, in_function)
                                              for b in [*s.body, *s.orelse])
     return isinstance(s, ast.Pass) or (in_function and isinstance(s, (ast.Break, ast.Continue)))
+
+
+def _ranged(s: ast.For) -> bool:
+    """A line step's loop over a `range` (windows, rows, positions): its changed programs run
+    as many times as the lesson's sizes say, which the budget bounds."""
+    return isinstance(s.iter, ast.Call) and isinstance(s.iter.func, ast.Name) \
+        and s.iter.func.id == "range" and not s.iter.keywords
 
 
 def _target_ok(t: ast.expr) -> bool:
@@ -624,6 +634,44 @@ def layout_pair_edits(tree: ast.Module, code: str) -> Iterator[Edit]:
                        f"{a} and {b} swapped first in both (transposes), the rest of your code "
                        "gives the right answer. A reshape keeps the entries' order; it never "
                        "turns one axis into another.")
+
+
+def _window(node: ast.AST, loops: set[str]) -> tuple[str, int] | None:
+    """`i:i + k` with `i` a loop's variable and k ≥ 2: a window of k that starts at `i`."""
+    if not (isinstance(node, ast.Slice) and node.step is None
+            and isinstance(node.lower, ast.Name) and node.lower.id in loops
+            and isinstance(node.upper, ast.BinOp) and isinstance(node.upper.op, ast.Add)
+            and isinstance(node.upper.left, ast.Name) and node.upper.left.id == node.lower.id
+            and isinstance(node.upper.right, ast.Constant)
+            and isinstance(node.upper.right.value, int) and 2 <= node.upper.right.value <= 8):
+        return None
+    return node.lower.id, node.upper.right.value
+
+
+def stride_edits(tree: ast.Module, code: str) -> Iterator[Edit]:
+    """Windows of k walked one entry apart (`x[i:i + k]` for each `i` of a loop) where they
+    lie k apart and do not overlap (a pool's windows): every such window made to start at
+    `k * i`, reads and writes alike (the same slip on every axis the loop walks)."""
+    loops = {n.target.id for n in ast.walk(tree)
+             if isinstance(n, ast.For) and isinstance(n.target, ast.Name)}
+    found = {i: w for i, node in enumerate(ast.walk(tree)) if (w := _window(node, loops))}
+    if not found or len(found) > 8:
+        return
+
+    def spaced(n: ast.Slice) -> ast.Slice:
+        k = n.upper.right.value
+        start = ast.BinOp(ast.Constant(k), ast.Mult(), ast.Name(n.lower.id, ast.Load()))
+        return ast.Slice(start, ast.BinOp(start, ast.Add(), ast.Constant(k)), None)
+
+    first = min((node for node in ast.walk(tree) if isinstance(node, ast.Slice)
+                 and _window(node, loops)), key=lambda n: (n.lineno, n.col_offset))
+    var, k = _window(first, loops)
+    yield Edit("stride", edited_all(tree, {i: spaced for i in found}),
+               f"{_where(first, code)} of your code: `{_text(first, code, 30)}` starts a "
+               f"window of {k} at every entry, so the windows overlap and only the first few "
+               f"are reached. Windows that do not overlap (a pool's, with its stride of {k}) "
+               f"start {k} entries apart, at `{k} * {var}`: so placed, the rest of your code "
+               "gives the right answer.")
 
 
 _GROUPED = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.MatMult: "@"}
@@ -1270,7 +1318,7 @@ def _edits(tree: ast.Module, code: str, same_shape: bool, sizes: dict[str, int],
         before += [*grouping_edits(tree, code), *division_edits(tree, code),
                    *alias_edits(tree, code),
                    *tiling_edits(tree, code), *accumulate_edits(tree, code),
-                   *product_edits(tree, code)]
+                   *product_edits(tree, code), *stride_edits(tree, code)]
         before += [*function_edits(tree, code), *axis_edits(tree, code),
                    *comparison_edits(tree, code), *layout_edits(tree, code),
                    *constant_edits(tree, code, sizes), *layout_pair_edits(tree, code)]

@@ -283,6 +283,7 @@ class LineCheck(StepCheck):
             mistakes,
             "\n".join(self.pack.line_for(t).source for t in step.lines),
             run.code,
+            self.pack.sizes,
         )
         if g.diagnosis is not None and g.diagnosis.kind == "scale":
             # A factor says what was seen, not why: where the learner's own operators group

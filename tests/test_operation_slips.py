@@ -454,6 +454,13 @@ def test_a_convolution_s_bias_given_half_is_named(engines):
     ("p = F.softmax(logits, 1)\np[:, Yb] -= 1\n", ["some row's target"]),
     ("p = F.softmax(logits, 1)\ng = torch.zeros_like(p)\ng[range(N), Yb] = -1 / (N * "
      "p[range(N), Yb])\np = p * (1 - p) * g * N\n", ["diagonal", "sigmoid"]),
+    ("p = torch.sigmoid(logits)\np[range(N), Yb] -= 1\n", ["elementwise sigmoid"]),
+    ("p = F.softmax(logits, 1)\np[range(N), Yb] = -1\n", ["`p - 1`, not `-1`"]),
+    ("p = F.softmax(logits, 1)\np[Yb] -= 1\n", ["picks whole rows"]),
+    ("s = F.softmax(logits, 1)\ng = torch.zeros_like(s)\ng[range(N), Yb] = -1 / (N * "
+     "s[range(N), Yb])\np = (g - (s * g).sum(1, keepdim=True)) * N\n", ["without the probab"]),
+    ("s = F.softmax(logits, 1)\ng = torch.zeros_like(s)\ng[range(N), Yb] = -s[range(N), Yb] "
+     "/ N\np = s * (g - (s * g).sum(1, keepdim=True)) * N\n", ["as `-p`"]),
 ])
 def test_a_cross_entropy_s_target_and_jacobian_slips_are_named(engines, lesson, line, words):
     engine = engines(lesson)

@@ -3,7 +3,7 @@ operators grouped otherwise than the formula, a second name taken for a copy, a 
 where each entry was to be repeated in place (or the other way), `=` where `+=` belongs (or the
 other way), a product's operand that needed a transpose or the operands in the other order, and
 two reshapes that each needed a transpose, windows walked one entry apart where they lie a
-window apart.
+window apart, a gradient read where its own tensor belongs.
 
 Each is searched as the engine searches it, with a runner that plays the confined child: it runs
 every changed program on the same inputs and hands back the graded tensor.
@@ -41,13 +41,14 @@ def _runner(grad: str):
     return run
 
 
-def _named(code: str, right: str, grad: str = "d") -> str:
+def _named(code: str, right: str, grad: str = "d", shapes: dict | None = None) -> str:
     """The message of the change the search finds in `code`, whose right version is `right`."""
     ref = _runner(grad)([right])[0][0]
     value = _runner(grad)([code])[0][0]
     assert isinstance(ref, torch.Tensor) and isinstance(value, torch.Tensor)
     assert smallest.searchable(ast.parse(code)), code
-    edit = smallest.search_edit(code, _runner(grad), value, [ref], {"n": 4, "m": 3}, {})
+    edit = smallest.search_edit(code, _runner(grad), value, [ref], {"n": 4, "m": 3},
+                                shapes or {})
     assert edit is not None, code
     return edit.message
 
@@ -137,3 +138,10 @@ def test_windows_walked_one_entry_apart_are_named_with_their_stride():
     wrong = right.replace("2 * i:2 * i + 2", "i:i + 2").replace("2 * j:2 * j + 2", "j:j + 2")
     said = _named(wrong, right)
     assert "`i:i + 2` starts a window of 2 at every entry" in said and "`2 * i`" in said
+
+
+def test_a_gradient_read_where_its_tensor_belongs_is_named():
+    # `dz` made on the first line, then read where `b` itself belongs.
+    right = "db = a.T @ dz\nd = dz @ b.T"
+    said = _named("db = a.T @ dz\nd = dz @ db.T", right, shapes={"b": (6, 5), "a": (4, 6)})
+    assert "reads `db`, a gradient, where the forward tensor `b` belongs" in said

@@ -49,10 +49,16 @@ REORDERED = ("Check the order of the axes where your code transposes, permutes o
              "gradient out.")
 
 
+# A gradient summed down to one number: what the shapes say, which the learner's code may say
+# more precisely (the axes its sum should have kept).
+ONE_NUMBER = ("Sum only over the dimensions it was broadcast along in the forward pass, and "
+              "keep one gradient per entry.")
+
+
 def guessed(message: str) -> bool:
     """Whether a shape's message says nothing the code was asked about: the general sentence,
-    or the guess of a transpose from two swapped sizes."""
-    return message.endswith((GENERIC_SHAPE, SWAPPED, REORDERED))
+    the guess of a transpose from two swapped sizes, or a sum over everything."""
+    return message.endswith((GENERIC_SHAPE, SWAPPED, REORDERED, ONE_NUMBER))
 
 
 def _reduced(shape: tuple, dims: tuple[int, ...], keep: bool) -> tuple:
@@ -97,6 +103,10 @@ def explain_shape(name: str, got: list[int], want: list[int], sources: list[tupl
     """A sentence about how a gradient of the wrong shape came about and what shape is needed.
     `sources` are the shapes of the gradients in reach, for a sum over the wrong dims."""
     head = f"{gradient(name)} has shape {_shape(got)}, but {name} has shape {_shape(want)}"
+    if not [d for d in got if d != 1] and [d for d in want if d != 1]:
+        return (f"{head}: one number, what a sum over every dimension gives. {name} has "
+                f"entries of its own along {_dims(tuple(want), tuple(range(len(want))))}. "
+                f"{ONE_NUMBER}")
     squeezed_got = [d for d in got if d != 1]
     squeezed_want = [d for d in want if d != 1]
     if squeezed_got == squeezed_want and len(got) > len(want):

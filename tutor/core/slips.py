@@ -1010,7 +1010,7 @@ def _loss_dim_slips(call: ast.Call, line: ForwardLine,
     up = gradient(line.target)
 
     for d in [*range(r), "log", "exp", "probs", "inner", "diagonal", "argmax", "columns",
-              "unweighted"]:
+              "unweighted", "sigmoid", "overwritten", "rows", "pfree", "negp"]:
         if d == classes:
             continue
 
@@ -1069,7 +1069,37 @@ def _loss_dim_slips(call: ast.Call, line: ForwardLine,
                     "arriving gradient plainly, where it is weighted by the probabilities: "
                     "`p * (g - (p * g).sum())`, not `p * (g - g.sum())`.")
 
+        def sigmoid_say(tensor: str, grad: str, ns: dict) -> str | None:
+            return (f"{grad} takes an elementwise sigmoid of `{root}` for the probabilities, "
+                    f"as a binary cross-entropy would: {what} takes a softmax, which divides "
+                    "each row's exponentials by their sum, so that the classes share one.")
+
+        def overwritten_say(tensor: str, grad: str, ns: dict) -> str | None:
+            return (f"{grad} sets each target's entry to -1 (an assignment, `=` or "
+                    "`scatter_`) where 1 comes off the probability there: the target's entry "
+                    f"of {what}'s gradient is `p - 1`, not `-1`. Subtract, or `scatter_add_`.")
+
+        def rows_say(tensor: str, grad: str, ns: dict) -> str | None:
+            return (f"{grad} indexes with the targets alone (`g[{_text(target)}] -= 1`), which "
+                    "picks whole rows numbered by the targets' values and takes 1 off every "
+                    f"entry of them. In {what} each row loses 1 at its own target's column: "
+                    "pair the rows' numbers with the targets, `g[range(n), y]`.")
+
+        def pfree_say(tensor: str, grad: str, ns: dict) -> str | None:
+            return (f"{grad} goes through the softmax in {what} as `g - (p * g).sum()`, "
+                    "without the probabilities in front: the softmax's backward is "
+                    "`p * (g - (p * g).sum())`, each entry scaled by its own probability.")
+
+        def negp_say(tensor: str, grad: str, ns: dict) -> str | None:
+            return (f"{grad} takes the derivative of `-log p` as `-p`: it is `-1 / p`. The "
+                    f"rest of the chain through the softmax in {what} is right.")
+
         yield {"log": ("loss-log-softmax", log_say, local, root),
+               "sigmoid": ("loss-sigmoid", sigmoid_say, local, root),
+               "overwritten": ("loss-target-overwritten", overwritten_say, local, root),
+               "rows": ("loss-target-rows", rows_say, local, root),
+               "pfree": ("loss-softmax-no-leading-p", pfree_say, local, root),
+               "negp": ("loss-log-derivative", negp_say, local, root),
                "unweighted": ("loss-softmax-row-unweighted", unweighted_say, local, root),
                "exp": ("loss-unnormalised", exp_say, local, root),
                "probs": ("loss-stopped-at-probs", probs_say, local, root),
@@ -1134,6 +1164,22 @@ def _softmax_less_hot(ns: dict, root: str, y: Tensor | None, classes: int, up: s
         # the one-hot of the prediction, the largest logit, for the target's
         guess = F.one_hot(z.argmax(classes).reshape(-1), moved.shape[-1]).to(z.dtype)
         return (p - guess.reshape(moved.shape).movedim(-1, classes)) * scale / y.numel()
+    if d == "sigmoid":
+        # an elementwise sigmoid for the probabilities, as in a binary cross-entropy
+        return (torch.sigmoid(z) - hot) * scale / y.numel()
+    if d == "overwritten":
+        # `scatter_(..., -1)` or `g[i, y] = -1`: the target's entry set to -1, not p - 1
+        return (p * (1 - hot) - hot) * scale / y.numel()
+    if d == "rows":
+        # `g[y] -= 1`: the rows numbered like the targets lose 1 in every column
+        flat = p.movedim(classes, -1).reshape(-1, moved.shape[-1]).clone()
+        picked = torch.zeros(flat.shape[0], dtype=torch.bool)
+        index = y.reshape(-1).long().cpu()
+        if int(index.max()) >= flat.shape[0]:
+            return None
+        picked[index] = True
+        flat[picked] -= 1
+        return flat.reshape(moved.shape).movedim(-1, classes) * scale / y.numel()
     if d == "columns":
         # `p[:, y] -= 1`: every row loses 1 at every class some row has for its target
         seen = hot.movedim(classes, -1).reshape(-1, moved.shape[-1]).amax(0)
@@ -1148,6 +1194,13 @@ def _softmax_less_hot(ns: dict, root: str, y: Tensor | None, classes: int, up: s
         return p * (dp - dp.sum(classes, keepdim=True))
     if d == "probs":
         return dp
+    if d == "pfree":
+        # the softmax's backward without the probabilities in front: `g - (p * g).sum()`
+        return dp - (p * dp).sum(classes, keepdim=True)
+    if d == "negp":
+        # the log's derivative taken as `-p` where it is `-1 / p`
+        flipped = -hot * p * scale / y.numel()
+        return p * (flipped - (p * flipped).sum(classes, keepdim=True))
     if d == "inner":
         # the softmax's Jacobian with `p^T p`, one number per row, for `p p^T`
         return p * dp - (p * p).sum(classes, keepdim=True) * dp.sum(classes, keepdim=True)
@@ -1221,6 +1274,16 @@ def _normaliser_slips(call: ast.Call, line: ForwardLine, sources: tuple[str, ...
                     "its local derivative is made of those normalised values.")
 
         yield "softmax-unnormalised", exp_say, ast.parse(plain, mode="eval").body
+        # The backward's formula without the probabilities in front, `g - (s * g).sum()`: a
+        # line whose Jacobian is `I - 1 s^T`.
+        leading = f"({xs}) - ({probs}).detach() * ({xs}).sum({d}, keepdim=True)"
+
+        def leading_say(tensor: str, grad: str, ns: dict) -> str:
+            return (f"{grad} is `g - (s * g).sum()`, the softmax's backward through {what} "
+                    "without the probabilities in front: it is `s * (g - (s * g).sum())`, "
+                    "each entry scaled by its own probability.")
+
+        yield "softmax-no-leading-p", leading_say, ast.parse(leading, mode="eval").body
 
         # The backward's formula, `s * (g - (s * g).sum())`, fed other values for `s`: the
         # line's input (the scores before the softmax), or probabilities taken along another

@@ -49,6 +49,7 @@ from dataclasses import field as default
 import torch
 
 from tutor.core.diagnosis import close, diagnosis
+from tutor.pack.flow import tensor_of
 from tutor.values.results import Diagnosis
 
 Tensor = torch.Tensor
@@ -108,6 +109,9 @@ _ATTRIBUTES = set(_SWAPS) | set(_DIMMED) | {
     "conv1d", "conv2d", "conv_transpose1d", "conv_transpose2d", "unfold", "fold", "pad",
     "max_pool1d", "max_pool2d", "avg_pool1d", "avg_pool2d", "repeat", "repeat_interleave",
     "expand", "arange", "exp", "log", "gelu", "softplus", "embedding", "stack", "cat",
+    # Products and layouts spelled otherwise: no larger than what `einsum` already makes.
+    "tensordot", "swapaxes", "swapdims", "unflatten", "rot90", "scatter", "scatter_", "linear",
+    "max_unpool2d", "max_unpool1d",
 }
 # Constructors that take sizes: allowed only with sizes read off tensors or names the code
 # does not bind (the lesson's sizes), or small literals.
@@ -987,6 +991,30 @@ def operand_edits(tree: ast.Module, code: str, shapes: dict[str, tuple]) -> Iter
                        "the formula needs, and what it holds by that statement.")
 
 
+def gradient_read_edits(tree: ast.Module, code: str, shapes: dict[str, tuple]
+                        ) -> Iterator[Edit]:
+    """A gradient read where its own tensor belongs (`dout = dlogits @ dW.T` for `W.T`): the
+    names differ by a letter and the shapes agree, so nothing fails. One read at a time."""
+    fixed = _writes(tree)
+    # The lesson's tensors, and the code's own (`cols`, an unfolded input, beside `dcols`).
+    known = set(shapes) | {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)
+                           and isinstance(n.ctx, ast.Store)}
+    for i, node in enumerate(ast.walk(tree)):
+        if id(node) in fixed or not (isinstance(node, ast.Name)
+                                     and isinstance(node.ctx, ast.Load)):
+            continue
+        tensor = tensor_of(node.id)
+        if tensor not in known:
+            continue
+        source = edited(tree, i, lambda _n, t=tensor: ast.Name(t, ast.Load()))
+        yield Edit("operand", source,
+                   f"{_where(node, code)} of your code reads `{node.id}`, a gradient, where "
+                   f"the forward tensor `{tensor}` belongs (in "
+                   f"`{_statement_text(tree, node, code)}`): the shapes agree, so nothing "
+                   f"fails. The local derivative of a product is the other factor's value, "
+                   "not its gradient.")
+
+
 def _statement_text(tree: ast.Module, node: ast.AST, code: str) -> str:
     line = getattr(node, "lineno", None)
     lines = code.splitlines()
@@ -1318,7 +1346,8 @@ def _edits(tree: ast.Module, code: str, same_shape: bool, sizes: dict[str, int],
         before += [*grouping_edits(tree, code), *division_edits(tree, code),
                    *alias_edits(tree, code),
                    *tiling_edits(tree, code), *accumulate_edits(tree, code),
-                   *product_edits(tree, code), *stride_edits(tree, code)]
+                   *product_edits(tree, code), *stride_edits(tree, code),
+                   *gradient_read_edits(tree, code, shapes)]
         before += [*function_edits(tree, code), *axis_edits(tree, code),
                    *comparison_edits(tree, code), *layout_edits(tree, code),
                    *constant_edits(tree, code, sizes), *layout_pair_edits(tree, code)]

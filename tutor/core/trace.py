@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
 from tutor.core.clock import OutOfTime
-from tutor.pack.flow import gradient
+from tutor.pack.flow import OTHER_PREFIXES, PREFIX, gradient
 from tutor.sandbox import allowlist
 from tutor.sandbox.objects import instance_attributes
 
@@ -1268,7 +1268,7 @@ def _candidates(read: Read, wanted: Wanted) -> dict[str, list[tuple[int, int]]] 
 
 
 def gradient_of(name: str) -> str:
-    for prefix in ("grad_", "g_", "d_", "d"):
+    for prefix in (*OTHER_PREFIXES, "g_", PREFIX):
         if name.startswith(prefix) and len(name) > len(prefix):
             return name[len(prefix):]
     for suffix in ("_grad", ".grad"):

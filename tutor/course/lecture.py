@@ -203,6 +203,10 @@ def _trees(cells: Iterable[str]) -> list[ast.Module]:
     return out
 
 
+def _used(trees: list[ast.Module], name: str) -> bool:
+    return any(isinstance(n, ast.Name) and n.id == name for t in trees for n in ast.walk(t))
+
+
 def translated(pack: Pack, cells: list[str]) -> tuple[list[str], dict[str, str]]:
     """The cells with the learner's names for the lesson's forward tensors (and their
     gradients) turned into the tutor's (tutor/course/vocabulary.py), and those names."""
@@ -213,9 +217,13 @@ def translated(pack: Pack, cells: list[str]) -> tuple[list[str], dict[str, str]]
         ours = {**forward, **batch_sizes(pack, trees, lesson, setup_names(pack))}
     except (RecursionError, MemoryError):
         return cells, {}  # an expression too deep to compare: the names stay the learner's
-    if not ours:
+    # The lesson's own names spelled as another gradient (`δlogits`, `grad_logits`) are its
+    # gradients as the tutor spells them.
+    same = {t: t for t in lesson if t.isidentifier()}
+    spelled = {k: v for k, v in gradient_names(same).items() if k != v and _used(trees, k)}
+    if not ours and not spelled:
         return cells, {}
-    names = {**gradient_names(forward), **ours}
+    names = {**spelled, **gradient_names(forward), **ours}
     # A tensor of theirs is also what they key its gradient by (`grads['mlp_out']`).
     keys = {mine: t for mine, t in forward.items() if mine.isidentifier()}
     return [rename(_without_magics(c), names, keys) for c in cells], ours

@@ -24,7 +24,7 @@ import ast
 from collections.abc import Iterable, Mapping
 
 from tutor.code_facts import read
-from tutor.pack.flow import gradient, tensor_of
+from tutor.pack.flow import gradient, spellings, tensor_of
 from tutor.pack.model import Pack
 
 # Names that are never a tensor of the lesson's, whatever shape they sit in.
@@ -330,10 +330,10 @@ def written_names(node: ast.stmt) -> set[str]:
 
 def gradient_names(forward: Mapping[str, str]) -> dict[str, str]:
     """The gradient names a renamed tensor's gradient goes by (`dlog_probs`, `d_log_probs`,
-    `log_probs_grad`, `grad_log_probs`), as the tutor's."""
+    `log_probs_grad`, `grad_log_probs`, `δlog_probs`), as the tutor's."""
     out = {}
     for mine, ours in forward.items():
-        for spelling in (gradient(mine), f"d_{mine}", f"{mine}_grad", f"grad_{mine}"):
+        for spelling in spellings(mine):
             out[spelling] = gradient(ours)
     return out
 

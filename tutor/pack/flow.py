@@ -20,9 +20,17 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Protocol
 
-from tutor.values.gradnames import PREFIX, gradient, gradients, tensor_of
+from tutor.values.gradnames import (
+    OTHER_PREFIXES,
+    PREFIX,
+    gradient,
+    gradients,
+    spellings,
+    tensor_of,
+)
 
-__all__ = ["PREFIX", "Flow", "gradient", "gradients", "tensor_of"]
+__all__ = ["OTHER_PREFIXES", "PREFIX", "Flow", "gradient", "gradients", "spellings",
+           "tensor_of"]
 
 class _Step(Protocol):
     id: str

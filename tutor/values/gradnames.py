@@ -27,3 +27,15 @@ def tensor_of(name: str) -> str | None:
     """The tensor whose gradient `name` spells (`dlogits` -> `logits`), or None for a name that
     spells no gradient."""
     return name[len(PREFIX):] if name.startswith(PREFIX) and len(name) > len(PREFIX) else None
+
+
+#: Other ways a learner spells a gradient's name: `d_logits`, `grad_logits`, `logits_grad`, and
+#: the mathematician's `δlogits`, `Δlogits`, `∂logits`, `delta_logits`.
+OTHER_PREFIXES = ("d_", "grad_", "delta_", "δ", "Δ", "∂")
+SUFFIXES = ("_grad",)
+
+
+def spellings(tensor: str) -> tuple[str, ...]:
+    """Every name a learner may give `tensor`'s gradient, the tutor's own first."""
+    return (gradient(tensor), *(p + tensor for p in OTHER_PREFIXES),
+            *(tensor + s for s in SUFFIXES))

@@ -170,8 +170,8 @@ def slip_kind(result: CheckResult, tensor: str, words: tuple[str, ...]) -> str:
     return "specific" if any(w.lower() in said for w in words) else "other"
 
 
-HALVES = ("holdout8", "holdout7", "holdout6", "holdout5", "holdout4", "holdout3", "holdout2", "holdout",
-          "tune", "tune2", "tune3", "tune4", "tune5", "tune6", "tune7", "tune8", "tune9",
+HALVES = ("holdout8", "holdout7", "holdout6", "holdout5", "holdout4", "holdout3", "holdout2",
+          "holdout", "tune", "tune2", "tune3", "tune4", "tune5", "tune6", "tune7", "tune8", "tune9",
           "tune10", "tune11", "tune12")
 
 

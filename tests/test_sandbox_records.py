@@ -1,6 +1,7 @@
 """What a notebook builds its data and records with is open in the sandbox (random with a
-generator of its own, collections' containers and named tuples, a class's `_private`
-helpers), and what libraries look up on an object stays closed."""
+generator of its own, collections' containers and named tuples with their own API, a class's
+`_private` helpers, `id` as a dict's key, a word's checksum), and what libraries look up on an
+object stays closed."""
 
 from __future__ import annotations
 
@@ -217,3 +218,28 @@ def test_a_parameter_dict_and_list_hold_a_model_s_parameters():
               "has = 'E' in pd and pd.get('F') is None\n"
               "total = sum(p.numel() for p in pd.values())\n")
     assert ns["names"] == ["pd.E", "pl.0"] and ns["has"] and ns["total"] == 6
+
+
+def test_a_named_tuple_s_own_api_is_open_on_it_alone():
+    ns = _run("from_ = collections.namedtuple('Acts', 'x h')\n"
+              "a = from_(1, 2)\n"
+              "names = from_._fields\n"
+              "d = a._asdict()\n"
+              "b = a._replace(h=5)\n")
+    assert ns["names"] == ("x", "h") and ns["d"] == {"x": 1, "h": 2} and ns["b"].h == 5
+    # A tuple or an object that is no named tuple of the sandbox's keeps them closed.
+    with pytest.raises(Refused):
+        _run("x = (1, 2)._asdict()\n")
+
+
+def test_id_keys_a_dict_by_tensor_without_giving_an_address():
+    ns = _run("t = torch.zeros(2)\nu = torch.zeros(2)\ngrads = {id(t): 1, id(u): 2}\n"
+              "same = id(t) == id(t)\nk = id(t)\n")
+    assert len(ns["grads"]) == 2 and ns["same"]
+    assert ns["k"] != id(ns["t"])  # masked: the number is no memory address
+
+
+def test_a_word_s_checksum_splits_a_notebook_s_data():
+    ns = _run("keep = [w for w in ['ab', 'cd'] if zlib.crc32(w.encode()) % 10 < 8]\n")
+    import zlib
+    assert ns["keep"] == [w for w in ["ab", "cd"] if zlib.crc32(w.encode()) % 10 < 8]

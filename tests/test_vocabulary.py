@@ -94,3 +94,11 @@ def test_a_helper_may_walk_its_own_list_of_tensors():
                 print(name, (getattr(bw, 'd' + name) - t.grad).abs().max())
     '''))
     assert "report" in comparers([tree])
+
+
+def test_a_gradient_spelled_as_a_mathematician_writes_it_is_the_tutor_s():
+    from tutor.course.vocabulary import gradient_names
+
+    names = gradient_names({"fg": "f"})
+    for spelling in ("dfg", "d_fg", "grad_fg", "fg_grad", "δfg", "Δfg", "∂fg", "delta_fg"):
+        assert names[spelling] == "df"

@@ -12,6 +12,7 @@ import copy
 import difflib
 import marshal
 import re
+import secrets
 import signal
 import sys
 import threading
@@ -76,6 +77,10 @@ SAFE_BUILTINS = {
         "RuntimeError StopIteration TypeError ValueError ZeroDivisionError"
     ).split()
 }
+# `id(t)`, a key for a dict of gradients by tensor: unique and stable while the object lives,
+# as Python's is, but masked, so that no memory address reaches learner code.
+_ID_MASK = secrets.randbits(60)
+SAFE_BUILTINS["id"] = lambda obj: builtins.id(obj) ^ _ID_MASK
 
 
 # type() answers with classes that build nothing dangerous (see classes.py); the ones learner

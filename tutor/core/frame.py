@@ -289,12 +289,21 @@ def _drawn_then_scaled(read: Read, ov: tuple[int, int], first: int) -> bool:
     if not _drawn(read, ov, 0):
         return False
     op = read.ops[first]
-    if "bad" in op or [tuple(r) for r in op["reads"]] != [ov]:
+    if "bad" in op or [tuple(r) for r in op["reads"]] != [ov] or _shape_only(op):
         return False
     made = [(o, 0) for o in op.get("outs") or [] if o is not None] + [
         tuple(b) for b in op.get("bumps") or []]
     return any(m in read.values and read.values[m].shape == read.values[ov].shape
                for m in made)
+
+
+def _shape_only(op: dict) -> bool:
+    """An op that reads only a tensor's shape (`torch.zeros_like(p)`, `p.new_zeros(...)`): a
+    buffer made beside a parameter (its gradient, a momentum), not a step on the way to it."""
+    call = op.get("call")
+    name = str(call[-1]) if isinstance(call, (list, tuple)) and call else str(call)
+    name = name.rsplit(".", 1)[-1]
+    return name.endswith("_like") or name in ("new_zeros", "new_ones", "new_empty", "new_full")
 
 
 def _drawn(read: Read, ov: tuple[int, int], depth: int) -> bool:

@@ -1518,7 +1518,8 @@ def setup_names(pack: Pack) -> frozenset[str]:
 
 
 def notebook_program(pack: Pack, cells: list[str], exercise: int,
-                     memo: dict | None = None) -> Program | None:
+                     memo: dict | None = None, originals: dict[int, str] | None = None
+                     ) -> Program | None:
     """The learner's code up to `exercise`, as the kernel ran it, for the tutor's namespace:
     every code cell in order (those above the first `# Exercise` mark too), less what the
     tutor's forward pass stands in for (statements that write the lesson's tensors, its data,
@@ -1529,7 +1530,11 @@ def notebook_program(pack: Pack, cells: list[str], exercise: int,
 
     `memo`, one dict for all the exercises of one submission, keeps what is read of each cell
     and statement from one exercise's program to the next: reading stays linear in the
-    submission's size, each statement read once."""
+    submission's size, each statement read once.
+
+    `originals`: each cell as the learner wrote it, by the id of its renamed text, for the
+    notebook's own frame, which runs its own names (a namedtuple's fields, `locals()` keys and
+    `getattr` strings spell them too)."""
     memo = {} if memo is None else memo
     lesson = lesson_names(pack)
     trained = {e.number for e in pack.exercises if e.kind.trained}
@@ -1604,18 +1609,20 @@ def notebook_program(pack: Pack, cells: list[str], exercise: int,
     for lines, is_here in zip(out, owned, strict=True):
         if is_here:
             written_here |= set().union(*(line.writes for line in lines))
-    whole = own_cells(chosen, own, memo)
+    whole = own_cells(chosen, own, memo, originals or {})
     return Program(out, written_here, owned, whole) if out or whole else None
 
 
-def own_cells(chosen: list[str], own: set[int], memo: dict) -> list[tuple[bool, str]]:
-    """The cells as the notebook's own frame runs them (program.own_source), each with whether
-    it is the exercise's own; read once per cell for all of a submission's exercises."""
+def own_cells(chosen: list[str], own: set[int], memo: dict,
+              originals: dict[int, str]) -> list[tuple[bool, str]]:
+    """The cells as the notebook's own frame runs them (program.own_source), in the learner's
+    own names, each with whether it is the exercise's own; read once per cell for all of a
+    submission's exercises."""
     out = []
     for cell in chosen:
         key = ("own", cell)
         if key not in memo:
-            memo[key] = own_source(_without_magics(cell))
+            memo[key] = own_source(_without_magics(originals.get(id(cell), cell)))
         if memo[key].strip():
             out.append((id(cell) in own, memo[key] + "\n"))
     return out

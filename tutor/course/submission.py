@@ -188,7 +188,9 @@ def _workbook(name: str, cells: list[str], pack: Pack) -> Submission:
 
 
 def _lecture(name: str, cells: list[str], pack: Pack) -> Submission:
+    written = cells
     cells, forward = translated(pack, cells)
+    originals = {id(t): o for t, o in zip(cells, written, strict=True)}
     answers = read_lecture(pack, cells)
     sub = Submission(name, "lecture", training=answers.training,
                      training_needs=answers.training_needs, cells=cells)
@@ -197,7 +199,8 @@ def _lecture(name: str, cells: list[str], pack: Pack) -> Submission:
             f"{yours} as {ours}" for yours, ours in sorted(forward.items())))
     memo: dict = {}  # what is read of each cell once, for every exercise's program
     sub.programs = {e.number: program for e in pack.exercises if not e.kind.trained
-                    and (program := notebook_program(pack, cells, e.number, memo)) is not None}
+                    and (program := notebook_program(pack, cells, e.number, memo,
+                                                     originals)) is not None}
     sub.code = {sid: code for sid, code in answers.code.items() if has_code(code)}
     if answers.renamed:
         sub.notes.append("read as the tutor's names: " + ", ".join(

@@ -161,7 +161,7 @@ IMPORTABLE = {"torch": "torch", "torch.nn": "torch.nn", "torch.nn.functional": "
               "functools": "functools", "types": "types", "random": "random",
               "collections": "collections", "dataclasses": "dataclasses",
               "itertools": "itertools", "string": "string", "time": "time",
-              "hashlib": "hashlib"}
+              "hashlib": "hashlib", "zlib": "zlib"}
 # What the small stand-ins hold (sandbox/modules.py `_functools`, `_types`, `_random`,
 # `_collections`): what a notebook builds its data with.
 SMALL_MODULES = {"functools": frozenset({"wraps", "partial", "reduce", "lru_cache", "cache"}),
@@ -184,7 +184,9 @@ SMALL_MODULES = {"functools": frozenset({"wraps", "partial", "reduce", "lru_cach
                  "time": frozenset({"time", "perf_counter", "monotonic", "process_time",
                                     "time_ns", "perf_counter_ns"}),
                  # a notebook's own deterministic shuffle (`sort(key=md5 of the word)`)
-                 "hashlib": frozenset({"md5", "sha1", "sha256"})}
+                 "hashlib": frozenset({"md5", "sha1", "sha256"}),
+                 # or by a word's checksum (`crc32(w.encode()) % 10 < 8` for a split)
+                 "zlib": frozenset({"crc32", "adler32"})}
 
 
 def importable(module: str, name: str) -> bool:

@@ -140,6 +140,12 @@ LEARNER_CLASSES: weakref.WeakSet[type] = weakref.WeakSet()
 SANDBOX_CLASSES: weakref.WeakSet[type] = weakref.WeakSet()
 
 
+#: Named tuples the sandbox's `collections.namedtuple` made: their own API is spelled with one
+#: underscore (`Acts._fields`, `row._asdict()`), and it is open on them (and their objects) only.
+RECORD_TUPLES: weakref.WeakSet[type] = weakref.WeakSet()
+_TUPLE_API = frozenset({"_fields", "_asdict", "_replace", "_make", "_field_defaults"})
+
+
 def sandbox_class(cls: type) -> type:
     """`cls` as one of the sandbox's own classes that learner classes build on."""
     LEARNER_CLASSES.add(cls)
@@ -219,6 +225,8 @@ class Guard:
             raise _refuse(obj, name, "only a name given as a string can be read")
         if allowlist.private(name) and type(obj) in LEARNER_CLASSES:
             return getattr(obj, name)  # a learner's object keeps `_cache` for itself
+        if name in _TUPLE_API and (type(obj) in RECORD_TUPLES or obj in RECORD_TUPLES):
+            return getattr(obj, name)
         if name.startswith("_"):
             raise _refuse(obj, name, "names starting with an underscore reach into Python's "
                                      "internals")

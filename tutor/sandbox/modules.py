@@ -19,7 +19,7 @@ import torch.nn.functional as F
 
 from tutor.sandbox import allowlist, layers, objects, records
 from tutor.sandbox.classes import Tensor
-from tutor.sandbox.guard import Guard, Refused
+from tutor.sandbox.guard import RECORD_TUPLES, Guard, Refused
 from tutor.sandbox.objects import SimpleNamespace, learner_function
 
 
@@ -190,6 +190,14 @@ def _collections() -> types.ModuleType:
     module = types.ModuleType("collections")
     for name in allowlist.SMALL_MODULES["collections"]:
         setattr(module, name, getattr(collections, name))
+
+    @functools.wraps(collections.namedtuple)
+    def namedtuple(*args: Any, **kw: Any) -> type:
+        made = collections.namedtuple(*args, **kw)
+        RECORD_TUPLES.add(made)
+        return made
+
+    module.namedtuple = namedtuple
     return module
 
 
@@ -220,7 +228,7 @@ for _name, _module in (("functools", _functools()), ("types", _types()),
                        ("random", _random()), ("collections", _collections()),
                        ("dataclasses", records.module()), ("itertools", _held("itertools")),
                        ("string", _held("string")), ("time", _held("time")),
-                       ("hashlib", _held("hashlib"))):
+                       ("hashlib", _held("hashlib")), ("zlib", _held("zlib"))):
     _STAND_INS[_name] = _module
     GUARD.modules[_name] = frozenset(k for k in vars(_module) if not k.startswith("_"))
 
@@ -238,4 +246,5 @@ MODULES = {"torch": _STAND_INS["torch"], "F": _STAND_INS["torch.nn.functional"],
            "collections": _STAND_INS["collections"], "dataclasses": _STAND_INS["dataclasses"],
            "itertools": _STAND_INS["itertools"], "string": _STAND_INS["string"],
            "time": _STAND_INS["time"], "hashlib": _STAND_INS["hashlib"],
+           "zlib": _STAND_INS["zlib"],
            "rnn_utils": _STAND_INS["torch.nn.utils.rnn"]}

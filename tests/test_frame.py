@@ -331,3 +331,26 @@ def test_weights_kept_out_in_and_parameters_in_a_parameter_dict_are_found(tmp_pa
     lost = {sid: steps[sid]["message"] for sid in right
             if steps[sid]["score"] != steps[sid]["max_score"]}
     assert len(right) >= 15 and not lost, lost
+
+
+@pytest.mark.parametrize("case_name, pack", [("gpt_u2", "gpt"), ("gpt_u4", "gpt"),
+                                             ("lstm_u5", "lstm")])
+def test_a_model_object_id_keys_and_a_bias_set_up_in_place_are_read(tmp_path, case_name, pack):
+    """A model object whose parameters are first read by `zeros_like` (its gradients'
+    buffers), a namedtuple of its own `locals()`, a data split by `zlib.crc32`; gradients in a
+    dict keyed by `id(t)`; a forget gate's bias set up in place and a training loop's later
+    values of each shape: its own frame finds the lesson's parameters and batch (a tune
+    corpus's notebooks, measured by running them)."""
+    import notebook_corpus_lessons_tune9 as corpus
+
+    case = next(c for c in corpus.CASES if c["name"].startswith(case_name))
+    path = tmp_path / "own.ipynb"
+    path.write_text(json.dumps(case["notebook"]))
+    steps = {s["id"]: s for s in _grade(path, pack=pack)["steps"]}
+    right = [sid for sid in case["right"] if sid != "train/gpt"]  # a model object's loop
+    lost = {sid: steps[sid]["message"] for sid in right
+            if steps[sid]["score"] != steps[sid]["max_score"]}
+    # A step wrong only by an earlier one's slip is right by its own line, and earns its point.
+    wrong = [sid for sid in case["wrong"] if sid not in case["cascade"]
+             and steps[sid]["score"] == steps[sid]["max_score"]]
+    assert len(right) >= 9 and not lost and not wrong, (lost, wrong)

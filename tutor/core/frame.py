@@ -77,10 +77,13 @@ def _assigned(network: Network, read: Read, first_read: dict[tuple[int, int], in
     xs = [(ox, x) for ox, x in ints if x.dim() == X.dim() and 0 < x.shape[0] <= MAX_BATCH
           and x.numel() <= MAX_BATCH * 64]
     xs.sort(key=lambda item: tuple(item[1].shape[1:]) != tuple(X.shape[1:]))
-    batches = [(x, y) for ox, x in xs[:16] for oy, y in ints
-               if ox[0] != oy[0] and y.dim() == Y.dim() and y.shape[0] == x.shape[0]
-               and (Y.dim() < 2 or y.shape[1:] == x.shape[1:] or Y.shape[1:] != X.shape[1:])
-               ][:32]
+    pairs = [(ox, x, oy, y) for ox, x in xs[:16] for oy, y in ints
+             if ox[0] != oy[0] and y.dim() == Y.dim() and y.shape[0] == x.shape[0]
+             and (Y.dim() < 2 or y.shape[1:] == x.shape[1:] or Y.shape[1:] != X.shape[1:])]
+    # The batches its first loss was computed from first: both read on the way to it.
+    feeds = _ancestors(read, min(i for i, _ in losses))
+    pairs.sort(key=lambda p: p[0] not in feeds or p[2] not in feeds)
+    batches = [(x, y) for _, x, _, y in pairs][:32]
     if not batches:
         return None
     # Each shape's parameters, in the order the lesson's forward pass first reads them, and
@@ -96,10 +99,22 @@ def _assigned(network: Network, read: Read, first_read: dict[tuple[int, int], in
     # from what its forward pass reads, before its first loss
     early = [(ov, read.values[ov]) for i, ov in used if i <= first_loss
              and read.values[ov].is_floating_point()]
+    # One version per object: a tensor set up in place (`b[2*H:3*H] += 1`, a forget gate's
+    # bias) is what its forward pass reads, the last version read before its first loss.
+    last: dict[int, tuple[int, int]] = {}
+    for i, ov in used:
+        if i <= first_loss or ov[0] not in last:
+            last[ov[0]] = ov
+    before_loss = {ov for i, ov in used if i <= first_loss}
     for shape, names in groups.items():
         seen: list[Tensor] = []
-        for _, t in floats:
-            if tuple(t.shape) == shape and not any(t is s for s in seen):
+        # What its forward pass reads before its first loss first; later values (a training
+        # loop's) only where those are too few.
+        for ov, t in sorted(floats, key=lambda f: f[0] not in before_loss):
+            if len(seen) >= len(names) and ov not in before_loss:
+                break
+            if tuple(t.shape) == shape and last.get(ov[0]) == ov \
+                    and not any(t is s for s in seen):
                 seen.append(t)
             if len(seen) >= 2 * len(names) + 1:
                 break
@@ -162,6 +177,23 @@ def _assigned(network: Network, read: Read, first_read: dict[tuple[int, int], in
     parts = {ov: text.format(name) for name, t in params.items()
              for ov, text in pieces.get(id(t), ())}
     return network.make_batch(x, y, params=params), made_loss, chosen, parts
+
+
+def _ancestors(read: Read, last: int) -> set[tuple[int, int]]:
+    """The versions the op at `last` was made from, however far back."""
+    if last >= len(read.ops):
+        return set()
+    seen: set[tuple[int, int]] = set()
+    todo = [tuple(r) for r in read.ops[last]["reads"]]
+    while todo:
+        ov = todo.pop()
+        if ov in seen:
+            continue
+        seen.add(ov)
+        maker = read.maker.get(ov)
+        if maker is not None:
+            todo += [tuple(r) for r in read.ops[maker]["reads"]]
+    return seen
 
 
 MAX_PIECED = 48  # parameters put together from pieces, per shape

@@ -103,6 +103,24 @@ def test_an_update_is_found_however_the_loop_moves_the_parameters():
     assert found is not None and found.keyed == "P" and ast_text(found.source) == "G"
 
 
+def test_an_in_place_step_with_an_optimizer_s_state_beside_it_is_an_update():
+    # Nesterov's momentum zipped in as a third list, the step taken by `sub_`.
+    found = _update("params = [C, W1, b1, W2, b2]\nbuf = [torch.zeros_like(p) for p in params]\n"
+                    "for p, g, m in zip(params, mine, buf):\n"
+                    "    m.mul_(0.9).add_(g)\n"
+                    "    p.mul_(1 - 1e-5)\n"
+                    "    p.sub_(lr * (g + 0.9 * m))\n")
+    assert found is not None and found.descends and ast_text(found.source) == "mine"
+    found = _update("params = [C, W1, b1, W2, b2]\n"
+                    "for g, p in zip(mine, params):\n"
+                    "    p.data.add_(g, alpha=-lr)\n")
+    assert found is not None and found.descends and ast_text(found.source) == "mine"
+    found = _update("params = [C, W1, b1, W2, b2]\n"
+                    "for g, p in zip(mine, params):\n"
+                    "    p.add_(lr * g)\n")
+    assert found is not None and not found.descends
+
+
 def test_a_loop_over_other_names_is_no_update():
     # Nor a call that does not change its first argument (a print, a comparison).
     assert _update("def sgd_step(p, g, lr):\n    print(p - lr * g)\n"

@@ -30,6 +30,7 @@ import contextlib
 import copy
 import difflib
 import io
+import itertools
 import re
 import textwrap
 import tokenize
@@ -1176,13 +1177,18 @@ def _update(trees: list[ast.Module], parameters: set[str], names: Mapping[str, s
                 continue
             if not (isinstance(node, ast.For) and isinstance(node.iter, ast.Call)
                     and isinstance(node.iter.func, ast.Name) and node.iter.func.id == "zip"
-                    and len(node.iter.args) == 2 and isinstance(node.target, ast.Tuple)
-                    and len(node.target.elts) == 2
+                    and len(node.iter.args) >= 2 and isinstance(node.target, ast.Tuple)
+                    and len(node.target.elts) == len(node.iter.args)
                     and all(isinstance(e, ast.Name) for e in node.target.elts)):
                 continue
-            a, b = node.iter.args
-            p, g = (e.id for e in node.target.elts)  # type: ignore[attr-defined]
-            for held, given, pv, gv in ((a, b, p, g), (b, a, g, p)):
+            # Each list beside the parameters may be their gradients (a third, an optimizer's
+            # state: `for p, g, m in zip(params, grads, buf)`).
+            named = list(zip(node.iter.args, (e.id for e in node.target.elts), strict=True))  # type: ignore[attr-defined]
+            for (held, pv), (given, gv) in itertools.permutations(named, 2):
+                if len(named) > 2 and _state(node.body, gv):
+                    # What the loop builds up from the gradient (a gradient clipped in place
+                    # in a loop of two lists is still the gradient).
+                    continue
                 params = lists.get(held.id) if isinstance(held, ast.Name) else None
                 if params is None or not set(params) <= parameters:
                     continue
@@ -1391,6 +1397,13 @@ def _descends(body: list[ast.stmt], is_param: Callable[[ast.expr], bool],
                 return None
             step, grad = found
             return (step < 0 if isinstance(stmt.op, ast.Add) else step > 0), grad
+        moved = _moved_in_place(stmt)
+        if moved is not None and is_param(moved[0]):
+            found = _sign_found(moved[2], is_grad)
+            if found is None:
+                return None
+            step, grad = found
+            return (step < 0 if moved[1] else step > 0), grad
         if (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
                 and isinstance(stmt.targets[0], ast.Attribute) and stmt.targets[0].attr == "grad"
                 and is_param(stmt.targets[0].value)):
@@ -1404,6 +1417,39 @@ def _descends(body: list[ast.stmt], is_param: Callable[[ast.expr], bool],
                 if grads:  # the first after the parameter, as an update function takes them
                     return True, grads[0]
     return None
+
+
+def _state(body: list[ast.stmt], name: str) -> bool:
+    """Whether the loop's body changes `name` in place (`m.mul_(0.9).add_(g)`, `v += g * g`):
+    an optimizer's state, which the parameter's step reads beside its gradient."""
+    for stmt in body:
+        for n in ast.walk(stmt):
+            if isinstance(n, ast.AugAssign) and _is_name(n.target, name):
+                return True
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) \
+                    and n.func.attr.endswith("_") and _is_name(n.func.value, name):
+                return True
+    return False
+
+
+def _moved_in_place(stmt: ast.stmt) -> tuple[ast.expr, bool, ast.expr] | None:
+    """`p.sub_(step)`, `p.data.add_(step)`, `p.add_(g, alpha=-lr)`: the tensor moved, whether
+    the step is added, and the step (its `alpha` a factor of it)."""
+    if not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)
+            and isinstance(stmt.value.func, ast.Attribute)
+            and stmt.value.func.attr in ("add_", "sub_") and len(stmt.value.args) == 1):
+        return None
+    call = stmt.value
+    moved = call.func.value
+    if isinstance(moved, ast.Attribute) and moved.attr == "data":
+        moved = moved.value
+    step = call.args[0]
+    alpha = next((k.value for k in call.keywords if k.arg == "alpha"), None)
+    if alpha is not None:
+        step = ast.BinOp(alpha, ast.Mult(), step)
+    elif call.keywords:
+        return None
+    return moved, call.func.attr == "add_", step
 
 
 def _sign_found(expr: ast.expr, is_grad: Callable[[ast.expr], bool]
@@ -1451,6 +1497,14 @@ def _sign_of(expr: ast.expr, g: str) -> int | None:
         if found is None:
             return None
         return found * _factor_sign(other)
+    if isinstance(expr, ast.BinOp) and isinstance(expr.op, (ast.Add, ast.Sub)):
+        # Nesterov's `g + 0.9 * m`: the gradient as one term of the step, the rest its
+        # optimizer's state.
+        left, right = _sign_of(expr.left, g), _sign_of(expr.right, g)
+        if left is not None and right is None:
+            return left
+        if right is not None and left is None:
+            return right if isinstance(expr.op, ast.Add) else -right
     return None
 
 

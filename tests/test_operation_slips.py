@@ -579,3 +579,25 @@ def test_a_loop_over_flattened_rows_one_short_is_named(engines):
         "    dWq += xs[r:r + 1].T @ gs[r:r + 1]\n")
     said = _said(engine, step.id, code, "Wq")
     assert "leaves out the share of the last of the" in said and "leading axes flattened" in said
+
+
+def test_a_pool_s_gradient_given_to_every_tied_entry_is_named(engines):
+    # Windows whose four entries tie at 1: a mask that compares each entry with its window's
+    # max marks all four, and each gets the window's whole gradient.
+    import torch
+
+    from tutor.core import slips
+
+    pack = engines("pool_relu").pack
+    h = torch.rand(2, 1, 4, 4)
+    h[:, :, :2, :2] = 1.0
+    h.requires_grad_()
+    up = torch.randn(2, 1, 2, 2)
+    (ref,) = torch.autograd.grad(torch.nn.functional.max_pool2d(h, 2), h, up)
+    mask = h == torch.nn.functional.max_pool2d(h, 2).repeat_interleave(2, -2).repeat_interleave(
+        2, -1)
+    value = mask.float() * up.repeat_interleave(2, -2).repeat_interleave(2, -1)
+    prepared = slips._Prepared([], {}, {}, [pack.line_for("pooled")], loss=pack.loss)
+    found = slips._ties(prepared, "h", value, ref, {"h": h.detach(), "dpooled": up})
+    assert found is not None and "tied for the largest" in found.message
+    assert "every one of the tied entries" in found.message

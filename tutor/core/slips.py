@@ -2743,14 +2743,26 @@ def _ties(prepared: _Prepared, tensor: str, value: Tensor, ref: Tensor, before: 
     found = _tied_entries(prepared, tensor, before)
     if found is None:
         return None
-    tied, line, _ = found
+    tied, line, window_sums = found
     wrong = _wrong_entries(value, ref)
     if wrong.any() and not (wrong & ~tied).any():
+        v, r = value.detach().to("cpu", torch.float64), ref.detach().to("cpu", torch.float64)
+        whole, count = window_sums(r), window_sums(tied.double())
+        scale = max(float(r.abs().max()), 1e-12)
+        near = lambda a, b: bool(((a - b).abs() <= 1e-4 * scale)[tied].all())  # noqa: E731
+        if near(v, whole):
+            what = ("your code gives the window's whole gradient to every one of the tied "
+                    "entries, as a mask that compares each entry with the window's max "
+                    "(`==`, `isclose`) marks them all")
+        elif near(v, whole / count.clamp(min=1)):
+            what = "your code shares the window's gradient equally among the tied entries"
+        else:
+            what = "your code gives it to another of the tied entries, or to several"
         return diagnosis("derived", (
-            f"{gradient(tensor)} is right except in the windows where several entries tie "
-            f"for the largest ({int(tied.sum())} entries, zeros after a ReLU most often): "
-            f"`{line.source.strip()}` passes each window's gradient to one entry only, the "
-            "first of the largest, and none to the others."))
+            f"{gradient(tensor)} is right except in the windows where several entries are "
+            f"tied for the largest ({int(tied.sum())} entries, zeros after a ReLU most "
+            f"often): `{line.source.strip()}` passes each window's gradient to one entry "
+            f"only, the first of the largest, and none to the others; {what}."))
     return None
 
 

@@ -354,3 +354,19 @@ def test_a_model_object_id_keys_and_a_bias_set_up_in_place_are_read(tmp_path, ca
     wrong = [sid for sid in case["wrong"] if sid not in case["cascade"]
              and steps[sid]["score"] == steps[sid]["max_score"]]
     assert len(right) >= 9 and not lost and not wrong, (lost, wrong)
+
+
+def test_a_stack_kept_reversed_and_merged_is_the_lesson_s_tensor_laid_out():
+    """`cat([c, h], 1)` for the lesson's `stack([h, c])`: the code that lays the lesson's
+    tensor out so, and its gradient laid out by reading that code (never evaluating it)."""
+    import torch
+
+    from tutor.core import frame
+
+    h, c = torch.randn(5, 3), torch.randn(5, 3)
+    state = torch.stack([h, c])
+    code = frame._rearranged(state, torch.cat([c, h], 1))
+    assert code == ".flip(0).permute(1, 0, 2).flatten(1)"
+    g = torch.randn(2, 5, 3)
+    assert torch.equal(frame._lay(g, code), g.flip(0).permute(1, 0, 2).flatten(1))
+    assert frame._lay(g, ".narrow(0, 0, 1)") is None  # only the layout methods it writes

@@ -14,14 +14,25 @@ names, and the ordinary check runs it on the tutor's own batches (trace.py `writ
 
 from __future__ import annotations
 
+import ast
 import itertools
 import math
+import re
 
 import torch
 from torch import Tensor
 
 from tutor.core.network import Batch, Network
-from tutor.core.trace import Read, Traces, axis_order, gradient_of, laid_out, layout_code
+from tutor.core.trace import (
+    Read,
+    Traces,
+    axis_order,
+    gradient_of,
+    laid_out,
+    layout_code,
+    regroup_code,
+    regrouped,
+)
 from tutor.pack.flow import gradient
 
 # The notebook's full data is also an integer tensor of the batch's shape: a batch this large
@@ -444,6 +455,39 @@ def _regrouped(read: Read, ov: tuple[int, int], value: Tensor, lesson: dict[str,
     if names:
         name = min(names, key=lambda k: order.get(k, -1))
         read.expressed[ov] = name + layout_code(tuple(lesson[name].shape), tuple(value.shape))
+        return
+    # Its axes moved and then merged, a stack of a few kept in the other order (`cat([c, h],
+    # 1)` for the lesson's `stack([h, c])`): each such layout of the lesson's tensors whose
+    # entries are the value's.
+    for name, t in sorted(lesson.items(), key=lambda kv: order.get(kv[0], -1)):
+        if t.is_floating_point() and t.numel() == value.numel() and 2 <= t.dim() <= 4:
+            code = _rearranged(t, value)
+            if code is not None:
+                read.expressed[ov] = name + code
+                return
+
+
+def _rearranged(t: Tensor, value: Tensor) -> str | None:
+    """The layout code (`.flip(0).permute(1, 0, 2).flatten(1)`) that makes `value` of `t`: an
+    axis of two to four entries taken in reverse (or not), the axes moved, and neighbouring
+    ones merged or split."""
+    target = tuple(value.shape)
+    for d in [None, *(d for d in range(t.dim()) if 2 <= t.shape[d] <= 4)]:
+        flipped = t if d is None else t.flip(d)
+        head = "" if d is None else f".flip({d})"
+        for axes in itertools.permutations(range(t.dim())):
+            if list(axes) == sorted(axes) and d is None:
+                continue  # plain regrouping: `laid_out`'s
+            moved = tuple(t.shape[a] for a in axes)
+            if moved != target and not regrouped(moved, target):
+                continue
+            laid = flipped.permute(axes)
+            laid = laid if moved == target else laid.reshape(target)
+            if _tight(value, laid):
+                code = head + (f".permute({', '.join(map(str, axes))})"
+                               if list(axes) != sorted(axes) else "")
+                return code + ("" if moved == target else regroup_code(moved, target))
+    return None
 
 
 def _laid(t: Tensor, shape: tuple[int, ...]) -> Tensor:
@@ -634,5 +678,34 @@ def gradients_by_number(batch: Batch, traces: Traces) -> dict[str, Tensor]:
     """Autograd's gradient of each of the notebook's tensors found to be the lesson's, by the
     trace's number for it (`#12`), for a second run whose `.grad` reads read them."""
     read = traces.first
-    return {f"#{o}": batch.gradients[read.leaves[o]] for o, _v in sorted(read.named)
-            if read.leaves.get(o) in batch.gradients}
+    out = {f"#{o}": batch.gradients[read.leaves[o]] for o, _v in sorted(read.named)
+           if read.leaves.get(o) in batch.gradients}
+    # A tensor of the lesson's laid out anew (`cat([c, h], 1)`): its gradient so laid out.
+    for (o, _v), code in sorted(read.expressed.items()):
+        name, _, rest = code.partition(".")
+        if f"#{o}" not in out and name in batch.gradients and rest:
+            laid = _lay(batch.gradients[name], "." + rest)
+            if laid is not None:
+                out[f"#{o}"] = laid
+    return out
+
+
+_LAYOUT_CALL = re.compile(r"\.(flip|permute|flatten|unflatten|T)(?:\(([-0-9, ()]*)\))?")
+
+
+def _lay(t: Tensor, code: str) -> Tensor | None:
+    """`code`, a chain of the layout methods this module writes (`.flip(0).permute(1, 0, 2)
+    .flatten(1)`), applied to `t`: read off its text, never evaluated."""
+    at = 0
+    while at < len(code):
+        m = _LAYOUT_CALL.match(code, at)
+        if m is None:
+            return None
+        method, args = m.group(1), m.group(2)
+        try:
+            values = ast.literal_eval(f"({args},)") if args else ()
+        except (ValueError, SyntaxError):
+            return None
+        t = t.T if method == "T" else getattr(t, method)(*values)
+        at = m.end()
+    return t
